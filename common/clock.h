@@ -1,0 +1,51 @@
+// Time, injectable. Code that waits or times out (heartbeats, scheduler
+// deadlines, RPC retries) takes a Clock*, so tests can drive time by hand
+// instead of sleeping.
+//
+// Thread-safety: every Clock is safe to use from many threads.
+#ifndef TRAINYARD_COMMON_CLOCK_H_
+#define TRAINYARD_COMMON_CLOCK_H_
+
+#include <condition_variable>
+#include <mutex>
+
+#include "absl/time/time.h"
+
+namespace trainyard {
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual absl::Time Now() = 0;
+  virtual void SleepFor(absl::Duration d) = 0;
+
+  // The real wall clock; never deleted.
+  static Clock* Real();
+};
+
+// A clock that only moves when told to. SleepFor blocks until another thread
+// advances the time past the sleeper's deadline.
+class SimulatedClock : public Clock {
+ public:
+  explicit SimulatedClock(absl::Time start = absl::UnixEpoch()) : now_(start) {}
+
+  absl::Time Now() override;
+  void SleepFor(absl::Duration d) override;
+
+  void AdvanceTime(absl::Duration d);
+  // Moves time to `t` if it is later than now.
+  void SetTime(absl::Time t);
+  // Number of threads currently blocked in SleepFor (lets a test wait until a
+  // worker is asleep before advancing time).
+  int num_sleepers();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  absl::Time now_;      // guarded by mu_
+  int sleepers_ = 0;    // guarded by mu_
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COMMON_CLOCK_H_

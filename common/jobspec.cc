@@ -1,0 +1,133 @@
+#include "common/jobspec.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace trainyard {
+namespace {
+
+// Collects every parse error with its position (1-based, as editors count).
+class ErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit ErrorCollector(absl::string_view source) : source_(source) {}
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    errors_.push_back(absl::StrCat(source_, ":", line + 1, ":", column + 1, ": ", message));
+  }
+  void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
+  const std::vector<std::string>& errors() const { return errors_; }
+
+ private:
+  std::string source_;
+  std::vector<std::string> errors_;
+};
+
+bool LooksLikeJson(absl::string_view content) {
+  for (char c : content) {
+    if (absl::ascii_isspace(static_cast<unsigned char>(c))) continue;
+    return c == '{';
+  }
+  return false;
+}
+
+absl::StatusOr<JobSpec> ParseText(absl::string_view content, absl::string_view source) {
+  JobSpec spec;
+  ErrorCollector errors(source);
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(content), &spec)) {
+    if (errors.errors().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": not a valid text-format JobSpec"));
+    }
+    return absl::InvalidArgumentError(absl::StrJoin(errors.errors(), "\n"));
+  }
+  return spec;
+}
+
+absl::StatusOr<JobSpec> ParseJson(absl::string_view content, absl::string_view source) {
+  JobSpec spec;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  auto status = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(content.data(), content.size()), &spec, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": invalid JSON JobSpec: ", status.message().as_string()));
+  }
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view content, absl::string_view source,
+                                     SpecFormat format) {
+  if (content.size() > kMaxSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", content.size(),
+                                                   " bytes; a job spec may be at most ",
+                                                   kMaxSpecBytes, " bytes"));
+  }
+  if (format == SpecFormat::kAuto) {
+    format = LooksLikeJson(content) ? SpecFormat::kJson : SpecFormat::kText;
+  }
+  return format == SpecFormat::kJson ? ParseJson(content, source) : ParseText(content, source);
+}
+
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
+  std::string content;
+  if (path == "-") {
+    content.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      const int err = errno;
+      if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read: ", std::strerror(err)));
+    }
+    // Read at most one byte more than allowed, so a huge file is not slurped.
+    content.resize(kMaxSpecBytes + 1);
+    in.read(&content[0], static_cast<std::streamsize>(content.size()));
+    content.resize(static_cast<size_t>(in.gcount()));
+    if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(path, ": read error"));
+  }
+  SpecFormat format = SpecFormat::kAuto;
+  if (absl::EndsWith(path, ".json")) {
+    format = SpecFormat::kJson;
+  } else if (absl::EndsWith(path, ".textproto") || absl::EndsWith(path, ".txtpb") ||
+             absl::EndsWith(path, ".pbtxt") || absl::EndsWith(path, ".prototxt")) {
+    format = SpecFormat::kText;
+  }
+  return ParseJobSpec(content, path == "-" ? "<stdin>" : path, format);
+}
+
+std::string FormatJobSpecText(const JobSpec& spec) {
+  std::string out;
+  google::protobuf::TextFormat::Printer printer;
+  printer.PrintToString(spec, &out);
+  return out;
+}
+
+std::string FormatJobSpecJson(const JobSpec& spec) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  // Every field of a JobSpec is known to this binary, so printing cannot fail.
+  (void)google::protobuf::util::MessageToJsonString(spec, &out, options);
+  return out;
+}
+
+}  // namespace trainyard

@@ -1,0 +1,40 @@
+// Reading and writing job specifications (proto/job.proto).
+//
+// The job-file format is protobuf text format (.textproto); JSON (protobuf's
+// JSON mapping) is accepted too. Parse errors name the file, line and column.
+// Thread-safety: all functions are thread-safe.
+#ifndef TRAINYARD_COMMON_JOBSPEC_H_
+#define TRAINYARD_COMMON_JOBSPEC_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/job.pb.h"
+
+namespace trainyard {
+
+enum class SpecFormat { kAuto, kText, kJson };
+
+// Largest spec file accepted. Real specs are a few KiB; anything near this is
+// a wrong file.
+constexpr size_t kMaxSpecBytes = 1 << 20;
+
+// Parses `content`. `source` names it in error messages (a path, "<stdin>").
+// kAuto: JSON if the first non-blank character is '{', text format otherwise.
+// Errors are kInvalidArgument: "source:line:col: message".
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view content, absl::string_view source,
+                                     SpecFormat format = SpecFormat::kAuto);
+
+// Reads and parses a file; the format follows the extension (.json is JSON,
+// .textproto/.txtpb/.pbtxt/.prototxt text) or else the content. "-" is stdin.
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
+
+// Text format, the canonical form written to output_dir/config.textproto.
+std::string FormatJobSpecText(const JobSpec& spec);
+// JSON with the proto field names, enums as names.
+std::string FormatJobSpecJson(const JobSpec& spec);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COMMON_JOBSPEC_H_

@@ -1,0 +1,547 @@
+#include "common/jobspec_validator.h"
+
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "model/presets.h"
+#include "re2/re2.h"
+
+namespace trainyard {
+namespace {
+
+constexpr const char* kLearningRateFactors[] = {
+    "constant",    "linear_warmup", "rsqrt_decay",  "rsqrt_normalized_decay",
+    "decay_every", "cosine_decay",  "linear_decay",
+};
+
+class Errors {
+ public:
+  void Add(absl::string_view field, absl::string_view message) {
+    lines_.push_back(absl::StrCat(field, ": ", message));
+  }
+  bool empty() const { return lines_.empty(); }
+  absl::Status ToStatus() const {
+    if (lines_.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrJoin(lines_, "\n"));
+  }
+
+ private:
+  std::vector<std::string> lines_;
+};
+
+std::string Quote(absl::string_view s) {
+  std::string out = "\"";
+  for (char c : s.substr(0, 200)) {
+    if (absl::ascii_isprint(static_cast<unsigned char>(c))) {
+      out.push_back(c);
+    } else {
+      absl::StrAppend(&out, "\\x", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
+    }
+  }
+  if (s.size() > 200) out += "...";
+  return out + "\"";
+}
+
+bool IsNameChar(char c, absl::string_view extra) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || extra.find(c) != extra.npos;
+}
+
+// A name of [A-Za-z0-9] then [A-Za-z0-9 + extra], 1..max_len characters.
+bool IsValidName(absl::string_view s, absl::string_view extra, size_t max_len) {
+  if (s.empty() || s.size() > max_len) return false;
+  if (!absl::ascii_isalnum(static_cast<unsigned char>(s[0]))) return false;
+  for (char c : s) {
+    if (!IsNameChar(c, extra)) return false;
+  }
+  return true;
+}
+
+// Checks a float lies in [lo, hi] (or [lo, hi) / (lo, hi]) and is finite.
+void CheckRange(Errors* errors, absl::string_view field, double v, double lo, bool lo_open,
+                double hi, bool hi_open) {
+  const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  if (!ok) {
+    errors->Add(field, absl::StrCat(v, " is out of range; allowed: ", lo_open ? "(" : "[", lo,
+                                    ", ", std::isinf(hi) ? "inf" : absl::StrCat(hi),
+                                    hi_open ? ")" : "]"));
+  }
+}
+
+constexpr double kInf = INFINITY;
+
+void CheckIntRange(Errors* errors, absl::string_view field, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi) {
+    errors->Add(field, absl::StrCat(v, " is out of range; allowed: ", lo, "..", hi));
+  }
+}
+
+// Lexically normalises a path: no "..", no empty or "." components kept.
+// Returns false if the path contains "..", a NUL or a newline.
+bool CheckPath(Errors* errors, absl::string_view field, absl::string_view path) {
+  if (path.find('\0') != path.npos || path.find('\n') != path.npos) {
+    errors->Add(field, absl::StrCat(Quote(path), " contains a NUL or newline character"));
+    return false;
+  }
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part == "..") {
+      errors->Add(field, absl::StrCat(Quote(path),
+                                      " contains \"..\"; paths may not climb out of their root"));
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string CleanPath(absl::string_view path) {
+  std::vector<absl::string_view> parts;
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    if (part != ".") parts.push_back(part);
+  }
+  std::string joined = absl::StrJoin(parts, "/");
+  if (absl::StartsWith(path, "/")) return "/" + joined;
+  return joined.empty() ? "." : joined;
+}
+
+bool IsTrainingKind(JobKind kind) {
+  return kind == TRAIN || kind == FINETUNING || kind == PRETRAINING;
+}
+
+void ValidateModelConfig(Errors* errors, const ModelConfig& c) {
+  CheckIntRange(errors, "model.config.vocab_size", c.vocab_size(), 2, 1 << 22);
+  CheckIntRange(errors, "model.config.d_model", c.d_model(), 1, 65536);
+  CheckIntRange(errors, "model.config.num_heads", c.num_heads(), 1, 1024);
+  CheckIntRange(errors, "model.config.d_kv", c.d_kv(), 1, 4096);
+  CheckIntRange(errors, "model.config.d_ff", c.d_ff(), 1, 1 << 20);
+  CheckIntRange(errors, "model.config.num_encoder_layers", c.num_encoder_layers(), 1, 256);
+  CheckIntRange(errors, "model.config.num_decoder_layers", c.num_decoder_layers(), 1, 256);
+  CheckIntRange(errors, "model.config.relative_attention_num_buckets",
+                c.relative_attention_num_buckets(), 2, 1024);
+  CheckIntRange(errors, "model.config.relative_attention_max_distance",
+                c.relative_attention_max_distance(), 1, 1 << 20);
+  CheckRange(errors, "model.config.dropout_rate", c.dropout_rate(), 0, false, 1, true);
+  CheckRange(errors, "model.config.layer_norm_epsilon", c.layer_norm_epsilon(), 0, true, 1, false);
+}
+
+void ValidateModel(Errors* errors, ModelSpec* model) {
+  switch (model->architecture_case()) {
+    case ModelSpec::kPreset: {
+      absl::StatusOr<ModelConfig> config = PresetConfig(model->preset());
+      if (!config.ok()) {
+        errors->Add("model.preset", absl::StrCat(Quote(model->preset()), " is not a preset; allowed: ",
+                                                 absl::StrJoin(PresetNames(), ", ")));
+      }
+      if (model->has_dropout_rate()) {
+        CheckRange(errors, "model.dropout_rate", model->dropout_rate(), 0, false, 1, true);
+      }
+      return;
+    }
+    case ModelSpec::kConfig:
+      if (model->has_dropout_rate()) {
+        errors->Add("model.dropout_rate",
+                    "only applies to a preset; with an explicit config set "
+                    "model.config.dropout_rate");
+      }
+      FillModelConfigDefaults(model->mutable_config());
+      ValidateModelConfig(errors, model->config());
+      return;
+    case ModelSpec::ARCHITECTURE_NOT_SET:
+      errors->Add("model", absl::StrCat("missing; set model.preset (one of ",
+                                        absl::StrJoin(PresetNames(), ", "),
+                                        ") or an explicit model.config"));
+      return;
+  }
+}
+
+void ValidateOptimizer(Errors* errors, OptimizerConfig* opt) {
+  if (opt->optimizer_case() == OptimizerConfig::OPTIMIZER_NOT_SET) opt->mutable_adafactor();
+  CheckRange(errors, "optimizer.max_grad_norm", opt->max_grad_norm(), 0, false, kInf, true);
+  if (opt->has_adafactor()) {
+    Adafactor* a = opt->mutable_adafactor();
+    if (!a->has_decay_rate()) a->set_decay_rate(0.8f);
+    if (!a->has_clipping_threshold()) a->set_clipping_threshold(1.0f);
+    if (!a->has_multiply_by_parameter_scale()) a->set_multiply_by_parameter_scale(true);
+    if (!a->has_epsilon1()) a->set_epsilon1(1e-30f);
+    if (!a->has_epsilon2()) a->set_epsilon2(1e-3f);
+    if (!a->has_min_dim_size_to_factor()) a->set_min_dim_size_to_factor(128);
+    if (!a->has_weight_decay_rate()) a->set_weight_decay_rate(0.0f);
+    CheckRange(errors, "optimizer.adafactor.decay_rate", a->decay_rate(), 0, true, 1, false);
+    CheckRange(errors, "optimizer.adafactor.clipping_threshold", a->clipping_threshold(), 0,
+               false, kInf, true);
+    CheckRange(errors, "optimizer.adafactor.epsilon1", a->epsilon1(), 0, true, 1, false);
+    CheckRange(errors, "optimizer.adafactor.epsilon2", a->epsilon2(), 0, false, 1, false);
+    if (a->has_beta1()) {
+      CheckRange(errors, "optimizer.adafactor.beta1", a->beta1(), 0, false, 1, true);
+    }
+    CheckIntRange(errors, "optimizer.adafactor.min_dim_size_to_factor",
+                  a->min_dim_size_to_factor(), 1, 1 << 30);
+    CheckRange(errors, "optimizer.adafactor.weight_decay_rate", a->weight_decay_rate(), 0, false,
+               1, false);
+  } else {
+    AdamW* a = opt->mutable_adamw();
+    if (!a->has_beta1()) a->set_beta1(0.9f);
+    if (!a->has_beta2()) a->set_beta2(0.999f);
+    if (!a->has_epsilon()) a->set_epsilon(1e-8f);
+    if (!a->has_weight_decay()) a->set_weight_decay(0.01f);
+    CheckRange(errors, "optimizer.adamw.beta1", a->beta1(), 0, false, 1, true);
+    CheckRange(errors, "optimizer.adamw.beta2", a->beta2(), 0, false, 1, true);
+    CheckRange(errors, "optimizer.adamw.epsilon", a->epsilon(), 0, true, 1, false);
+    CheckRange(errors, "optimizer.adamw.weight_decay", a->weight_decay(), 0, false, 1, false);
+  }
+}
+
+void ValidateLearningRate(Errors* errors, LearningRateSchedule* lr, int64_t total_steps,
+                          bool training) {
+  if (lr->factors().empty()) lr->set_factors("constant * rsqrt_decay");
+  if (!lr->has_base_learning_rate()) lr->set_base_learning_rate(1.0f);
+  std::set<std::string> factors;
+  std::vector<std::string> canonical;
+  for (absl::string_view raw : absl::StrSplit(lr->factors(), '*')) {
+    const std::string factor(absl::StripAsciiWhitespace(raw));
+    if (!IsKnownLearningRateFactor(factor)) {
+      std::vector<std::string> allowed(std::begin(kLearningRateFactors),
+                                       std::end(kLearningRateFactors));
+      errors->Add("learning_rate.factors",
+                  absl::StrCat("unknown factor ", Quote(factor), " in ", Quote(lr->factors()),
+                               "; allowed factors, joined by '*': ", absl::StrJoin(allowed, ", ")));
+      return;
+    }
+    if (!factors.insert(factor).second) {
+      errors->Add("learning_rate.factors",
+                  absl::StrCat("factor ", Quote(factor), " appears twice in ", Quote(lr->factors())));
+      return;
+    }
+    canonical.push_back(factor);
+  }
+  lr->set_factors(absl::StrJoin(canonical, " * "));
+  CheckRange(errors, "learning_rate.base_learning_rate", lr->base_learning_rate(), 0, true, 1e6,
+             false);
+  CheckIntRange(errors, "learning_rate.warmup_steps", lr->warmup_steps(), 0, kMaxSteps);
+  CheckIntRange(errors, "learning_rate.step_offset", lr->step_offset(), 0, kMaxSteps);
+  CheckRange(errors, "learning_rate.min_learning_rate", lr->min_learning_rate(), 0, false, 1e6,
+             false);
+  // rsqrt_decay is 1/sqrt(max(step, warmup_steps)) and linear_warmup is
+  // min(1, step/warmup_steps): both need warmup_steps > 0 (T5X's default).
+  if ((factors.count("linear_warmup") || factors.count("rsqrt_decay") ||
+       factors.count("rsqrt_normalized_decay")) &&
+      lr->warmup_steps() == 0) {
+    lr->set_warmup_steps(10000);
+  }
+  if (factors.count("decay_every")) {
+    if (!lr->has_decay_factor()) lr->set_decay_factor(0.5f);
+    CheckRange(errors, "learning_rate.decay_factor", lr->decay_factor(), 0, true, 1, false);
+    if (lr->steps_per_decay() <= 0) {
+      errors->Add("learning_rate.steps_per_decay",
+                  absl::StrCat(lr->steps_per_decay(), "; the decay_every factor needs "
+                                                      "steps_per_decay > 0"));
+    }
+  }
+  if (factors.count("cosine_decay") || factors.count("linear_decay")) {
+    if (lr->steps_per_cycle() == 0 && training) lr->set_steps_per_cycle(total_steps);
+    if (lr->steps_per_cycle() <= 0) {
+      errors->Add("learning_rate.steps_per_cycle",
+                  absl::StrCat(lr->steps_per_cycle(), "; cosine_decay and linear_decay need "
+                                                      "steps_per_cycle > 0"));
+    }
+  }
+}
+
+void ValidateRestore(Errors* errors, RestoreConfig* restore, JobKind kind) {
+  if (restore->mode() == RestoreConfig::MODE_UNSPECIFIED) restore->set_mode(RestoreConfig::LATEST);
+  if (!restore->has_strict()) restore->set_strict(true);
+  if (!restore->path().empty()) CheckPath(errors, "restore.path", restore->path());
+  CheckIntRange(errors, "restore.step", restore->step(), 0, kMaxSteps);
+  if (restore->mode() == RestoreConfig::SPECIFIC && restore->path().empty() &&
+      restore->step() == 0) {
+    errors->Add("restore.mode", "SPECIFIC needs restore.path (a checkpoint directory) or "
+                                "restore.step (> 0, in output_dir)");
+  }
+  if (restore->mode() != RestoreConfig::SPECIFIC && restore->step() != 0) {
+    errors->Add("restore.step", "only applies with restore.mode: SPECIFIC");
+  }
+  if (kind == FINETUNING && (restore->mode() == RestoreConfig::NONE || restore->path().empty())) {
+    errors->Add("restore.path", "a FINETUNING job starts from a checkpoint: set restore.path "
+                                "(and a restore.mode other than NONE)");
+  }
+  if ((kind == EVALUATION || kind == INFERENCE) && restore->mode() == RestoreConfig::NONE) {
+    errors->Add("restore.mode", absl::StrCat("NONE is not allowed for a ", JobKind_Name(kind),
+                                             " job, which needs a trained checkpoint"));
+  }
+  for (int i = 0; i < restore->assignment_map_size(); ++i) {
+    const RestoreConfig::Rename& rename = restore->assignment_map(i);
+    const std::string field = absl::StrCat("restore.assignment_map[", i, "].pattern");
+    if (rename.pattern().empty()) {
+      errors->Add(field, "empty; give an RE2 regular expression over checkpoint tensor names");
+      continue;
+    }
+    RE2 re(rename.pattern(), RE2::Quiet);
+    if (!re.ok()) {
+      errors->Add(field, absl::StrCat(Quote(rename.pattern()),
+                                      " is not a valid RE2 regular expression: ", re.error()));
+      continue;
+    }
+    std::string rewrite_error;
+    if (!rename.replacement().empty() && !re.CheckRewriteString(rename.replacement(), &rewrite_error)) {
+      errors->Add(absl::StrCat("restore.assignment_map[", i, "].replacement"),
+                  absl::StrCat(Quote(rename.replacement()), ": ", rewrite_error));
+    }
+  }
+}
+
+void ValidateEarlyStopping(Errors* errors, const std::string& prefix, EarlyStopping* es) {
+  if (es->metric().empty()) errors->Add(prefix + ".metric", "missing; e.g. \"loss\"");
+  if (es->mode() == EarlyStopping::MODE_UNSPECIFIED) {
+    errors->Add(prefix + ".mode", "missing; MIN (stop when the metric stops falling) or MAX");
+  }
+  if (!es->has_patience()) es->set_patience(3);
+  CheckIntRange(errors, prefix + ".patience", es->patience(), 1, 1000000);
+  CheckRange(errors, prefix + ".atol", es->atol(), 0, false, kInf, true);
+  CheckRange(errors, prefix + ".rtol", es->rtol(), 0, false, kInf, true);
+}
+
+void ValidateActions(Errors* errors, JobSpec* spec) {
+  const std::set<std::string> eval_tasks(spec->eval().tasks().begin(), spec->eval().tasks().end());
+  for (int i = 0; i < spec->actions_size(); ++i) {
+    ActionConfig* action = spec->mutable_actions(i);
+    const std::string prefix = absl::StrCat("actions[", i, "]");
+    if (action->on() == ACTION_MODE_UNSPECIFIED) action->set_on(ACTION_TRAIN_EVAL);
+    std::string task;
+    std::string task_field;
+    switch (action->action_case()) {
+      case ActionConfig::kEarlyStopping:
+        ValidateEarlyStopping(errors, prefix + ".early_stopping", action->mutable_early_stopping());
+        task = action->early_stopping().task();
+        task_field = prefix + ".early_stopping.task";
+        break;
+      case ActionConfig::kTerminateOnNan:
+        if (action->terminate_on_nan().metric().empty()) {
+          action->mutable_terminate_on_nan()->set_metric("loss");
+        }
+        task = action->terminate_on_nan().task();
+        task_field = prefix + ".terminate_on_nan.task";
+        break;
+      case ActionConfig::ACTION_NOT_SET:
+        errors->Add(prefix, "set one of early_stopping, terminate_on_nan");
+        continue;
+    }
+    switch (action->on()) {
+      case ACTION_TRAIN:
+        if (task != "train") {
+          errors->Add(task_field, absl::StrCat(Quote(task), "; an action on ACTION_TRAIN sees "
+                                                            "only the \"train\" metrics"));
+        }
+        break;
+      case ACTION_TRAIN_EVAL:
+      case ACTION_INFER_EVAL:
+        if (spec->eval_period() <= 0) {
+          errors->Add(prefix + ".on", absl::StrCat(ActionMode_Name(action->on()),
+                                                   " needs periodic evaluation: set eval_period > 0"));
+        } else if (!eval_tasks.count(task)) {
+          errors->Add(task_field,
+                      absl::StrCat(Quote(task), " is not an eval task; allowed: ",
+                                   absl::StrJoin(spec->eval().tasks(), ", ")));
+        }
+        break;
+      default:
+        errors->Add(prefix + ".on", absl::StrCat(action->on(), " is not an ActionMode"));
+    }
+  }
+}
+
+void ValidateOutputDir(Errors* errors, JobSpec* spec, const ValidationOptions& options) {
+  const std::string& dir = spec->output_dir();
+  if (dir.empty()) {
+    errors->Add("output_dir", "missing; the directory for checkpoints, TensorBoard events "
+                              "and config.textproto");
+    return;
+  }
+  if (!CheckPath(errors, "output_dir", dir)) return;
+  if (options.output_root.empty()) {
+    spec->set_output_dir(CleanPath(dir));
+    return;
+  }
+  const std::string root = CleanPath(options.output_root);
+  const std::string resolved = absl::StartsWith(dir, "/") ? CleanPath(dir)
+                                                          : CleanPath(root + "/" + dir);
+  if (resolved != root && !absl::StartsWith(resolved, root == "/" ? "/" : root + "/")) {
+    errors->Add("output_dir", absl::StrCat(Quote(dir), " is outside the allowed output root ",
+                                           Quote(root)));
+    return;
+  }
+  spec->set_output_dir(resolved);
+}
+
+}  // namespace
+
+bool IsKnownLearningRateFactor(const std::string& factor) {
+  for (const char* known : kLearningRateFactors) {
+    if (factor == known) return true;
+  }
+  return false;
+}
+
+absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& options) {
+  Errors errors;
+  if (spec->kind() == JOB_KIND_UNSPECIFIED) spec->set_kind(TRAIN);
+  if (!JobKind_IsValid(spec->kind())) {
+    errors.Add("kind", absl::StrCat(spec->kind(), " is not a JobKind"));
+  }
+  const bool training = IsTrainingKind(spec->kind());
+
+  if (spec->name().empty()) {
+    errors.Add("name", "missing; a short name such as \"t5-small-wmt\"");
+  } else if (!IsValidName(spec->name(), "_.-", 128)) {
+    errors.Add("name", absl::StrCat(Quote(spec->name()),
+                                    " is not allowed; use 1-128 of [A-Za-z0-9_.-], starting with "
+                                    "a letter or digit"));
+  }
+
+  if (!spec->has_model()) spec->mutable_model();
+  ValidateModel(&errors, spec->mutable_model());
+
+  if (spec->task().empty()) {
+    errors.Add("task", "missing; the name of a registered task or mixture");
+  } else if (!IsValidName(spec->task(), "_.:/-", 256)) {
+    errors.Add("task", absl::StrCat(Quote(spec->task()),
+                                    " is not a task name; use 1-256 of [A-Za-z0-9_.:/-]"));
+  }
+
+  const FeatureLengths& lengths = spec->feature_lengths();
+  CheckIntRange(&errors, "feature_lengths.inputs", lengths.inputs(), 1, kMaxFeatureLength);
+  CheckIntRange(&errors, "feature_lengths.targets", lengths.targets(), 1, kMaxFeatureLength);
+
+  if (spec->num_microbatches() == 0) spec->set_num_microbatches(1);
+  if (spec->num_workers() == 0) spec->set_num_workers(1);
+  CheckIntRange(&errors, "num_workers", spec->num_workers(), 1, kMaxWorkers);
+  CheckIntRange(&errors, "num_microbatches", spec->num_microbatches(), 1, kMaxBatchSize);
+  CheckIntRange(&errors, "batch_size", spec->batch_size(), 1, kMaxBatchSize);
+  if (spec->batch_size() >= 1 && spec->num_workers() >= 1 && spec->num_microbatches() >= 1) {
+    const int64_t per_step = static_cast<int64_t>(spec->num_workers()) * spec->num_microbatches();
+    if (spec->batch_size() % per_step != 0) {
+      errors.Add("batch_size",
+                 absl::StrCat(spec->batch_size(), " is not divisible by num_workers x "
+                              "num_microbatches = ", spec->num_workers(), " x ",
+                              spec->num_microbatches(), " = ", per_step,
+                              "; every worker's share of the global batch must split into "
+                              "equal microbatches"));
+    }
+  }
+
+  if (training) {
+    CheckIntRange(&errors, "total_steps", spec->total_steps(), 1, kMaxSteps);
+  } else {
+    CheckIntRange(&errors, "total_steps", spec->total_steps(), 0, kMaxSteps);
+  }
+  CheckIntRange(&errors, "eval_period", spec->eval_period(), 0, kMaxSteps);
+  CheckIntRange(&errors, "checkpoint_period", spec->checkpoint_period(), 0, kMaxSteps);
+  CheckIntRange(&errors, "summary_period", spec->summary_period(), 0, kMaxSteps);
+  if (spec->summary_period() == 0) {
+    spec->set_summary_period(spec->total_steps() > 0 && spec->total_steps() < 100
+                                 ? spec->total_steps() : 100);
+  }
+  CheckIntRange(&errors, "keep_checkpoints", spec->keep_checkpoints(), 0, 1000000);
+  if (!spec->has_seed()) spec->set_seed(0);
+  if (!spec->has_max_restarts()) spec->set_max_restarts(3);
+  CheckIntRange(&errors, "max_restarts", spec->max_restarts(), 0, kMaxRestarts);
+  if (spec->dtype() == DTYPE_UNSPECIFIED) spec->set_dtype(FLOAT32);
+
+  ValidateOutputDir(&errors, spec, options);
+
+  if (!spec->has_optimizer()) spec->mutable_optimizer();
+  ValidateOptimizer(&errors, spec->mutable_optimizer());
+  if (!spec->has_learning_rate()) spec->mutable_learning_rate();
+  ValidateLearningRate(&errors, spec->mutable_learning_rate(), spec->total_steps(), training);
+  if (!spec->has_restore()) spec->mutable_restore();
+  ValidateRestore(&errors, spec->mutable_restore(), spec->kind());
+
+  LossConfig* loss = spec->mutable_loss();
+  if (!loss->has_z_loss()) loss->set_z_loss(1e-4f);
+  CheckRange(&errors, "loss.z_loss", loss->z_loss(), 0, false, 1, false);
+  CheckRange(&errors, "loss.label_smoothing", loss->label_smoothing(), 0, false, 1, true);
+  if (loss->normalization() == LossConfig::NORMALIZATION_UNSPECIFIED) {
+    loss->set_normalization(LossConfig::NUM_TARGET_TOKENS);
+  }
+  if (loss->normalization() == LossConfig::CONSTANT) {
+    CheckRange(&errors, "loss.normalizing_constant", loss->normalizing_constant(), 0, true, kInf,
+               true);
+  } else if (loss->normalizing_constant() != 0) {
+    errors.Add("loss.normalizing_constant", "only applies with loss.normalization: CONSTANT");
+  }
+
+  DataConfig* data = spec->mutable_data();
+  if (data->train_split().empty()) data->set_train_split("train");
+  if (!IsValidName(data->train_split(), "_.-", 64)) {
+    errors.Add("data.train_split", absl::StrCat(Quote(data->train_split()),
+                                                " is not a split name; use [A-Za-z0-9_.-]"));
+  }
+  if (!data->has_pack()) data->set_pack(true);
+  if (!data->has_shuffle()) data->set_shuffle(true);
+  if (!data->vocabulary().empty()) CheckPath(&errors, "data.vocabulary", data->vocabulary());
+
+  EvalConfig* eval = spec->mutable_eval();
+  if (eval->tasks().empty() && !spec->task().empty()) eval->add_tasks(spec->task());
+  for (int i = 0; i < eval->tasks_size(); ++i) {
+    if (!IsValidName(eval->tasks(i), "_.:/-", 256)) {
+      errors.Add(absl::StrCat("eval.tasks[", i, "]"),
+                 absl::StrCat(Quote(eval->tasks(i)), " is not a task name; use [A-Za-z0-9_.:/-]"));
+    }
+  }
+  if (eval->split().empty()) eval->set_split("validation");
+  CheckIntRange(&errors, "eval.num_batches", eval->num_batches(), 0, 1 << 30);
+
+  InferenceConfig* inference = spec->mutable_inference();
+  if (inference->method() == InferenceConfig::METHOD_UNSPECIFIED) {
+    inference->set_method(InferenceConfig::GREEDY);
+  }
+  if (inference->method() == InferenceConfig::BEAM) {
+    if (inference->beam_size() == 0) inference->set_beam_size(4);
+    if (!inference->has_alpha()) inference->set_alpha(0.6f);
+    CheckIntRange(&errors, "inference.beam_size", inference->beam_size(), 1, 256);
+    CheckRange(&errors, "inference.alpha", inference->alpha(), 0, false, 10, false);
+  } else if (inference->beam_size() != 0) {
+    errors.Add("inference.beam_size", "only applies with inference.method: BEAM");
+  }
+  if (inference->method() == InferenceConfig::SAMPLE) {
+    if (!inference->has_temperature()) inference->set_temperature(1.0f);
+    CheckRange(&errors, "inference.temperature", inference->temperature(), 0, true, 100, false);
+    CheckIntRange(&errors, "inference.top_k", inference->top_k(), 0, 1 << 22);
+    CheckRange(&errors, "inference.top_p", inference->top_p(), 0, false, 1, false);
+  } else if (inference->top_k() != 0 || inference->top_p() != 0 || inference->has_temperature()) {
+    errors.Add("inference", "temperature, top_k and top_p only apply with method: SAMPLE");
+  }
+  if (inference->max_decode_length() == 0) {
+    inference->set_max_decode_length(lengths.targets());
+  }
+  CheckIntRange(&errors, "inference.max_decode_length", inference->max_decode_length(), 1,
+                kMaxFeatureLength);
+  if (inference->split().empty()) inference->set_split("validation");
+
+  CheckpointConfig* checkpoint = spec->mutable_checkpoint();
+  if (checkpoint->save_dtype() == DTYPE_UNSPECIFIED) checkpoint->set_save_dtype(FLOAT32);
+  if (!checkpoint->has_async()) checkpoint->set_async(true);
+  CheckIntRange(&errors, "checkpoint.keep_best", checkpoint->keep_best(), 0, 1000000);
+  if (checkpoint->keep_best() > 0) {
+    const std::vector<std::string> parts = absl::StrSplit(checkpoint->best_metric(), '/');
+    if (parts.size() < 2 || parts[0].empty() || parts.back().empty()) {
+      errors.Add("checkpoint.best_metric",
+                 absl::StrCat(Quote(checkpoint->best_metric()),
+                              "; keep_best needs a metric named \"<task>/<metric>\", e.g. "
+                              "\"validation/loss\""));
+    }
+    if (checkpoint->best_mode() == EarlyStopping::MODE_UNSPECIFIED) {
+      errors.Add("checkpoint.best_mode", "missing; MIN or MAX (which value is best)");
+    }
+  }
+
+  ValidateActions(&errors, spec);
+  return errors.ToStatus();
+}
+
+}  // namespace trainyard

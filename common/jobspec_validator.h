@@ -1,0 +1,40 @@
+// Validation and normalisation of a JobSpec: every field is checked, and every
+// default is filled in, so that the stored spec says exactly what will run.
+//
+// Each problem is reported on its own line as "FIELD: the bad value, what is
+// allowed", all problems at once, in a kInvalidArgument status. A spec that
+// passes is normalised in place; normalising a normalised spec changes
+// nothing.
+//
+// Thread-safety: thread-compatible.
+#ifndef TRAINYARD_COMMON_JOBSPEC_VALIDATOR_H_
+#define TRAINYARD_COMMON_JOBSPEC_VALIDATOR_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "proto/job.pb.h"
+
+namespace trainyard {
+
+// Sane bounds. Beyond them a value is a typo, not a configuration.
+constexpr int kMaxFeatureLength = 32768;
+constexpr int kMaxWorkers = 4096;
+constexpr int kMaxBatchSize = 1 << 20;
+constexpr int64_t kMaxSteps = 1000000000000LL;
+constexpr int kMaxRestarts = 1000;
+
+struct ValidationOptions {
+  // When set (an absolute path), output_dir must lie inside it; a relative
+  // output_dir is taken relative to it (and rewritten to the absolute path).
+  std::string output_root;
+};
+
+absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& options = {});
+
+// The factors T5X's learning-rate factor strings may contain.
+bool IsKnownLearningRateFactor(const std::string& factor);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COMMON_JOBSPEC_VALIDATOR_H_

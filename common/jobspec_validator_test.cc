@@ -1,0 +1,232 @@
+#include "common/jobspec_validator.h"
+
+#include "common/jobspec.h"
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace trainyard {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+JobSpec Minimal() {
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(R"pb(
+    name: "demo"
+    model { preset: "tiny" }
+    task: "copy"
+    feature_lengths { inputs: 32 targets: 16 }
+    batch_size: 16
+    total_steps: 1000
+    output_dir: "/tmp/trainyard/demo"
+  )pb", "minimal");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+absl::Status Validate(JobSpec spec, const ValidationOptions& options = {}) {
+  return ValidateAndNormalize(&spec, options);
+}
+
+TEST(ValidatorTest, MinimalSpecGetsEveryDefault) {
+  JobSpec spec = Minimal();
+  ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
+  EXPECT_EQ(spec.kind(), TRAIN);
+  EXPECT_EQ(spec.num_workers(), 1);
+  EXPECT_EQ(spec.num_microbatches(), 1);
+  EXPECT_EQ(spec.summary_period(), 100);
+  EXPECT_TRUE(spec.has_seed());
+  EXPECT_EQ(spec.seed(), 0);
+  EXPECT_EQ(spec.max_restarts(), 3);
+  EXPECT_EQ(spec.dtype(), FLOAT32);
+  ASSERT_TRUE(spec.optimizer().has_adafactor());
+  EXPECT_FLOAT_EQ(spec.optimizer().adafactor().decay_rate(), 0.8f);
+  EXPECT_FLOAT_EQ(spec.optimizer().adafactor().clipping_threshold(), 1.0f);
+  EXPECT_FLOAT_EQ(spec.optimizer().adafactor().epsilon1(), 1e-30f);
+  EXPECT_FLOAT_EQ(spec.optimizer().adafactor().epsilon2(), 1e-3f);
+  EXPECT_TRUE(spec.optimizer().adafactor().multiply_by_parameter_scale());
+  EXPECT_EQ(spec.optimizer().adafactor().min_dim_size_to_factor(), 128);
+  EXPECT_EQ(spec.learning_rate().factors(), "constant * rsqrt_decay");
+  EXPECT_EQ(spec.learning_rate().warmup_steps(), 10000);
+  EXPECT_EQ(spec.restore().mode(), RestoreConfig::LATEST);
+  EXPECT_TRUE(spec.restore().strict());
+  EXPECT_FLOAT_EQ(spec.loss().z_loss(), 1e-4f);
+  EXPECT_EQ(spec.loss().normalization(), LossConfig::NUM_TARGET_TOKENS);
+  EXPECT_EQ(spec.data().train_split(), "train");
+  EXPECT_TRUE(spec.data().pack());
+  ASSERT_EQ(spec.eval().tasks_size(), 1);
+  EXPECT_EQ(spec.eval().tasks(0), "copy");
+  EXPECT_EQ(spec.inference().method(), InferenceConfig::GREEDY);
+  EXPECT_EQ(spec.inference().max_decode_length(), 16);
+  EXPECT_TRUE(spec.checkpoint().async());
+}
+
+TEST(ValidatorTest, NormalizationIsIdempotent) {
+  JobSpec once = Minimal();
+  once.add_actions()->mutable_early_stopping()->set_metric("loss");
+  once.mutable_actions(0)->mutable_early_stopping()->set_task("copy");
+  once.mutable_actions(0)->mutable_early_stopping()->set_mode(EarlyStopping::MIN);
+  once.set_eval_period(100);
+  once.mutable_learning_rate()->set_factors("constant*linear_warmup*cosine_decay");
+  ASSERT_THAT(ValidateAndNormalize(&once), IsOk());
+  EXPECT_EQ(once.learning_rate().factors(), "constant * linear_warmup * cosine_decay");
+  EXPECT_EQ(once.learning_rate().steps_per_cycle(), 1000);
+  JobSpec twice = once;
+  ASSERT_THAT(ValidateAndNormalize(&twice), IsOk());
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(once, twice));
+}
+
+TEST(ValidatorTest, SummaryPeriodDefaultsToTotalStepsWhenShorter) {
+  JobSpec spec = Minimal();
+  spec.set_total_steps(40);
+  ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
+  EXPECT_EQ(spec.summary_period(), 40);
+}
+
+TEST(ValidatorTest, BatchMustDivideByWorkersTimesMicrobatches) {
+  JobSpec spec = Minimal();
+  spec.set_batch_size(30);
+  spec.set_num_workers(4);
+  spec.set_num_microbatches(2);
+  EXPECT_THAT(Validate(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("batch_size: 30 is not divisible by num_workers x "
+                                 "num_microbatches = 4 x 2 = 8")));
+  spec.set_batch_size(32);
+  EXPECT_THAT(Validate(spec), IsOk());
+}
+
+TEST(ValidatorTest, ReportsEveryProblemAtOnce) {
+  JobSpec spec = Minimal();
+  spec.clear_name();
+  spec.set_total_steps(0);
+  spec.mutable_model()->set_preset("t5_giant");
+  absl::Status status = Validate(spec);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument,
+                               AllOf(HasSubstr("name: missing"),
+                                     HasSubstr("total_steps: 0 is out of range; allowed: 1.."),
+                                     HasSubstr("model.preset: \"t5_giant\" is not a preset; "
+                                               "allowed: tiny, t5_small"))));
+}
+
+TEST(ValidatorTest, UnknownLearningRateFactor) {
+  JobSpec spec = Minimal();
+  spec.mutable_learning_rate()->set_factors("constant * exponential_decay");
+  EXPECT_THAT(Validate(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("learning_rate.factors: unknown factor "
+                                       "\"exponential_decay\""),
+                             HasSubstr("rsqrt_normalized_decay"))));
+}
+
+TEST(ValidatorTest, OutputRootConfinesOutputDir) {
+  ValidationOptions options;
+  options.output_root = "/srv/trainyard";
+  JobSpec spec = Minimal();
+  spec.set_output_dir("runs/demo");
+  ASSERT_THAT(ValidateAndNormalize(&spec, options), IsOk());
+  EXPECT_EQ(spec.output_dir(), "/srv/trainyard/runs/demo");
+
+  spec.set_output_dir("/srv/trainyard-other/demo");  // a prefix, not a parent
+  EXPECT_THAT(Validate(spec, options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("output_dir: \"/srv/trainyard-other/demo\" is outside the "
+                                 "allowed output root \"/srv/trainyard\"")));
+  spec.set_output_dir("runs/../../etc");
+  EXPECT_THAT(Validate(spec, options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("contains \"..\"")));
+}
+
+TEST(ValidatorTest, ExplicitConfigIsCheckedFieldByField) {
+  JobSpec spec = Minimal();
+  ModelConfig* c = spec.mutable_model()->mutable_config();
+  c->set_vocab_size(1000);
+  c->set_d_model(64);
+  c->set_num_heads(0);
+  c->set_d_kv(16);
+  c->set_d_ff(128);
+  c->set_num_encoder_layers(2);
+  c->set_num_decoder_layers(2);
+  c->set_dropout_rate(1.5f);
+  EXPECT_THAT(Validate(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("model.config.num_heads: 0 is out of range; allowed: 1..1024"),
+                             HasSubstr("model.config.dropout_rate: 1.5 is out of range; "
+                                       "allowed: [0, 1)"))));
+}
+
+TEST(ValidatorTest, FinetuningNeedsACheckpoint) {
+  JobSpec spec = Minimal();
+  spec.set_kind(FINETUNING);
+  EXPECT_THAT(Validate(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("restore.path: a FINETUNING")));
+  spec.mutable_restore()->set_path("/ckpt/t5_small/checkpoint_1000000");
+  EXPECT_THAT(Validate(spec), IsOk());
+}
+
+TEST(ValidatorTest, EvaluationNeedsNoStepsButACheckpoint) {
+  JobSpec spec = Minimal();
+  spec.set_kind(EVALUATION);
+  spec.set_total_steps(0);
+  EXPECT_THAT(Validate(spec), IsOk());
+  spec.mutable_restore()->set_mode(RestoreConfig::NONE);
+  EXPECT_THAT(Validate(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("restore.mode: NONE")));
+}
+
+TEST(ValidatorTest, AssignmentMapPatternsMustCompile) {
+  JobSpec spec = Minimal();
+  auto* rename = spec.mutable_restore()->add_assignment_map();
+  rename->set_pattern("encoder/(layers_[0-9+");
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("restore.assignment_map[0].pattern")));
+  rename->set_pattern("encoder/(.*)");
+  rename->set_replacement("enc/\\2");  // only one group
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("restore.assignment_map[0].replacement")));
+  rename->set_replacement("enc/\\1");
+  EXPECT_THAT(Validate(spec), IsOk());
+}
+
+TEST(ValidatorTest, ActionTasksMustBeEvaluated) {
+  JobSpec spec = Minimal();
+  EarlyStopping* es = spec.add_actions()->mutable_early_stopping();
+  es->set_task("copy");
+  es->set_metric("loss");
+  es->set_mode(EarlyStopping::MIN);
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("actions[0].on: ACTION_TRAIN_EVAL needs periodic "
+                                                 "evaluation: set eval_period > 0")));
+  spec.set_eval_period(100);
+  EXPECT_THAT(Validate(spec), IsOk());
+  es->set_task("glue");
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("actions[0].early_stopping.task: \"glue\" is not "
+                                                 "an eval task; allowed: copy")));
+  spec.mutable_actions(0)->set_on(ACTION_TRAIN);
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("only the \"train\" metrics")));
+}
+
+TEST(ValidatorTest, SamplingOptionsOnlyWithSampling) {
+  JobSpec spec = Minimal();
+  spec.mutable_inference()->set_top_k(40);
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("only apply with method: SAMPLE")));
+  spec.mutable_inference()->set_method(InferenceConfig::SAMPLE);
+  JobSpec normalized = spec;
+  ASSERT_THAT(ValidateAndNormalize(&normalized), IsOk());
+  EXPECT_FLOAT_EQ(normalized.inference().temperature(), 1.0f);
+}
+
+TEST(ValidatorTest, NonPrintableCharactersAreEscapedInMessages) {
+  JobSpec spec = Minimal();
+  spec.set_name(std::string("bad\x01name", 8));
+  EXPECT_THAT(Validate(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("name: \"bad\\x01name\"")));
+}
+
+}  // namespace
+}  // namespace trainyard

@@ -1,0 +1,43 @@
+// T5 architecture presets and parameter counting, without LibTorch.
+//
+// The presets are T5X's published configurations; the parameter counts of the
+// real model (model/ proper, built on LibTorch) must equal CountParameters of
+// its config, which is what makes these counts a check of the architecture.
+// This library is deliberately tensor-free so that job validation and the CLI
+// can use it without linking LibTorch.
+//
+// Thread-safety: all functions are pure and thread-safe.
+#ifndef TRAINYARD_MODEL_PRESETS_H_
+#define TRAINYARD_MODEL_PRESETS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/job.pb.h"
+
+namespace trainyard {
+
+// Names of all presets, in a stable order (smallest first within a family).
+const std::vector<std::string>& PresetNames();
+
+// The full config of a preset (every field set), or kNotFound naming the
+// allowed presets.
+absl::StatusOr<ModelConfig> PresetConfig(absl::string_view name);
+
+// The effective config of a model spec: the preset's (with the spec's
+// dropout override), or the explicit config with defaults filled in.
+absl::StatusOr<ModelConfig> ResolveModelConfig(const ModelSpec& spec);
+
+// Fills the defaults of an explicit config (buckets, distance, dropout, eps,
+// feed-forward kind) where fields are unset.
+void FillModelConfigDefaults(ModelConfig* config);
+
+// Number of trainable parameters of a T5 with this config, in closed form.
+int64_t CountParameters(const ModelConfig& config);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_MODEL_PRESETS_H_

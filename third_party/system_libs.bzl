@@ -1,0 +1,112 @@
+"""Repository rules that describe prebuilt C++ libraries found on the machine.
+
+Each rule generates a BUILD file with one cc_library that adds the prefix's include
+directories and links its shared libraries (with an rpath, so binaries run from
+bazel-bin without LD_LIBRARY_PATH). The rules re-run when their environment
+variable changes.
+"""
+
+def _fail_missing(ctx, what, path, hint):
+    fail("%s: %s not found. %s" % (ctx.name, path, hint))
+
+def _libtorch_configure_impl(ctx):
+    prefix = ctx.os.environ.get("TRAINYARD_LIBTORCH", "/usr")
+    if prefix == "/usr":
+        # Debian's layout: headers in /usr/include, libraries in the multiarch dir.
+        inc = ["/usr/include", "/usr/include/torch/csrc/api/include"]
+        libdir = "/usr/lib/x86_64-linux-gnu"
+        hint = "Install Debian's libtorch-dev (scripts/setup.sh does)."
+    else:
+        inc = [prefix + "/include", prefix + "/include/torch/csrc/api/include"]
+        libdir = prefix + "/lib"
+        hint = "TRAINYARD_LIBTORCH must name a LibTorch prefix with include/ and lib/."
+    if not ctx.path(libdir + "/libtorch_cpu.so").exists:
+        _fail_missing(ctx, "LibTorch", libdir + "/libtorch_cpu.so", hint)
+    has_cuda = ctx.path(libdir + "/libtorch_cuda.so").exists
+
+    # /usr/include is already on the compiler's system path; adding it again with
+    # -isystem would reorder it before the C++ library's own headers.
+    copts = []
+    for d in inc:
+        if d != "/usr/include":
+            copts += ["-isystem", d]
+
+    # Debian's LibTorch ships c10d's Gloo process group and needs the flag to
+    # expose its headers.
+    defines = ["USE_C10D_GLOO"] if prefix == "/usr" else []
+    cuda_libs = ["-ltorch_cuda", "-lc10_cuda"] if has_cuda else []
+    ctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+# LibTorch from {prefix}. libtorch.so is only a shim that pulls in the real
+# libraries; link them directly.
+cc_library(
+    name = "libtorch",
+    copts = {copts},
+    defines = {defines},
+    linkopts = [
+        "-L{libdir}",
+        "-Wl,-rpath,{libdir}",
+        "-Wl,--no-as-needed",
+        "-ltorch_cpu",
+        "-lc10",
+    ] + {cuda_libs} + ["-Wl,--as-needed"],
+)
+
+""".format(
+        prefix = prefix,
+        copts = repr(copts),
+        defines = repr(defines),
+        libdir = libdir,
+        cuda_libs = repr(cuda_libs),
+    ))
+    ctx.file("WORKSPACE", "workspace(name = \"%s\")\n" % ctx.name)
+    ctx.file("prefix.bzl", "LIBTORCH_PREFIX = %r\nLIBTORCH_HAS_CUDA = %s\nLIBTORCH_COPTS = %r\n" % (prefix, has_cuda, copts))
+
+libtorch_configure = repository_rule(
+    implementation = _libtorch_configure_impl,
+    environ = ["TRAINYARD_LIBTORCH"],
+    local = True,
+)
+
+def _cuda_configure_impl(ctx):
+    prefix = ctx.os.environ.get("TRAINYARD_CUDA", "/usr/local/cuda")
+    found = ctx.path(prefix + "/include/cuda_runtime_api.h").exists and \
+            ctx.path(prefix + "/include/nccl.h").exists
+    libdir = prefix + "/lib64"
+    if found:
+        body = """
+cc_library(
+    name = "cuda",
+    copts = ["-isystem", "{prefix}/include"],
+    linkopts = ["-L{libdir}", "-Wl,-rpath,{libdir}", "-lcudart"],
+)
+
+cc_library(
+    name = "nccl",
+    copts = ["-isystem", "{prefix}/include"],
+    linkopts = ["-L{libdir}", "-Wl,-rpath,{libdir}", "-lnccl"],
+    deps = [":cuda"],
+)
+""".format(prefix = prefix, libdir = libdir)
+    else:
+        # Without a toolkit the targets exist but refuse to build, with the reason.
+        body = """
+genrule(
+    name = "missing",
+    outs = ["missing.h"],
+    cmd = "echo 'CUDA toolkit with NCCL not found under {prefix} (set TRAINYARD_CUDA)' >&2; exit 1",
+)
+
+cc_library(name = "cuda", hdrs = [":missing"])
+
+cc_library(name = "nccl", hdrs = [":missing"])
+""".format(prefix = prefix)
+    ctx.file("BUILD.bazel", "package(default_visibility = [\"//visibility:public\"])\n" + body)
+    ctx.file("WORKSPACE", "workspace(name = \"%s\")\n" % ctx.name)
+
+cuda_configure = repository_rule(
+    implementation = _cuda_configure_impl,
+    environ = ["TRAINYARD_CUDA"],
+    local = True,
+)
