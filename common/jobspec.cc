@@ -120,10 +120,10 @@ std::string FormatJobSpecText(const JobSpec& spec) {
   return out;
 }
 
-std::string FormatJobSpecJson(const JobSpec& spec) {
+std::string FormatJobSpecJson(const JobSpec& spec, bool compact) {
   std::string out;
   google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
+  options.add_whitespace = !compact;
   options.preserve_proto_field_names = true;
   // Every field of a JobSpec is known to this binary, so printing cannot fail.
   (void)google::protobuf::util::MessageToJsonString(spec, &out, options);

@@ -32,8 +32,8 @@ absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
 
 // Text format, the canonical form written to output_dir/config.textproto.
 std::string FormatJobSpecText(const JobSpec& spec);
-// JSON with the proto field names, enums as names.
-std::string FormatJobSpecJson(const JobSpec& spec);
+// JSON with the proto field names, enums as names; indented unless compact.
+std::string FormatJobSpecJson(const JobSpec& spec, bool compact = false);
 
 }  // namespace trainyard
 

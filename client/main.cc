@@ -1,0 +1,8 @@
+// The `trainyard` multi-call binary.
+#include <iostream>
+
+#include "client/commands.h"
+
+int main(int argc, char** argv) {
+  return trainyard::RunTrainyard(argc, argv, std::cout, std::cerr);
+}
