@@ -24,12 +24,18 @@ def _libtorch_configure_impl(ctx):
         _fail_missing(ctx, "LibTorch", libdir + "/libtorch_cpu.so", hint)
     has_cuda = ctx.path(libdir + "/libtorch_cuda.so").exists
 
-    # /usr/include is already on the compiler's system path; adding it again with
-    # -isystem would reorder it before the C++ library's own headers.
-    copts = []
-    for d in inc:
-        if d != "/usr/include":
-            copts += ["-isystem", d]
+    # Bazel only propagates include paths inside the repository, so the
+    # prefix's include directories are linked in and their headers declared.
+    # /usr/include itself is already on the compiler's system path (and
+    # declaring all of it would mean every system header).
+    includes = []
+    for i, d in enumerate(inc):
+        if d == "/usr/include":
+            continue
+        if not ctx.path(d).exists:
+            _fail_missing(ctx, "LibTorch headers", d, hint)
+        ctx.symlink(d, "include%d" % i)
+        includes.append("include%d" % i)
 
     # Debian's LibTorch ships c10d's Gloo process group and needs the flag to
     # expose its headers.
@@ -42,7 +48,8 @@ package(default_visibility = ["//visibility:public"])
 # libraries; link them directly.
 cc_library(
     name = "libtorch",
-    copts = {copts},
+    hdrs = glob(["include*/**/*.h", "include*/**/*.hpp", "include*/**/*.cuh"]),
+    includes = {includes},
     defines = {defines},
     linkopts = [
         "-L{libdir}",
@@ -55,13 +62,13 @@ cc_library(
 
 """.format(
         prefix = prefix,
-        copts = repr(copts),
+        includes = repr(includes),
         defines = repr(defines),
         libdir = libdir,
         cuda_libs = repr(cuda_libs),
     ))
     ctx.file("WORKSPACE", "workspace(name = \"%s\")\n" % ctx.name)
-    ctx.file("prefix.bzl", "LIBTORCH_PREFIX = %r\nLIBTORCH_HAS_CUDA = %s\nLIBTORCH_COPTS = %r\n" % (prefix, has_cuda, copts))
+    ctx.file("prefix.bzl", "LIBTORCH_PREFIX = %r\nLIBTORCH_HAS_CUDA = %s\n" % (prefix, has_cuda))
 
 libtorch_configure = repository_rule(
     implementation = _libtorch_configure_impl,
