@@ -104,6 +104,21 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args,
   return absl::OkStatus();
 }
 
+absl::optional<int> FlagSet::ParseCommand(const std::vector<std::string>& args,
+                                          std::vector<std::string>* positional,
+                                          std::ostream& out, std::ostream& err) {
+  absl::Status parsed = Parse(args, positional);
+  if (help_) {
+    out << Help();
+    return 0;
+  }
+  if (!parsed.ok()) {
+    err << "error: " << parsed.message() << "\n";
+    return 2;
+  }
+  return absl::nullopt;
+}
+
 std::string FlagSet::Help() const {
   std::string out = absl::StrCat("usage: trainyard ", usage_, "\n\n", description_, "\n");
   if (!flags_.empty()) out += "\nflags:\n";

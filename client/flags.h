@@ -10,10 +10,12 @@
 #ifndef TRAINYARD_CLIENT_FLAGS_H_
 #define TRAINYARD_CLIENT_FLAGS_H_
 
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/optional.h"
 
 namespace trainyard {
 
@@ -33,6 +35,13 @@ class FlagSet {
   // Parses `args` (without the subcommand name). kInvalidArgument for an
   // unknown flag, a missing or malformed value. --help/-h sets help().
   absl::Status Parse(const std::vector<std::string>& args, std::vector<std::string>* positional);
+
+  // Parse for a subcommand: on --help prints Help() to `out` and returns 0;
+  // on a parse error prints it to `err` and returns 2; otherwise returns
+  // nullopt and the command goes on.
+  absl::optional<int> ParseCommand(const std::vector<std::string>& args,
+                                   std::vector<std::string>* positional, std::ostream& out,
+                                   std::ostream& err);
 
   bool help() const { return help_; }
   std::string Help() const;

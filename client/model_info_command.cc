@@ -54,15 +54,11 @@ int RunModelInfo(const std::vector<std::string>& args, std::ostream& out, std::o
   flags.AddString("preset", &preset, "NAME", "the preset to describe");
   flags.AddBool("json", &json, "print JSON (one object, or an array of all presets)");
   std::vector<std::string> positional;
-  absl::Status parsed = flags.Parse(args, &positional);
-  if (flags.help()) {
-    out << flags.Help();
-    return kExitOk;
+  if (absl::optional<int> exit_code = flags.ParseCommand(args, &positional, out, err)) {
+    return *exit_code;
   }
-  if (!parsed.ok() || !positional.empty()) {
-    err << "error: "
-        << (parsed.ok() ? "unexpected argument \"" + positional[0] + "\"" : parsed.message())
-        << "\n";
+  if (!positional.empty()) {
+    err << "error: unexpected argument \"" << positional[0] << "\"\n";
     return kExitUsage;
   }
   std::vector<std::string> names = preset.empty() ? PresetNames() : std::vector<std::string>{preset};

@@ -40,14 +40,8 @@ int RunValidate(const std::vector<std::string>& args, std::ostream& out, std::os
                   "require output_dir to lie inside DIR (as a coordinator does)");
   flags.AddBool("json", &json, "print the normalised specs as JSON");
   std::vector<std::string> specs;
-  absl::Status parsed = flags.Parse(args, &specs);
-  if (flags.help()) {
-    out << flags.Help();
-    return kExitOk;
-  }
-  if (!parsed.ok()) {
-    err << "error: " << parsed.message() << "\n";
-    return kExitUsage;
+  if (absl::optional<int> exit_code = flags.ParseCommand(args, &specs, out, err)) {
+    return *exit_code;
   }
   if (specs.empty()) {
     err << "error: no SPEC given\n" << flags.Help();

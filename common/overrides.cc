@@ -85,6 +85,25 @@ const char* TypeName(const FieldDescriptor* field) {
   return "a value";
 }
 
+// Stores `v` in `field`: the singular value, a new element (index -1), or
+// element `index` of a repeated field.
+template <typename T>
+absl::Status Store(Message* message, const FieldDescriptor* field, int index, T v,
+                   void (Reflection::*set)(Message*, const FieldDescriptor*, T) const,
+                   void (Reflection::*add)(Message*, const FieldDescriptor*, T) const,
+                   void (Reflection::*set_repeated)(Message*, const FieldDescriptor*, int, T)
+                       const) {
+  const Reflection* r = message->GetReflection();
+  if (!field->is_repeated()) {
+    (r->*set)(message, field, std::move(v));
+  } else if (index < 0) {
+    (r->*add)(message, field, std::move(v));
+  } else {
+    (r->*set_repeated)(message, field, index, std::move(v));
+  }
+  return absl::OkStatus();
+}
+
 // Sets `field` of `message` (element `index` if repeated, -1 = append) from
 // the text `raw`.
 absl::Status SetScalar(Message* message, const FieldDescriptor* field, int index,
@@ -100,58 +119,44 @@ absl::Status SetScalar(Message* message, const FieldDescriptor* field, int index
     case FieldDescriptor::CPPTYPE_INT32: {
       int32_t v;
       if (!absl::SimpleAtoi(text, &v)) return bad();
-      if (!repeated) r->SetInt32(message, field, v);
-      else if (index < 0) r->AddInt32(message, field, v);
-      else r->SetRepeatedInt32(message, field, index, v);
-      return absl::OkStatus();
+      return Store(message, field, index, v, &Reflection::SetInt32, &Reflection::AddInt32,
+                   &Reflection::SetRepeatedInt32);
     }
     case FieldDescriptor::CPPTYPE_INT64: {
       int64_t v;
       if (!absl::SimpleAtoi(text, &v)) return bad();
-      if (!repeated) r->SetInt64(message, field, v);
-      else if (index < 0) r->AddInt64(message, field, v);
-      else r->SetRepeatedInt64(message, field, index, v);
-      return absl::OkStatus();
+      return Store(message, field, index, v, &Reflection::SetInt64, &Reflection::AddInt64,
+                   &Reflection::SetRepeatedInt64);
     }
     case FieldDescriptor::CPPTYPE_UINT32: {
       uint32_t v;
       if (!absl::SimpleAtoi(text, &v)) return bad();
-      if (!repeated) r->SetUInt32(message, field, v);
-      else if (index < 0) r->AddUInt32(message, field, v);
-      else r->SetRepeatedUInt32(message, field, index, v);
-      return absl::OkStatus();
+      return Store(message, field, index, v, &Reflection::SetUInt32, &Reflection::AddUInt32,
+                   &Reflection::SetRepeatedUInt32);
     }
     case FieldDescriptor::CPPTYPE_UINT64: {
       uint64_t v;
       if (!absl::SimpleAtoi(text, &v)) return bad();
-      if (!repeated) r->SetUInt64(message, field, v);
-      else if (index < 0) r->AddUInt64(message, field, v);
-      else r->SetRepeatedUInt64(message, field, index, v);
-      return absl::OkStatus();
+      return Store(message, field, index, v, &Reflection::SetUInt64, &Reflection::AddUInt64,
+                   &Reflection::SetRepeatedUInt64);
     }
     case FieldDescriptor::CPPTYPE_FLOAT: {
       float v;
       if (!absl::SimpleAtof(text, &v) || !std::isfinite(v)) return bad();
-      if (!repeated) r->SetFloat(message, field, v);
-      else if (index < 0) r->AddFloat(message, field, v);
-      else r->SetRepeatedFloat(message, field, index, v);
-      return absl::OkStatus();
+      return Store(message, field, index, v, &Reflection::SetFloat, &Reflection::AddFloat,
+                   &Reflection::SetRepeatedFloat);
     }
     case FieldDescriptor::CPPTYPE_DOUBLE: {
       double v;
       if (!absl::SimpleAtod(text, &v) || !std::isfinite(v)) return bad();
-      if (!repeated) r->SetDouble(message, field, v);
-      else if (index < 0) r->AddDouble(message, field, v);
-      else r->SetRepeatedDouble(message, field, index, v);
-      return absl::OkStatus();
+      return Store(message, field, index, v, &Reflection::SetDouble, &Reflection::AddDouble,
+                   &Reflection::SetRepeatedDouble);
     }
     case FieldDescriptor::CPPTYPE_BOOL: {
       bool v;
       if (!absl::SimpleAtob(text, &v)) return bad();
-      if (!repeated) r->SetBool(message, field, v);
-      else if (index < 0) r->AddBool(message, field, v);
-      else r->SetRepeatedBool(message, field, index, v);
-      return absl::OkStatus();
+      return Store(message, field, index, v, &Reflection::SetBool, &Reflection::AddBool,
+                   &Reflection::SetRepeatedBool);
     }
     case FieldDescriptor::CPPTYPE_ENUM: {
       const EnumValueDescriptor* value = field->enum_type()->FindValueByName(Unquote(text));
@@ -169,17 +174,12 @@ absl::Status SetScalar(Message* message, const FieldDescriptor* field, int index
                                                        "\" is not one of ",
                                                        absl::StrJoin(names, ", ")));
       }
-      if (!repeated) r->SetEnum(message, field, value);
-      else if (index < 0) r->AddEnum(message, field, value);
-      else r->SetRepeatedEnum(message, field, index, value);
-      return absl::OkStatus();
+      return Store(message, field, index, value, &Reflection::SetEnum, &Reflection::AddEnum,
+                   &Reflection::SetRepeatedEnum);
     }
     case FieldDescriptor::CPPTYPE_STRING: {
-      std::string v = Unquote(raw);
-      if (!repeated) r->SetString(message, field, std::move(v));
-      else if (index < 0) r->AddString(message, field, std::move(v));
-      else r->SetRepeatedString(message, field, index, std::move(v));
-      return absl::OkStatus();
+      return Store(message, field, index, Unquote(raw), &Reflection::SetString,
+                   &Reflection::AddString, &Reflection::SetRepeatedString);
     }
     case FieldDescriptor::CPPTYPE_MESSAGE: {
       absl::string_view body = absl::StripAsciiWhitespace(raw);
