@@ -1,0 +1,51 @@
+// T5X's EncoderDecoderModel over the LibTorch T5 network.
+#ifndef TRAINYARD_MODEL_ENCODER_DECODER_MODEL_H_
+#define TRAINYARD_MODEL_ENCODER_DECODER_MODEL_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "model/model.h"
+#include "model/t5.h"
+#include "proto/job.pb.h"
+
+namespace trainyard {
+
+struct ModelOptions {
+  torch::Device device = torch::kCPU;
+  torch::ScalarType compute_dtype = torch::kFloat32;
+  uint64_t init_seed = 0;
+};
+
+class EncoderDecoderModel : public Model {
+ public:
+  // kInvalidArgument if the config cannot build a model.
+  static absl::StatusOr<std::unique_ptr<EncoderDecoderModel>> Create(const ModelConfig& config,
+                                                                     const ModelOptions& options);
+
+  absl::StatusOr<LossOutput> LossFn(const T5Batch& batch, const LossOptions& options,
+                                    at::Generator dropout_rng) override;
+  absl::StatusOr<Metrics> EvalFn(const T5Batch& batch, const LossOptions& options) override;
+  absl::StatusOr<Predictions> PredictBatchWithAux(const T5Batch& batch,
+                                                  const DecodeOptions& options) override;
+  absl::StatusOr<torch::Tensor> ScoreBatch(const T5Batch& batch) override;
+
+  std::vector<torch::Tensor> parameters() override { return network_->parameters(); }
+  torch::OrderedDict<std::string, torch::Tensor> named_parameters() override {
+    return network_->named_parameters();
+  }
+
+  T5& network() { return network_; }
+  const ModelOptions& options() const { return options_; }
+
+ private:
+  EncoderDecoderModel(T5 network, const ModelOptions& options)
+      : network_(std::move(network)), options_(options) {}
+
+  T5 network_;
+  ModelOptions options_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_MODEL_ENCODER_DECODER_MODEL_H_
