@@ -2,6 +2,7 @@
 # Installs everything the build and the tests need, from Debian's packages.
 # Idempotent: when everything is present it only checks (about a second).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 # The build: Bazel (offline, see docs/building.md), the compilers' libraries
 # and every C++ dependency of the project.
@@ -13,7 +14,7 @@ packages=(
   libgtest-dev libgmock-dev
   libtorch-dev libgloo-dev
   libsqlite3-dev libsentencepiece-dev sentencepiece
-  python3
+  python3 python3-venv python3-numpy python3-torch
 )
 
 missing=()
@@ -38,4 +39,20 @@ if [ ! -f /usr/share/bazel/rules/java/WORKSPACE ]; then
   echo "setup: /usr/share/bazel/rules/java is missing (package bazel-rules-java)" >&2
   exit 1
 fi
+# Python packages for tests and baselines: a virtualenv over Debian's Python
+# (and its python3-torch), re-created only when the requirements change.
+venv=.venv
+requirements=scripts/requirements-test.txt
+want=$(sha256sum "$requirements" | cut -c1-64)
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$want" ]; then
+  echo "setup: creating $venv (scripts/requirements-test.txt)"
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements"
+  echo "$want" >"$venv/.requirements.sha256"
+fi
+
+# Tests find the virtualenv through TRAINYARD_PYTHON (read by .bazelrc).
+setup_rc="test --test_env=TRAINYARD_PYTHON=$PWD/$venv/bin/python"
+[ "$(cat .bazelrc.setup 2>/dev/null)" = "$setup_rc" ] || echo "$setup_rc" >.bazelrc.setup
 echo "setup: ok"

@@ -1,0 +1,60 @@
+// Model parameters in and out of safetensors files: our own layout (T5X-like
+// names, see model/t5.h) and Hugging Face's T5 layout (`model.safetensors` +
+// `config.json` of T5ForConditionalGeneration, T5 v1.0 and v1.1 names).
+//
+// Loading is all-or-nothing: every tensor is checked (present, expected,
+// right shape) before any parameter is written, so a bad file never leaves a
+// half-loaded model. Errors name the file and the tensor.
+#ifndef TRAINYARD_MODEL_WEIGHTS_H_
+#define TRAINYARD_MODEL_WEIGHTS_H_
+
+#include <map>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/t5.h"
+#include "proto/job.pb.h"
+
+namespace trainyard {
+
+// Tensors by (our) parameter name, float32 on the CPU.
+using TensorMap = std::map<std::string, torch::Tensor>;
+
+// Reads every tensor of a safetensors file, converted to float32.
+absl::StatusOr<TensorMap> ReadTensors(const std::string& path);
+
+// Writes the model's parameters under their names, cast to `dtype`
+// (kFloat or kBFloat16).
+absl::Status SaveParameters(T5Impl& model, const std::string& path,
+                            torch::ScalarType dtype = torch::kFloat,
+                            const std::map<std::string, std::string>& metadata = {});
+
+// Copies `tensors` into the model's parameters. kInvalidArgument, naming the
+// tensor, for a shape mismatch; for a missing parameter or an unused tensor
+// when `strict` (otherwise those parameters keep their values).
+absl::Status AssignParameters(const TensorMap& tensors, bool strict, T5Impl* model);
+
+// Hugging Face T5: config.json -> ModelConfig (d_model, d_kv, d_ff,
+// num_layers, num_decoder_layers, num_heads, relative_attention_*,
+// dropout_rate, layer_norm_epsilon, feed_forward_proj, tie_word_embeddings,
+// vocab_size).
+absl::StatusOr<ModelConfig> ReadHfConfig(const std::string& config_json_path);
+
+// Reads HF_DIR/config.json and HF_DIR/model.safetensors and renames the
+// tensors to ours. Unknown or missing tensors are kInvalidArgument.
+struct HfCheckpoint {
+  ModelConfig config;
+  TensorMap tensors;
+};
+absl::StatusOr<HfCheckpoint> ImportHf(const std::string& hf_dir);
+
+// Writes OUT_DIR/model.safetensors and OUT_DIR/config.json that
+// transformers' T5ForConditionalGeneration.from_pretrained loads.
+absl::Status ExportHf(T5Impl& model, const std::string& out_dir);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_MODEL_WEIGHTS_H_
