@@ -16,6 +16,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"validate", RunValidate, "check job specs and print them normalised"},
     {"model-info", RunModelInfo, "a model preset's architecture and parameter count"},
+    {"convert", RunConvert, "Hugging Face T5 checkpoints to Trainyard checkpoints and back"},
 };
 
 void PrintUsage(std::ostream& out) {

@@ -22,6 +22,9 @@ int RunValidate(const std::vector<std::string>& args, std::ostream& out, std::os
 // `trainyard model-info [--preset NAME] [--json]`
 int RunModelInfo(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+// `trainyard convert (--from-hf HF_DIR [--vocab SPM] --out DIR | --checkpoint DIR --to-hf OUT)`
+int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 // Dispatches argv[1] to a subcommand; prints the command list on --help.
 int RunTrainyard(int argc, char** argv, std::ostream& out, std::ostream& err);
 

@@ -10,7 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/safetensors.h"
+#include "google/protobuf/util/json_util.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -294,6 +296,58 @@ absl::Status ExportHf(T5Impl& model, const std::string& out_dir) {
   out << j.dump(2) << "\n";
   if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
   return absl::OkStatus();
+}
+
+absl::Status WriteModelCheckpoint(T5Impl& model, const std::string& dir, int64_t step,
+                                  const std::string& source, const std::string& vocabulary_path) {
+  TY_ASSIGN_OR_RETURN(CheckpointWriter writer, CheckpointWriter::Begin(dir));
+  auto write = [&]() -> absl::Status {
+    TY_RETURN_IF_ERROR(SaveParameters(model, writer.Path("params.safetensors")));
+    if (!vocabulary_path.empty()) TY_RETURN_IF_ERROR(writer.CopyIn(vocabulary_path, "vocabulary.model"));
+    std::string config_json;
+    google::protobuf::util::JsonPrintOptions options;
+    options.preserve_proto_field_names = true;
+    options.always_print_primitive_fields = true;
+    (void)google::protobuf::util::MessageToJsonString(model.config(), &config_json, options);
+    nlohmann::ordered_json meta = {
+        {"format", "trainyard.checkpoint"},
+        {"version", 1},
+        {"step", step},
+        {"model_config", nlohmann::json::parse(config_json)},
+        {"source", source},
+        {"vocabulary", vocabulary_path.empty() ? "" : "vocabulary.model"},
+    };
+    return writer.Commit(meta.dump(2) + "\n");
+  };
+  absl::Status status = write();
+  if (!status.ok()) writer.Abort();
+  return status;
+}
+
+absl::StatusOr<ModelCheckpoint> ReadModelCheckpoint(const std::string& dir) {
+  TY_ASSIGN_OR_RETURN(CheckpointContents contents, VerifyCheckpoint(dir));
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(contents.metadata_json);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat(dir, "/metadata.json: not JSON: ", e.what()));
+  }
+  if (meta.value("format", "") != "trainyard.checkpoint" || !meta.contains("model_config")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, "/metadata.json: not a Trainyard model checkpoint (format \"",
+                     meta.value("format", ""), "\")"));
+  }
+  ModelCheckpoint out;
+  out.step = meta.value("step", int64_t{0});
+  auto parsed = google::protobuf::util::JsonStringToMessage(meta["model_config"].dump(), &out.config);
+  if (!parsed.ok()) {
+    return absl::DataLossError(absl::StrCat(dir, "/metadata.json: model_config: ",
+                                            parsed.message().as_string()));
+  }
+  const std::string vocabulary = meta.value("vocabulary", "");
+  if (!vocabulary.empty()) out.vocabulary = dir + "/" + vocabulary;
+  TY_ASSIGN_OR_RETURN(out.tensors, ReadTensors(dir + "/params.safetensors"));
+  return out;
 }
 
 }  // namespace trainyard

@@ -55,6 +55,22 @@ absl::StatusOr<HfCheckpoint> ImportHf(const std::string& hf_dir);
 // transformers' T5ForConditionalGeneration.from_pretrained loads.
 absl::Status ExportHf(T5Impl& model, const std::string& out_dir);
 
+// A Trainyard checkpoint directory (checkpoint/checkpoint_dir.h) with the
+// model's parameters: params.safetensors, metadata.json (format, version,
+// step, model config, source) and, if given, the SentencePiece vocabulary as
+// vocabulary.model. Atomic and checksummed.
+absl::Status WriteModelCheckpoint(T5Impl& model, const std::string& dir, int64_t step,
+                                  const std::string& source, const std::string& vocabulary_path);
+
+struct ModelCheckpoint {
+  ModelConfig config;
+  TensorMap tensors;
+  int64_t step = 0;
+  std::string vocabulary;  // path inside the checkpoint, or empty
+};
+// Verifies the manifest (kDataLoss naming a damaged file), then reads.
+absl::StatusOr<ModelCheckpoint> ReadModelCheckpoint(const std::string& dir);
+
 }  // namespace trainyard
 
 #endif  // TRAINYARD_MODEL_WEIGHTS_H_

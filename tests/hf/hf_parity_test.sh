@@ -7,6 +7,7 @@
 # TRAINYARD_PYTHON.
 set -u
 check="$1"
+trainyard="$2"
 python="${TRAINYARD_PYTHON:-}"
 if [ -z "$python" ] || ! "$python" -c 'import transformers' 2>/dev/null; then
   echo "FAIL: TRAINYARD_PYTHON ('$python') is not a Python with transformers; run scripts/setup.sh"
@@ -22,5 +23,29 @@ for variant in v1_0 v1_1; do
   "$check" "$work/$variant" "$work/out_$variant" || status=1
   "$python" tests/hf/verify_export.py "$work/out_$variant/exported" \
     "$work/out_$variant/ours.safetensors" "$work/$variant/reference.safetensors" || status=1
+  # The same through the CLI: HF -> Trainyard checkpoint -> HF.
+  "$trainyard" convert --from-hf "$work/$variant" --out "$work/ckpt_$variant" || status=1
+  "$trainyard" convert --checkpoint "$work/ckpt_$variant" --to-hf "$work/back_$variant" || status=1
+  "$python" tests/hf/verify_export.py "$work/back_$variant" \
+    "$work/out_$variant/ours.safetensors" "$work/$variant/reference.safetensors" || status=1
 done
+
+# A damaged checkpoint is refused with the file named, and exit code 2.
+printf 'X' | dd of="$work/ckpt_v1_0/params.safetensors" bs=1 seek=100 conv=notrunc status=none
+"$trainyard" convert --checkpoint "$work/ckpt_v1_0" --to-hf "$work/never" 2>"$work/err"
+code=$?
+if [ "$code" -ne 2 ] || ! grep -q 'params.safetensors: SHA-256 mismatch' "$work/err" || [ -e "$work/never" ]; then
+  echo "FAIL: damaged checkpoint: exit $code, $(cat "$work/err")"
+  status=1
+fi
+# A truncated Hugging Face file names the tensor it cut.
+cp -r "$work/v1_1" "$work/v1_1_cut"
+size=$(stat -c %s "$work/v1_1/model.safetensors")
+truncate -s $((size - 100)) "$work/v1_1_cut/model.safetensors"
+"$trainyard" convert --from-hf "$work/v1_1_cut" --out "$work/never" 2>"$work/err"
+code=$?
+if [ "$code" -ne 2 ] || ! grep -q 'not a valid safetensors file: tensor ".*": data_offsets' "$work/err" || [ -e "$work/never" ]; then
+  echo "FAIL: truncated HF file: exit $code, $(cat "$work/err")"
+  status=1
+fi
 exit "$status"

@@ -1,0 +1,202 @@
+#include "checkpoint/checkpoint_dir.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace trainyard {
+namespace {
+
+absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
+  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+}
+
+absl::Status FsyncPath(const std::string& path, bool directory) {
+  const int fd = open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("cannot open", path);
+  const int rc = fsync(fd);
+  close(fd);
+  if (rc != 0) return ErrnoStatus("cannot fsync", path);
+  return absl::OkStatus();
+}
+
+std::string Parent(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return ErrnoStatus("cannot list", dir);
+  std::vector<std::string> names;
+  while (struct dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void RemoveTree(const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> names = ListFiles(dir);
+  if (names.ok()) {
+    for (const std::string& name : *names) unlink((dir + "/" + name).c_str());
+  }
+  rmdir(dir.c_str());
+}
+
+absl::Status WriteFileDurably(const std::string& path, const std::string& content) {
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << content;
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  }
+  return FsyncPath(path, false);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Sha256File(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
+    return absl::InternalError("SHA-256 unavailable");
+  }
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx.get(), digest, &len);
+  static const char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) {
+    hex.push_back(kHex[digest[i] >> 4]);
+    hex.push_back(kHex[digest[i] & 15]);
+  }
+  return hex;
+}
+
+absl::StatusOr<CheckpointWriter> CheckpointWriter::Begin(const std::string& final_dir) {
+  struct stat st;
+  if (stat(final_dir.c_str(), &st) == 0) {
+    return absl::AlreadyExistsError(absl::StrCat(final_dir, " already exists"));
+  }
+  CheckpointWriter writer;
+  writer.final_dir_ = final_dir;
+  writer.tmp_dir_ = absl::StrCat(final_dir, ".tmp-", getpid());
+  RemoveTree(writer.tmp_dir_);  // a leftover of an earlier crash of this pid
+  if (mkdir(writer.tmp_dir_.c_str(), 0755) != 0) return ErrnoStatus("cannot create", writer.tmp_dir_);
+  return writer;
+}
+
+std::string CheckpointWriter::Path(const std::string& name) const { return tmp_dir_ + "/" + name; }
+
+absl::Status CheckpointWriter::CopyIn(const std::string& source, const std::string& name) {
+  std::ifstream in(source, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(source, ": cannot read"));
+  std::ofstream out(Path(name), std::ios::binary | std::ios::trunc);
+  out << in.rdbuf();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", Path(name)));
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointWriter::Commit(const std::string& metadata_json) {
+  absl::Status status = WriteFileDurably(Path(kMetadataFile), metadata_json);
+  if (!status.ok()) return status;
+  absl::StatusOr<std::vector<std::string>> names = ListFiles(tmp_dir_);
+  if (!names.ok()) return names.status();
+  nlohmann::ordered_json files = nlohmann::ordered_json::object();
+  for (const std::string& name : *names) {
+    if (name == kManifestFile) continue;
+    const std::string path = Path(name);
+    absl::Status synced = FsyncPath(path, false);
+    if (!synced.ok()) return synced;
+    absl::StatusOr<std::string> sha = Sha256File(path);
+    if (!sha.ok()) return sha.status();
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) return ErrnoStatus("cannot stat", path);
+    files[name] = {{"bytes", static_cast<uint64_t>(st.st_size)}, {"sha256", *sha}};
+  }
+  nlohmann::ordered_json manifest = {{"version", 1}, {"files", files}};
+  status = WriteFileDurably(Path(kManifestFile), manifest.dump(2) + "\n");
+  if (!status.ok()) return status;
+  status = FsyncPath(tmp_dir_, true);
+  if (!status.ok()) return status;
+  if (rename(tmp_dir_.c_str(), final_dir_.c_str()) != 0) return ErrnoStatus("cannot rename to", final_dir_);
+  return FsyncPath(Parent(final_dir_), true);
+}
+
+void CheckpointWriter::Abort() { RemoveTree(tmp_dir_); }
+
+absl::StatusOr<CheckpointContents> VerifyCheckpoint(const std::string& dir) {
+  const std::string manifest_path = dir + "/" + kManifestFile;
+  std::ifstream in(manifest_path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat(dir, " is not a checkpoint: no ", kManifestFile,
+                                            " (an incomplete write, or another directory)"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat(manifest_path, ": not JSON: ", e.what()));
+  }
+  if (!manifest.is_object() || !manifest.contains("files") || !manifest["files"].is_object()) {
+    return absl::DataLossError(absl::StrCat(manifest_path, ": no \"files\" object"));
+  }
+  CheckpointContents contents;
+  contents.dir = dir;
+  for (auto it = manifest["files"].begin(); it != manifest["files"].end(); ++it) {
+    const std::string path = dir + "/" + it.key();
+    const nlohmann::json& entry = it.value();
+    if (!entry.is_object() || !entry.contains("bytes") || !entry.contains("sha256") ||
+        !entry["bytes"].is_number_unsigned() || !entry["sha256"].is_string()) {
+      return absl::DataLossError(absl::StrCat(manifest_path, ": bad entry for ", it.key()));
+    }
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      return absl::DataLossError(absl::StrCat(path, ": listed in the manifest but missing"));
+    }
+    if (static_cast<uint64_t>(st.st_size) != entry["bytes"].get<uint64_t>()) {
+      return absl::DataLossError(absl::StrCat(path, ": ", st.st_size, " bytes, the manifest says ",
+                                              entry["bytes"].get<uint64_t>(), " (truncated?)"));
+    }
+    absl::StatusOr<std::string> sha = Sha256File(path);
+    if (!sha.ok()) return sha.status();
+    if (*sha != entry["sha256"].get<std::string>()) {
+      return absl::DataLossError(absl::StrCat(path, ": SHA-256 mismatch (the file was altered)"));
+    }
+    contents.files.push_back(it.key());
+  }
+  if (std::find(contents.files.begin(), contents.files.end(), kMetadataFile) == contents.files.end()) {
+    return absl::DataLossError(absl::StrCat(manifest_path, ": does not cover ", kMetadataFile));
+  }
+  std::ifstream meta(dir + "/" + kMetadataFile, std::ios::binary);
+  std::stringstream meta_text;
+  meta_text << meta.rdbuf();
+  contents.metadata_json = meta_text.str();
+  return contents;
+}
+
+}  // namespace trainyard

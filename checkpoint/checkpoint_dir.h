@@ -1,0 +1,66 @@
+// A checkpoint directory: files written into a temporary sibling directory,
+// then a MANIFEST.json with the size and SHA-256 of every file, everything
+// fsynced, and the directory renamed into place. A directory without a
+// complete, matching manifest is not a checkpoint: VerifyCheckpoint refuses
+// it, so a crash at any point never yields a checkpoint that restores wrong.
+//
+// Layout (the model's files are written by model/weights.h):
+//   DIR/metadata.json      format, version, step, model config, ...
+//   DIR/params.safetensors
+//   DIR/MANIFEST.json      {"files": {name: {"bytes": N, "sha256": hex}}}
+//
+// Thread-safety: a CheckpointWriter is used by one thread.
+#ifndef TRAINYARD_CHECKPOINT_CHECKPOINT_DIR_H_
+#define TRAINYARD_CHECKPOINT_CHECKPOINT_DIR_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace trainyard {
+
+constexpr char kManifestFile[] = "MANIFEST.json";
+constexpr char kMetadataFile[] = "metadata.json";
+
+class CheckpointWriter {
+ public:
+  // Prepares `final_dir` (which must not exist yet): files go to a
+  // temporary sibling until Commit.
+  static absl::StatusOr<CheckpointWriter> Begin(const std::string& final_dir);
+
+  // Where to write file `name` (a plain file name) before Commit.
+  std::string Path(const std::string& name) const;
+  // Copies an existing file in.
+  absl::Status CopyIn(const std::string& source, const std::string& name);
+  // Writes metadata.json, then the manifest over every file, fsyncs and
+  // renames the directory into place.
+  absl::Status Commit(const std::string& metadata_json);
+  // Removes the temporary directory (when not committed).
+  void Abort();
+
+  const std::string& final_dir() const { return final_dir_; }
+
+ private:
+  std::string final_dir_;
+  std::string tmp_dir_;
+};
+
+struct CheckpointContents {
+  std::string dir;
+  std::string metadata_json;
+  std::vector<std::string> files;  // as listed in the manifest
+};
+
+// Checks the manifest against every file (size and SHA-256). kNotFound if
+// there is no manifest (an incomplete or foreign directory); kDataLoss,
+// naming the file, if a file is missing, truncated or altered.
+absl::StatusOr<CheckpointContents> VerifyCheckpoint(const std::string& dir);
+
+// Lower-case hex SHA-256 of a file's contents.
+absl::StatusOr<std::string> Sha256File(const std::string& path);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_CHECKPOINT_CHECKPOINT_DIR_H_
