@@ -54,10 +54,10 @@ cc_library(
     linkopts = [
         "-L{libdir}",
         "-Wl,-rpath,{libdir}",
-        "-Wl,--no-as-needed",
+        "-Wl,--push-state,--no-as-needed",
         "-ltorch_cpu",
         "-lc10",
-    ] + {cuda_libs} + ["-Wl,--as-needed"],
+    ] + {cuda_libs} + ["-Wl,--pop-state"],
 )
 
 """.format(
