@@ -1,0 +1,111 @@
+// Model throughput: forward+backward tokens/s of a training step (no optimizer)
+// and greedy decoding tokens/s, for one preset. Prints one JSON object per
+// measurement on stdout. bench/model/run.sh runs it beside the same model in
+// PyTorch eager (bench/model/peer.py) and prints the ratios.
+//
+// usage: model_bench --preset NAME [--batch 8] [--inputs 128] [--targets 64]
+//                    [--steps 5] [--warmup 1] [--decode_length 64] [--threads 1]
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "client/flags.h"
+#include "model/encoder_decoder_model.h"
+#include "model/presets.h"
+
+namespace trainyard {
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+int Main(const std::vector<std::string>& args) {
+  std::string preset = "tiny";
+  int batch = 8, inputs = 128, targets = 64, steps = 5, warmup = 1, decode_length = 64, threads = 1;
+  FlagSet flags("model_bench --preset NAME", "Model throughput (JSON lines on stdout).");
+  flags.AddString("preset", &preset, "NAME", "model preset");
+  flags.AddInt("batch", &batch, "N", "examples per step");
+  flags.AddInt("inputs", &inputs, "N", "encoder length");
+  flags.AddInt("targets", &targets, "N", "decoder length");
+  flags.AddInt("steps", &steps, "N", "timed steps");
+  flags.AddInt("warmup", &warmup, "N", "untimed steps first");
+  flags.AddInt("decode_length", &decode_length, "N", "tokens decoded per example (0: skip)");
+  flags.AddInt("threads", &threads, "N", "intra-op threads");
+  std::vector<std::string> positional;
+  if (auto exit_code = flags.ParseCommand(args, &positional, std::cout, std::cerr)) return *exit_code;
+  at::set_num_threads(threads);
+
+  absl::StatusOr<ModelConfig> config = PresetConfig(preset);
+  if (!config.ok()) {
+    std::cerr << config.status() << "\n";
+    return 2;
+  }
+  config->set_dropout_rate(0.0f);
+  auto model = EncoderDecoderModel::Create(*config, {});
+  if (!model.ok()) {
+    std::cerr << model.status() << "\n";
+    return 1;
+  }
+  torch::manual_seed(0);
+  T5Batch b;
+  b.encoder_input_tokens = torch::randint(2, config->vocab_size(), {batch, inputs}, torch::kLong);
+  b.decoder_target_tokens = torch::randint(2, config->vocab_size(), {batch, targets}, torch::kLong);
+  b.decoder_input_tokens = torch::zeros_like(b.decoder_target_tokens);
+  b.decoder_input_tokens.narrow(1, 1, targets - 1).copy_(b.decoder_target_tokens.narrow(1, 0, targets - 1));
+  b.decoder_loss_weights = torch::ones({batch, targets});
+
+  auto step = [&] {
+    for (auto& p : (*model)->parameters()) p.mutable_grad() = torch::Tensor();
+    absl::StatusOr<LossOutput> out = (*model)->LossFn(b, LossOptions(), at::Generator());
+    if (!out.ok()) {
+      std::cerr << out.status() << "\n";
+      std::exit(1);
+    }
+    out->loss.backward();
+  };
+  for (int i = 0; i < warmup; ++i) step();
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) step();
+  const double train_seconds = Seconds(start) / steps;
+  std::printf(
+      "{\"system\": \"trainyard\", \"preset\": \"%s\", \"measure\": \"train_fwd_bwd\", "
+      "\"batch\": %d, \"inputs\": %d, \"targets\": %d, \"threads\": %d, "
+      "\"seconds_per_step\": %.6f, \"tokens_per_second\": %.1f}\n",
+      preset.c_str(), batch, inputs, targets, threads, train_seconds,
+      batch * (inputs + targets) / train_seconds);
+  std::fflush(stdout);
+
+  if (decode_length > 0) {
+    DecodeOptions decode;
+    decode.max_decode_length = decode_length;
+    decode.eos_id = -1;  // never stop early: every run decodes the same count
+    (void)(*model)->PredictBatchWithAux(b, decode);  // warm-up
+    start = std::chrono::steady_clock::now();
+    absl::StatusOr<Predictions> p = (*model)->PredictBatchWithAux(b, decode);
+    const double decode_seconds = Seconds(start);
+    if (!p.ok()) {
+      std::cerr << p.status() << "\n";
+      return 1;
+    }
+    std::printf(
+        "{\"system\": \"trainyard\", \"preset\": \"%s\", \"measure\": \"greedy_decode\", "
+        "\"batch\": %d, \"inputs\": %d, \"decode_length\": %d, \"threads\": %d, "
+        "\"seconds\": %.6f, \"tokens_per_second\": %.1f}\n",
+        preset.c_str(), batch, inputs, decode_length, threads, decode_seconds,
+        batch * decode_length / decode_seconds);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace trainyard
+
+int main(int argc, char** argv) {
+  return trainyard::Main(std::vector<std::string>(argv + 1, argv + argc));
+}
