@@ -1,4 +1,9 @@
 // The subcommand table of the `trainyard` binary and its dispatcher.
+#include <limits.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -7,23 +12,29 @@
 namespace trainyard {
 namespace {
 
-struct Command {
-  const char* name;
-  int (*run)(const std::vector<std::string>&, std::ostream&, std::ostream&);
-  const char* summary;
-};
+// Runs `trainyard-torch COMMAND ARGS...` from the directory of this binary.
+int ExecTorchBinary(char** argv, std::ostream& err) {
+  char self[PATH_MAX] = {};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(argv[0]);
+  dir = dir.substr(0, dir.rfind('/') + 1);
+  const std::string path = dir + "trainyard-torch";
+  std::vector<char*> args;
+  args.push_back(const_cast<char*>("trainyard-torch"));
+  for (char** a = argv + 1; *a != nullptr; ++a) args.push_back(*a);
+  args.push_back(nullptr);
+  err.flush();
+  execv(path.c_str(), args.data());
+  err << "error: cannot run " << path << " (installed next to trainyard, it runs the commands "
+      << "that need LibTorch): " << std::strerror(errno) << "\n";
+  return kExitFailed;
+}
 
-constexpr Command kCommands[] = {
-    {"validate", RunValidate, "check job specs and print them normalised"},
-    {"model-info", RunModelInfo, "a model preset's architecture and parameter count"},
-    {"convert", RunConvert, "Hugging Face T5 checkpoints to Trainyard checkpoints and back"},
-};
-
-void PrintUsage(std::ostream& out) {
+void PrintUsage(const std::vector<Command>& commands, std::ostream& out) {
   out << "usage: trainyard COMMAND [ARGS...]\n\n"
          "Trainyard: distributed T5 training (a C++ take on T5X's trainer).\n\n"
          "commands:\n";
-  for (const Command& c : kCommands) {
+  for (const Command& c : commands) {
     std::string name = c.name;
     name.resize(14, ' ');
     out << "  " << name << c.summary << "\n";
@@ -34,22 +45,34 @@ void PrintUsage(std::ostream& out) {
 
 }  // namespace
 
-int RunTrainyard(int argc, char** argv, std::ostream& out, std::ostream& err) {
+const std::vector<Command>& TrainyardCommands() {
+  static const std::vector<Command>* commands = new std::vector<Command>{
+      {"validate", RunValidate, "check job specs and print them normalised"},
+      {"model-info", RunModelInfo, "a model preset's architecture and parameter count"},
+      {"convert", nullptr, kConvertSummary},
+  };
+  return *commands;
+}
+
+int RunTrainyard(const char* program, const std::vector<Command>& commands, int argc, char** argv,
+                 std::ostream& out, std::ostream& err) {
   if (argc < 2) {
-    PrintUsage(err);
+    PrintUsage(commands, err);
     return kExitUsage;
   }
   const std::string command = argv[1];
   if (command == "--help" || command == "-h" || command == "help") {
-    PrintUsage(out);
+    PrintUsage(commands, out);
     return kExitOk;
   }
   const std::vector<std::string> args(argv + 2, argv + argc);
-  for (const Command& c : kCommands) {
-    if (command == c.name) return c.run(args, out, err);
+  for (const Command& c : commands) {
+    if (command != c.name) continue;
+    if (c.run == nullptr) return ExecTorchBinary(argv, err);
+    return c.run(args, out, err);
   }
-  err << "error: unknown command \"" << command << "\"\n\n";
-  PrintUsage(err);
+  err << "error: " << program << ": unknown command \"" << command << "\"\n\n";
+  PrintUsage(commands, err);
   return kExitUsage;
 }
 

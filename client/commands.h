@@ -25,8 +25,30 @@ int RunModelInfo(const std::vector<std::string>& args, std::ostream& out, std::o
 // `trainyard convert (--from-hf HF_DIR [--vocab SPM] --out DIR | --checkpoint DIR --to-hf OUT)`
 int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
-// Dispatches argv[1] to a subcommand; prints the command list on --help.
-int RunTrainyard(int argc, char** argv, std::ostream& out, std::ostream& err);
+using CommandFn = int (*)(const std::vector<std::string>& args, std::ostream& out,
+                          std::ostream& err);
+
+// A subcommand. Commands that need LibTorch live in the sibling binary
+// `trainyard-torch` (so that the light ones start in milliseconds instead of
+// loading LibTorch); in `trainyard`'s table they have no `run` and are
+// executed there, with the same arguments.
+struct Command {
+  const char* name;
+  CommandFn run;  // nullptr: exec trainyard-torch
+  const char* summary;
+};
+
+constexpr char kConvertSummary[] = "Hugging Face T5 checkpoints to Trainyard checkpoints and back";
+
+// The `trainyard` binary's commands, and the `trainyard-torch` binary's
+// (defined with them, in //client:torch_commands).
+const std::vector<Command>& TrainyardCommands();
+const std::vector<Command>& TorchCommands();
+
+// Dispatches argv[1] to a subcommand of `commands`; prints the command list
+// on --help. `program` names the binary in messages.
+int RunTrainyard(const char* program, const std::vector<Command>& commands, int argc, char** argv,
+                 std::ostream& out, std::ostream& err);
 
 }  // namespace trainyard
 

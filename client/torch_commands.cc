@@ -1,0 +1,13 @@
+// The command table of `trainyard-torch`.
+#include "client/commands.h"
+
+namespace trainyard {
+
+const std::vector<Command>& TorchCommands() {
+  static const std::vector<Command>* commands = new std::vector<Command>{
+      {"convert", RunConvert, kConvertSummary},
+  };
+  return *commands;
+}
+
+}  // namespace trainyard
