@@ -39,20 +39,28 @@ if [ ! -f /usr/share/bazel/rules/java/WORKSPACE ]; then
   echo "setup: /usr/share/bazel/rules/java is missing (package bazel-rules-java)" >&2
   exit 1
 fi
-# Python packages for tests and baselines: a virtualenv over Debian's Python
-# (and its python3-torch), re-created only when the requirements change.
-venv=.venv
-requirements=scripts/requirements-test.txt
-want=$(sha256sum "$requirements" | cut -c1-64)
-if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$want" ]; then
-  echo "setup: creating $venv (scripts/requirements-test.txt)"
-  rm -rf "$venv"
-  /usr/bin/python3 -m venv --system-site-packages "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements"
-  echo "$want" >"$venv/.requirements.sha256"
-fi
+# Python packages for tests and baselines, in virtualenvs re-created only
+# when their requirements change:
+#   .venv      over Debian's Python and its python3-torch (transformers)
+#   .venv-jax  a plain one (jax, optax, tensorboard need a newer numpy)
+make_venv() {  # DIR REQUIREMENTS [VENV-FLAGS]
+  local venv="$1" requirements="$2"
+  shift 2
+  local want
+  want=$(sha256sum "$requirements" | cut -c1-64)
+  if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.requirements.sha256" 2>/dev/null)" != "$want" ]; then
+    echo "setup: creating $venv ($requirements)"
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$@" "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$requirements"
+    echo "$want" >"$venv/.requirements.sha256"
+  fi
+}
+make_venv .venv scripts/requirements-test.txt --system-site-packages
+make_venv .venv-jax scripts/requirements-jax.txt
 
-# Tests find the virtualenv through TRAINYARD_PYTHON (read by .bazelrc).
-setup_rc="test --test_env=TRAINYARD_PYTHON=$PWD/$venv/bin/python"
+# Tests find the virtualenvs through environment variables (.bazelrc reads
+# this file).
+setup_rc="test --test_env=TRAINYARD_PYTHON=$PWD/.venv/bin/python --test_env=TRAINYARD_JAX_PYTHON=$PWD/.venv-jax/bin/python"
 [ "$(cat .bazelrc.setup 2>/dev/null)" = "$setup_rc" ] || echo "$setup_rc" >.bazelrc.setup
 echo "setup: ok"

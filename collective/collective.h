@@ -1,0 +1,49 @@
+// The narrow collective-communication interface the trainer uses for data
+// parallelism. Every rank of a group calls the same operations in the same
+// order; each returns a Status (kDeadlineExceeded on timeout, kUnavailable or
+// kAborted when a peer is gone).
+//
+// Backends: LocalCollective (world size 1) here; multi-process backends
+// implement the same interface.
+//
+// Thread-safety: one thread per rank drives a Collective.
+#ifndef TRAINYARD_COLLECTIVE_COLLECTIVE_H_
+#define TRAINYARD_COLLECTIVE_COLLECTIVE_H_
+
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+
+namespace trainyard {
+
+enum class ReduceOp { kSum, kMax, kMin };
+
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // In place: every tensor becomes the reduction over ranks.
+  virtual absl::Status AllReduce(std::vector<torch::Tensor>& tensors, ReduceOp op) = 0;
+  // In place: every rank gets `root`'s tensors.
+  virtual absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) = 0;
+  virtual absl::Status Barrier() = 0;
+};
+
+// World size 1: every operation is the identity.
+class LocalCollective : public Collective {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  absl::Status AllReduce(std::vector<torch::Tensor>&, ReduceOp) override { return absl::OkStatus(); }
+  absl::Status Broadcast(std::vector<torch::Tensor>&, int root) override {
+    return root == 0 ? absl::OkStatus() : absl::InvalidArgumentError("broadcast root out of range");
+  }
+  absl::Status Barrier() override { return absl::OkStatus(); }
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COLLECTIVE_COLLECTIVE_H_

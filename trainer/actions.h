@@ -1,0 +1,77 @@
+// Actions (T5X's BaseAction): decisions taken after a train summary or an
+// evaluation, from the metrics of each task. Run returns true to halt
+// training (the trainer then saves a checkpoint and stops).
+//
+// T5X passes the train state too; these actions only read metrics and the
+// step, so the state is reduced to the step here.
+//
+// Thread-safety: not thread-safe (actions keep history).
+#ifndef TRAINYARD_TRAINER_ACTIONS_H_
+#define TRAINYARD_TRAINER_ACTIONS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/optional.h"
+#include "proto/job.pb.h"
+
+namespace trainyard {
+
+// When an action runs.
+enum class ActionModeKind { kTrain, kTrainEval, kInferEval };
+
+// task -> metric name -> value. The train summary is the task "train".
+using MetricsByTask = std::map<std::string, std::map<std::string, double>>;
+
+class BaseAction {
+ public:
+  virtual ~BaseAction() = default;
+  // True: halt training.
+  virtual bool Run(int64_t step, const MetricsByTask& metrics_by_task) = 0;
+  // Why the last Run returned true.
+  virtual std::string reason() const = 0;
+};
+
+// Halts when `task`/`metric` has not improved on its best value by more than
+// atol + rtol * |best| for `patience` consecutive runs. mode MIN: lower is
+// better; MAX: higher is better. A missing task or metric is skipped.
+class EarlyStoppingAction : public BaseAction {
+ public:
+  EarlyStoppingAction(std::string task, std::string metric, EarlyStopping::Mode mode,
+                      int patience = 3, double atol = 0.0, double rtol = 0.0);
+  bool Run(int64_t step, const MetricsByTask& metrics_by_task) override;
+  std::string reason() const override { return reason_; }
+
+ private:
+  std::string task_, metric_;
+  EarlyStopping::Mode mode_;
+  int patience_;
+  double atol_, rtol_;
+  absl::optional<double> best_;
+  int stalls_ = 0;
+  std::string reason_;
+};
+
+// Halts when `task`/`metric` (default "loss") is NaN or infinite.
+class TerminateOnNanAction : public BaseAction {
+ public:
+  explicit TerminateOnNanAction(std::string task, std::string metric = "loss");
+  bool Run(int64_t step, const MetricsByTask& metrics_by_task) override;
+  std::string reason() const override { return reason_; }
+
+ private:
+  std::string task_, metric_;
+  std::string reason_;
+};
+
+// The actions of a job spec, grouped by mode.
+using ActionsByMode = std::map<ActionModeKind, std::vector<std::unique_ptr<BaseAction>>>;
+absl::StatusOr<ActionsByMode> CreateActions(const JobSpec& spec);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_TRAINER_ACTIONS_H_

@@ -1,0 +1,121 @@
+#include "trainer/event_writer.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+#include "absl/strings/str_cat.h"
+#include "proto/tensorboard.pb.h"
+
+namespace trainyard {
+namespace {
+
+std::array<uint32_t, 256> MakeTable() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t crc = i;
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+    table[i] = crc;
+  }
+  return table;
+}
+
+std::string LittleEndian64(uint64_t v) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return out;
+}
+
+std::string LittleEndian32(uint32_t v) {
+  std::string out(4, '\0');
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return out;
+}
+
+}  // namespace
+
+uint32_t Crc32c(absl::string_view data) {
+  static const std::array<uint32_t, 256> table = MakeTable();
+  uint32_t crc = 0xFFFFFFFFu;
+  for (unsigned char c : data) crc = table[(crc ^ c) & 0xff] ^ (crc >> 8);
+  return crc ^ 0xFFFFFFFFu;
+}
+
+uint32_t MaskedCrc32c(absl::string_view data) {
+  const uint32_t crc = Crc32c(data);
+  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+absl::Status MakeDirs(const std::string& dir) {
+  std::string prefix;
+  for (size_t pos = 0; pos != std::string::npos;) {
+    pos = dir.find('/', pos + 1);
+    prefix = dir.substr(0, pos);
+    if (prefix.empty()) continue;
+    if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      return absl::InternalError(absl::StrCat("cannot create ", prefix, ": ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::Open(const std::string& dir) {
+  absl::Status made = MakeDirs(dir);
+  if (!made.ok()) return made;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::string path = absl::StrCat(dir, "/events.out.tfevents.", std::time(nullptr), ".", host);
+  // Two writers in the same second (e.g. a restart) must not share a file.
+  for (int i = 1; access(path.c_str(), F_OK) == 0; ++i) {
+    path = absl::StrCat(dir, "/events.out.tfevents.", std::time(nullptr), ".", host, ".", i);
+  }
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (file == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
+  }
+  std::unique_ptr<EventFileWriter> writer(new EventFileWriter(path, file));
+  tensorboard::Event version;
+  version.set_wall_time(static_cast<double>(std::time(nullptr)));
+  version.set_file_version("brain.Event:2");
+  absl::Status status = writer->WriteRecord(version.SerializeAsString());
+  if (!status.ok()) return status;
+  return writer;
+}
+
+EventFileWriter::~EventFileWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+absl::Status EventFileWriter::WriteRecord(const std::string& data) {
+  const std::string length = LittleEndian64(data.size());
+  const std::string record = absl::StrCat(length, LittleEndian32(MaskedCrc32c(length)), data,
+                                          LittleEndian32(MaskedCrc32c(data)));
+  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size()) {
+    return absl::InternalError(absl::StrCat("cannot write ", path_, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EventFileWriter::WriteScalar(absl::string_view tag, float value, int64_t step,
+                                          double wall_time) {
+  tensorboard::Event event;
+  event.set_wall_time(wall_time);
+  event.set_step(step);
+  tensorboard::SummaryValue* v = event.mutable_summary()->add_value();
+  v->set_tag(std::string(tag));
+  v->set_simple_value(value);
+  return WriteRecord(event.SerializeAsString());
+}
+
+absl::Status EventFileWriter::Flush() {
+  if (std::fflush(file_) != 0) {
+    return absl::InternalError(absl::StrCat("cannot flush ", path_, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace trainyard

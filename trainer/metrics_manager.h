@@ -1,0 +1,85 @@
+// MetricsManager (T5X's): writes metric summaries to TensorBoard event files
+// under summary_dir/name and to the log, on a background thread, in order.
+// Only rank 0 writes; on other ranks nothing is created and
+// WriteMetricsSummary returns nullopt.
+//
+// Timing metrics are derived here: for a summary of `num_steps` steps ending
+// at `step`, with the duration measured since the last summary (or
+// StartDurationTimer):
+//   timing/seconds, timing/steps_per_second, timing/uptime, and, when the
+//   metrics carry the totals "timing/seqs" and "timing/target_tokens",
+//   timing/seqs_per_second, timing/target_tokens_per_second and their
+//   per-core variants (divided by the number of workers).
+//
+// Thread-safety: all methods may be called from the training thread while
+// the writer thread runs; Close (or destruction) drains and joins it.
+#ifndef TRAINYARD_TRAINER_METRICS_MANAGER_H_
+#define TRAINYARD_TRAINER_METRICS_MANAGER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "absl/types/optional.h"
+#include "common/clock.h"
+
+namespace trainyard {
+
+class EventFileWriter;
+
+class MetricsManager {
+ public:
+  MetricsManager(std::string name, std::string summary_dir, int rank, int num_workers = 1,
+                 Clock* clock = Clock::Real());
+  ~MetricsManager();
+  MetricsManager(const MetricsManager&) = delete;
+  MetricsManager& operator=(const MetricsManager&) = delete;
+
+  // Starts the duration of the next summary.
+  void StartDurationTimer();
+  void WriteScalar(const std::string& key, double value, int64_t step);
+  void WriteScalars(int64_t step, const std::map<std::string, double>& scalars);
+  // Adds timing metrics, queues the summary for writing, and returns it (rank
+  // 0) or nullopt (other ranks).
+  absl::optional<std::map<std::string, double>> WriteMetricsSummary(
+      std::map<std::string, double> metrics, int64_t step, int64_t num_steps);
+  // Writes everything queued, joins the writer thread; returns the first
+  // write error, if any. Idempotent.
+  absl::Status Close();
+
+  // summary_dir/name, where the event files go (empty on ranks != 0).
+  const std::string& log_dir() const { return log_dir_; }
+
+ private:
+  void Enqueue(std::function<absl::Status()> work);
+  void Run();
+  absl::Status Write(int64_t step, const std::map<std::string, double>& scalars);
+
+  const std::string name_;
+  const std::string log_dir_;
+  const bool enabled_;
+  const int num_workers_;
+  Clock* const clock_;
+  const absl::Time created_;
+  absl::Time timer_start_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<absl::Status()>> queue_;  // guarded by mu_
+  bool closing_ = false;                              // guarded by mu_
+  absl::Status first_error_;                          // guarded by mu_
+  std::thread thread_;
+  std::unique_ptr<EventFileWriter> writer_;  // writer thread only
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_TRAINER_METRICS_MANAGER_H_

@@ -1,0 +1,251 @@
+#include "trainer/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+
+namespace trainyard {
+namespace {
+
+torch::Tensor Rms(const torch::Tensor& t) { return t.pow(2).mean().sqrt(); }
+
+// A state slot of one parameter.
+struct Slot {
+  std::string name;
+  torch::Tensor* tensor;
+};
+
+class OptimizerBase : public Optimizer {
+ public:
+  explicit OptimizerBase(const NamedTensors& params, double max_grad_norm)
+      : params_(params), max_grad_norm_(max_grad_norm) {}
+
+  void Apply(const std::vector<torch::Tensor>& grads, double learning_rate) override {
+    torch::NoGradGuard no_grad;
+    if (max_grad_norm_ > 0) ClipByGlobalNorm(grads, max_grad_norm_);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Update(i, params_[i].second, grads[i].to(torch::kFloat), learning_rate);
+    }
+    ++step_;
+  }
+
+  std::map<std::string, torch::Tensor> State() const override {
+    std::map<std::string, torch::Tensor> state;
+    for (const Slot& slot : const_cast<OptimizerBase*>(this)->Slots()) {
+      state[slot.name] = *slot.tensor;
+    }
+    state["step"] = torch::tensor(step_, torch::kLong);
+    return state;
+  }
+
+  absl::Status LoadState(const std::map<std::string, torch::Tensor>& state) override {
+    auto step = state.find("step");
+    if (step == state.end()) return absl::InvalidArgumentError("optimizer state: \"step\" is missing");
+    std::vector<Slot> slots = Slots();
+    for (const Slot& slot : slots) {
+      auto it = state.find(slot.name);
+      if (it == state.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("optimizer state: \"", slot.name, "\" is missing"));
+      }
+      if (it->second.sizes() != slot.tensor->sizes()) {
+        return absl::InvalidArgumentError(absl::StrCat("optimizer state: \"", slot.name,
+                                                       "\" has the wrong shape"));
+      }
+    }
+    torch::NoGradGuard no_grad;
+    for (const Slot& slot : slots) slot.tensor->copy_(state.at(slot.name));
+    step_ = step->second.item<int64_t>();
+    return absl::OkStatus();
+  }
+
+ protected:
+  virtual void Update(size_t i, torch::Tensor& param, const torch::Tensor& grad, double lr) = 0;
+  virtual std::vector<Slot> Slots() = 0;
+
+  NamedTensors params_;
+  double max_grad_norm_;
+};
+
+class AdafactorOptimizer : public OptimizerBase {
+ public:
+  AdafactorOptimizer(const Adafactor& c, const NamedTensors& params, double max_grad_norm)
+      : OptimizerBase(params, max_grad_norm), config_(c) {
+    for (const auto& [name, p] : params_) {
+      State s;
+      const auto options = p.options().dtype(torch::kFloat).requires_grad(false);
+      if (p.dim() >= 2) {
+        // The two largest dimensions (ties: the earlier one counts smaller).
+        std::vector<int64_t> order(p.dim());
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int64_t a, int64_t b) { return p.size(a) < p.size(b); });
+        const int64_t d1 = order[order.size() - 2], d0 = order.back();
+        if (p.size(d1) >= c.min_dim_size_to_factor()) {
+          s.factored = true;
+          s.d0 = d0;
+          s.d1 = d1;
+          std::vector<int64_t> row = p.sizes().vec(), col = p.sizes().vec();
+          row.erase(row.begin() + d0);
+          col.erase(col.begin() + d1);
+          s.v_row = torch::zeros(row, options);
+          s.v_col = torch::zeros(col, options);
+        }
+      }
+      if (!s.factored) s.v = torch::zeros(p.sizes(), options);
+      if (c.has_beta1()) s.m = torch::zeros(p.sizes(), options);
+      state_.push_back(std::move(s));
+    }
+  }
+
+ protected:
+  void Update(size_t i, torch::Tensor& param, const torch::Tensor& grad, double lr) override {
+    State& s = state_[i];
+    const double decay = 1.0 - std::pow(static_cast<double>(step_ + 1), -config_.decay_rate());
+    const torch::Tensor grad_sqr = grad.pow(2) + config_.epsilon1();
+    torch::Tensor u;
+    if (s.factored) {
+      s.v_row.mul_(decay).add_(grad_sqr.mean(s.d0), 1.0 - decay);
+      s.v_col.mul_(decay).add_(grad_sqr.mean(s.d1), 1.0 - decay);
+      const int64_t reduced_d1 = s.d1 > s.d0 ? s.d1 - 1 : s.d1;
+      const torch::Tensor row_factor = (s.v_row / s.v_row.mean(reduced_d1, true)).rsqrt();
+      const torch::Tensor col_factor = s.v_col.rsqrt();
+      u = grad * row_factor.unsqueeze(s.d0) * col_factor.unsqueeze(s.d1);
+    } else {
+      s.v.mul_(decay).add_(grad_sqr, 1.0 - decay);
+      u = grad * s.v.rsqrt();
+    }
+    if (config_.clipping_threshold() > 0) {
+      u = u / torch::clamp_min(Rms(u) / config_.clipping_threshold(), 1.0);
+    }
+    u = u * lr;
+    if (config_.multiply_by_parameter_scale()) {
+      u = u * torch::clamp_min(Rms(param), config_.epsilon2());
+    }
+    if (config_.has_beta1()) {
+      s.m.mul_(config_.beta1()).add_(u, 1.0 - config_.beta1());
+      u = s.m;
+    }
+    if (config_.weight_decay_rate() > 0) u = u + config_.weight_decay_rate() * param;
+    param.sub_(u);
+  }
+
+  std::vector<Slot> Slots() override {
+    std::vector<Slot> slots;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const std::string& name = params_[i].first;
+      State& s = state_[i];
+      if (s.factored) {
+        slots.push_back({name + "/v_row", &s.v_row});
+        slots.push_back({name + "/v_col", &s.v_col});
+      } else {
+        slots.push_back({name + "/v", &s.v});
+      }
+      if (s.m.defined()) slots.push_back({name + "/m", &s.m});
+    }
+    return slots;
+  }
+
+ private:
+  struct State {
+    bool factored = false;
+    int64_t d0 = 0, d1 = 0;
+    torch::Tensor v_row, v_col, v, m;
+  };
+  Adafactor config_;
+  std::vector<State> state_;
+};
+
+class AdamWOptimizer : public OptimizerBase {
+ public:
+  AdamWOptimizer(const AdamW& c, const NamedTensors& params, double max_grad_norm)
+      : OptimizerBase(params, max_grad_norm), config_(c) {
+    for (const auto& [name, p] : params_) {
+      const auto options = p.options().dtype(torch::kFloat).requires_grad(false);
+      m_.push_back(torch::zeros(p.sizes(), options));
+      v_.push_back(torch::zeros(p.sizes(), options));
+    }
+  }
+
+ protected:
+  void Update(size_t i, torch::Tensor& param, const torch::Tensor& grad, double lr) override {
+    const double b1 = config_.beta1(), b2 = config_.beta2();
+    m_[i].mul_(b1).add_(grad, 1.0 - b1);
+    v_[i].mul_(b2).addcmul_(grad, grad, 1.0 - b2);
+    const double t = static_cast<double>(step_ + 1);
+    const torch::Tensor m_hat = m_[i] / (1.0 - std::pow(b1, t));
+    const torch::Tensor v_hat = v_[i] / (1.0 - std::pow(b2, t));
+    torch::Tensor u = m_hat / (v_hat.sqrt() + config_.epsilon());
+    if (config_.weight_decay() > 0) u = u + config_.weight_decay() * param;
+    param.sub_(u * lr);
+  }
+
+  std::vector<Slot> Slots() override {
+    std::vector<Slot> slots;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      slots.push_back({params_[i].first + "/m", &m_[i]});
+      slots.push_back({params_[i].first + "/v", &v_[i]});
+    }
+    return slots;
+  }
+
+ private:
+  AdamW config_;
+  std::vector<torch::Tensor> m_, v_;
+};
+
+Adafactor WithDefaults(Adafactor a) {
+  if (!a.has_decay_rate()) a.set_decay_rate(0.8f);
+  if (!a.has_clipping_threshold()) a.set_clipping_threshold(1.0f);
+  if (!a.has_multiply_by_parameter_scale()) a.set_multiply_by_parameter_scale(true);
+  if (!a.has_epsilon1()) a.set_epsilon1(1e-30f);
+  if (!a.has_epsilon2()) a.set_epsilon2(1e-3f);
+  if (!a.has_min_dim_size_to_factor()) a.set_min_dim_size_to_factor(128);
+  if (!a.has_weight_decay_rate()) a.set_weight_decay_rate(0.0f);
+  return a;
+}
+
+AdamW WithDefaults(AdamW a) {
+  if (!a.has_beta1()) a.set_beta1(0.9f);
+  if (!a.has_beta2()) a.set_beta2(0.999f);
+  if (!a.has_epsilon()) a.set_epsilon(1e-8f);
+  if (!a.has_weight_decay()) a.set_weight_decay(0.01f);
+  return a;
+}
+
+}  // namespace
+
+double ClipByGlobalNorm(const std::vector<torch::Tensor>& grads, double max_norm) {
+  torch::NoGradGuard no_grad;
+  double sum = 0;
+  for (const torch::Tensor& g : grads) sum += g.to(torch::kDouble).pow(2).sum().item<double>();
+  const double norm = std::sqrt(sum);
+  if (norm > max_norm) {
+    for (const torch::Tensor& g : grads) g.mul_(max_norm / norm);
+  }
+  return norm;
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerConfig& config,
+                                                           const NamedTensors& params) {
+  if (!(config.max_grad_norm() >= 0)) {
+    return absl::InvalidArgumentError("optimizer.max_grad_norm must be >= 0");
+  }
+  if (config.has_adamw()) {
+    const AdamW a = WithDefaults(config.adamw());
+    if (!(a.beta1() >= 0 && a.beta1() < 1) || !(a.beta2() >= 0 && a.beta2() < 1) || !(a.epsilon() > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("optimizer.adamw: ", a.ShortDebugString()));
+    }
+    return std::unique_ptr<Optimizer>(new AdamWOptimizer(a, params, config.max_grad_norm()));
+  }
+  const Adafactor a = WithDefaults(config.adafactor());
+  if (!(a.decay_rate() > 0 && a.decay_rate() <= 1) || !(a.epsilon1() > 0) ||
+      !(a.clipping_threshold() >= 0) || a.min_dim_size_to_factor() < 1 ||
+      (a.has_beta1() && !(a.beta1() >= 0 && a.beta1() < 1))) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer.adafactor: ", a.ShortDebugString()));
+  }
+  return std::unique_ptr<Optimizer>(new AdafactorOptimizer(a, params, config.max_grad_norm()));
+}
+
+}  // namespace trainyard

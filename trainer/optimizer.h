@@ -1,0 +1,64 @@
+// Optimizers over a model's named parameters, with their state as named
+// tensors (so it is part of the train state and of checkpoints).
+//
+//  - Adafactor (Shazeer & Stern 2018) with T5X's defaults, step for step the
+//    composition of optax.adafactor: factored second moments for parameters
+//    whose two largest dimensions are >= min_dim_size_to_factor (decay
+//    1 - (t+1)^-decay_rate, epsilon1 added to squared gradients), update
+//    clipping by RMS (clipping_threshold), scaling by the learning rate and by
+//    max(RMS(param), epsilon2), optional momentum beta1 (no bias
+//    correction), then weight_decay_rate * param added to the update.
+//  - AdamW (as optax.adamw): bias-corrected moments, decoupled weight decay
+//    scaled by the learning rate.
+// Before either, the gradients' global norm can be clipped (max_grad_norm).
+//
+// Thread-safety: not thread-safe; one thread drives an optimizer.
+#ifndef TRAINYARD_TRAINER_OPTIMIZER_H_
+#define TRAINYARD_TRAINER_OPTIMIZER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/job.pb.h"
+
+namespace trainyard {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  // One update of every parameter from its gradient (same order as the
+  // parameters given at creation), in place, without autograd.
+  virtual void Apply(const std::vector<torch::Tensor>& grads, double learning_rate) = 0;
+
+  // Updates applied so far.
+  int64_t step() const { return step_; }
+  // "<param>/<slot>" -> tensor, plus "step".
+  virtual std::map<std::string, torch::Tensor> State() const = 0;
+  // Restores State(); kInvalidArgument naming a missing or mis-shaped slot.
+  virtual absl::Status LoadState(const std::map<std::string, torch::Tensor>& state) = 0;
+
+ protected:
+  int64_t step_ = 0;
+};
+
+// kInvalidArgument for an out-of-range hyper-parameter.
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerConfig& config,
+                                                           const NamedTensors& params);
+
+// Scales `grads` in place so their global L2 norm is at most `max_norm`;
+// returns the norm before clipping.
+double ClipByGlobalNorm(const std::vector<torch::Tensor>& grads, double max_norm);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_TRAINER_OPTIMIZER_H_

@@ -1,0 +1,222 @@
+#include "trainer/trainer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <utility>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace trainyard {
+namespace {
+
+constexpr char kPreemptionPayload[] = "type.trainyard/preemption";
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+double Rms(const torch::Tensor& t) { return t.to(torch::kDouble).pow(2).mean().sqrt().item<double>(); }
+
+// Sums metrics over ranks: totals and counts are all-reduced; a per-step
+// metric's count (steps) is the same on every rank, so it is not summed.
+absl::Status AllReduceMetrics(Collective* collective, Metrics* metrics) {
+  if (collective->world_size() == 1 || metrics->empty()) return absl::OkStatus();
+  std::vector<torch::Tensor> parts;
+  for (auto& [name, m] : *metrics) {
+    parts.push_back(m.total.reshape({1}));
+    parts.push_back(m.count.reshape({1}));
+  }
+  std::vector<torch::Tensor> flat = {torch::cat(parts)};
+  TY_RETURN_IF_ERROR(collective->AllReduce(flat, ReduceOp::kSum));
+  int64_t i = 0;
+  for (auto& [name, m] : *metrics) {
+    m.total = flat[0][i++].clone();
+    torch::Tensor count = flat[0][i++].clone();
+    m.count = m.per_step ? count / collective->world_size() : count;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status PreemptionError(int64_t step) {
+  absl::Status status = absl::AbortedError(
+      absl::StrCat("preempted: stopped after step ", step, "; write an emergency checkpoint"));
+  status.SetPayload(kPreemptionPayload, absl::Cord(absl::StrCat(step)));
+  return status;
+}
+
+bool IsPreemptionError(const absl::Status& status) {
+  return status.GetPayload(kPreemptionPayload).has_value();
+}
+
+std::map<std::string, double> WeightMetricsComputer::ComputeMetrics(
+    const NamedTensors& grads, const NamedTensors& old_params,
+    const NamedTensors& new_params) const {
+  std::map<std::string, double> out;
+  double grad_sq = 0;
+  for (size_t i = 0; i < new_params.size(); ++i) {
+    const std::string& name = new_params[i].first;
+    const torch::Tensor& p = new_params[i].second;
+    const torch::Tensor update = p - old_params[i].second;
+    const double weight_rms = Rms(p);
+    out["weight_rms/" + name] = weight_rms;
+    out["weight_max/" + name] = p.abs().max().item<double>();
+    out["weight_gradient_rms/" + name] = Rms(grads[i].second);
+    out["weight_update_rms/" + name] = Rms(update);
+    out["weight_update_divided_by_weight_rms/" + name] =
+        weight_rms > 0 ? Rms(update) / weight_rms : 0.0;
+    grad_sq += grads[i].second.to(torch::kDouble).pow(2).sum().item<double>();
+  }
+  out["weight_gradient_norm"] = std::sqrt(grad_sq);
+  return out;
+}
+
+Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learning_rate,
+                 Collective* collective, TrainerOptions options)
+    : model_(model),
+      optimizer_(optimizer),
+      learning_rate_(std::move(learning_rate)),
+      collective_(collective),
+      options_(std::move(options)) {
+  for (const auto& item : model_->named_parameters()) params_.emplace_back(item.key(), item.value());
+  train_metrics_ = std::make_unique<MetricsManager>("train", options_.summary_dir,
+                                                    collective_->rank(), collective_->world_size());
+}
+
+Trainer::~Trainer() { Close().IgnoreError(); }
+
+absl::Status Trainer::Close() {
+  absl::Status status = train_metrics_->Close();
+  for (auto& [name, manager] : eval_metrics_) {
+    absl::Status s = manager->Close();
+    if (status.ok()) status = s;
+  }
+  return status;
+}
+
+at::Generator Trainer::DropoutGenerator(int64_t step, int microbatch) const {
+  const uint64_t key = SplitMix64(options_.seed ^
+                                  SplitMix64(static_cast<uint64_t>(step) ^
+                                             SplitMix64(static_cast<uint64_t>(collective_->rank()) * 1000003ull +
+                                                        static_cast<uint64_t>(microbatch))));
+  return at::make_generator<at::CPUGeneratorImpl>(key);
+}
+
+absl::StatusOr<Metrics> Trainer::AccumulateGradsMicrobatched(const T5Batch& batch, int64_t step,
+                                                             double global_target_tokens) {
+  const int64_t b = batch.batch_size();
+  const int m = options_.num_microbatches;
+  if (m < 1 || b % m != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("a batch of ", b, " examples does not split into ", m,
+                                                   " microbatches"));
+  }
+  LossOptions loss = options_.loss;
+  if (loss.normalization == LossConfig::NUM_TARGET_TOKENS) {
+    loss.loss_normalizing_factor = std::max(global_target_tokens, 1.0);
+  }
+  Metrics metrics;
+  const int64_t size = b / m;
+  for (int i = 0; i < m; ++i) {
+    TY_ASSIGN_OR_RETURN(LossOutput out, model_->LossFn(batch.Slice(i * size, size), loss,
+                                                       DropoutGenerator(step, i)));
+    try {
+      out.loss.backward();
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("backward: ", e.what_without_backtrace()));
+    }
+    MergeMetrics(out.metrics, /*within_step=*/true, &metrics);
+  }
+  return metrics;
+}
+
+absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) {
+  std::vector<torch::Tensor> grads;
+  for (auto& [name, p] : params_) {
+    grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
+  }
+  TY_RETURN_IF_ERROR(collective_->AllReduce(grads, ReduceOp::kSum));
+  const double lr = learning_rate_(step);
+  NamedTensors old_params;
+  if (options_.compute_weight_metrics) {
+    for (const auto& [name, p] : params_) old_params.emplace_back(name, p.detach().clone());
+  }
+  optimizer_->Apply(grads, lr);
+  std::map<std::string, double> metrics = {{"learning_rate", lr}, {"learning_rate/current", lr}};
+  if (options_.compute_weight_metrics) {
+    NamedTensors named_grads;
+    for (size_t i = 0; i < params_.size(); ++i) named_grads.emplace_back(params_[i].first, grads[i]);
+    for (const auto& [k, v] : WeightMetricsComputer().ComputeMetrics(named_grads, old_params, params_)) {
+      metrics[k] = v;
+    }
+  }
+  for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
+  return metrics;
+}
+
+absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batches,
+                                                             int64_t num_steps) {
+  Metrics total;
+  std::map<std::string, double> last_step_metrics;
+  double seqs = 0, target_tokens = 0;
+  train_metrics_->StartDurationTimer();
+  for (int64_t i = 0; i < num_steps; ++i) {
+    const int64_t step = this->step();
+    if (options_.preemption_requested != nullptr && options_.preemption_requested->load()) {
+      return PreemptionError(step);
+    }
+    absl::StatusOr<T5Batch> batch = batches->Next();
+    if (absl::IsOutOfRange(batch.status())) {
+      return absl::FailedPreconditionError(absl::StrCat("the batch iterator ended at step ", step));
+    }
+    TY_RETURN_IF_ERROR(batch.status());
+    std::vector<torch::Tensor> counts = {torch::tensor(
+        {static_cast<double>(batch->batch_size()), batch->decoder_loss_weights.sum().item<double>()},
+        torch::kDouble)};
+    TY_RETURN_IF_ERROR(collective_->AllReduce(counts, ReduceOp::kSum));
+    TY_ASSIGN_OR_RETURN(Metrics step_metrics,
+                        AccumulateGradsMicrobatched(*batch, step, counts[0][1].item<double>()));
+    TY_ASSIGN_OR_RETURN(last_step_metrics, ApplyGrads(step));
+    MergeMetrics(step_metrics, /*within_step=*/false, &total);
+    seqs += counts[0][0].item<double>();
+    target_tokens += counts[0][1].item<double>();
+  }
+  TY_RETURN_IF_ERROR(AllReduceMetrics(collective_, &total));
+  std::map<std::string, double> summary = MetricValues(total);
+  for (const auto& [k, v] : last_step_metrics) summary[k] = v;
+  summary["timing/seqs"] = seqs;
+  summary["timing/target_tokens"] = target_tokens;
+  absl::optional<std::map<std::string, double>> written =
+      train_metrics_->WriteMetricsSummary(summary, step(), num_steps);
+  return written.has_value() ? *written : std::map<std::string, double>();
+}
+
+absl::StatusOr<MetricsByTask> Trainer::Eval(const std::map<std::string, BatchIterator*>& batches) {
+  MetricsByTask out;
+  for (const auto& [name, it] : batches) {
+    Metrics total;
+    while (true) {
+      absl::StatusOr<T5Batch> batch = it->Next();
+      if (absl::IsOutOfRange(batch.status())) break;
+      TY_RETURN_IF_ERROR(batch.status());
+      TY_ASSIGN_OR_RETURN(Metrics m, model_->EvalFn(*batch, options_.loss));
+      MergeMetrics(m, /*within_step=*/false, &total);
+    }
+    TY_RETURN_IF_ERROR(AllReduceMetrics(collective_, &total));
+    auto& manager = eval_metrics_[name];
+    if (manager == nullptr) {
+      manager = std::make_unique<MetricsManager>("training_eval/" + name, options_.summary_dir,
+                                                 collective_->rank(), collective_->world_size());
+    }
+    manager->WriteScalars(step(), MetricValues(total));
+    out[name] = MetricValues(total);
+  }
+  return out;
+}
+
+}  // namespace trainyard

@@ -1,0 +1,122 @@
+// The training loop of T5X's t5x.trainer, in C++: a Trainer drives a Model
+// and an Optimizer over batches, with microbatched gradient accumulation and
+// data parallelism through a Collective.
+//
+// One train step (world size W, M microbatches, this rank's batch b = B/W):
+//   1. AccumulateGradsMicrobatched: split b into M microbatches; for each,
+//      forward, loss normalised by the number of real target tokens of the
+//      whole global batch (all-reduced first), backward. Gradients sum in
+//      float32 in the parameters' .grad, so the sum over microbatches and
+//      ranks is the full-batch gradient. Metrics merge.
+//   2. The gradients are all-reduced (SUM) across ranks.
+//   3. ApplyGrads: the optimizer applies them with the step's learning rate.
+// Dropout masks of step s, rank r, microbatch m come from a generator seeded
+// with f(seed, s, r, m), so runs are reproducible and a resumed run sees the
+// same masks.
+//
+// Metrics are summed over the steps of a Train call and written by rank 0's
+// MetricsManager ("train", and "training_eval/<name>" for Eval).
+//
+// Thread-safety: one thread drives a Trainer.
+#ifndef TRAINYARD_TRAINER_TRAINER_H_
+#define TRAINYARD_TRAINER_TRAINER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collective/collective.h"
+#include "model/model.h"
+#include "trainer/actions.h"
+#include "trainer/learning_rate.h"
+#include "trainer/metrics_manager.h"
+#include "trainer/optimizer.h"
+
+namespace trainyard {
+
+// A source of batches (this rank's share of each global batch).
+// Next returns kOutOfRange at the end of a finite iterator.
+class BatchIterator {
+ public:
+  virtual ~BatchIterator() = default;
+  virtual absl::StatusOr<T5Batch> Next() = 0;
+};
+
+// Decides which per-parameter weight metrics to compute (T5X's
+// WeightMetricsComputer): weight_rms/<p>, weight_gradient_rms/<p>,
+// weight_gradient_norm, weight_update_rms/<p>,
+// weight_update_divided_by_weight_rms/<p>, weight_max/<p>.
+class WeightMetricsComputer {
+ public:
+  // old/new: parameters before and after the update; grads: the reduced
+  // gradients.
+  std::map<std::string, double> ComputeMetrics(const NamedTensors& grads,
+                                               const NamedTensors& old_params,
+                                               const NamedTensors& new_params) const;
+};
+
+struct TrainerOptions {
+  int num_microbatches = 1;
+  LossOptions loss;
+  uint64_t seed = 0;
+  std::string summary_dir;  // empty: no event files
+  bool compute_weight_metrics = false;
+  // Set (by a signal handler) to request a stop: Train returns a preemption
+  // error at the next step boundary.
+  const std::atomic<bool>* preemption_requested = nullptr;
+};
+
+// T5X's PreemptionError: the status Train returns when preemption was
+// requested; the caller writes an emergency checkpoint.
+absl::Status PreemptionError(int64_t step);
+bool IsPreemptionError(const absl::Status& status);
+
+class Trainer {
+ public:
+  Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learning_rate,
+          Collective* collective, TrainerOptions options);
+  ~Trainer();
+
+  // Runs `num_steps` train steps from `step()`; returns the train summary
+  // (rank 0; other ranks get an empty map). kInvalidArgument if a batch does
+  // not split into the microbatches.
+  absl::StatusOr<std::map<std::string, double>> Train(BatchIterator* batches, int64_t num_steps);
+
+  // Evaluates every named iterator to its end; returns metrics by task name
+  // and writes them under training_eval/<name>.
+  absl::StatusOr<MetricsByTask> Eval(const std::map<std::string, BatchIterator*>& batches);
+
+  // One step's gradients into the parameters' .grad (not reduced across
+  // ranks) and its metrics. `global_target_tokens`: real target tokens of the
+  // whole global batch.
+  absl::StatusOr<Metrics> AccumulateGradsMicrobatched(const T5Batch& batch, int64_t step,
+                                                      double global_target_tokens);
+  // Reduces gradients across ranks, applies them, clears them; returns the
+  // learning-rate (and weight) metrics.
+  absl::StatusOr<std::map<std::string, double>> ApplyGrads(int64_t step);
+
+  int64_t step() const { return optimizer_->step(); }
+  // Joins the metric writers; the first write error, if any.
+  absl::Status Close();
+
+ private:
+  at::Generator DropoutGenerator(int64_t step, int microbatch) const;
+
+  Model* model_;
+  Optimizer* optimizer_;
+  LearningRateCallable learning_rate_;
+  Collective* collective_;
+  TrainerOptions options_;
+  NamedTensors params_;
+  std::unique_ptr<MetricsManager> train_metrics_;
+  std::map<std::string, std::unique_ptr<MetricsManager>> eval_metrics_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_TRAINER_TRAINER_H_
