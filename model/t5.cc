@@ -273,7 +273,9 @@ T5Impl::T5Impl(const ModelConfig& config, torch::Device device, uint64_t seed) :
   }
   if (meta) return;
 
-  // T5's initialisation (Mesh TensorFlow / T5X, as Hugging Face reproduces it).
+  // T5X's initialisation: embeddings N(0, 1); dense kernels fan-in scaled,
+  // the query's further divided by sqrt(d_kv) (T5 does not scale attention
+  // logits); layer-norm scales 1.
   torch::NoGradGuard no_grad;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const double inner = static_cast<double>(config.num_heads()) * config.d_kv();
@@ -293,6 +295,10 @@ T5Impl::T5Impl(const ModelConfig& config, torch::Device device, uint64_t seed) :
     } else if (ends_with("key.weight") || ends_with("value.weight") || ends_with("wi.weight") ||
                ends_with("wi_0.weight") || ends_with("wi_1.weight") ||
                ends_with("rel_embedding")) {
+      stddev = 1.0 / std::sqrt(static_cast<double>(d));
+    } else if (ends_with("logits_dense.weight")) {
+      // T5X: fan-in scaling (Hugging Face uses 1.0, which makes initial
+      // logits of magnitude sqrt(d_model)).
       stddev = 1.0 / std::sqrt(static_cast<double>(d));
     } else if (ends_with("out.weight")) {
       stddev = 1.0 / std::sqrt(inner);

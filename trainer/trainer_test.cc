@@ -1,0 +1,212 @@
+#include "trainer/trainer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <dirent.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+
+#include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/encoder_decoder_model.h"
+#include "model/presets.h"
+
+namespace trainyard {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The sort task: the targets are the input tokens (3..40) in ascending
+// order, then EOS. Content-based attention solves it (T5's cross-attention
+// has no positions, so a plain copy is much slower to learn).
+class SortTask : public BatchIterator {
+ public:
+  SortTask(int batch, int length, uint64_t seed, int num_batches = -1)
+      : batch_(batch), length_(length), left_(num_batches) {
+    gen_ = at::make_generator<at::CPUGeneratorImpl>(seed);
+  }
+  absl::StatusOr<T5Batch> Next() override {
+    if (left_ == 0) return absl::OutOfRangeError("end");
+    if (left_ > 0) --left_;
+    T5Batch b;
+    torch::Tensor tokens = torch::randint(3, 41, {batch_, length_}, gen_, torch::kLong);
+    tokens.select(1, length_ - 1).fill_(1);  // EOS
+    b.encoder_input_tokens = tokens;
+    b.decoder_target_tokens = tokens.clone();
+    b.decoder_target_tokens.narrow(1, 0, length_ - 1)
+        .copy_(std::get<0>(tokens.narrow(1, 0, length_ - 1).sort(1)));
+    b.decoder_input_tokens = torch::zeros_like(tokens);
+    b.decoder_input_tokens.narrow(1, 1, length_ - 1)
+        .copy_(b.decoder_target_tokens.narrow(1, 0, length_ - 1));
+    b.decoder_loss_weights = torch::ones({batch_, length_});
+    return b;
+  }
+
+ private:
+  int batch_, length_, left_;
+  at::Generator gen_;
+};
+
+struct Setup {
+  std::unique_ptr<EncoderDecoderModel> model;
+  std::unique_ptr<Optimizer> optimizer;
+  LocalCollective collective;
+  std::unique_ptr<Trainer> trainer;
+};
+
+std::unique_ptr<Setup> MakeSetup(int microbatches, uint64_t seed, float dropout = 0.0f,
+                                 const std::string& summary_dir = "",
+                                 const std::atomic<bool>* preempt = nullptr) {
+  auto s = std::make_unique<Setup>();
+  ModelConfig config = *PresetConfig("tiny");
+  config.set_dropout_rate(dropout);
+  ModelOptions model_options;
+  model_options.init_seed = 1;
+  s->model = std::move(EncoderDecoderModel::Create(config, model_options)).value();
+  NamedTensors params;
+  for (const auto& p : s->model->named_parameters()) params.emplace_back(p.key(), p.value());
+  OptimizerConfig opt;
+  opt.mutable_adafactor();
+  s->optimizer = std::move(CreateOptimizer(opt, params)).value();
+  LearningRateSchedule lr;
+  lr.set_factors("constant");
+  lr.set_base_learning_rate(0.05f);
+  TrainerOptions options;
+  options.num_microbatches = microbatches;
+  options.seed = seed;
+  options.summary_dir = summary_dir;
+  options.preemption_requested = preempt;
+  s->trainer = std::make_unique<Trainer>(s->model.get(), s->optimizer.get(),
+                                         *LearningRateCallable::Create(lr), &s->collective, options);
+  return s;
+}
+
+std::vector<torch::Tensor> Grads(Setup* s, const T5Batch& batch) {
+  auto metrics = s->trainer->AccumulateGradsMicrobatched(
+      batch, 0, batch.decoder_loss_weights.sum().item<double>());
+  EXPECT_TRUE(metrics.ok()) << metrics.status();
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : s->model->parameters()) grads.push_back(p.grad().clone());
+  return grads;
+}
+
+TEST(TrainerTest, MicrobatchedGradientsEqualFullBatchGradients) {
+  SortTask task(8, 6, /*seed=*/3);
+  const T5Batch batch = *task.Next();
+  auto one = MakeSetup(1, 0);
+  const std::vector<torch::Tensor> full = Grads(one.get(), batch);
+  for (int k : {2, 4}) {
+    auto s = MakeSetup(k, 0);
+    const std::vector<torch::Tensor> micro = Grads(s.get(), batch);
+    ASSERT_EQ(micro.size(), full.size());
+    for (size_t i = 0; i < full.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(micro[i], full[i], /*rtol=*/1e-4, /*atol=*/1e-6))
+          << "k=" << k << " parameter " << i << " max diff "
+          << (micro[i] - full[i]).abs().max().item<float>();
+    }
+  }
+}
+
+TEST(TrainerTest, MicrobatchMetricsMergeToTheFullBatchLoss) {
+  SortTask task(8, 6, 3);
+  const T5Batch batch = *task.Next();
+  auto a = MakeSetup(1, 0), b = MakeSetup(4, 0);
+  const double tokens = batch.decoder_loss_weights.sum().item<double>();
+  auto full = a->trainer->AccumulateGradsMicrobatched(batch, 0, tokens);
+  auto micro = b->trainer->AccumulateGradsMicrobatched(batch, 0, tokens);
+  ASSERT_TRUE(full.ok() && micro.ok());
+  EXPECT_NEAR(micro->at("loss").Value(), full->at("loss").Value(), 1e-5);
+  EXPECT_NEAR(micro->at("accuracy").Value(), full->at("accuracy").Value(), 1e-12);
+}
+
+TEST(TrainerTest, BatchMustSplitIntoMicrobatches) {
+  SortTask task(6, 5, 3);
+  auto s = MakeSetup(4, 0);
+  EXPECT_THAT(s->trainer->AccumulateGradsMicrobatched(*task.Next(), 0, 30).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("a batch of 6 examples does not split into 4 microbatches")));
+}
+
+TEST(TrainerTest, SameSeedBitwiseSameParametersWithDropout) {
+  auto run = [](uint64_t seed) {
+    auto s = MakeSetup(2, seed, /*dropout=*/0.1f);
+    SortTask task(8, 6, 5);
+    EXPECT_TRUE(s->trainer->Train(&task, 4).ok());
+    return s->model->network()->token_embedder->weight.clone();
+  };
+  const torch::Tensor a = run(7), b = run(7), c = run(8);
+  EXPECT_TRUE(torch::equal(a, b));
+  EXPECT_FALSE(torch::equal(a, c));
+}
+
+TEST(TrainerTest, TrainingTinyOnTheSortTaskLearnsIt) {
+  const std::string dir = ::testing::TempDir() + "/trainer_sort";
+  auto s = MakeSetup(1, 0, 0.0f, dir);
+  SortTask task(16, 8, 11);
+  auto first = s->trainer->Train(&task, 10);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto last = s->trainer->Train(&task, 290);
+  ASSERT_TRUE(last.ok()) << last.status();
+  SortTask held_out(32, 8, 999, /*num_batches=*/2);
+  auto eval = s->trainer->Eval({{"sort", &held_out}});
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  std::printf("sort task: first 10 steps loss %.3f acc %.3f; steps 11-300 loss %.3f; "
+              "held-out loss %.3f accuracy %.3f\n",
+              first->at("loss"), first->at("accuracy"), last->at("loss"),
+              eval->at("sort").at("loss"), eval->at("sort").at("accuracy"));
+  // Uniform guessing over 38 tokens is a loss of log(38) = 3.6.
+  EXPECT_GT(first->at("loss"), 3.0);
+  EXPECT_LT(eval->at("sort").at("loss"), 0.4);
+  EXPECT_GT(eval->at("sort").at("accuracy"), 0.85);
+  EXPECT_EQ(s->trainer->step(), 300);
+  EXPECT_NEAR(last->at("learning_rate"), 0.05, 1e-8);
+  EXPECT_DOUBLE_EQ(last->at("timing/seqs"), 290 * 16);
+  EXPECT_TRUE(s->trainer->Close().ok());
+  // T5X's summary layout: train/ and training_eval/<name>/.
+  for (const char* sub : {"/train", "/training_eval/sort"}) {
+    DIR* d = opendir((dir + sub).c_str());
+    ASSERT_NE(d, nullptr) << sub;
+    int events = 0;
+    while (struct dirent* e = readdir(d)) events += std::string(e->d_name).rfind("events.out.tfevents.", 0) == 0;
+    closedir(d);
+    EXPECT_EQ(events, 1) << sub;
+  }
+}
+
+TEST(TrainerTest, PreemptionStopsAtTheNextStepBoundary) {
+  std::atomic<bool> preempt{false};
+  auto s = MakeSetup(1, 0, 0.0f, "", &preempt);
+  SortTask task(4, 5, 1);
+  ASSERT_TRUE(s->trainer->Train(&task, 3).ok());
+  preempt = true;
+  absl::StatusOr<std::map<std::string, double>> out = s->trainer->Train(&task, 5);
+  EXPECT_TRUE(IsPreemptionError(out.status())) << out.status();
+  EXPECT_THAT(out.status(), StatusIs(absl::StatusCode::kAborted, HasSubstr("after step 3")));
+  EXPECT_EQ(s->trainer->step(), 3);
+  EXPECT_FALSE(IsPreemptionError(absl::AbortedError("other")));
+}
+
+TEST(TrainerTest, EndOfBatchesIsFailedPrecondition) {
+  auto s = MakeSetup(1, 0);
+  SortTask task(4, 5, 1, /*num_batches=*/2);
+  EXPECT_THAT(s->trainer->Train(&task, 3).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("ended at step 2")));
+}
+
+TEST(WeightMetricsTest, ClosedForms) {
+  NamedTensors grads = {{"w", torch::tensor({3.0f, 4.0f})}};
+  NamedTensors old_params = {{"w", torch::tensor({1.0f, -1.0f})}};
+  NamedTensors new_params = {{"w", torch::tensor({2.0f, -2.0f})}};
+  auto m = WeightMetricsComputer().ComputeMetrics(grads, old_params, new_params);
+  EXPECT_DOUBLE_EQ(m.at("weight_gradient_norm"), 5.0);
+  EXPECT_DOUBLE_EQ(m.at("weight_rms/w"), 2.0);
+  EXPECT_DOUBLE_EQ(m.at("weight_max/w"), 2.0);
+  EXPECT_NEAR(m.at("weight_gradient_rms/w"), std::sqrt(12.5), 1e-12);
+  EXPECT_DOUBLE_EQ(m.at("weight_update_rms/w"), 1.0);
+  EXPECT_DOUBLE_EQ(m.at("weight_update_divided_by_weight_rms/w"), 0.5);
+}
+
+}  // namespace
+}  // namespace trainyard
