@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/cord.h"
@@ -40,6 +41,16 @@ absl::Status AllReduceMetrics(Collective* collective, Metrics* metrics) {
     m.count = m.per_step ? count / collective->world_size() : count;
   }
   return absl::OkStatus();
+}
+
+std::string ShapeKey(const char* kind, const T5Batch& b) {
+  std::string key = kind;
+  for (const torch::Tensor* t : {&b.encoder_input_tokens, &b.decoder_target_tokens}) {
+    if (!t->defined()) continue;
+    for (int64_t d : t->sizes()) absl::StrAppend(&key, ":", d);
+  }
+  if (b.packed()) key += ":packed";
+  return key;
 }
 
 }  // namespace
@@ -194,6 +205,44 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
   absl::optional<std::map<std::string, double>> written =
       train_metrics_->WriteMetricsSummary(summary, step(), num_steps);
   return written.has_value() ? *written : std::map<std::string, double>();
+}
+
+absl::StatusOr<double> Trainer::CompileTrain(const T5Batch& batch) {
+  const std::string key = ShapeKey("train", batch);
+  if (compiled_.count(key)) return 0.0;
+  const auto start = std::chrono::steady_clock::now();
+  TY_RETURN_IF_ERROR(AccumulateGradsMicrobatched(batch, step(), batch.decoder_loss_weights.sum().item<double>())
+                         .status());
+  for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  compiled_.insert(key);
+  train_metrics_->WriteScalar("timing/compilation_seconds", seconds, step());
+  return seconds;
+}
+
+absl::StatusOr<double> Trainer::CompileEval(const std::map<std::string, T5Batch>& batches) {
+  const auto start = std::chrono::steady_clock::now();
+  for (const auto& [name, batch] : batches) {
+    const std::string key = ShapeKey("eval", batch);
+    if (compiled_.count(key)) continue;
+    TY_RETURN_IF_ERROR(model_->EvalFn(batch, options_.loss).status());
+    compiled_.insert(key);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  train_metrics_->WriteScalar("timing/compilation_seconds", seconds, step());
+  return seconds;
+}
+
+bool Trainer::RunActions(const std::vector<std::unique_ptr<BaseAction>>& actions,
+                         const MetricsByTask& metrics, std::string* reason) {
+  bool halt = false;
+  for (const auto& action : actions) {
+    if (action->Run(step(), metrics) && !halt) {
+      halt = true;
+      if (reason != nullptr) *reason = action->reason();
+    }
+  }
+  return halt;
 }
 
 absl::StatusOr<MetricsByTask> Trainer::Eval(const std::map<std::string, BatchIterator*>& batches) {

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,20 @@ class Trainer {
   // learning-rate (and weight) metrics.
   absl::StatusOr<std::map<std::string, double>> ApplyGrads(int64_t step);
 
+  // Pre-warms a train step (or eval steps) for the batch's shapes: one
+  // forward/backward whose gradients are discarded, so allocations and
+  // kernels are ready (T5X's compile_train/compile_eval). Cached per shape;
+  // writes timing/compilation_seconds. Returns the seconds spent (0 when
+  // cached).
+  absl::StatusOr<double> CompileTrain(const T5Batch& batch);
+  absl::StatusOr<double> CompileEval(const std::map<std::string, T5Batch>& batches);
+
+  // Runs `actions` (those of one ActionMode) on the metrics at the current
+  // step; true, with the first reason, if any asks to halt. Every action
+  // runs, so each keeps its history.
+  bool RunActions(const std::vector<std::unique_ptr<BaseAction>>& actions,
+                  const MetricsByTask& metrics, std::string* reason);
+
   int64_t step() const { return optimizer_->step(); }
   // Joins the metric writers; the first write error, if any.
   absl::Status Close();
@@ -115,6 +130,7 @@ class Trainer {
   NamedTensors params_;
   std::unique_ptr<MetricsManager> train_metrics_;
   std::map<std::string, std::unique_ptr<MetricsManager>> eval_metrics_;
+  std::set<std::string> compiled_;  // shape keys already warmed up
 };
 
 }  // namespace trainyard

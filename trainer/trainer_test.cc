@@ -195,6 +195,33 @@ TEST(TrainerTest, EndOfBatchesIsFailedPrecondition) {
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("ended at step 2")));
 }
 
+TEST(TrainerTest, CompileTrainWarmsOncePerShapeAndLeavesNoGradients) {
+  auto s = MakeSetup(2, 0);
+  SortTask task(4, 6, 1);
+  const T5Batch batch = *task.Next();
+  const torch::Tensor before = s->model->network()->token_embedder->weight.clone();
+  absl::StatusOr<double> first = s->trainer->CompileTrain(batch);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_GT(*first, 0.0);
+  EXPECT_EQ(*s->trainer->CompileTrain(batch), 0.0);  // cached
+  SortTask longer(4, 9, 1);
+  EXPECT_GT(*s->trainer->CompileTrain(*longer.Next()), 0.0);  // a new shape
+  for (const auto& p : s->model->parameters()) EXPECT_FALSE(p.grad().defined());
+  EXPECT_TRUE(torch::equal(before, s->model->network()->token_embedder->weight));
+  EXPECT_EQ(s->trainer->step(), 0);
+}
+
+TEST(TrainerTest, RunActionsHaltsWithTheReasonAndRunsEveryAction) {
+  auto s = MakeSetup(1, 0);
+  std::vector<std::unique_ptr<BaseAction>> actions;
+  actions.push_back(std::make_unique<TerminateOnNanAction>("train"));
+  actions.push_back(std::make_unique<EarlyStoppingAction>("train", "loss", EarlyStopping::MIN, 1));
+  std::string reason;
+  EXPECT_FALSE(s->trainer->RunActions(actions, {{"train", {{"loss", 2.0}}}}, &reason));
+  EXPECT_TRUE(s->trainer->RunActions(actions, {{"train", {{"loss", std::nan("")}}}}, &reason));
+  EXPECT_THAT(reason, HasSubstr("train/loss is nan"));
+}
+
 TEST(WeightMetricsTest, ClosedForms) {
   NamedTensors grads = {{"w", torch::tensor({3.0f, 4.0f})}};
   NamedTensors old_params = {{"w", torch::tensor({1.0f, -1.0f})}};
