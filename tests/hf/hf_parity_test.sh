@@ -8,11 +8,8 @@
 set -u
 check="$1"
 trainyard="$2"
-python="${TRAINYARD_PYTHON:-}"
-if [ -z "$python" ] || ! "$python" -c 'import transformers' 2>/dev/null; then
-  echo "FAIL: TRAINYARD_PYTHON ('$python') is not a Python with transformers; run scripts/setup.sh"
-  exit 1
-fi
+source tests/require_python.sh
+require_python TRAINYARD_PYTHON transformers
 work="${TEST_TMPDIR:-$(mktemp -d)}/hf"
 mkdir -p "$work"
 export OMP_NUM_THREADS=1

@@ -3,11 +3,8 @@
 # scripts/setup.sh and named by TRAINYARD_JAX_PYTHON).
 set -u
 check="$1"
-python="${TRAINYARD_JAX_PYTHON:-}"
-if [ -z "$python" ] || ! "$python" -c 'import optax' 2>/dev/null; then
-  echo "FAIL: TRAINYARD_JAX_PYTHON ('$python') is not a Python with optax; run scripts/setup.sh"
-  exit 1
-fi
+source tests/require_python.sh
+require_python TRAINYARD_JAX_PYTHON optax
 work="${TEST_TMPDIR:-$(mktemp -d)}"
 JAX_PLATFORMS=cpu "$python" tests/optax/make_reference.py "$work/reference.safetensors" || exit 1
 "$check" "$work/reference.safetensors"
