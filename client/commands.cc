@@ -49,6 +49,7 @@ const std::vector<Command>& TrainyardCommands() {
   static const std::vector<Command>* commands = new std::vector<Command>{
       {"validate", RunValidate, "check job specs and print them normalised"},
       {"model-info", RunModelInfo, "a model preset's architecture and parameter count"},
+      {"vocab", RunVocab, "train a SentencePiece vocabulary with T5's special ids"},
       {"convert", nullptr, kConvertSummary},
   };
   return *commands;

@@ -22,6 +22,9 @@ int RunValidate(const std::vector<std::string>& args, std::ostream& out, std::os
 // `trainyard model-info [--preset NAME] [--json]`
 int RunModelInfo(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+// `trainyard vocab train --input FILE... --size N --out PREFIX`
+int RunVocab(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 // `trainyard convert (--from-hf HF_DIR [--vocab SPM] --out DIR | --checkpoint DIR --to-hf OUT)`
 int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
