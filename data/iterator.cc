@@ -1,0 +1,148 @@
+#include "data/iterator.h"
+
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace trainyard {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TaskIterator>> TaskIterator::Create(const Task& task,
+                                                                   const IteratorOptions& options) {
+  if (options.rows < 1 || options.inputs_length < 1 || options.targets_length < 1) {
+    return absl::InvalidArgumentError("rows and feature lengths must be >= 1");
+  }
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is not in [0, ", options.world_size, ")"));
+  }
+  absl::StatusOr<std::unique_ptr<ExampleSource>> source = task.source(options.split);
+  if (!source.ok()) {
+    return absl::Status(source.status().code(),
+                        absl::StrCat("task ", task.name, ": ", source.status().message()));
+  }
+  if ((*source)->size() == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("task ", task.name, ", split ", options.split, ": no examples"));
+  }
+  std::unique_ptr<TaskIterator> it(new TaskIterator(task, options, std::move(*source)));
+  if (it->shard_size() == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "task ", task.name, ", split ", options.split, ": ", it->source_->size(),
+        " examples leave rank ", options.rank, " of ", options.world_size, " nothing"));
+  }
+  it->StartEpoch(0);
+  return it;
+}
+
+TaskIterator::TaskIterator(const Task& task, const IteratorOptions& options,
+                           std::unique_ptr<ExampleSource> source)
+    : task_(task),
+      options_(options),
+      source_(std::move(source)),
+      converter_(options.inputs_length, options.targets_length, options.pack) {}
+
+int64_t TaskIterator::shard_size() const {
+  const int64_t n = source_->size();
+  const int64_t w = options_.world_size, r = options_.rank;
+  return r < n ? (n - r + w - 1) / w : 0;
+}
+
+void TaskIterator::StartEpoch(int64_t epoch) {
+  const int64_t n = source_->size();
+  order_.resize(static_cast<size_t>(n));
+  std::iota(order_.begin(), order_.end(), 0);
+  if (options_.shuffle) {
+    // Fisher-Yates with an explicit generator: the same order on every
+    // platform and standard library.
+    std::mt19937_64 gen(SplitMix64(options_.seed) ^ SplitMix64(static_cast<uint64_t>(epoch) + 1));
+    for (int64_t i = n - 1; i > 0; --i) {
+      const int64_t j = static_cast<int64_t>(gen() % static_cast<uint64_t>(i + 1));
+      std::swap(order_[i], order_[j]);
+    }
+  }
+  epoch_ = epoch;
+  position_ = 0;
+  loaded_ = 0;
+  buffer_.clear();
+}
+
+absl::StatusOr<absl::optional<TokenizedExample>> TaskIterator::Load(int64_t p) {
+  const int64_t index = order_[static_cast<size_t>(p * options_.world_size + options_.rank)];
+  absl::StatusOr<Example> example = source_->Get(index);
+  if (!example.ok()) return example.status();
+  Example ex = std::move(*example);
+  for (const Preprocessor& preprocess : task_.preprocessors) {
+    absl::StatusOr<absl::optional<Example>> out = preprocess(std::move(ex));
+    if (!out.ok()) return out.status();
+    if (!out->has_value()) return absl::optional<TokenizedExample>();
+    ex = std::move(**out);
+  }
+  absl::StatusOr<TokenizedExample> tokens = Tokenize(task_, ex);
+  if (!tokens.ok()) return tokens.status();
+  return absl::optional<TokenizedExample>(std::move(*tokens));
+}
+
+absl::StatusOr<ConvertedBatch> TaskIterator::Next() {
+  const int64_t shard = shard_size();
+  while (true) {
+    size_t want = static_cast<size_t>(options_.rows);
+    while (true) {
+      while (buffer_.size() < want && loaded_ < shard) {
+        const int64_t p = loaded_++;
+        absl::StatusOr<absl::optional<TokenizedExample>> ex = Load(p);
+        if (!ex.ok()) return ex.status();
+        if (ex->has_value()) {
+          buffer_.emplace_back(p, std::move(**ex));
+        } else {
+          ++dropped_;
+        }
+      }
+      if (buffer_.empty()) break;  // the epoch is over
+      std::vector<TokenizedExample> candidates;
+      candidates.reserve(buffer_.size());
+      for (const auto& [p, ex] : buffer_) candidates.push_back(ex);
+      size_t consumed = 0;
+      ConvertedBatch batch = converter_.ConvertToRows(candidates, options_.rows, &consumed);
+      // Full (some examples left over), or nothing more to add: done.
+      if (consumed < candidates.size() || loaded_ >= shard) {
+        for (size_t i = 0; i < consumed; ++i) buffer_.pop_front();
+        position_ = buffer_.empty() ? loaded_ : buffer_.front().first;
+        return batch;
+      }
+      want *= 2;
+    }
+    if (!options_.repeat) return absl::OutOfRangeError(absl::StrCat("end of epoch ", epoch_));
+    StartEpoch(epoch_ + 1);
+  }
+}
+
+std::string TaskIterator::State() const { return absl::StrCat(epoch_, " ", position_); }
+
+absl::Status TaskIterator::Restore(const std::string& state) {
+  std::istringstream in(state);
+  int64_t epoch = -1, position = -1;
+  std::string rest;
+  if (!(in >> epoch >> position) || (in >> rest) || epoch < 0 || position < 0 ||
+      position > shard_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("iterator state \"", state, "\": want \"EPOCH POSITION\" with 0 <= POSITION <= ",
+                     shard_size()));
+  }
+  StartEpoch(epoch);
+  position_ = loaded_ = position;
+  return absl::OkStatus();
+}
+
+}  // namespace trainyard

@@ -1,0 +1,205 @@
+#include "data/iterator.h"
+
+#include <fstream>
+#include <set>
+
+#include "common/testing/status_matchers.h"
+#include "data/digits_to_words.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainyard {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kVocab[] = "data/vocab/digits_to_words.model";
+
+std::shared_ptr<const Vocabulary> BundledVocab() {
+  static std::shared_ptr<const Vocabulary> vocab(std::move(Vocabulary::Load(kVocab)).value());
+  return vocab;
+}
+
+// A task over `n` in-memory examples "<i>" -> "<i in words>".
+Task NumbersTask(int n) {
+  Task task;
+  task.name = "numbers";
+  task.vocabulary = BundledVocab();
+  task.source = [n](const std::string&) -> absl::StatusOr<std::unique_ptr<ExampleSource>> {
+    std::vector<Example> examples;
+    for (int i = 0; i < n; ++i) examples.push_back({{"inputs", std::to_string(i)}, {"targets", NumberToWords(i)}});
+    return InMemorySource(std::move(examples));
+  };
+  return task;
+}
+
+std::string Write(const std::string& name, const std::string& content) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
+TEST(DigitsToWordsSourceTest, SplitsAreDisjointAndCoverEveryNumber) {
+  int64_t total = 0;
+  std::set<std::string> seen;
+  for (const char* split : {"train", "validation", "test"}) {
+    auto source = DigitsToWordsSource(split);
+    ASSERT_TRUE(source.ok());
+    total += (*source)->size();
+    for (int64_t i = 0; i < (*source)->size(); i += 997) {
+      EXPECT_TRUE(seen.insert((*(*source)->Get(i))["inputs"]).second);
+    }
+  }
+  EXPECT_EQ(total, kDigitsToWordsMaxNumber + 1);
+  EXPECT_THAT(DigitsToWordsSource("dev").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"dev\" is not one of")));
+}
+
+TEST(FileSourceTest, TsvAndJsonlWithBadLines) {
+  const std::string tsv = Write("a.tsv", "12\ttwelve\nbad line without tab\n7\tseven\n\xff\xfe\tx\n");
+  EXPECT_THAT(OpenTsvSource({tsv}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("a.tsv:2: 1 tab-separated columns, want 2")));
+  FileSourceOptions lenient;
+  lenient.strict = false;
+  auto source = OpenTsvSource({tsv}, lenient);
+  ASSERT_TRUE(source.ok()) << source.status();
+  EXPECT_EQ((*source)->size(), 2);
+  EXPECT_EQ((*source)->skipped(), 2);  // the tab-less line and the invalid UTF-8
+  EXPECT_EQ((*(*source)->Get(1))["targets"], "seven");
+  EXPECT_THAT((*source)->Get(2).status(), StatusCodeIs(absl::StatusCode::kOutOfRange));
+
+  const std::string jsonl = Write("a.jsonl", "{\"inputs\": \"3\", \"targets\": \"three\"}\n{\"inputs\": 3}\n");
+  EXPECT_THAT(OpenJsonlSource({jsonl}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a.jsonl:2: field \"inputs\" is not a string")));
+  const std::string jsonl2 = Write("b.jsonl", "{\"inputs\": \"3\"}\n[1]\n");
+  auto lenient_json = OpenJsonlSource({jsonl, jsonl2}, lenient);
+  ASSERT_TRUE(lenient_json.ok());
+  EXPECT_EQ((*lenient_json)->size(), 1);
+  EXPECT_EQ((*lenient_json)->skipped(), 3);
+  EXPECT_THAT(OpenTsvSource({"/nonexistent.tsv"}).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent.tsv")));
+  auto empty = OpenTsvSource({Write("empty.tsv", "")});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ((*empty)->size(), 0);
+}
+
+TEST(TaskRegistryTest, DuplicatesAndUnknownNames) {
+  TaskRegistry registry;
+  ASSERT_THAT(RegisterDigitsToWords(kVocab, &registry), IsOk());
+  EXPECT_THAT(RegisterDigitsToWords(kVocab, &registry), StatusCodeIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(registry.Get("digits_to_word").status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("registered: digits_to_words")));
+  absl::StatusOr<const Task*> task = registry.Get("digits_to_words");
+  ASSERT_TRUE(task.ok());
+  // Tokenize: ids end with EOS and decode back to the text.
+  auto source = (*task)->source("validation");
+  ASSERT_TRUE(source.ok());
+  for (int64_t i = 0; i < 300; ++i) {
+    const Example ex = *(*source)->Get(i * 311);
+    absl::StatusOr<TokenizedExample> tokens = Tokenize(**task, ex);
+    ASSERT_TRUE(tokens.ok());
+    EXPECT_EQ(tokens->targets.back(), Vocabulary::kEosId);
+    std::vector<int> ids(tokens->targets.begin(), tokens->targets.end());
+    EXPECT_EQ(*(*task)->vocabulary->Decode(ids), ex.at("targets"));
+  }
+}
+
+TEST(TaskIteratorTest, ShardsCoverAnEpochExactlyOnce) {
+  const Task task = NumbersTask(100);
+  std::multiset<std::string> seen;
+  for (int rank = 0; rank < 3; ++rank) {
+    IteratorOptions options;
+    options.rows = 4;
+    options.inputs_length = 8;
+    options.targets_length = 16;
+    options.pack = false;
+    options.repeat = false;
+    options.seed = 5;
+    options.rank = rank;
+    options.world_size = 3;
+    auto it = TaskIterator::Create(task, options);
+    ASSERT_TRUE(it.ok()) << it.status();
+    while (true) {
+      absl::StatusOr<ConvertedBatch> batch = (*it)->Next();
+      if (absl::IsOutOfRange(batch.status())) break;
+      ASSERT_TRUE(batch.ok());
+      for (int64_t r = 0; r < batch->rows; ++r) {
+        std::vector<int> ids(batch->encoder_input_tokens.begin() + r * 8,
+                             batch->encoder_input_tokens.begin() + (r + 1) * 8);
+        if (ids[0] != 0) seen.insert(*task.vocabulary->Decode(ids));
+      }
+    }
+  }
+  ASSERT_EQ(seen.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(seen.count(std::to_string(i)), 1u) << i;
+}
+
+bool SameBatch(const ConvertedBatch& a, const ConvertedBatch& b) {
+  return a.encoder_input_tokens == b.encoder_input_tokens &&
+         a.decoder_target_tokens == b.decoder_target_tokens &&
+         a.decoder_input_tokens == b.decoder_input_tokens &&
+         a.encoder_segment_ids == b.encoder_segment_ids &&
+         a.decoder_segment_ids == b.decoder_segment_ids;
+}
+
+TEST(TaskIteratorTest, RestoredIteratorYieldsIdenticalBatchesAcrossEpochs) {
+  const Task task = NumbersTask(57);
+  IteratorOptions options;
+  options.rows = 3;
+  options.inputs_length = 10;
+  options.targets_length = 24;
+  options.seed = 9;
+  options.rank = 1;
+  options.world_size = 2;
+  auto a = TaskIterator::Create(task, options);
+  ASSERT_TRUE(a.ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE((*a)->Next().ok());
+  const std::string state = (*a)->State();
+  std::vector<ConvertedBatch> expected;
+  for (int i = 0; i < 30; ++i) expected.push_back(*(*a)->Next());
+  EXPECT_GE((*a)->epoch(), 2);  // the 30 batches cross epoch boundaries
+  auto b = TaskIterator::Create(task, options);
+  ASSERT_TRUE(b.ok());
+  ASSERT_THAT((*b)->Restore(state), IsOk());
+  for (int i = 0; i < 30; ++i) EXPECT_TRUE(SameBatch(*(*b)->Next(), expected[i])) << "batch " << i;
+  EXPECT_THAT((*b)->Restore("0 999"), StatusCodeIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT((*b)->Restore("garbage"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("EPOCH POSITION")));
+}
+
+TEST(TaskIteratorTest, OrderDependsOnSeedAndEpoch) {
+  const Task task = NumbersTask(50);
+  auto first_rows = [&](uint64_t seed, int skip_epochs) {
+    IteratorOptions options;
+    options.rows = 50;
+    options.inputs_length = 4;
+    options.targets_length = 16;
+    options.pack = false;
+    options.seed = seed;
+    auto it = std::move(TaskIterator::Create(task, options)).value();
+    for (int e = 0; e < skip_epochs; ++e) (void)it->Next();
+    return it->Next()->encoder_input_tokens;
+  };
+  EXPECT_EQ(first_rows(1, 0), first_rows(1, 0));
+  EXPECT_NE(first_rows(1, 0), first_rows(2, 0));
+  EXPECT_NE(first_rows(1, 0), first_rows(1, 1));
+}
+
+TEST(TaskIteratorTest, PreprocessorsDropExamples) {
+  Task task = NumbersTask(20);
+  task.preprocessors.push_back([](Example ex) -> absl::StatusOr<absl::optional<Example>> {
+    if (std::stoi(ex["inputs"]) % 2) return absl::optional<Example>();
+    return absl::optional<Example>(std::move(ex));
+  });
+  IteratorOptions options;
+  options.rows = 100;
+  options.pack = false;
+  options.repeat = false;
+  auto it = std::move(TaskIterator::Create(task, options)).value();
+  ConvertedBatch batch = *it->Next();
+  EXPECT_EQ(batch.examples, 10);
+  EXPECT_EQ(it->dropped(), 10);
+}
+
+}  // namespace
+}  // namespace trainyard

@@ -1,0 +1,64 @@
+// seqio-like tasks: a named source of text examples per split, text
+// preprocessors, a vocabulary for the "inputs" and "targets" features, and
+// the names of the task's metric functions. A TaskRegistry maps names to
+// tasks; job specs select tasks by name.
+//
+// Thread-safety: the registry is thread-safe; tasks are immutable once added.
+#ifndef TRAINYARD_DATA_TASK_H_
+#define TRAINYARD_DATA_TASK_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/optional.h"
+#include "data/feature_converter.h"
+#include "data/source.h"
+#include "data/vocabulary.h"
+
+namespace trainyard {
+
+// A text-level preprocessor: returns the changed example, or nullopt to
+// drop it.
+using Preprocessor = std::function<absl::StatusOr<absl::optional<Example>>(Example)>;
+
+struct Task {
+  std::string name;
+  std::function<absl::StatusOr<std::unique_ptr<ExampleSource>>(const std::string& split)> source;
+  std::vector<Preprocessor> preprocessors;
+  std::shared_ptr<const Vocabulary> vocabulary;
+  bool add_eos = true;
+  std::vector<std::string> metric_fns;
+};
+
+// Tokenizes an example's "inputs" and "targets" (appending EOS if asked).
+absl::StatusOr<TokenizedExample> Tokenize(const Task& task, const Example& example);
+
+class TaskRegistry {
+ public:
+  static TaskRegistry& Global();
+
+  // kAlreadyExists for a duplicate name; kInvalidArgument for a task without
+  // a name, source or vocabulary.
+  absl::Status Add(Task task);
+  // kNotFound listing the registered names.
+  absl::StatusOr<const Task*> Get(const std::string& name) const;
+  std::vector<std::string> Names() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Task>> tasks_;  // guarded by mu_
+};
+
+// Registers the bundled digits_to_words task (its vocabulary at
+// `vocabulary_path`) in `registry`.
+absl::Status RegisterDigitsToWords(const std::string& vocabulary_path, TaskRegistry* registry);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_DATA_TASK_H_
