@@ -185,6 +185,45 @@ TEST(TaskIteratorTest, OrderDependsOnSeedAndEpoch) {
   EXPECT_NE(first_rows(1, 0), first_rows(1, 1));
 }
 
+TEST(MixtureTest, RatesAreHonouredAndComponentsKeepTheirPreprocessors) {
+  TaskRegistry registry;
+  Task small = NumbersTask(100);
+  small.name = "small";
+  Task big = NumbersTask(1000);
+  big.name = "big";
+  // "big" only passes numbers >= 500: its preprocessor must still run.
+  big.preprocessors.push_back([](Example ex) -> absl::StatusOr<absl::optional<Example>> {
+    if (std::stoi(ex["inputs"]) < 500) ex["inputs"] = std::to_string(std::stoi(ex["inputs"]) + 500);
+    return absl::optional<Example>(std::move(ex));
+  });
+  ASSERT_THAT(registry.Add(small), IsOk());
+  ASSERT_THAT(registry.Add(big), IsOk());
+  ASSERT_THAT(registry.AddMixture("mix", {{"small", 1.0}, {"big", 3.0}}), IsOk());
+  EXPECT_THAT(registry.AddMixture("mix", {{"small", 1.0}}), StatusCodeIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(registry.AddMixture("m2", {{"small", 0.0}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("must be > 0")));
+  EXPECT_THAT(registry.AddMixture("m3", {{"nope", 1.0}}), StatusCodeIs(absl::StatusCode::kNotFound));
+
+  IteratorOptions options;
+  options.rows = 1100;
+  options.inputs_length = 8;
+  options.targets_length = 4;
+  options.pack = false;
+  options.repeat = false;
+  auto it = std::move(TaskIterator::Create(**registry.Get("mix"), options)).value();
+  ConvertedBatch batch = *it->Next();
+  ASSERT_EQ(batch.examples, 1100);  // an epoch: 100 + 1000 positions
+  int from_small = 0;
+  for (int64_t r = 0; r < batch.rows; ++r) {
+    std::vector<int> ids(batch.encoder_input_tokens.begin() + r * 8,
+                         batch.encoder_input_tokens.begin() + (r + 1) * 8);
+    const int n = std::stoi(*BundledVocab()->Decode(ids));
+    from_small += n < 100;  // "big" examples were all moved to >= 500
+  }
+  // Rate 1:3 -> a quarter from "small": 275 of 1100 expected; binomial sd ~14.
+  EXPECT_NEAR(from_small, 275, 45);
+}
+
 TEST(TaskIteratorTest, PreprocessorsDropExamples) {
   Task task = NumbersTask(20);
   task.preprocessors.push_back([](Example ex) -> absl::StatusOr<absl::optional<Example>> {

@@ -1,9 +1,38 @@
 #include "data/task.h"
 
+#include <functional>
+#include <random>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace trainyard {
+namespace {
+
+constexpr char kComponentField[] = "__mixture_component";
+
+// The examples of a mixture's split: position i comes from component
+// schedule_[i].first, at its index schedule_[i].second.
+class MixtureSource : public ExampleSource {
+ public:
+  MixtureSource(std::vector<std::unique_ptr<ExampleSource>> sources,
+                std::vector<std::pair<int32_t, int64_t>> schedule)
+      : sources_(std::move(sources)), schedule_(std::move(schedule)) {}
+  int64_t size() const override { return static_cast<int64_t>(schedule_.size()); }
+  absl::StatusOr<Example> Get(int64_t index) const override {
+    if (index < 0 || index >= size()) return absl::OutOfRangeError(absl::StrCat("example ", index));
+    const auto& [component, local] = schedule_[static_cast<size_t>(index)];
+    absl::StatusOr<Example> ex = sources_[component]->Get(local);
+    if (ex.ok()) (*ex)[kComponentField] = std::to_string(component);
+    return ex;
+  }
+
+ private:
+  std::vector<std::unique_ptr<ExampleSource>> sources_;
+  std::vector<std::pair<int32_t, int64_t>> schedule_;
+};
+
+}  // namespace
 
 absl::StatusOr<TokenizedExample> Tokenize(const Task& task, const Example& example) {
   TokenizedExample out;
@@ -58,6 +87,75 @@ std::vector<std::string> TaskRegistry::Names() const {
   std::vector<std::string> names;
   for (const auto& [n, t] : tasks_) names.push_back(n);
   return names;
+}
+
+absl::Status TaskRegistry::AddMixture(const std::string& name,
+                                      const std::vector<std::pair<std::string, double>>& rates) {
+  if (rates.empty()) return absl::InvalidArgumentError(absl::StrCat("mixture ", name, ": no tasks"));
+  std::vector<const Task*> components;
+  std::vector<double> weights;
+  for (const auto& [task_name, rate] : rates) {
+    if (!(rate > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mixture ", name, ": rate of ", task_name, " is ", rate, "; must be > 0"));
+    }
+    absl::StatusOr<const Task*> task = Get(task_name);
+    if (!task.ok()) return absl::NotFoundError(absl::StrCat("mixture ", name, ": ", task.status().message()));
+    if (!components.empty() && ((*task)->vocabulary->path() != components[0]->vocabulary->path() ||
+                                (*task)->vocabulary->size() != components[0]->vocabulary->size())) {
+      return absl::InvalidArgumentError(absl::StrCat("mixture ", name, ": ", task_name,
+                                                     " has another vocabulary than ",
+                                                     components[0]->name));
+    }
+    components.push_back(*task);
+    weights.push_back(rate);
+  }
+  Task mixture;
+  mixture.name = name;
+  mixture.vocabulary = components[0]->vocabulary;
+  mixture.add_eos = components[0]->add_eos;
+  mixture.source = [components, weights, name](
+                       const std::string& split) -> absl::StatusOr<std::unique_ptr<ExampleSource>> {
+    std::vector<std::unique_ptr<ExampleSource>> sources;
+    int64_t total = 0;
+    for (const Task* t : components) {
+      absl::StatusOr<std::unique_ptr<ExampleSource>> source = t->source(split);
+      if (!source.ok()) return source.status();
+      if ((*source)->size() == 0) {
+        return absl::FailedPreconditionError(absl::StrCat("task ", t->name, ", split ", split, ": no examples"));
+      }
+      total += (*source)->size();
+      sources.push_back(std::move(*source));
+    }
+    // Which component each position draws from: a weighted draw per
+    // position from a generator seeded by the mixture's name.
+    std::mt19937_64 gen(std::hash<std::string>()(name) ^ 0x6d69787475726573ull);
+    double sum = 0;
+    for (double w : weights) sum += w;
+    std::vector<int64_t> next(sources.size(), 0);
+    std::vector<std::pair<int32_t, int64_t>> schedule;
+    schedule.reserve(static_cast<size_t>(total));
+    for (int64_t i = 0; i < total; ++i) {
+      double u = static_cast<double>(gen() >> 11) / 9007199254740992.0 * sum;  // [0, sum)
+      size_t k = 0;
+      while (k + 1 < weights.size() && u >= weights[k]) u -= weights[k++];
+      schedule.emplace_back(static_cast<int32_t>(k), next[k]++ % sources[k]->size());
+    }
+    return std::unique_ptr<ExampleSource>(new MixtureSource(std::move(sources), std::move(schedule)));
+  };
+  // Each example goes through its own task's preprocessors.
+  mixture.preprocessors.push_back(
+      [components](Example ex) -> absl::StatusOr<absl::optional<Example>> {
+        const size_t k = static_cast<size_t>(std::stoul(ex.at(kComponentField)));
+        ex.erase(kComponentField);
+        for (const Preprocessor& preprocess : components[k]->preprocessors) {
+          absl::StatusOr<absl::optional<Example>> out = preprocess(std::move(ex));
+          if (!out.ok() || !out->has_value()) return out;
+          ex = std::move(**out);
+        }
+        return absl::optional<Example>(std::move(ex));
+      });
+  return Add(std::move(mixture));
 }
 
 absl::Status RegisterDigitsToWords(const std::string& vocabulary_path, TaskRegistry* registry) {

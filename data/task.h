@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -49,6 +50,17 @@ class TaskRegistry {
   // kNotFound listing the registered names.
   absl::StatusOr<const Task*> Get(const std::string& name) const;
   std::vector<std::string> Names() const;
+
+  // Registers a mixture (seqio's Mixture) under `name`: a task whose examples
+  // come from the named tasks in proportion to their rates. One epoch of a
+  // split holds as many examples as its components' splits together; which
+  // component each position draws from is fixed by a generator seeded with
+  // the mixture's name, and each component's examples are used in order,
+  // wrapping around. Components must share a vocabulary. kNotFound for an
+  // unknown component, kInvalidArgument for a rate <= 0 or mismatched
+  // vocabularies, kAlreadyExists for a taken name.
+  absl::Status AddMixture(const std::string& name,
+                          const std::vector<std::pair<std::string, double>>& rates);
 
  private:
   mutable std::mutex mu_;
