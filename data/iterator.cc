@@ -5,18 +5,9 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/random.h"
 
 namespace trainyard {
-namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<TaskIterator>> TaskIterator::Create(const Task& task,
                                                                    const IteratorOptions& options) {

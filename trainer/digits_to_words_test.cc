@@ -10,6 +10,7 @@
 #include "model/encoder_decoder_model.h"
 #include "model/presets.h"
 #include "trainer/task_batches.h"
+#include "trainer/testing/tiny_trainer.h"
 
 namespace trainyard {
 namespace {
@@ -19,20 +20,9 @@ TEST(DigitsToWordsTrainingTest, TinyLearnsToSpellNumbers) {
   ASSERT_THAT(RegisterDigitsToWords("data/vocab/digits_to_words.model", &registry), IsOk());
   const Task* task = *registry.Get("digits_to_words");
 
-  ModelConfig config = *PresetConfig("tiny");
-  config.set_dropout_rate(0.0f);
-  auto model = std::move(EncoderDecoderModel::Create(config, {})).value();
-  NamedTensors params;
-  for (const auto& p : model->named_parameters()) params.emplace_back(p.key(), p.value());
-  OptimizerConfig opt;
-  opt.mutable_adafactor();
-  auto optimizer = std::move(CreateOptimizer(opt, params)).value();
-  LearningRateSchedule lr;
-  lr.set_factors("constant");
-  lr.set_base_learning_rate(0.05f);
-  LocalCollective collective;
-  Trainer trainer(model.get(), optimizer.get(), *LearningRateCallable::Create(lr), &collective,
-                  TrainerOptions());
+  std::unique_ptr<TinyTrainer> tiny = MakeTinyTrainer();
+  EncoderDecoderModel* model = tiny->model.get();
+  Trainer& trainer = *tiny->trainer;
 
   IteratorOptions train;
   train.rows = 16;

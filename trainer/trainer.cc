@@ -7,19 +7,13 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "common/random.h"
 #include "common/status_macros.h"
 
 namespace trainyard {
 namespace {
 
 constexpr char kPreemptionPayload[] = "type.trainyard/preemption";
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 double Rms(const torch::Tensor& t) { return t.to(torch::kDouble).pow(2).mean().sqrt().item<double>(); }
 

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "model/encoder_decoder_model.h"
 #include "model/presets.h"
+#include "trainer/testing/tiny_trainer.h"
 
 namespace trainyard {
 namespace {
@@ -49,38 +50,19 @@ class SortTask : public BatchIterator {
   at::Generator gen_;
 };
 
-struct Setup {
-  std::unique_ptr<EncoderDecoderModel> model;
-  std::unique_ptr<Optimizer> optimizer;
-  LocalCollective collective;
-  std::unique_ptr<Trainer> trainer;
-};
+using Setup = TinyTrainer;
 
 std::unique_ptr<Setup> MakeSetup(int microbatches, uint64_t seed, float dropout = 0.0f,
                                  const std::string& summary_dir = "",
                                  const std::atomic<bool>* preempt = nullptr) {
-  auto s = std::make_unique<Setup>();
-  ModelConfig config = *PresetConfig("tiny");
-  config.set_dropout_rate(dropout);
-  ModelOptions model_options;
-  model_options.init_seed = 1;
-  s->model = std::move(EncoderDecoderModel::Create(config, model_options)).value();
-  NamedTensors params;
-  for (const auto& p : s->model->named_parameters()) params.emplace_back(p.key(), p.value());
-  OptimizerConfig opt;
-  opt.mutable_adafactor();
-  s->optimizer = std::move(CreateOptimizer(opt, params)).value();
-  LearningRateSchedule lr;
-  lr.set_factors("constant");
-  lr.set_base_learning_rate(0.05f);
-  TrainerOptions options;
-  options.num_microbatches = microbatches;
-  options.seed = seed;
-  options.summary_dir = summary_dir;
-  options.preemption_requested = preempt;
-  s->trainer = std::make_unique<Trainer>(s->model.get(), s->optimizer.get(),
-                                         *LearningRateCallable::Create(lr), &s->collective, options);
-  return s;
+  TinyTrainerOptions options;
+  options.init_seed = 1;
+  options.dropout = dropout;
+  options.trainer.num_microbatches = microbatches;
+  options.trainer.seed = seed;
+  options.trainer.summary_dir = summary_dir;
+  options.trainer.preemption_requested = preempt;
+  return MakeTinyTrainer(options);
 }
 
 std::vector<torch::Tensor> Grads(Setup* s, const T5Batch& batch) {

@@ -10,9 +10,7 @@
 #include <fstream>
 #include <string>
 
-#include "model/encoder_decoder_model.h"
-#include "model/presets.h"
-#include "trainer/trainer.h"
+#include "trainer/testing/tiny_trainer.h"
 
 namespace {
 
@@ -34,20 +32,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int k = std::atoi(argv[1]);
-  ModelConfig config = *PresetConfig("tiny");
-  auto model = std::move(EncoderDecoderModel::Create(config, {})).value();
-  NamedTensors params;
-  for (const auto& p : model->named_parameters()) params.emplace_back(p.key(), p.value());
-  OptimizerConfig opt;
-  opt.mutable_adafactor();
-  auto optimizer = std::move(CreateOptimizer(opt, params)).value();
-  LearningRateSchedule lr;
-  lr.set_factors("constant");
-  LocalCollective collective;
-  TrainerOptions options;
-  options.num_microbatches = k;
-  Trainer trainer(model.get(), optimizer.get(), *LearningRateCallable::Create(lr), &collective,
-                  options);
+  TinyTrainerOptions options;
+  options.trainer.num_microbatches = k;
+  std::unique_ptr<TinyTrainer> tiny = MakeTinyTrainer(options);
+  Trainer& trainer = *tiny->trainer;
   torch::manual_seed(0);
   T5Batch b;
   b.encoder_input_tokens = torch::randint(2, 500, {64, 128}, torch::kLong);
