@@ -84,6 +84,19 @@ TEST(FileSourceTest, TsvAndJsonlWithBadLines) {
   EXPECT_EQ((*empty)->size(), 0);
 }
 
+TEST(FileSourceTest, PatternsExpandToShardsInOrder) {
+  const std::string dir = ::testing::TempDir();
+  Write("shard-00001.tsv", "2\ttwo\n");
+  Write("shard-00000.tsv", "0\tzero\n1\tone\n");
+  auto source = OpenTsvSource({dir + "/shard-*.tsv"});
+  ASSERT_TRUE(source.ok()) << source.status();
+  ASSERT_EQ((*source)->size(), 3);
+  EXPECT_EQ((*(*source)->Get(0))["targets"], "zero");
+  EXPECT_EQ((*(*source)->Get(2))["targets"], "two");
+  EXPECT_THAT(OpenTsvSource({dir + "/nothing-*.tsv"}).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("no file matches")));
+}
+
 TEST(TaskRegistryTest, DuplicatesAndUnknownNames) {
   TaskRegistry registry;
   ASSERT_THAT(RegisterDigitsToWords(kVocab, &registry), IsOk());

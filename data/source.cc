@@ -1,5 +1,7 @@
 #include "data/source.h"
 
+#include <glob.h>
+
 #include <fstream>
 #include <utility>
 
@@ -64,6 +66,31 @@ absl::StatusOr<Example> ParseJsonl(const std::string& line, const std::vector<st
   return ex;
 }
 
+// Expands shell patterns (a sharded data set's "train-*.tsv"), in sorted
+// order per pattern; a plain path stays as it is.
+absl::StatusOr<std::vector<std::string>> ExpandPatterns(const std::vector<std::string>& patterns) {
+  std::vector<std::string> paths;
+  for (const std::string& pattern : patterns) {
+    if (pattern.find_first_of("*?[") == std::string::npos) {
+      paths.push_back(pattern);
+      continue;
+    }
+    glob_t matches;
+    const int rc = glob(pattern.c_str(), GLOB_ERR, nullptr, &matches);
+    if (rc == GLOB_NOMATCH) {
+      globfree(&matches);
+      return absl::NotFoundError(absl::StrCat(pattern, ": no file matches"));
+    }
+    if (rc != 0) {
+      globfree(&matches);
+      return absl::InternalError(absl::StrCat(pattern, ": cannot list"));
+    }
+    for (size_t i = 0; i < matches.gl_pathc; ++i) paths.push_back(matches.gl_pathv[i]);
+    globfree(&matches);
+  }
+  return paths;
+}
+
 class FileSource : public ExampleSource {
  public:
   struct Line {
@@ -71,10 +98,13 @@ class FileSource : public ExampleSource {
     std::streamoff offset;
   };
 
-  static absl::StatusOr<std::unique_ptr<ExampleSource>> Open(const std::vector<std::string>& paths,
+  static absl::StatusOr<std::unique_ptr<ExampleSource>> Open(const std::vector<std::string>& patterns,
                                                              const FileSourceOptions& options,
                                                              LineParser parser) {
-    if (paths.empty()) return absl::InvalidArgumentError("no files given");
+    if (patterns.empty()) return absl::InvalidArgumentError("no files given");
+    absl::StatusOr<std::vector<std::string>> expanded = ExpandPatterns(patterns);
+    if (!expanded.ok()) return expanded.status();
+    const std::vector<std::string>& paths = *expanded;
     auto source = std::unique_ptr<FileSource>(new FileSource(paths, options, parser));
     for (size_t f = 0; f < paths.size(); ++f) {
       std::ifstream in(paths[f], std::ios::binary);

@@ -41,7 +41,8 @@ struct FileSourceOptions {
   bool strict = true;  // false: skip bad lines and count them
 };
 
-// `paths`: files read in order (a sharded data set's shards).
+// `paths`: files read in order; shell patterns ("train-*.tsv") expand to
+// their matches in sorted order (kNotFound if a pattern matches nothing).
 absl::StatusOr<std::unique_ptr<ExampleSource>> OpenTsvSource(const std::vector<std::string>& paths,
                                                              const FileSourceOptions& options = {});
 absl::StatusOr<std::unique_ptr<ExampleSource>> OpenJsonlSource(
