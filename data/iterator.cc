@@ -80,7 +80,9 @@ absl::StatusOr<absl::optional<TokenizedExample>> TaskIterator::Load(int64_t p) {
     if (!out->has_value()) return absl::optional<TokenizedExample>();
     ex = std::move(**out);
   }
-  absl::StatusOr<TokenizedExample> tokens = Tokenize(task_, ex);
+  std::mt19937_64 rng(SplitMix64(options_.seed) ^ SplitMix64(static_cast<uint64_t>(epoch_) << 1) ^
+                      SplitMix64(static_cast<uint64_t>(index) * 2 + 1));
+  absl::StatusOr<TokenizedExample> tokens = Tokenize(task_, ex, &rng);
   if (!tokens.ok()) return tokens.status();
   return absl::optional<TokenizedExample>(std::move(*tokens));
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "data/span_corruption.h"
 
 namespace trainyard {
 namespace {
@@ -34,21 +35,69 @@ class MixtureSource : public ExampleSource {
 
 }  // namespace
 
-absl::StatusOr<TokenizedExample> Tokenize(const Task& task, const Example& example) {
+absl::StatusOr<TokenizedExample> Tokenize(const Task& task, const Example& example,
+                                          std::mt19937_64* rng) {
   TokenizedExample out;
   for (const char* feature : {"inputs", "targets"}) {
     auto it = example.find(feature);
-    if (it == example.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("task ", task.name, ": example has no \"",
-                                                     feature, "\""));
-    }
+    if (it == example.end()) continue;
     absl::StatusOr<std::vector<int>> ids = task.vocabulary->Encode(it->second);
     if (!ids.ok()) return ids.status();
-    std::vector<int32_t>& dst = std::string(feature) == "inputs" ? out.inputs : out.targets;
-    dst.assign(ids->begin(), ids->end());
-    if (task.add_eos) dst.push_back(Vocabulary::kEosId);
+    (std::string(feature) == "inputs" ? out.inputs : out.targets).assign(ids->begin(), ids->end());
+  }
+  for (const TokenPreprocessor& preprocess : task.token_preprocessors) {
+    if (rng == nullptr) return absl::InternalError("token preprocessors need a generator");
+    absl::StatusOr<TokenizedExample> next = preprocess(std::move(out), rng);
+    if (!next.ok()) return next.status();
+    out = std::move(*next);
+  }
+  if (task.add_eos) {
+    out.inputs.push_back(Vocabulary::kEosId);
+    out.targets.push_back(Vocabulary::kEosId);
+  }
+  if (out.inputs.empty() || out.targets.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("task ", task.name, ": an example has no ", out.inputs.empty() ? "inputs" : "targets"));
   }
   return out;
+}
+
+Preprocessor Rekey(std::map<std::string, std::string> mapping) {
+  return [mapping](Example ex) -> absl::StatusOr<absl::optional<Example>> {
+    Example out;
+    for (const auto& [to, from] : mapping) {
+      auto it = ex.find(from);
+      if (it == ex.end()) return absl::InvalidArgumentError(absl::StrCat("rekey: no feature \"", from, "\""));
+      out[to] = it->second;
+    }
+    return absl::optional<Example>(std::move(out));
+  };
+}
+
+TokenPreprocessor SpanCorruption(const Vocabulary& vocabulary, double noise_density,
+                                 double mean_noise_span_length) {
+  const int extra_ids = vocabulary.extra_ids();
+  const int32_t first_sentinel = extra_ids > 0 ? vocabulary.ExtraId(0) : -1;
+  return [=](TokenizedExample ex, std::mt19937_64* rng) -> absl::StatusOr<TokenizedExample> {
+    if (extra_ids == 0) return absl::FailedPreconditionError("span corruption needs extra ids");
+    TokenizedExample out = SpanCorrupt(ex.targets, first_sentinel, noise_density, mean_noise_span_length, rng);
+    // SpanCorrupt appends EOS; the task appends its own.
+    out.inputs.pop_back();
+    out.targets.pop_back();
+    return out;
+  };
+}
+
+TokenPreprocessor PrefixLm() {
+  return [](TokenizedExample ex, std::mt19937_64* rng) -> absl::StatusOr<TokenizedExample> {
+    const size_t n = ex.targets.size();
+    if (n < 2) return absl::InvalidArgumentError("prefix LM needs at least 2 target tokens");
+    const size_t split = 1 + static_cast<size_t>((*rng)() % (n - 1));  // 1..n-1
+    TokenizedExample out;
+    out.inputs.assign(ex.targets.begin(), ex.targets.begin() + static_cast<std::ptrdiff_t>(split));
+    out.targets.assign(ex.targets.begin() + static_cast<std::ptrdiff_t>(split), ex.targets.end());
+    return out;
+  };
 }
 
 TaskRegistry& TaskRegistry::Global() {

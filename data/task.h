@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,17 +29,38 @@ namespace trainyard {
 // drop it.
 using Preprocessor = std::function<absl::StatusOr<absl::optional<Example>>(Example)>;
 
+// A token-level preprocessor (after tokenisation, before EOS is appended),
+// with a generator seeded per example: f(seed, epoch, example index).
+using TokenPreprocessor =
+    std::function<absl::StatusOr<TokenizedExample>(TokenizedExample, std::mt19937_64* rng)>;
+
 struct Task {
   std::string name;
   std::function<absl::StatusOr<std::unique_ptr<ExampleSource>>(const std::string& split)> source;
   std::vector<Preprocessor> preprocessors;
+  std::vector<TokenPreprocessor> token_preprocessors;
   std::shared_ptr<const Vocabulary> vocabulary;
   bool add_eos = true;
   std::vector<std::string> metric_fns;
 };
 
-// Tokenizes an example's "inputs" and "targets" (appending EOS if asked).
-absl::StatusOr<TokenizedExample> Tokenize(const Task& task, const Example& example);
+// Tokenizes an example's "inputs" and "targets" (a missing feature is
+// empty), runs the token preprocessors, appends EOS if asked; both features
+// must end up non-empty. `rng` may be null when the task has no token
+// preprocessors.
+absl::StatusOr<TokenizedExample> Tokenize(const Task& task, const Example& example,
+                                          std::mt19937_64* rng = nullptr);
+
+// Built-in preprocessors.
+// Renames features: {new name: old name}; other features are dropped.
+Preprocessor Rekey(std::map<std::string, std::string> mapping);
+// T5's span corruption of the "targets" tokens into inputs and targets
+// (data/span_corruption.h); sentinels are the vocabulary's extra ids.
+TokenPreprocessor SpanCorruption(const Vocabulary& vocabulary, double noise_density = 0.15,
+                                 double mean_noise_span_length = 3.0);
+// Prefix LM: the "targets" tokens split at a uniformly random point; the
+// prefix becomes the inputs, the rest the targets.
+TokenPreprocessor PrefixLm();
 
 class TaskRegistry {
  public:
