@@ -31,7 +31,26 @@ T5Batch ToT5Batch(const ConvertedBatch& b) {
 absl::StatusOr<T5Batch> TaskBatchIterator::Next() {
   absl::StatusOr<ConvertedBatch> batch = it_->Next();
   if (!batch.ok()) return batch.status();
+  examples_ += batch->examples;
+  truncated_ += batch->truncated_examples;
+  input_tokens_ += batch->input_tokens;
+  target_tokens_ += batch->target_tokens;
+  input_slots_ += batch->rows * batch->inputs_length;
+  target_slots_ += batch->rows * batch->targets_length;
   return ToT5Batch(*batch);
+}
+
+std::map<std::string, double> TaskBatchIterator::TakeDataMetrics() {
+  std::map<std::string, double> m;
+  if (input_slots_ == 0) return m;
+  m["data/examples"] = static_cast<double>(examples_);
+  m["data/truncated_examples"] = static_cast<double>(truncated_);
+  m["data/dropped_examples"] = static_cast<double>(it_->dropped() - dropped_reported_);
+  m["non_padding_fraction/inputs"] = static_cast<double>(input_tokens_) / input_slots_;
+  m["non_padding_fraction/targets"] = static_cast<double>(target_tokens_) / target_slots_;
+  dropped_reported_ = it_->dropped();
+  examples_ = truncated_ = input_tokens_ = target_tokens_ = input_slots_ = target_slots_ = 0;
+  return m;
 }
 
 }  // namespace trainyard

@@ -17,10 +17,16 @@ class TaskBatchIterator : public BatchIterator {
  public:
   explicit TaskBatchIterator(std::unique_ptr<TaskIterator> it) : it_(std::move(it)) {}
   absl::StatusOr<T5Batch> Next() override;
+  // data/examples, data/truncated_examples, data/dropped_examples (by
+  // preprocessors), non_padding_fraction/{inputs,targets}: over the batches
+  // since the last call.
+  std::map<std::string, double> TakeDataMetrics() override;
   TaskIterator* task_iterator() { return it_.get(); }
 
  private:
   std::unique_ptr<TaskIterator> it_;
+  int64_t examples_ = 0, truncated_ = 0, input_tokens_ = 0, target_tokens_ = 0;
+  int64_t input_slots_ = 0, target_slots_ = 0, dropped_reported_ = 0;
 };
 
 }  // namespace trainyard

@@ -196,6 +196,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
   for (const auto& [k, v] : last_step_metrics) summary[k] = v;
   summary["timing/seqs"] = seqs;
   summary["timing/target_tokens"] = target_tokens;
+  for (const auto& [k, v] : batches->TakeDataMetrics()) summary[k] = v;
   absl::optional<std::map<std::string, double>> written =
       train_metrics_->WriteMetricsSummary(summary, step(), num_steps);
   return written.has_value() ? *written : std::map<std::string, double>();

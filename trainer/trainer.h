@@ -46,6 +46,9 @@ class BatchIterator {
  public:
   virtual ~BatchIterator() = default;
   virtual absl::StatusOr<T5Batch> Next() = 0;
+  // Counts about the data since the last call (e.g. "data/truncated_examples",
+  // "non_padding_fraction/targets"), added to the train summary.
+  virtual std::map<std::string, double> TakeDataMetrics() { return {}; }
 };
 
 // Decides which per-parameter weight metrics to compute (T5X's
