@@ -165,13 +165,7 @@ void ValidateOptimizer(Errors* errors, OptimizerConfig* opt) {
   CheckRange(errors, "optimizer.max_grad_norm", opt->max_grad_norm(), 0, false, kInf, true);
   if (opt->has_adafactor()) {
     Adafactor* a = opt->mutable_adafactor();
-    if (!a->has_decay_rate()) a->set_decay_rate(0.8f);
-    if (!a->has_clipping_threshold()) a->set_clipping_threshold(1.0f);
-    if (!a->has_multiply_by_parameter_scale()) a->set_multiply_by_parameter_scale(true);
-    if (!a->has_epsilon1()) a->set_epsilon1(1e-30f);
-    if (!a->has_epsilon2()) a->set_epsilon2(1e-3f);
-    if (!a->has_min_dim_size_to_factor()) a->set_min_dim_size_to_factor(128);
-    if (!a->has_weight_decay_rate()) a->set_weight_decay_rate(0.0f);
+    FillAdafactorDefaults(a);
     CheckRange(errors, "optimizer.adafactor.decay_rate", a->decay_rate(), 0, true, 1, false);
     CheckRange(errors, "optimizer.adafactor.clipping_threshold", a->clipping_threshold(), 0,
                false, kInf, true);
@@ -186,10 +180,7 @@ void ValidateOptimizer(Errors* errors, OptimizerConfig* opt) {
                1, false);
   } else {
     AdamW* a = opt->mutable_adamw();
-    if (!a->has_beta1()) a->set_beta1(0.9f);
-    if (!a->has_beta2()) a->set_beta2(0.999f);
-    if (!a->has_epsilon()) a->set_epsilon(1e-8f);
-    if (!a->has_weight_decay()) a->set_weight_decay(0.01f);
+    FillAdamWDefaults(a);
     CheckRange(errors, "optimizer.adamw.beta1", a->beta1(), 0, false, 1, true);
     CheckRange(errors, "optimizer.adamw.beta2", a->beta2(), 0, false, 1, true);
     CheckRange(errors, "optimizer.adamw.epsilon", a->epsilon(), 0, true, 1, false);
@@ -379,6 +370,23 @@ void ValidateOutputDir(Errors* errors, JobSpec* spec, const ValidationOptions& o
 }
 
 }  // namespace
+
+void FillAdafactorDefaults(Adafactor* a) {
+  if (!a->has_decay_rate()) a->set_decay_rate(0.8f);
+  if (!a->has_clipping_threshold()) a->set_clipping_threshold(1.0f);
+  if (!a->has_multiply_by_parameter_scale()) a->set_multiply_by_parameter_scale(true);
+  if (!a->has_epsilon1()) a->set_epsilon1(1e-30f);
+  if (!a->has_epsilon2()) a->set_epsilon2(1e-3f);
+  if (!a->has_min_dim_size_to_factor()) a->set_min_dim_size_to_factor(128);
+  if (!a->has_weight_decay_rate()) a->set_weight_decay_rate(0.0f);
+}
+
+void FillAdamWDefaults(AdamW* a) {
+  if (!a->has_beta1()) a->set_beta1(0.9f);
+  if (!a->has_beta2()) a->set_beta2(0.999f);
+  if (!a->has_epsilon()) a->set_epsilon(1e-8f);
+  if (!a->has_weight_decay()) a->set_weight_decay(0.01f);
+}
 
 bool IsKnownLearningRateFactor(const std::string& factor) {
   for (const char* known : kLearningRateFactors) {

@@ -32,6 +32,11 @@ struct ValidationOptions {
 
 absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& options = {});
 
+// Fills unset optimizer hyper-parameters with their defaults (T5X's for
+// Adafactor; optax's for AdamW). The validator and the optimizers share them.
+void FillAdafactorDefaults(Adafactor* adafactor);
+void FillAdamWDefaults(AdamW* adamw);
+
 // The factors T5X's learning-rate factor strings may contain.
 bool IsKnownLearningRateFactor(const std::string& factor);
 

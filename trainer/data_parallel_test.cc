@@ -7,9 +7,7 @@
 
 #include "collective/gloo_collective.h"
 #include "gtest/gtest.h"
-#include "model/encoder_decoder_model.h"
-#include "model/presets.h"
-#include "trainer/trainer.h"
+#include "trainer/testing/tiny_trainer.h"
 
 namespace trainyard {
 namespace {
@@ -49,25 +47,16 @@ std::vector<T5Batch> GlobalBatches(int steps) {
 
 std::vector<torch::Tensor> Train(Collective* collective, BatchIterator* batches, int steps,
                                  int microbatches) {
-  ModelConfig config = *PresetConfig("tiny");
-  config.set_dropout_rate(0.0f);
-  ModelOptions model_options;
-  model_options.init_seed = 3;
-  auto model = std::move(EncoderDecoderModel::Create(config, model_options)).value();
-  NamedTensors params;
-  for (const auto& p : model->named_parameters()) params.emplace_back(p.key(), p.value());
-  OptimizerConfig opt;
-  opt.mutable_adamw();
-  auto optimizer = std::move(CreateOptimizer(opt, params)).value();
-  LearningRateSchedule lr;
-  lr.set_factors("constant");
-  lr.set_base_learning_rate(1e-3f);
-  TrainerOptions options;
-  options.num_microbatches = microbatches;
-  Trainer trainer(model.get(), optimizer.get(), *LearningRateCallable::Create(lr), collective, options);
-  EXPECT_TRUE(trainer.Train(batches, steps).ok());
+  TinyTrainerOptions options;
+  options.init_seed = 3;
+  options.learning_rate = 1e-3f;
+  options.adamw = true;
+  options.collective = collective;
+  options.trainer.num_microbatches = microbatches;
+  std::unique_ptr<TinyTrainer> tiny = MakeTinyTrainer(options);
+  EXPECT_TRUE(tiny->trainer->Train(batches, steps).ok());
   std::vector<torch::Tensor> out;
-  for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
+  for (const auto& p : tiny->model->parameters()) out.push_back(p.detach().clone());
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/jobspec_validator.h"
 
 namespace trainyard {
 namespace {
@@ -196,21 +197,12 @@ class AdamWOptimizer : public OptimizerBase {
 };
 
 Adafactor WithDefaults(Adafactor a) {
-  if (!a.has_decay_rate()) a.set_decay_rate(0.8f);
-  if (!a.has_clipping_threshold()) a.set_clipping_threshold(1.0f);
-  if (!a.has_multiply_by_parameter_scale()) a.set_multiply_by_parameter_scale(true);
-  if (!a.has_epsilon1()) a.set_epsilon1(1e-30f);
-  if (!a.has_epsilon2()) a.set_epsilon2(1e-3f);
-  if (!a.has_min_dim_size_to_factor()) a.set_min_dim_size_to_factor(128);
-  if (!a.has_weight_decay_rate()) a.set_weight_decay_rate(0.0f);
+  FillAdafactorDefaults(&a);
   return a;
 }
 
 AdamW WithDefaults(AdamW a) {
-  if (!a.has_beta1()) a.set_beta1(0.9f);
-  if (!a.has_beta2()) a.set_beta2(0.999f);
-  if (!a.has_epsilon()) a.set_epsilon(1e-8f);
-  if (!a.has_weight_decay()) a.set_weight_decay(0.01f);
+  FillAdamWDefaults(&a);
   return a;
 }
 

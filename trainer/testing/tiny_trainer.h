@@ -22,6 +22,8 @@ struct TinyTrainerOptions {
   float learning_rate = 0.05f;
   float dropout = 0.0f;
   uint64_t init_seed = 0;
+  bool adamw = false;  // default Adafactor
+  Collective* collective = nullptr;  // nullptr: the TinyTrainer's own local one
   TrainerOptions trainer;
 };
 
@@ -35,13 +37,18 @@ inline std::unique_ptr<TinyTrainer> MakeTinyTrainer(const TinyTrainerOptions& op
   NamedTensors params;
   for (const auto& p : t->model->named_parameters()) params.emplace_back(p.key(), p.value());
   OptimizerConfig optimizer;
-  optimizer.mutable_adafactor();
+  if (options.adamw) {
+    optimizer.mutable_adamw();
+  } else {
+    optimizer.mutable_adafactor();
+  }
   t->optimizer = std::move(CreateOptimizer(optimizer, params)).value();
   LearningRateSchedule lr;
   lr.set_factors("constant");
   lr.set_base_learning_rate(options.learning_rate);
   t->trainer = std::make_unique<Trainer>(t->model.get(), t->optimizer.get(),
-                                         *LearningRateCallable::Create(lr), &t->collective,
+                                         *LearningRateCallable::Create(lr),
+                                         options.collective ? options.collective : &t->collective,
                                          options.trainer);
   return t;
 }
