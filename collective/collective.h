@@ -3,8 +3,9 @@
 // order; each returns a Status (kDeadlineExceeded on timeout, kUnavailable or
 // kAborted when a peer is gone).
 //
-// Backends: LocalCollective (world size 1) here; multi-process backends
-// implement the same interface.
+// Backends: LocalCollective (world size 1) here; GlooCollective (CPU,
+// across processes and hosts); FakeCollective (tests: failures and delays
+// on demand).
 //
 // Thread-safety: one thread per rank drives a Collective.
 #ifndef TRAINYARD_COLLECTIVE_COLLECTIVE_H_
@@ -29,6 +30,9 @@ class Collective {
   virtual absl::Status AllReduce(std::vector<torch::Tensor>& tensors, ReduceOp op) = 0;
   // In place: every rank gets `root`'s tensors.
   virtual absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) = 0;
+  // Every rank's `input` (same shape and dtype on every rank), in rank
+  // order, into `outputs` (resized to world_size).
+  virtual absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) = 0;
   virtual absl::Status Barrier() = 0;
 };
 
@@ -40,6 +44,10 @@ class LocalCollective : public Collective {
   absl::Status AllReduce(std::vector<torch::Tensor>&, ReduceOp) override { return absl::OkStatus(); }
   absl::Status Broadcast(std::vector<torch::Tensor>&, int root) override {
     return root == 0 ? absl::OkStatus() : absl::InvalidArgumentError("broadcast root out of range");
+  }
+  absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) override {
+    *outputs = {input.clone()};
+    return absl::OkStatus();
   }
   absl::Status Barrier() override { return absl::OkStatus(); }
 };

@@ -1,27 +1,65 @@
 #include "collective/gloo_collective.h"
 
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
 #include <map>
+#include <stdexcept>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 
 namespace trainyard {
 
-struct GlooStore {
-  c10::intrusive_ptr<c10d::Store> store;
-};
-
-struct GlooCollective::Impl {
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
-  std::chrono::milliseconds timeout;
-};
-
 namespace {
+
+// c10d's store interface over ours. c10d reports failures by exceptions;
+// they surface from ProcessGroupGloo's constructor, where Create catches
+// them.
+class StoreAdapter : public c10d::Store {
+ public:
+  explicit StoreAdapter(std::shared_ptr<trainyard::Store> store) : store_(std::move(store)) {}
+
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    Check(store_->Set(key, std::string(value.begin(), value.end())));
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    absl::StatusOr<std::string> value = store_->Get(key, Timeout());
+    Check(value.status());
+    return std::vector<uint8_t>(value->begin(), value->end());
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    absl::StatusOr<int64_t> value = store_->Add(key, delta);
+    Check(value.status());
+    return *value;
+  }
+  bool deleteKey(const std::string&) override {
+    throw std::runtime_error("deleteKey is not supported by the rendezvous store");
+  }
+  bool check(const std::vector<std::string>& keys) override {
+    absl::StatusOr<bool> present = store_->Check(keys);
+    Check(present.status());
+    return *present;
+  }
+  int64_t getNumKeys() override {
+    throw std::runtime_error("getNumKeys is not supported by the rendezvous store");
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    Check(store_->Wait(keys, absl::FromChrono(timeout)));
+  }
+
+ private:
+  absl::Duration Timeout() const { return absl::FromChrono(timeout_); }
+  static void Check(const absl::Status& status) {
+    if (!status.ok()) throw std::runtime_error(status.ToString());
+  }
+  std::shared_ptr<trainyard::Store> store_;
+};
+
 
 absl::Status FromTorchError(const char* what, const std::exception& e) {
   const std::string message = e.what();
@@ -47,15 +85,17 @@ absl::Status Run(const char* what, std::chrono::milliseconds timeout, F make_wor
 
 }  // namespace
 
-std::shared_ptr<GlooStore> GlooCollective::NewInProcessStore() {
-  auto store = std::make_shared<GlooStore>();
-  store->store = c10::make_intrusive<c10d::HashStore>();
-  return store;
-}
+struct GlooCollective::Impl {
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  std::chrono::milliseconds timeout;
+  int64_t bucket_bytes;
+};
 
-absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
-    int rank, int world_size, std::shared_ptr<GlooStore> store, const std::string& hostname,
-    absl::Duration timeout) {
+std::shared_ptr<Store> GlooCollective::NewInProcessStore() { return std::make_shared<InMemoryStore>(); }
+
+absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(int rank, int world_size,
+                                                                       std::shared_ptr<Store> store,
+                                                                       const GlooOptions& gloo) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is not in [0, ", world_size, ")"));
   }
@@ -64,13 +104,16 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(
   collective->rank_ = rank;
   collective->world_size_ = world_size;
   collective->impl_ = std::make_unique<Impl>();
-  collective->impl_->timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));
+  if (gloo.bucket_bytes <= 0) return absl::InvalidArgumentError("bucket_bytes must be positive");
+  collective->impl_->timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(gloo.timeout));
+  collective->impl_->bucket_bytes = gloo.bucket_bytes;
   try {
-    store->store->setTimeout(collective->impl_->timeout);
+    auto adapter = c10::make_intrusive<StoreAdapter>(std::move(store));
+    adapter->setTimeout(collective->impl_->timeout);
     auto options = c10d::ProcessGroupGloo::Options::create(collective->impl_->timeout);
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(hostname));
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(gloo.hostname));
     collective->impl_->group =
-        c10::make_intrusive<c10d::ProcessGroupGloo>(store->store, rank, world_size, options);
+        c10::make_intrusive<c10d::ProcessGroupGloo>(adapter, rank, world_size, options);
   } catch (const std::exception& e) {
     return FromTorchError("joining the Gloo group", e);
   }
@@ -86,24 +129,56 @@ absl::Status GlooCollective::AllReduce(std::vector<torch::Tensor>& tensors, Redu
                      : op == ReduceOp::kMax ? c10d::ReduceOp::MAX
                                             : c10d::ReduceOp::MIN;
   options.timeout = impl_->timeout;
-  // c10d's list is one tensor per device, not a list of buffers: flatten
-  // the tensors of each dtype into one buffer, reduce it, copy back.
+  // c10d's list is one tensor per device, not a list of buffers: pack the
+  // tensors of each dtype, in order, into buckets of at most bucket_bytes,
+  // reduce each bucket's flat buffer, copy back.
   std::map<c10::ScalarType, std::vector<torch::Tensor*>> by_type;
   for (torch::Tensor& t : tensors) by_type[t.scalar_type()].push_back(&t);
   for (auto& [type, group] : by_type) {
-    std::vector<torch::Tensor> flat_parts;
-    for (torch::Tensor* t : group) flat_parts.push_back(t->reshape({-1}));
-    std::vector<torch::Tensor> buffer = {torch::cat(flat_parts)};
-    absl::Status status =
-        Run("all-reduce", impl_->timeout, [&] { return impl_->group->allreduce(buffer, options); });
-    if (!status.ok()) return status;
-    int64_t offset = 0;
-    for (torch::Tensor* t : group) {
-      const int64_t n = t->numel();
-      t->copy_(buffer[0].narrow(0, offset, n).view(t->sizes()));
-      offset += n;
+    size_t begin = 0;
+    while (begin < group.size()) {
+      size_t end = begin;
+      int64_t bytes = 0;
+      while (end < group.size() &&
+             (end == begin || bytes + group[end]->nbytes() <= static_cast<size_t>(impl_->bucket_bytes))) {
+        bytes += group[end]->nbytes();
+        ++end;
+      }
+      std::vector<torch::Tensor> buffer;
+      if (end - begin == 1 && group[begin]->is_contiguous()) {
+        buffer = {*group[begin]};  // reduced in place
+      } else {
+        std::vector<torch::Tensor> flat_parts;
+        for (size_t i = begin; i < end; ++i) flat_parts.push_back(group[i]->reshape({-1}));
+        buffer = {torch::cat(flat_parts)};
+      }
+      absl::Status status =
+          Run("all-reduce", impl_->timeout, [&] { return impl_->group->allreduce(buffer, options); });
+      if (!status.ok()) return status;
+      if (!buffer[0].is_same(*group[begin])) {
+        int64_t offset = 0;
+        for (size_t i = begin; i < end; ++i) {
+          const int64_t n = group[i]->numel();
+          group[i]->copy_(buffer[0].narrow(0, offset, n).view(group[i]->sizes()));
+          offset += n;
+        }
+      }
+      begin = end;
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status GlooCollective::AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) {
+  std::vector<torch::Tensor> in = {input.contiguous()};
+  std::vector<std::vector<torch::Tensor>> out(1);
+  for (int r = 0; r < world_size_; ++r) out[0].push_back(torch::empty_like(in[0]));
+  c10d::AllgatherOptions options;
+  options.timeout = impl_->timeout;
+  absl::Status status =
+      Run("all-gather", impl_->timeout, [&] { return impl_->group->allgather(out, in, options); });
+  if (!status.ok()) return status;
+  *outputs = std::move(out[0]);
   return absl::OkStatus();
 }
 

@@ -1,7 +1,11 @@
 // The Collective over Gloo (CPU tensors), through LibTorch's c10d
-// ProcessGroupGloo. Ranks rendezvous through a c10d::Store (an in-memory
-// HashStore for ranks in one process; a store reachable by every process
-// across hosts).
+// ProcessGroupGloo. Ranks rendezvous through a Store (collective/store.h):
+// an InMemoryStore for ranks in one process, the coordinator-backed store
+// across processes and hosts.
+//
+// All-reduce is bucketed: the tensors of each dtype are packed, in order,
+// into flat buffers of at most `bucket_bytes` (a tensor larger than that is
+// a bucket of its own), one c10d all-reduce per bucket.
 //
 // Every operation waits at most the timeout given at creation; a peer that
 // never arrives gives kDeadlineExceeded, a broken connection kUnavailable.
@@ -9,37 +13,52 @@
 #ifndef TRAINYARD_COLLECTIVE_GLOO_COLLECTIVE_H_
 #define TRAINYARD_COLLECTIVE_GLOO_COLLECTIVE_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "collective/collective.h"
+#include "collective/store.h"
 
 namespace trainyard {
 
-// Where ranks rendezvous (wraps a c10d::Store; see gloo_collective.cc).
-struct GlooStore;
+struct GlooOptions {
+  // The address this rank's connections use (e.g. "127.0.0.1", or the
+  // host's address on the cluster network).
+  std::string hostname = "127.0.0.1";
+  absl::Duration timeout = absl::Seconds(60);
+  int64_t bucket_bytes = 25 << 20;
+};
 
 class GlooCollective : public Collective {
  public:
   // Joins the group: blocks until all `world_size` ranks have joined through
-  // `store` or `timeout` passes. `hostname` is the address this rank's
-  // connections use (e.g. "127.0.0.1").
-  static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(
-      int rank, int world_size, std::shared_ptr<GlooStore> store, const std::string& hostname,
-      absl::Duration timeout);
+  // `store` or the timeout passes.
+  static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(int rank, int world_size,
+                                                                std::shared_ptr<Store> store,
+                                                                const GlooOptions& options);
+  static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(int rank, int world_size,
+                                                                std::shared_ptr<Store> store,
+                                                                const std::string& hostname,
+                                                                absl::Duration timeout) {
+    GlooOptions options;
+    options.hostname = hostname;
+    options.timeout = timeout;
+    return Create(rank, world_size, std::move(store), options);
+  }
 
   ~GlooCollective() override;
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   absl::Status AllReduce(std::vector<torch::Tensor>& tensors, ReduceOp op) override;
   absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) override;
+  absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) override;
   absl::Status Barrier() override;
 
-  // An in-memory store for ranks in one process (tests, and several ranks
-  // of one host in one process).
-  static std::shared_ptr<GlooStore> NewInProcessStore();
+  // An in-memory store for ranks in one process.
+  static std::shared_ptr<Store> NewInProcessStore();
 
  private:
   GlooCollective() = default;

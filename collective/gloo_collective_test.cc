@@ -13,12 +13,15 @@ namespace {
 
 // Runs `body(rank, collective)` on `world` threads, each a rank of one group.
 template <typename F>
-void OnRanks(int world, F body, absl::Duration timeout = absl::Seconds(30)) {
-  std::shared_ptr<GlooStore> store = GlooCollective::NewInProcessStore();
+void OnRanks(int world, F body, absl::Duration timeout = absl::Seconds(30), int64_t bucket_bytes = 25 << 20) {
+  std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
-      auto collective = GlooCollective::Create(rank, world, store, "127.0.0.1", timeout);
+      GlooOptions options;
+      options.timeout = timeout;
+      options.bucket_bytes = bucket_bytes;
+      auto collective = GlooCollective::Create(rank, world, store, options);
       ASSERT_TRUE(collective.ok()) << collective.status();
       body(rank, collective->get());
     });
@@ -28,14 +31,17 @@ void OnRanks(int world, F body, absl::Duration timeout = absl::Seconds(30)) {
 
 TEST(GlooCollectiveTest, AllReduceSumMaxMinMatchClosedForms) {
   constexpr int kWorld = 3;
-  for (int64_t n : {1, 1000, 1 << 20}) {
+  // 1 element to 64 MB of float32.
+  for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{1} << 20, int64_t{16} << 20}) {
     OnRanks(kWorld, [&](int rank, Collective* c) {
-      // Rank r holds r + 1 + i at position i, and a second tensor of doubles.
-      std::vector<torch::Tensor> t = {torch::arange(n, torch::kFloat) + (rank + 1),
+      // Rank r holds r + 1 + (i mod 4096) at position i (sums stay exact in
+      // float32), and a second tensor of doubles.
+      const torch::Tensor base = torch::arange(n, torch::kFloat).remainder(4096);
+      std::vector<torch::Tensor> t = {base + (rank + 1),
                                       torch::full({3}, static_cast<double>(rank), torch::kDouble)};
       ASSERT_THAT(c->AllReduce(t, ReduceOp::kSum), IsOk());
-      // sum over r of (r + 1 + i) = 6 + 3 i
-      EXPECT_TRUE(torch::equal(t[0], torch::arange(n, torch::kFloat) * kWorld + 6)) << n;
+      // sum over r of (r + 1 + b) = 6 + 3 b
+      EXPECT_TRUE(torch::equal(t[0], base * kWorld + 6)) << n;
       EXPECT_TRUE(torch::equal(t[1], torch::full({3}, 3.0, torch::kDouble)));
       std::vector<torch::Tensor> m = {torch::full({5}, static_cast<float>(rank * 2 - 1))};
       ASSERT_THAT(c->AllReduce(m, ReduceOp::kMax), IsOk());
@@ -45,6 +51,33 @@ TEST(GlooCollectiveTest, AllReduceSumMaxMinMatchClosedForms) {
       EXPECT_TRUE(torch::equal(m[0], torch::full({5}, -1.0f)));
     });
   }
+}
+
+TEST(GlooCollectiveTest, SmallBucketsGiveTheSameSums) {
+  // 64-byte buckets: 16 floats per bucket, so the 40-element tensor is its
+  // own bucket, the small ones share, and dtypes never mix.
+  OnRanks(2, [](int rank, Collective* c) {
+    std::vector<torch::Tensor> t = {
+        torch::full({3}, rank + 1.0f), torch::full({2, 2}, rank + 2.0f), torch::arange(40, torch::kFloat),
+        torch::full({5}, static_cast<int64_t>(rank + 7)), torch::full({9}, rank * 0.5f),
+        torch::ones({6, 4}).t()};  // not contiguous
+    ASSERT_THAT(c->AllReduce(t, ReduceOp::kSum), IsOk());
+    EXPECT_TRUE(torch::equal(t[0], torch::full({3}, 3.0f)));
+    EXPECT_TRUE(torch::equal(t[1], torch::full({2, 2}, 5.0f)));
+    EXPECT_TRUE(torch::equal(t[2], torch::arange(40, torch::kFloat) * 2));
+    EXPECT_TRUE(torch::equal(t[3], torch::full({5}, int64_t{15})));
+    EXPECT_TRUE(torch::equal(t[4], torch::full({9}, 0.5f)));
+    EXPECT_TRUE(torch::equal(t[5], torch::full({4, 6}, 2.0f)));
+  }, absl::Seconds(30), /*bucket_bytes=*/64);
+}
+
+TEST(GlooCollectiveTest, AllGatherInRankOrder) {
+  OnRanks(3, [](int rank, Collective* c) {
+    std::vector<torch::Tensor> out;
+    ASSERT_THAT(c->AllGather(torch::full({2}, static_cast<double>(rank * rank)), &out), IsOk());
+    ASSERT_EQ(out.size(), 3u);
+    for (int r = 0; r < 3; ++r) EXPECT_TRUE(torch::equal(out[r], torch::full({2}, r * r * 1.0))) << r;
+  });
 }
 
 TEST(GlooCollectiveTest, BroadcastAndBarrier) {

@@ -67,7 +67,7 @@ TEST(DataParallelTest, TwoRanksEqualOneProcess) {
   SliceIterator whole(global, 0, 8);
   const std::vector<torch::Tensor> reference = Train(&local, &whole, kSteps, 1);
 
-  std::shared_ptr<GlooStore> store = GlooCollective::NewInProcessStore();
+  std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();
   std::vector<std::vector<torch::Tensor>> results(2);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
