@@ -1,0 +1,545 @@
+#include "coordinator/coordinator.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/jobspec_validator.h"
+#include "spdlog/spdlog.h"
+#include "common/overrides.h"
+#include "common/status_macros.h"
+#include "coordinator/scheduler.h"
+#include "trainer/actions.h"
+
+namespace trainyard {
+namespace {
+
+int64_t UnixMillis(Clock* clock) { return absl::ToUnixMillis(clock->Now()); }
+
+std::string JobIdFor(const std::string& name, int64_t sequence) {
+  std::string base;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                    c == '_' || c == '.';
+    base += ok ? c : '-';
+  }
+  if (base.empty()) base = "job";
+  if (base.size() > 48) base.resize(48);
+  return absl::StrCat(base, "-", sequence);
+}
+
+// An error from the transport (the worker could not be reached or vanished)
+// is the root cause of errors other ranks report about their peers.
+bool IsTransportError(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+}
+
+}  // namespace
+
+bool IsFinal(JobState state) { return state == SUCCEEDED || state == FAILED || state == CANCELLED; }
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(CoordinatorOptions options,
+                                                                 WorkerClientFactory client_factory) {
+  if (options.state_dir.empty()) return absl::InvalidArgumentError("--state-dir: empty; expected a directory");
+  TY_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> db, JobStore::Open(options.state_dir + "/jobs.db"));
+  std::unique_ptr<Coordinator> c(new Coordinator(std::move(options), std::move(client_factory), std::move(db)));
+  TY_RETURN_IF_ERROR(c->Load());
+  return c;
+}
+
+Coordinator::Coordinator(CoordinatorOptions options, WorkerClientFactory factory, std::unique_ptr<JobStore> db)
+    : options_(std::move(options)),
+      client_factory_(std::move(factory)),
+      db_(std::move(db)),
+      workers_(options_.clock, options_.heartbeat_timeout) {}
+
+Coordinator::~Coordinator() { Shutdown(); }
+
+absl::Status Coordinator::Load() {
+  TY_ASSIGN_OR_RETURN(std::vector<JobStore::Record> records, db_->LoadAll());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (JobStore::Record& r : records) {
+    auto job = std::make_unique<Job>();
+    job->info = std::move(r.job);
+    job->sequence = r.sequence;
+    next_sequence_ = std::max(next_sequence_, r.sequence + 1);
+    const JobState state = job->info.state();
+    if (!IsFinal(state) && state != PENDING) {
+      job->info.set_state(FAILED);
+      job->info.set_reason(absl::StrCat("the coordinator restarted while the job was ", JobState_Name(state),
+                                        "; its workers were released"));
+      job->info.clear_ranks();
+      job->info.set_update_time_unix_ms(UnixMillis(options_.clock));
+      TY_RETURN_IF_ERROR(db_->Put(job->info, job->sequence));
+    }
+    const std::string id = job->info.job_id();
+    jobs_[id] = std::move(job);
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::Start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (scheduler_.joinable() || shutting_down_) return;
+  scheduler_ = std::thread([this] { SchedulerLoop(); });
+}
+
+void Coordinator::Shutdown() {
+  std::vector<std::thread> drivers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_ = true;
+    for (auto& [id, job] : jobs_) {
+      if (job->driver.joinable()) drivers.push_back(std::move(job->driver));
+    }
+  }
+  changed_.notify_all();
+  if (scheduler_.joinable()) scheduler_.join();
+  for (std::thread& t : drivers) t.join();
+}
+
+void Coordinator::SchedulerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!shutting_down_) {
+    lock.unlock();
+    Tick();
+    lock.lock();
+    changed_.wait_for(lock, absl::ToChronoMilliseconds(options_.tick), [this] { return shutting_down_; });
+  }
+}
+
+void Coordinator::Tick() {
+  std::vector<WorkerRecord> lost = workers_.Expire();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) return;
+  for (const WorkerRecord& w : lost) {
+    spdlog::warn("worker {} ({} at {}) stopped heartbeating; removed from the pool", w.worker_id, w.host, w.address);
+    if (w.job_id.empty()) continue;
+    auto it = jobs_.find(w.job_id);
+    if (it == jobs_.end() || IsFinal(it->second->info.state())) continue;
+    Job* job = it->second.get();
+    const auto rank = std::find(job->worker_ids.begin(), job->worker_ids.end(), w.worker_id);
+    if (rank == job->worker_ids.end()) continue;
+    StopLocked(job, FAILED,
+               absl::StrCat(RankName(*job, static_cast<int>(rank - job->worker_ids.begin())),
+                            " stopped heartbeating (nothing heard for more than ",
+                            absl::FormatDuration(options_.heartbeat_timeout), ")"));
+  }
+  // Oldest pending jobs first.
+  std::vector<Job*> pending;
+  for (auto& [id, job] : jobs_) {
+    if (job->info.state() == PENDING && !job->stop) pending.push_back(job.get());
+  }
+  std::sort(pending.begin(), pending.end(), [](Job* a, Job* b) { return a->sequence < b->sequence; });
+  std::vector<PendingJob> queue;
+  for (Job* job : pending) queue.push_back({job->info.job_id(), std::max(job->info.spec().num_workers(), 1)});
+  const std::vector<std::string> idle = workers_.Idle();
+  const std::vector<GangAssignment> gangs = AssignGangs(queue, idle);
+  size_t used = 0;
+  for (const GangAssignment& gang : gangs) {
+    StartJobLocked(jobs_[gang.job_id].get(), gang.worker_ids);
+    used += gang.worker_ids.size();
+  }
+  // Say why the head of the queue waits.
+  if (gangs.size() < pending.size()) {
+    Job* head = pending[gangs.size()];
+    const std::string reason = absl::StrCat("waiting for ", std::max(head->info.spec().num_workers(), 1),
+                                            " idle workers (", idle.size() - used, " idle of ",
+                                            workers_.List().size(), " registered)");
+    if (head->info.reason() != reason) {
+      head->info.set_reason(reason);
+      UpdateLocked(head);
+    }
+  }
+}
+
+void Coordinator::StartJobLocked(Job* job, const std::vector<std::string>& worker_ids) {
+  if (absl::Status s = workers_.Assign(worker_ids, job->info.job_id()); !s.ok()) {
+    spdlog::warn("job {}: cannot assign its gang: {}", job->info.job_id(), s.ToString());
+    return;
+  }
+  job->worker_ids = worker_ids;
+  job->clients.clear();
+  job->info.clear_ranks();
+  for (size_t r = 0; r < worker_ids.size(); ++r) {
+    absl::StatusOr<WorkerRecord> w = workers_.Get(worker_ids[r]);
+    RankInfo* rank = job->info.add_ranks();
+    rank->set_rank(static_cast<int>(r));
+    rank->set_worker_id(worker_ids[r]);
+    if (w.ok()) {
+      rank->set_host(w->host);
+      rank->set_address(w->address);
+      rank->set_device(w->device);
+      job->clients.push_back(client_factory_(*w));
+    } else {
+      job->clients.push_back(nullptr);
+    }
+  }
+  SetStateLocked(job, STARTING, "");
+  spdlog::info("job {}: starting on {} worker(s)", job->info.job_id(), worker_ids.size());
+  if (job->driver.joinable()) job->driver.detach();  // a previous attempt's finished driver
+  job->driver = std::thread([this, job] { Drive(job); });
+}
+
+std::string Coordinator::RankName(const Job& job, int rank) const {
+  if (rank < 0 || rank >= job.info.ranks_size()) return absl::StrCat("rank ", rank);
+  const RankInfo& r = job.info.ranks(rank);
+  return absl::StrCat("rank ", rank, " (worker ", r.worker_id(), " on host ", r.host(), ", ", r.address(), ")");
+}
+
+void Coordinator::UpdateLocked(Job* job) {
+  job->version++;
+  job->info.set_update_time_unix_ms(UnixMillis(options_.clock));
+  if (absl::Status s = db_->Put(job->info, job->sequence); !s.ok()) {
+    spdlog::error("job {}: cannot persist its state: {}", job->info.job_id(), s.ToString());
+  }
+  changed_.notify_all();
+}
+
+void Coordinator::SetStateLocked(Job* job, JobState state, const std::string& reason) {
+  job->info.set_state(state);
+  job->info.set_reason(reason);
+  UpdateLocked(job);
+}
+
+void Coordinator::StopLocked(Job* job, JobState state, const std::string& reason) {
+  if (job->stop || IsFinal(job->info.state())) return;
+  job->stop = true;
+  job->stop_state = state;
+  job->stop_reason = reason;
+  changed_.notify_all();
+}
+
+template <typename Response, typename Call>
+absl::Status Coordinator::OnAllRanks(Job* job, const char* what, Call call, std::vector<Response>* responses) {
+  const int world = static_cast<int>(job->clients.size());
+  struct Shared {
+    std::vector<std::optional<absl::StatusOr<Response>>> results;
+    int done = 0;
+    bool failed = false;
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->results.resize(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([this, shared, call, r] {
+      absl::StatusOr<Response> result = call(r);
+      std::lock_guard<std::mutex> lock(mu_);
+      shared->failed = shared->failed || !result.ok();
+      shared->results[r] = std::move(result);
+      shared->done++;
+      changed_.notify_all();
+    });
+  }
+  bool all_ok;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(lock, [&] { return shared->done == world || shared->failed || job->stop || shutting_down_; });
+    if (shared->failed && shared->done < world) {
+      // Give the other ranks a moment to report: the rank whose worker is
+      // gone is the root cause, not its peers' collective errors.
+      changed_.wait_for(lock, std::chrono::seconds(2), [&] { return shared->done == world || shutting_down_; });
+    }
+    all_ok = shared->done == world && !shared->failed;
+  }
+  if (!all_ok) {
+    for (auto& c : job->clients) {
+      if (c) c->CancelInFlight();
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) return absl::AbortedError("the coordinator is shutting down");
+  if (job->stop) return absl::AbortedError(job->stop_reason);
+  if (!all_ok) {
+    int culprit = -1;
+    for (int r = 0; r < world; ++r) {
+      const auto& result = shared->results[r];
+      if (!result || result->ok() || absl::IsCancelled(result->status())) continue;
+      if (culprit < 0 || (IsTransportError(result->status()) &&
+                          !IsTransportError(shared->results[culprit]->status()))) {
+        culprit = r;
+      }
+    }
+    if (culprit < 0) return absl::AbortedError(absl::StrCat(what, " was cancelled"));
+    const absl::Status& s = shared->results[culprit]->status();
+    return absl::Status(s.code(), absl::StrCat(RankName(*job, culprit), ": ", what, " failed: ", s.message()));
+  }
+  responses->clear();
+  for (int r = 0; r < world; ++r) responses->push_back(**shared->results[r]);
+  return absl::OkStatus();
+}
+
+void Coordinator::Drive(Job* job) {
+  JobSpec spec;
+  std::string job_id;
+  int attempt;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    spec = job->info.spec();
+    job_id = job->info.job_id();
+    attempt = job->info.restarts();
+  }
+  const int world = static_cast<int>(job->clients.size());
+  std::string final_reason;
+  JobState final_state = SUCCEEDED;
+
+  absl::Status status = [&]() -> absl::Status {
+    for (const auto& c : job->clients) {
+      if (!c) return absl::UnavailableError("a worker of the gang left before the job started");
+    }
+    std::vector<StartJobResponse> started;
+    TY_RETURN_IF_ERROR(OnAllRanks<StartJobResponse>(
+        job, "StartJob",
+        [&](int r) {
+          StartJobRequest request;
+          request.set_job_id(job_id);
+          *request.mutable_spec() = spec;
+          request.set_rank(r);
+          request.set_world_size(world);
+          request.set_attempt(attempt);
+          return job->clients[r]->StartJob(request);
+        },
+        &started));
+    int64_t step = started[0].start_step();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job->info.set_step(step);
+      SetStateLocked(job, RUNNING, "");
+    }
+    spdlog::info("job {}: running from step {} to {}", job_id, step, spec.total_steps());
+    TY_ASSIGN_OR_RETURN(ActionsByMode actions, CreateActions(spec));
+    ChunkPeriods periods;
+    periods.total_steps = spec.total_steps();
+    periods.summary_period = spec.summary_period();
+    periods.eval_period = spec.eval_period();
+    periods.checkpoint_period = spec.checkpoint_period();
+    auto run_actions = [&](ActionModeKind mode, const MetricsByTask& metrics) -> bool {
+      for (const auto& action : actions[mode]) {
+        if (action->Run(step, metrics)) {
+          final_reason = action->reason();
+          final_state = dynamic_cast<TerminateOnNanAction*>(action.get()) ? FAILED : SUCCEEDED;
+          return true;
+        }
+      }
+      return false;
+    };
+    while (step < spec.total_steps()) {
+      const int64_t n = NextChunk(step, periods);
+      const bool last = step + n == spec.total_steps();
+      std::vector<RunStepsResponse> ran;
+      TY_RETURN_IF_ERROR(OnAllRanks<RunStepsResponse>(
+          job, "RunSteps",
+          [&](int r) {
+            RunStepsRequest request;
+            request.set_job_id(job_id);
+            request.set_first_step(step);
+            request.set_num_steps(n);
+            request.set_write_summary(true);
+            request.set_save_checkpoint(last || AtBoundary(step + n, spec.checkpoint_period()));
+            return job->clients[r]->RunSteps(request);
+          },
+          &ran));
+      step += n;
+      MetricsByTask train;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        job->info.set_step(step);
+        job->info.mutable_metrics()->clear();
+        for (const auto& [k, v] : ran[0].metrics()) (*job->info.mutable_metrics())[k] = v;
+        job->info.set_metrics_step(step);
+        if (!ran[0].checkpoint().empty()) job->info.set_latest_checkpoint(ran[0].checkpoint());
+        for (int r = 0; r < world && r < job->info.ranks_size(); ++r) {
+          job->info.mutable_ranks(r)->set_last_step_seconds(ran[r].seconds_per_step());
+        }
+        UpdateLocked(job);
+        train["train"] = std::map<std::string, double>(ran[0].metrics().begin(), ran[0].metrics().end());
+      }
+      if (run_actions(ActionModeKind::kTrain, train)) break;
+      if (spec.eval_period() > 0 && (AtBoundary(step, spec.eval_period()) || last)) {
+        std::vector<EvaluateResponse> evaluated;
+        TY_RETURN_IF_ERROR(OnAllRanks<EvaluateResponse>(
+            job, "Evaluate",
+            [&](int r) {
+              EvaluateRequest request;
+              request.set_job_id(job_id);
+              request.set_step(step);
+              return job->clients[r]->Evaluate(request);
+            },
+            &evaluated));
+        MetricsByTask eval;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          for (const auto& [k, v] : evaluated[0].metrics()) {
+            (*job->info.mutable_metrics())["training_eval/" + k] = v;
+            std::vector<std::string> parts = absl::StrSplit(k, absl::MaxSplits('/', 1));
+            if (parts.size() == 2) eval[parts[0]][parts[1]] = v;
+          }
+          UpdateLocked(job);
+        }
+        if (run_actions(ActionModeKind::kTrainEval, eval)) break;
+      }
+    }
+    return absl::OkStatus();
+  }();
+
+  bool shutting_down;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down = shutting_down_;
+    if (job->stop) {
+      final_state = job->stop_state;
+      final_reason = job->stop_reason;
+    } else if (!status.ok()) {
+      final_state = FAILED;
+      final_reason = status.ToString();
+    }
+  }
+  // Tear the job down on every rank (also after success: the workers free
+  // the model and close the collective), then return the gang to the pool.
+  AbortJobRequest abort;
+  abort.set_job_id(job_id);
+  abort.set_reason(shutting_down ? "the coordinator is shutting down"
+                                 : absl::StrCat(JobState_Name(final_state), ": ", final_reason));
+  std::vector<std::thread> aborts;
+  for (auto& c : job->clients) {
+    if (c) aborts.emplace_back([c, abort] { c->AbortJob(abort).IgnoreError(); });
+  }
+  for (std::thread& t : aborts) t.join();
+  workers_.Release(job->worker_ids);
+  store_.ErasePrefix(absl::StrCat(job_id, "/"));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down) return;  // the next coordinator fails the job
+  job->clients.clear();
+  SetStateLocked(job, final_state, final_reason);
+  spdlog::info("job {}: {} {}", job_id, JobState_Name(final_state), final_reason);
+}
+
+absl::StatusOr<SubmitJobResponse> Coordinator::SubmitJob(const SubmitJobRequest& request) {
+  JobSpec spec = request.spec();
+  std::vector<std::string> overrides(request.overrides().begin(), request.overrides().end());
+  TY_RETURN_IF_ERROR(ApplyOverrides(overrides, &spec));
+  ValidationOptions validation;
+  validation.output_root = options_.output_root;
+  TY_RETURN_IF_ERROR(ValidateAndNormalize(&spec, validation));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  auto job = std::make_unique<Job>();
+  job->sequence = next_sequence_++;
+  job->info.set_job_id(JobIdFor(spec.name(), job->sequence));
+  *job->info.mutable_spec() = spec;
+  job->info.set_state(PENDING);
+  job->info.set_create_time_unix_ms(UnixMillis(options_.clock));
+  job->info.set_update_time_unix_ms(job->info.create_time_unix_ms());
+  TY_RETURN_IF_ERROR(db_->Put(job->info, job->sequence));
+  SubmitJobResponse response;
+  response.set_job_id(job->info.job_id());
+  *response.mutable_normalized_spec() = spec;
+  spdlog::info("job {}: submitted ({} worker(s), {} steps)", job->info.job_id(), spec.num_workers(),
+           spec.total_steps());
+  jobs_[job->info.job_id()] = std::move(job);
+  changed_.notify_all();
+  return response;
+}
+
+absl::StatusOr<JobInfo> Coordinator::GetJob(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  return it->second->info;
+}
+
+ListJobsResponse Coordinator::ListJobs(const ListJobsRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<const Job*> jobs;
+  for (const auto& [id, job] : jobs_) {
+    if (request.states().empty() ||
+        std::find(request.states().begin(), request.states().end(), job->info.state()) != request.states().end()) {
+      jobs.push_back(job.get());
+    }
+  }
+  std::sort(jobs.begin(), jobs.end(), [](const Job* a, const Job* b) { return a->sequence > b->sequence; });
+  ListJobsResponse response;
+  for (const Job* job : jobs) {
+    if (request.limit() > 0 && response.jobs_size() >= request.limit()) break;
+    *response.add_jobs() = job->info;
+  }
+  return response;
+}
+
+absl::StatusOr<JobInfo> Coordinator::CancelJob(const std::string& job_id, const std::string& reason) {
+  std::vector<std::shared_ptr<WorkerClient>> clients;
+  JobInfo info;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+    Job* job = it->second.get();
+    if (IsFinal(job->info.state())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", job_id, "' already ended: ", JobState_Name(job->info.state())));
+    }
+    const std::string why = reason.empty() ? "cancelled by the user" : absl::StrCat("cancelled: ", reason);
+    if (job->info.state() == PENDING) {
+      job->stop = true;
+      SetStateLocked(job, CANCELLED, why);
+    } else {
+      StopLocked(job, CANCELLED, why);
+    }
+    info = job->info;
+  }
+  spdlog::info("job {}: cancel requested", job_id);
+  return info;
+}
+
+absl::StatusOr<JobInfo> Coordinator::WaitForChange(const std::string& job_id, int64_t* version,
+                                                   absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  Job* job = it->second.get();
+  if (*version > 0) {
+    changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                      [&] { return job->version > *version || shutting_down_; });
+  }
+  *version = job->version;
+  return job->info;
+}
+
+absl::StatusOr<RegisterWorkerResponse> Coordinator::RegisterWorker(const RegisterWorkerRequest& request) {
+  TY_ASSIGN_OR_RETURN(std::string id,
+                      workers_.Register(request.host(), request.address(), request.device(), request.pid()));
+  spdlog::info("worker {} registered: host {}, {}, device {}", id, request.host(), request.address(),
+           request.device().empty() ? "cpu" : request.device());
+  RegisterWorkerResponse response;
+  response.set_worker_id(id);
+  response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  changed_.notify_all();
+  return response;
+}
+
+absl::StatusOr<HeartbeatResponse> Coordinator::Heartbeat(const HeartbeatRequest& request) {
+  HeartbeatResponse response;
+  absl::Status s = workers_.Heartbeat(request.worker_id(), request.job_id());
+  if (absl::IsNotFound(s)) {
+    response.set_reregister(true);
+    return response;
+  }
+  TY_RETURN_IF_ERROR(s);
+  if (!request.job_id().empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(request.job_id());
+    // Rank 0's step inside a chunk: live progress for watchers.
+    if (it != jobs_.end() && it->second->info.state() == RUNNING && !it->second->worker_ids.empty() &&
+        it->second->worker_ids[0] == request.worker_id() && request.step() > it->second->info.step()) {
+      it->second->info.set_step(request.step());
+      it->second->version++;
+      changed_.notify_all();
+    }
+  }
+  return response;
+}
+
+}  // namespace trainyard

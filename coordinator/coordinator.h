@@ -1,0 +1,143 @@
+// The coordinator: accepts jobs (JobService), keeps the worker pool
+// (registration, heartbeats), hands out the rendezvous store, and drives
+// every running job's gang of workers.
+//
+// One scheduler thread (Tick every `tick`): expires workers that stopped
+// heartbeating (failing their jobs), then starts the oldest pending jobs on
+// idle gangs (scheduler.h). Each started job gets a driver thread:
+//
+//   STARTING: StartJob on every rank (they build the model and data and join
+//             the collective through the rendezvous store)
+//   RUNNING:  RunSteps(first_step, n) on every rank, n up to the next
+//             summary/eval/checkpoint boundary; Evaluate at eval periods;
+//             the job's actions (early stopping, NaN) on rank 0's metrics
+//   then SUCCEEDED, or FAILED / CANCELLED with a reason.
+//
+// A rank whose call fails, or whose worker stops heartbeating, fails the
+// job: calls still in flight to the other ranks are cancelled, every rank is
+// told to abort, and the gang goes back to the pool once each worker reports
+// it has let go of the job. Every state change is written to the job store
+// (SQLite) before it is visible; a coordinator that restarts reloads every
+// job: PENDING jobs stay queued, jobs that were STARTING or RUNNING are
+// marked FAILED (their workers were driven by the previous process).
+//
+// Thread-safety: thread-safe.
+#ifndef TRAINYARD_COORDINATOR_COORDINATOR_H_
+#define TRAINYARD_COORDINATOR_COORDINATOR_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "collective/store.h"
+#include "common/clock.h"
+#include "coordinator/job_store.h"
+#include "coordinator/worker_client.h"
+#include "coordinator/worker_registry.h"
+#include "proto/job_service.pb.h"
+#include "proto/worker.pb.h"
+
+namespace trainyard {
+
+struct CoordinatorOptions {
+  std::string state_dir;    // holds jobs.db
+  std::string output_root;  // absolute; jobs' output_dir must lie inside it
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  absl::Duration tick = absl::Milliseconds(100);
+  Clock* clock = Clock::Real();
+};
+
+bool IsFinal(JobState state);
+
+class Coordinator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options,
+                                                             WorkerClientFactory client_factory);
+  ~Coordinator();  // Shutdown()
+
+  // Starts the scheduler thread.
+  void Start();
+  // Stops scheduling, cancels running jobs' calls, aborts their workers
+  // (best effort), joins every thread. Jobs that were running stay RUNNING
+  // in the store and are failed by the next coordinator. Idempotent.
+  void Shutdown();
+
+  // One scheduling pass (what the scheduler thread does every tick).
+  void Tick();
+
+  // ---- JobService ----
+  // kInvalidArgument listing every problem of the spec.
+  absl::StatusOr<SubmitJobResponse> SubmitJob(const SubmitJobRequest& request);
+  absl::StatusOr<JobInfo> GetJob(const std::string& job_id);
+  ListJobsResponse ListJobs(const ListJobsRequest& request);
+  // kFailedPrecondition if the job already ended.
+  absl::StatusOr<JobInfo> CancelJob(const std::string& job_id, const std::string& reason);
+  // Blocks until the job changes after `*version` (0 = return at once) or
+  // `timeout` passes; returns the job and sets `*version`.
+  absl::StatusOr<JobInfo> WaitForChange(const std::string& job_id, int64_t* version, absl::Duration timeout);
+
+  // ---- CoordinatorService ----
+  absl::StatusOr<RegisterWorkerResponse> RegisterWorker(const RegisterWorkerRequest& request);
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
+  Store* store() { return &store_; }
+
+  WorkerRegistry* workers() { return &workers_; }
+
+ private:
+  struct Job {
+    JobInfo info;
+    int64_t sequence = 0;
+    int64_t version = 1;
+    bool stop = false;         // cancel or failure: the driver winds down
+    std::string stop_reason;
+    JobState stop_state = JOB_STATE_UNSPECIFIED;
+    std::vector<std::string> worker_ids;
+    std::vector<std::shared_ptr<WorkerClient>> clients;
+    std::thread driver;
+  };
+
+  Coordinator(CoordinatorOptions options, WorkerClientFactory factory, std::unique_ptr<JobStore> db);
+  absl::Status Load();
+  void SchedulerLoop();
+  void StartJobLocked(Job* job, const std::vector<std::string>& worker_ids);
+  void Drive(Job* job);
+  // Runs `call(rank)` on every rank in parallel; returns once all succeed,
+  // or at the first failure or stop (then cancels the calls still in
+  // flight). The returned status names the rank that failed.
+  template <typename Response, typename Call>
+  absl::Status OnAllRanks(Job* job, const char* what, Call call, std::vector<Response>* responses);
+  // Records a change (caller holds mu_): bumps the version, persists, wakes
+  // watchers.
+  void UpdateLocked(Job* job);
+  void SetStateLocked(Job* job, JobState state, const std::string& reason);
+  // Requests the driver to stop with a final state (failure or cancel).
+  void StopLocked(Job* job, JobState state, const std::string& reason);
+  std::string RankName(const Job& job, int rank) const;
+
+  CoordinatorOptions options_;
+  WorkerClientFactory client_factory_;
+  std::unique_ptr<JobStore> db_;
+  WorkerRegistry workers_;
+  InMemoryStore store_;
+
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<std::string, std::unique_ptr<Job>> jobs_;  // guarded by mu_
+  int64_t next_sequence_ = 1;                         // guarded by mu_
+  bool shutting_down_ = false;                        // guarded by mu_
+  std::thread scheduler_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COORDINATOR_COORDINATOR_H_

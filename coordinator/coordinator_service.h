@@ -1,0 +1,46 @@
+// gRPC adapters over a Coordinator: the public JobService and the internal
+// CoordinatorService (worker registration, heartbeats, rendezvous store).
+// They translate messages and Status codes and hold no state of their own.
+#ifndef TRAINYARD_COORDINATOR_COORDINATOR_SERVICE_H_
+#define TRAINYARD_COORDINATOR_COORDINATOR_SERVICE_H_
+
+#include "coordinator/coordinator.h"
+#include "proto/job_service.grpc.pb.h"
+#include "proto/worker.grpc.pb.h"
+
+namespace trainyard {
+
+class JobServiceImpl final : public JobService::Service {
+ public:
+  explicit JobServiceImpl(Coordinator* coordinator) : coordinator_(coordinator) {}
+  grpc::Status SubmitJob(grpc::ServerContext*, const SubmitJobRequest* request, SubmitJobResponse* response) override;
+  grpc::Status GetJob(grpc::ServerContext*, const GetJobRequest* request, JobInfo* response) override;
+  grpc::Status ListJobs(grpc::ServerContext*, const ListJobsRequest* request, ListJobsResponse* response) override;
+  grpc::Status CancelJob(grpc::ServerContext*, const CancelJobRequest* request, CancelJobResponse* response) override;
+  // Streams a JobEvent now and on every change until the job ends, the
+  // client goes away, or the coordinator shuts down.
+  grpc::Status WatchJob(grpc::ServerContext* context, const WatchJobRequest* request,
+                        grpc::ServerWriter<JobEvent>* writer) override;
+
+ private:
+  Coordinator* coordinator_;
+};
+
+class CoordinatorServiceImpl final : public CoordinatorService::Service {
+ public:
+  explicit CoordinatorServiceImpl(Coordinator* coordinator) : coordinator_(coordinator) {}
+  grpc::Status RegisterWorker(grpc::ServerContext*, const RegisterWorkerRequest* request,
+                              RegisterWorkerResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* request, HeartbeatResponse* response) override;
+  grpc::Status StoreSet(grpc::ServerContext*, const StoreSetRequest* request, StoreSetResponse* response) override;
+  grpc::Status StoreGet(grpc::ServerContext*, const StoreGetRequest* request, StoreGetResponse* response) override;
+  grpc::Status StoreAdd(grpc::ServerContext*, const StoreAddRequest* request, StoreAddResponse* response) override;
+  grpc::Status StoreWait(grpc::ServerContext*, const StoreWaitRequest* request, StoreWaitResponse* response) override;
+
+ private:
+  Coordinator* coordinator_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COORDINATOR_COORDINATOR_SERVICE_H_

@@ -1,0 +1,355 @@
+// The coordinator's logic against fake workers (no sockets): job life
+// cycle, chunking, queueing, cancel, failures, heartbeat expiry with an
+// injected clock, and restarts over the SQLite store.
+#include "coordinator/coordinator.h"
+
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/testing/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace trainyard {
+namespace {
+
+using ::testing::HasSubstr;
+
+// What one fake worker was asked to do, and how it behaves.
+struct FakeWorker {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> calls;       // "start r/w", "run first+n ckpt", "eval step", "abort"
+  absl::Status fail_run_at_step = absl::OkStatus();
+  int64_t fail_step = -1;               // RunSteps with this first_step fails
+  bool block_runs = false;              // RunSteps blocks until cancelled
+  bool cancelled = false;
+  double loss_at_end = 0;               // reported loss: 100 / last_step unless NaN asked
+  bool nan_loss = false;
+};
+
+class FakeClient : public WorkerClient {
+ public:
+  explicit FakeClient(std::shared_ptr<FakeWorker> w) : w_(std::move(w)) {}
+  absl::StatusOr<StartJobResponse> StartJob(const StartJobRequest& r) override {
+    Record(absl::StrCat("start ", r.rank(), "/", r.world_size()));
+    return StartJobResponse();
+  }
+  absl::StatusOr<RunStepsResponse> RunSteps(const RunStepsRequest& r) override {
+    Record(absl::StrCat("run ", r.first_step(), "+", r.num_steps(), r.save_checkpoint() ? " ckpt" : ""));
+    std::unique_lock<std::mutex> lock(w_->mu);
+    if (r.first_step() == w_->fail_step) return w_->fail_run_at_step;
+    if (w_->block_runs) {
+      w_->cv.wait(lock, [&] { return w_->cancelled; });
+      w_->cancelled = false;
+      return absl::CancelledError("cancelled");
+    }
+    RunStepsResponse response;
+    response.set_last_step(r.first_step() + r.num_steps());
+    (*response.mutable_metrics())["loss"] =
+        w_->nan_loss ? std::nan("") : 100.0 / static_cast<double>(response.last_step());
+    if (r.save_checkpoint()) response.set_checkpoint(absl::StrCat("ckpt_", response.last_step()));
+    response.set_seconds_per_step(0.25);
+    return response;
+  }
+  absl::StatusOr<EvaluateResponse> Evaluate(const EvaluateRequest& r) override {
+    Record(absl::StrCat("eval ", r.step()));
+    EvaluateResponse response;
+    (*response.mutable_metrics())["digits_to_words/loss"] = 1000.0 / r.step();
+    return response;
+  }
+  absl::Status AbortJob(const AbortJobRequest& r) override {
+    Record("abort");
+    return absl::OkStatus();
+  }
+  void CancelInFlight() override {
+    std::lock_guard<std::mutex> lock(w_->mu);
+    w_->cancelled = true;
+    w_->cv.notify_all();
+  }
+
+ private:
+  void Record(std::string call) {
+    std::lock_guard<std::mutex> lock(w_->mu);
+    w_->calls.push_back(std::move(call));
+  }
+  std::shared_ptr<FakeWorker> w_;
+};
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    options_.state_dir = dir_;
+    options_.output_root = dir_;
+    options_.tick = absl::Milliseconds(5);
+    options_.clock = &clock_;
+  }
+
+  std::unique_ptr<Coordinator> Make() {
+    auto c = Coordinator::Create(options_, [this](const WorkerRecord& w) {
+      std::lock_guard<std::mutex> lock(mu_);
+      return std::make_unique<FakeClient>(workers_[w.address]);
+    });
+    EXPECT_THAT(c.status(), IsOk());
+    return std::move(*c);
+  }
+
+  // Registers a fake worker; returns its id.
+  std::string AddWorker(Coordinator* c, const std::string& name) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      workers_[name] = std::make_shared<FakeWorker>();
+    }
+    RegisterWorkerRequest r;
+    r.set_host(name);
+    r.set_address(name);
+    return c->RegisterWorker(r)->worker_id();
+  }
+  std::shared_ptr<FakeWorker> Worker(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return workers_[name];
+  }
+  std::vector<std::string> Calls(const std::string& name) {
+    auto w = Worker(name);
+    std::lock_guard<std::mutex> lock(w->mu);
+    return w->calls;
+  }
+
+  static SubmitJobRequest Spec(int workers, int64_t steps) {
+    SubmitJobRequest r;
+    JobSpec* s = r.mutable_spec();
+    s->set_name("test-job");
+    s->mutable_model()->set_preset("tiny");
+    s->set_task("digits_to_words");
+    s->mutable_feature_lengths()->set_inputs(16);
+    s->mutable_feature_lengths()->set_targets(32);
+    s->set_batch_size(8);
+    s->set_num_workers(workers);
+    s->set_total_steps(steps);
+    s->set_summary_period(20);
+    s->set_output_dir("runs/x");
+    return r;
+  }
+
+  // Polls until the job reaches `state` (10 s bound).
+  JobInfo WaitForState(Coordinator* c, const std::string& id, JobState state) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    JobInfo info;
+    while (absl::Now() < deadline) {
+      info = *c->GetJob(id);
+      if (info.state() == state) return info;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    ADD_FAILURE() << id << " is " << JobState_Name(info.state()) << " (" << info.reason() << "), wanted "
+                  << JobState_Name(state);
+    return info;
+  }
+
+  std::string dir_;
+  CoordinatorOptions options_;
+  SimulatedClock clock_{absl::FromUnixSeconds(1000000)};
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<FakeWorker>> workers_;
+};
+
+TEST_F(CoordinatorTest, RunsAJobInChunksToTheBoundariesAndSucceeds) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  AddWorker(c.get(), "b");
+  SubmitJobRequest request = Spec(2, 100);
+  request.mutable_spec()->set_eval_period(50);
+  request.mutable_spec()->set_checkpoint_period(30);
+  request.add_overrides("seed=7");
+  auto submitted = c->SubmitJob(request);
+  ASSERT_THAT(submitted.status(), IsOk());
+  EXPECT_EQ(submitted->job_id(), "test-job-1");
+  EXPECT_EQ(submitted->normalized_spec().seed(), 7);
+  EXPECT_EQ(submitted->normalized_spec().output_dir(), dir_ + "/runs/x");
+  c->Start();
+  JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
+  EXPECT_EQ(done.step(), 100);
+  EXPECT_DOUBLE_EQ(done.metrics().at("loss"), 1.0);
+  EXPECT_DOUBLE_EQ(done.metrics().at("training_eval/digits_to_words/loss"), 10.0);
+  EXPECT_EQ(done.latest_checkpoint(), "ckpt_100");
+  ASSERT_EQ(done.ranks_size(), 2);
+  EXPECT_EQ(done.ranks(1).host(), "b");
+  EXPECT_EQ(done.ranks(1).last_step_seconds(), 0.25);
+  // Boundaries: summaries every 20, evals every 50, checkpoints every 30.
+  const std::vector<std::string> want = {
+      "start 0/2", "run 0+20",  "run 20+10 ckpt", "run 30+10", "run 40+10", "eval 50", "run 50+10 ckpt",
+      "run 60+20", "run 80+10 ckpt", "run 90+10 ckpt", "eval 100", "abort"};
+  EXPECT_EQ(Calls("a"), want);
+  std::vector<std::string> want_b = want;
+  want_b[0] = "start 1/2";
+  EXPECT_EQ(Calls("b"), want_b);
+}
+
+TEST_F(CoordinatorTest, JobsQueueUntilAGangIsFreeAndRunOnDisjointGangs) {
+  auto c = Make();
+  const std::string a = AddWorker(c.get(), "a");
+  const std::string b = AddWorker(c.get(), "b");
+  const std::string d = AddWorker(c.get(), "d");
+  Worker("a")->block_runs = true;
+  Worker("b")->block_runs = true;
+  const std::string first = c->SubmitJob(Spec(2, 10))->job_id();
+  const std::string second = c->SubmitJob(Spec(2, 10))->job_id();
+  const std::string third = c->SubmitJob(Spec(1, 10))->job_id();
+  c->Tick();
+  EXPECT_EQ(c->GetJob(first)->state(), STARTING);
+  // Second waits for 2 idle workers (1 is idle); third waits behind it.
+  EXPECT_EQ(c->GetJob(second)->state(), PENDING);
+  EXPECT_THAT(c->GetJob(second)->reason(), HasSubstr("waiting for 2 idle workers (1 idle of 3 registered)"));
+  EXPECT_EQ(c->GetJob(third)->state(), PENDING);
+  WaitForState(c.get(), first, RUNNING);
+  // Cancel the first: its gang drains, comes back idle, the second starts.
+  ASSERT_THAT(c->CancelJob(first, "").status(), IsOk());
+  JobInfo cancelled = WaitForState(c.get(), first, CANCELLED);
+  EXPECT_EQ(cancelled.reason(), "cancelled by the user");
+  Worker("a")->block_runs = false;
+  Worker("b")->block_runs = false;
+  c->Tick();
+  EXPECT_EQ(c->GetJob(second)->state(), PENDING);  // a and b are still draining
+  for (const std::string& w : {a, b, d}) {
+    HeartbeatRequest hb;
+    hb.set_worker_id(w);
+    ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
+  }
+  c->Tick();
+  EXPECT_NE(c->GetJob(second)->state(), PENDING);
+  EXPECT_NE(c->GetJob(third)->state(), PENDING);
+  WaitForState(c.get(), second, SUCCEEDED);
+  WaitForState(c.get(), third, SUCCEEDED);
+  EXPECT_EQ(Calls("d")[0], "start 0/1");
+  EXPECT_THAT(c->CancelJob(second, "").status(), StatusCodeIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(c->CancelJob("nope", "").status(), StatusCodeIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(CoordinatorTest, AFailingRankFailsTheJobNamingItAndAbortsTheOthers) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  AddWorker(c.get(), "b");
+  Worker("a")->block_runs = true;  // rank 0 would wait forever in its collective
+  Worker("b")->fail_step = 20;
+  Worker("b")->fail_run_at_step = absl::InternalError("out of memory");
+  Worker("a")->block_runs = false;
+  const std::string id = c->SubmitJob(Spec(2, 100))->job_id();
+  c->Start();
+  // The first chunk passes, the second fails on rank 1.
+  Worker("a")->block_runs = false;
+  JobInfo failed = WaitForState(c.get(), id, FAILED);
+  EXPECT_THAT(failed.reason(), HasSubstr("rank 1 (worker w2-b on host b, b): RunSteps failed: out of memory"));
+  EXPECT_EQ(failed.step(), 20);
+  EXPECT_EQ(Calls("a").back(), "abort");
+  EXPECT_EQ(Calls("b").back(), "abort");
+}
+
+TEST_F(CoordinatorTest, ASilentWorkerFailsItsJobAfterTheHeartbeatTimeout) {
+  options_.heartbeat_timeout = absl::Seconds(10);
+  auto c = Make();
+  const std::string a = AddWorker(c.get(), "a");
+  AddWorker(c.get(), "b");
+  Worker("a")->block_runs = true;
+  Worker("b")->block_runs = true;
+  const std::string id = c->SubmitJob(Spec(2, 100))->job_id();
+  c->Tick();
+  WaitForState(c.get(), id, RUNNING);
+  clock_.AdvanceTime(absl::Seconds(6));
+  HeartbeatRequest hb;
+  hb.set_worker_id(a);
+  hb.set_job_id(id);
+  ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
+  clock_.AdvanceTime(absl::Seconds(5));  // b: 11 s of silence
+  c->Tick();
+  JobInfo failed = WaitForState(c.get(), id, FAILED);
+  EXPECT_THAT(failed.reason(), HasSubstr("rank 1 (worker w2-b on host b, b) stopped heartbeating"));
+  EXPECT_EQ(c->workers()->List().size(), 1u);
+  // The unknown worker is told to register again.
+  hb.set_worker_id("w2-b");
+  EXPECT_TRUE(c->Heartbeat(hb)->reregister());
+}
+
+TEST_F(CoordinatorTest, TerminateOnNanFailsTheJob) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  Worker("a")->nan_loss = true;
+  SubmitJobRequest request = Spec(1, 100);
+  ActionConfig* nan = request.mutable_spec()->add_actions();
+  nan->set_on(ACTION_TRAIN);
+  nan->mutable_terminate_on_nan()->set_task("train");
+  const std::string id = c->SubmitJob(request)->job_id();
+  c->Start();
+  JobInfo failed = WaitForState(c.get(), id, FAILED);
+  EXPECT_EQ(failed.step(), 20);
+  EXPECT_THAT(failed.reason(), HasSubstr("nan"));
+}
+
+TEST_F(CoordinatorTest, BadSpecsAreRefusedListingTheFields) {
+  auto c = Make();
+  SubmitJobRequest request = Spec(1, 10);
+  request.mutable_spec()->set_batch_size(-1);
+  request.mutable_spec()->set_output_dir("../escape");
+  auto r = c->SubmitJob(request);
+  EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batch_size")));
+  EXPECT_THAT(r.status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("output_dir")));
+  request = Spec(1, 10);
+  request.add_overrides("no_such_field=1");
+  EXPECT_THAT(c->SubmitJob(request).status(), StatusCodeIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(c->ListJobs({}).jobs_size(), 0);
+}
+
+TEST_F(CoordinatorTest, ARestartedCoordinatorKnowsEveryJob) {
+  std::string running, pending, done;
+  {
+    auto c = Make();
+    AddWorker(c.get(), "a");
+    Worker("a")->block_runs = true;
+    done = c->SubmitJob(Spec(1, 10))->job_id();
+    ASSERT_THAT(c->CancelJob(done, "not needed").status(), IsOk());
+    running = c->SubmitJob(Spec(1, 10))->job_id();
+    pending = c->SubmitJob(Spec(1, 10))->job_id();
+    c->Tick();
+    WaitForState(c.get(), running, RUNNING);
+    c->Shutdown();
+  }
+  auto c = Make();
+  ListJobsResponse all = c->ListJobs({});
+  ASSERT_EQ(all.jobs_size(), 3);
+  EXPECT_EQ(all.jobs(0).job_id(), pending);  // newest first
+  EXPECT_EQ(c->GetJob(pending)->state(), PENDING);
+  EXPECT_EQ(c->GetJob(done)->state(), CANCELLED);
+  EXPECT_EQ(c->GetJob(done)->reason(), "cancelled: not needed");
+  EXPECT_EQ(c->GetJob(running)->state(), FAILED);
+  EXPECT_THAT(c->GetJob(running)->reason(), HasSubstr("the coordinator restarted while the job was RUNNING"));
+  // New ids continue after the old ones.
+  EXPECT_EQ(c->SubmitJob(Spec(1, 10))->job_id(), "test-job-4");
+  ListJobsRequest only_pending;
+  only_pending.add_states(PENDING);
+  EXPECT_EQ(c->ListJobs(only_pending).jobs_size(), 2);
+}
+
+TEST_F(CoordinatorTest, WaitForChangeWakesOnChangesAndTimesOut) {
+  auto c = Make();
+  const std::string id = c->SubmitJob(Spec(1, 10))->job_id();
+  int64_t version = 0;
+  ASSERT_THAT(c->WaitForChange(id, &version, absl::Seconds(1)).status(), IsOk());
+  const int64_t first = version;
+  const absl::Time start = absl::Now();
+  ASSERT_THAT(c->WaitForChange(id, &version, absl::Milliseconds(50)).status(), IsOk());
+  EXPECT_EQ(version, first);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(50));
+  ASSERT_THAT(c->CancelJob(id, "").status(), IsOk());
+  auto info = c->WaitForChange(id, &version, absl::Seconds(10));
+  EXPECT_GT(version, first);
+  EXPECT_EQ(info->state(), CANCELLED);
+  EXPECT_THAT(c->WaitForChange("nope", &version, absl::Seconds(1)).status(),
+              StatusCodeIs(absl::StatusCode::kNotFound));
+}
+
+}  // namespace
+}  // namespace trainyard

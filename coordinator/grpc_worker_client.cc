@@ -1,0 +1,81 @@
+#include "coordinator/grpc_worker_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <mutex>
+#include <set>
+
+#include "common/grpc_status.h"
+#include "proto/worker.grpc.pb.h"
+
+namespace trainyard {
+namespace {
+
+class GrpcWorkerClient : public WorkerClient {
+ public:
+  explicit GrpcWorkerClient(const std::string& address) : address_(address) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(64 << 20);
+    stub_ = WorkerService::NewStub(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  }
+
+  absl::StatusOr<StartJobResponse> StartJob(const StartJobRequest& request) override {
+    return Call<StartJobResponse>(std::chrono::minutes(10), [&](grpc::ClientContext* ctx, StartJobResponse* r) {
+      return stub_->StartJob(ctx, request, r);
+    });
+  }
+  absl::StatusOr<RunStepsResponse> RunSteps(const RunStepsRequest& request) override {
+    return Call<RunStepsResponse>(std::chrono::hours(24 * 365), [&](grpc::ClientContext* ctx, RunStepsResponse* r) {
+      return stub_->RunSteps(ctx, request, r);
+    });
+  }
+  absl::StatusOr<EvaluateResponse> Evaluate(const EvaluateRequest& request) override {
+    return Call<EvaluateResponse>(std::chrono::hours(24 * 365), [&](grpc::ClientContext* ctx, EvaluateResponse* r) {
+      return stub_->Evaluate(ctx, request, r);
+    });
+  }
+  absl::Status AbortJob(const AbortJobRequest& request) override {
+    return Call<AbortJobResponse>(std::chrono::seconds(10), [&](grpc::ClientContext* ctx, AbortJobResponse* r) {
+             return stub_->AbortJob(ctx, request, r);
+           })
+        .status();
+  }
+  void CancelInFlight() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (grpc::ClientContext* ctx : in_flight_) ctx->TryCancel();
+  }
+
+ private:
+  template <typename Response, typename F>
+  absl::StatusOr<Response> Call(std::chrono::system_clock::duration deadline, F f) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      in_flight_.insert(&ctx);
+    }
+    Response response;
+    grpc::Status status = f(&ctx, &response);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      in_flight_.erase(&ctx);
+    }
+    if (!status.ok()) return FromGrpcStatus(status);
+    return response;
+  }
+
+  std::string address_;
+  std::unique_ptr<WorkerService::Stub> stub_;
+  std::mutex mu_;
+  std::set<grpc::ClientContext*> in_flight_;
+};
+
+}  // namespace
+
+std::unique_ptr<WorkerClient> NewGrpcWorkerClient(const std::string& address) {
+  return std::make_unique<GrpcWorkerClient>(address);
+}
+
+}  // namespace trainyard

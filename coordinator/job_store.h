@@ -1,0 +1,53 @@
+// Durable job records: one SQLite database (jobs.db under the coordinator's
+// state dir) holding every job's JobInfo, so that a restarted coordinator
+// knows every job it ever accepted. Each write is one transaction with
+// synchronous=FULL in WAL mode: a record is either the old or the new one
+// after a crash, never half-written.
+//
+// Thread-safety: thread-safe (one connection behind a mutex).
+#ifndef TRAINYARD_COORDINATOR_JOB_STORE_H_
+#define TRAINYARD_COORDINATOR_JOB_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/job_service.pb.h"
+
+struct sqlite3;
+
+namespace trainyard {
+
+class JobStore {
+ public:
+  // Opens or creates the database at `path`; kInvalidArgument naming the
+  // file if it is not a Trainyard job database.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path);
+  ~JobStore();
+
+  // Inserts or replaces the job's record. `sequence` orders jobs by
+  // submission.
+  absl::Status Put(const JobInfo& job, int64_t sequence);
+  struct Record {
+    JobInfo job;
+    int64_t sequence;
+  };
+  // Every job, oldest first. kDataLoss naming the job for a record that does
+  // not parse.
+  absl::StatusOr<std::vector<Record>> LoadAll();
+
+ private:
+  JobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  absl::Status Exec(const char* sql);
+  std::mutex mu_;
+  sqlite3* db_;
+  std::string path_;
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COORDINATOR_JOB_STORE_H_

@@ -1,0 +1,81 @@
+// The coordinator's view of its workers: who registered, where they listen,
+// whether they are idle, and when each was last heard from. Time comes from
+// an injected Clock, so heartbeat expiry is tested without sleeping.
+//
+// Worker life cycle:
+//   IDLE --Assign--> BUSY --Release--> DRAINING --heartbeat without a job--> IDLE
+//   any --no heartbeat for `heartbeat_timeout`--> removed (returned by Expire)
+// DRAINING exists because a worker tears a job down asynchronously: it is
+// not handed a new job until it says it has none.
+//
+// Thread-safety: thread-safe.
+#ifndef TRAINYARD_COORDINATOR_WORKER_REGISTRY_H_
+#define TRAINYARD_COORDINATOR_WORKER_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+
+namespace trainyard {
+
+struct WorkerRecord {
+  enum class State { kIdle, kBusy, kDraining };
+  std::string worker_id;
+  std::string host;
+  std::string address;
+  std::string device;
+  int32_t pid = 0;
+  State state = State::kIdle;
+  std::string job_id;  // BUSY/DRAINING: the job
+  absl::Time last_heartbeat;
+  int64_t sequence = 0;  // registration order
+};
+
+const char* WorkerStateName(WorkerRecord::State state);
+
+class WorkerRegistry {
+ public:
+  WorkerRegistry(Clock* clock, absl::Duration heartbeat_timeout)
+      : clock_(clock), heartbeat_timeout_(heartbeat_timeout) {}
+
+  // A new id for every registration (a restarted worker is a new worker).
+  // kInvalidArgument naming the field for an empty address.
+  absl::StatusOr<std::string> Register(const std::string& host, const std::string& address,
+                                       const std::string& device, int32_t pid);
+  // kNotFound for an unknown (or expired) worker: it must register again.
+  // `job_id` is the job the worker holds ("" = none).
+  absl::Status Heartbeat(const std::string& worker_id, const std::string& job_id);
+
+  // Idle workers in registration order.
+  std::vector<std::string> Idle() const;
+  // kFailedPrecondition if a worker is not idle.
+  absl::Status Assign(const std::vector<std::string>& worker_ids, const std::string& job_id);
+  // The job is over for these workers; unknown ids are ignored.
+  void Release(const std::vector<std::string>& worker_ids);
+
+  // Removes and returns the workers not heard from for longer than the
+  // heartbeat timeout.
+  std::vector<WorkerRecord> Expire();
+
+  absl::StatusOr<WorkerRecord> Get(const std::string& worker_id) const;
+  std::vector<WorkerRecord> List() const;
+  absl::Duration heartbeat_timeout() const { return heartbeat_timeout_; }
+
+ private:
+  Clock* clock_;
+  const absl::Duration heartbeat_timeout_;
+  mutable std::mutex mu_;
+  std::map<std::string, WorkerRecord> workers_;  // guarded by mu_
+  int64_t next_sequence_ = 1;                    // guarded by mu_
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COORDINATOR_WORKER_REGISTRY_H_
