@@ -47,6 +47,14 @@ void PrintUsage(const std::vector<Command>& commands, std::ostream& out) {
 
 const std::vector<Command>& TrainyardCommands() {
   static const std::vector<Command>* commands = new std::vector<Command>{
+      {"local", RunLocal, "run a job here: a coordinator and N worker processes"},
+      {"submit", RunSubmit, "submit a job spec to a coordinator"},
+      {"status", RunStatus, "a job's state, metrics and ranks"},
+      {"list", RunList, "the coordinator's jobs"},
+      {"watch", RunWatch, "follow a job with a progress bar until it ends"},
+      {"cancel", RunCancel, "cancel a job"},
+      {"coordinator", RunCoordinator, "run the coordinator process"},
+      {"worker", nullptr, kWorkerSummary},
       {"validate", RunValidate, "check job specs and print them normalised"},
       {"model-info", RunModelInfo, "a model preset's architecture and parameter count"},
       {"vocab", RunVocab, "train a SentencePiece vocabulary with T5's special ids"},

@@ -28,6 +28,21 @@ int RunVocab(const std::vector<std::string>& args, std::ostream& out, std::ostre
 // `trainyard convert (--from-hf HF_DIR [--vocab SPM] --out DIR | --checkpoint DIR --to-hf OUT)`
 int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+// Processes (coordinator/server.h, worker/server.h).
+// `trainyard coordinator --listen HOST:PORT --state-dir DIR [--output-root DIR]`
+int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// `trainyard worker --coordinator HOST:PORT [--listen HOST:PORT] [--device cpu]` (trainyard-torch)
+int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// `trainyard local [--workers N] SPEC [--set k=v]...`
+int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// Job commands, against a coordinator (--coordinator or $TRAINYARD_COORDINATOR).
+int RunSubmit(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int RunStatus(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int RunList(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int RunWatch(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int RunCancel(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 using CommandFn = int (*)(const std::vector<std::string>& args, std::ostream& out,
                           std::ostream& err);
 
@@ -42,6 +57,7 @@ struct Command {
 };
 
 constexpr char kConvertSummary[] = "Hugging Face T5 checkpoints to Trainyard checkpoints and back";
+constexpr char kWorkerSummary[] = "run a worker process (serves a coordinator's jobs)";
 
 // The `trainyard` binary's commands, and the `trainyard-torch` binary's
 // (defined with them, in //client:torch_commands).

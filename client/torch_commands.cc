@@ -6,6 +6,7 @@ namespace trainyard {
 const std::vector<Command>& TorchCommands() {
   static const std::vector<Command>* commands = new std::vector<Command>{
       {"convert", RunConvert, kConvertSummary},
+      {"worker", RunWorker, kWorkerSummary},
   };
   return *commands;
 }

@@ -402,7 +402,8 @@ void Coordinator::Drive(Job* job) {
   AbortJobRequest abort;
   abort.set_job_id(job_id);
   abort.set_reason(shutting_down ? "the coordinator is shutting down"
-                                 : absl::StrCat(JobState_Name(final_state), ": ", final_reason));
+                                 : absl::StrCat("the job is ", JobState_Name(final_state),
+                                                final_reason.empty() ? "" : ": " + final_reason));
   std::vector<std::thread> aborts;
   for (auto& c : job->clients) {
     if (c) aborts.emplace_back([c, abort] { c->AbortJob(abort).IgnoreError(); });

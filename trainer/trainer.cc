@@ -92,6 +92,7 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
   for (const auto& item : model_->named_parameters()) params_.emplace_back(item.key(), item.value());
   train_metrics_ = std::make_unique<MetricsManager>("train", options_.summary_dir,
                                                     collective_->rank(), collective_->world_size());
+  progress_.store(optimizer_->step());
 }
 
 Trainer::~Trainer() { Close().IgnoreError(); }
@@ -172,8 +173,17 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
   train_metrics_->StartDurationTimer();
   for (int64_t i = 0; i < num_steps; ++i) {
     const int64_t step = this->step();
-    if (options_.preemption_requested != nullptr && options_.preemption_requested->load()) {
-      return PreemptionError(step);
+    if (options_.preemption_requested != nullptr) {
+      // Every rank stops after the same step: the flag is combined across
+      // ranks (T5X's preemption sync point), so no rank is left waiting in
+      // the next step's all-reduce.
+      bool stop = options_.preemption_requested->load();
+      if (collective_->world_size() > 1) {
+        std::vector<torch::Tensor> flag = {torch::full({1}, stop ? 1.0f : 0.0f)};
+        TY_RETURN_IF_ERROR(collective_->AllReduce(flag, ReduceOp::kMax));
+        stop = flag[0].item<float>() > 0;
+      }
+      if (stop) return PreemptionError(step);
     }
     absl::StatusOr<T5Batch> batch = batches->Next();
     if (absl::IsOutOfRange(batch.status())) {
@@ -187,6 +197,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
     TY_ASSIGN_OR_RETURN(Metrics step_metrics,
                         AccumulateGradsMicrobatched(*batch, step, counts[0][1].item<double>()));
     TY_ASSIGN_OR_RETURN(last_step_metrics, ApplyGrads(step));
+    progress_.store(step + 1);
     MergeMetrics(step_metrics, /*within_step=*/false, &total);
     seqs += counts[0][0].item<double>();
     target_tokens += counts[0][1].item<double>();

@@ -70,8 +70,9 @@ struct TrainerOptions {
   uint64_t seed = 0;
   std::string summary_dir;  // empty: no event files
   bool compute_weight_metrics = false;
-  // Set (by a signal handler) to request a stop: Train returns a preemption
-  // error at the next step boundary.
+  // Set (by a signal handler, or to abort) to request a stop: Train returns
+  // a preemption error at the next step boundary, the same step on every
+  // rank (the flag is MAX-all-reduced before each step when world size > 1).
   const std::atomic<bool>* preemption_requested = nullptr;
 };
 
@@ -119,6 +120,9 @@ class Trainer {
                   const MetricsByTask& metrics, std::string* reason);
 
   int64_t step() const { return optimizer_->step(); }
+  // The last completed step, readable from any thread while Train runs
+  // (progress reports).
+  int64_t progress() const { return progress_.load(); }
   // Joins the metric writers; the first write error, if any.
   absl::Status Close();
 
@@ -134,6 +138,7 @@ class Trainer {
   std::unique_ptr<MetricsManager> train_metrics_;
   std::map<std::string, std::unique_ptr<MetricsManager>> eval_metrics_;
   std::set<std::string> compiled_;  // shape keys already warmed up
+  std::atomic<int64_t> progress_{0};
 };
 
 }  // namespace trainyard

@@ -1,0 +1,71 @@
+// `trainyard coordinator`: runs the coordinator process.
+#include <unistd.h>
+
+#include <climits>
+#include <iostream>
+
+#include "client/commands.h"
+#include "client/flags.h"
+#include "common/logging.h"
+#include "coordinator/server.h"
+
+namespace trainyard {
+
+int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CoordinatorServerOptions options;
+  std::string output_root, log_level = "info";
+  int heartbeat_timeout = 10;
+  FlagSet flags("coordinator --listen HOST:PORT --state-dir DIR [--output-root DIR]",
+                "Runs the coordinator: the public JobService and the workers' internal\n"
+                "service on one port. Port 0 lets the OS choose; the first line on stdout\n"
+                "is `listening on HOST:PORT` with the real port. Jobs are kept in\n"
+                "DIR/jobs.db (SQLite). SIGTERM or SIGINT stops it cleanly.");
+  flags.AddString("listen", &options.listen, "HOST:PORT", "where to serve (default 127.0.0.1:0)");
+  flags.AddString("state-dir", &options.coordinator.state_dir, "DIR", "where the job database lives (required)");
+  flags.AddString("output-root", &output_root, "DIR",
+                  "jobs' output_dir must lie inside it; a relative one is taken under it (default: the "
+                  "current directory)");
+  flags.AddInt("heartbeat-timeout", &heartbeat_timeout, "SECONDS",
+               "a worker silent for longer is dropped and its job fails (default 10)");
+  flags.AddString("log-level", &log_level, "LEVEL", "trace, debug, info, warn, error (default info)");
+  std::vector<std::string> positional;
+  if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
+  if (!positional.empty() || options.coordinator.state_dir.empty()) {
+    err << "error: want: trainyard coordinator --listen HOST:PORT --state-dir DIR\n";
+    return kExitUsage;
+  }
+  if (heartbeat_timeout < 1) {
+    err << "error: --heartbeat-timeout: " << heartbeat_timeout << "; want at least 1 second\n";
+    return kExitUsage;
+  }
+  LoggingOptions logging;
+  logging.level = log_level;
+  std::string error;
+  if (!InitLogging(logging, &error)) {
+    err << "error: --log-level: " << error << "\n";
+    return kExitUsage;
+  }
+  if (output_root.empty()) {
+    char cwd[PATH_MAX] = {};
+    if (getcwd(cwd, sizeof(cwd)) == nullptr) {
+      err << "error: cannot read the current directory; give --output-root\n";
+      return kExitUsage;
+    }
+    output_root = cwd;
+  }
+  if (output_root[0] != '/') {
+    err << "error: --output-root: '" << output_root << "'; want an absolute path\n";
+    return kExitUsage;
+  }
+  options.coordinator.output_root = output_root;
+  options.coordinator.heartbeat_timeout = absl::Seconds(heartbeat_timeout);
+  options.coordinator.heartbeat_interval = absl::Seconds(1);
+  absl::Status status = ServeCoordinator(options, out);
+  if (!status.ok()) {
+    err << "error: " << status.message() << "\n";
+    return absl::IsInvalidArgument(status) ? kExitUsage : kExitFailed;
+  }
+  return kExitOk;
+}
+
+}  // namespace trainyard

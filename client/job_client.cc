@@ -1,0 +1,98 @@
+#include "client/job_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+
+namespace trainyard {
+namespace {
+
+absl::Status Annotated(const grpc::Status& status, const std::string& address) {
+  absl::Status s = FromGrpcStatus(status);
+  if (absl::IsUnavailable(s)) {
+    return absl::UnavailableError(absl::StrCat("coordinator ", address, " unreachable: ", s.message()));
+  }
+  return s;
+}
+
+}  // namespace
+
+JobClient::JobClient(const std::string& address, absl::Duration timeout)
+    : address_(address),
+      timeout_(timeout),
+      stub_(JobService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+
+#define TY_CALL(method, request, response)                                           \
+  grpc::ClientContext ctx;                                                           \
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));                      \
+  if (grpc::Status s = stub_->method(&ctx, request, &response); !s.ok()) {           \
+    return Annotated(s, address_);                                                   \
+  }
+
+absl::StatusOr<SubmitJobResponse> JobClient::Submit(const JobSpec& spec, const std::vector<std::string>& overrides) {
+  SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  for (const std::string& o : overrides) request.add_overrides(o);
+  SubmitJobResponse response;
+  TY_CALL(SubmitJob, request, response);
+  return response;
+}
+
+absl::StatusOr<JobInfo> JobClient::Get(const std::string& job_id) {
+  GetJobRequest request;
+  request.set_job_id(job_id);
+  JobInfo response;
+  TY_CALL(GetJob, request, response);
+  return response;
+}
+
+absl::StatusOr<std::vector<JobInfo>> JobClient::List(int limit) {
+  ListJobsRequest request;
+  request.set_limit(limit);
+  ListJobsResponse response;
+  TY_CALL(ListJobs, request, response);
+  return std::vector<JobInfo>(response.jobs().begin(), response.jobs().end());
+}
+
+absl::StatusOr<JobInfo> JobClient::Cancel(const std::string& job_id, const std::string& reason) {
+  CancelJobRequest request;
+  request.set_job_id(job_id);
+  request.set_reason(reason);
+  CancelJobResponse response;
+  TY_CALL(CancelJob, request, response);
+  return response.job();
+}
+
+#undef TY_CALL
+
+absl::StatusOr<JobInfo> JobClient::Watch(const std::string& job_id,
+                                         const std::function<bool(const JobEvent&)>& on_event) {
+  WatchJobRequest request;
+  request.set_job_id(job_id);
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReader<JobEvent>> reader = stub_->WatchJob(&ctx, request);
+  JobEvent event;
+  JobInfo last;
+  while (reader->Read(&event)) {
+    last = event.job();
+    if (!on_event(event)) {
+      ctx.TryCancel();
+      reader->Finish().ok();
+      return last;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return Annotated(status, address_);
+  return last;
+}
+
+absl::StatusOr<std::string> CoordinatorAddress(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv("TRAINYARD_COORDINATOR"); env != nullptr && *env) return std::string(env);
+  return absl::InvalidArgumentError("--coordinator: not given and TRAINYARD_COORDINATOR is not set; want HOST:PORT");
+}
+
+}  // namespace trainyard

@@ -1,0 +1,46 @@
+// A JobService client with absl::Status errors: what the CLI's job commands
+// (submit, status, list, watch, cancel) and `trainyard local` use. Any other
+// gRPC client of proto/job_service.proto works the same way.
+#ifndef TRAINYARD_CLIENT_JOB_CLIENT_H_
+#define TRAINYARD_CLIENT_JOB_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/job_service.grpc.pb.h"
+
+namespace trainyard {
+
+class JobClient {
+ public:
+  // `address` is HOST:PORT; calls wait up to `timeout` (WatchJob excepted).
+  explicit JobClient(const std::string& address, absl::Duration timeout = absl::Seconds(30));
+
+  absl::StatusOr<SubmitJobResponse> Submit(const JobSpec& spec, const std::vector<std::string>& overrides);
+  absl::StatusOr<JobInfo> Get(const std::string& job_id);
+  absl::StatusOr<std::vector<JobInfo>> List(int limit);
+  absl::StatusOr<JobInfo> Cancel(const std::string& job_id, const std::string& reason);
+  // Calls `on_event` for every event until the job ends (returns its final
+  // JobInfo), the stream breaks, or `on_event` returns false.
+  absl::StatusOr<JobInfo> Watch(const std::string& job_id, const std::function<bool(const JobEvent&)>& on_event);
+
+  // The address the client talks to, for messages.
+  const std::string& address() const { return address_; }
+
+ private:
+  std::string address_;
+  absl::Duration timeout_;
+  std::unique_ptr<JobService::Stub> stub_;
+};
+
+// The coordinator address from --coordinator, else $TRAINYARD_COORDINATOR;
+// kInvalidArgument when neither is set.
+absl::StatusOr<std::string> CoordinatorAddress(const std::string& flag);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_CLIENT_JOB_CLIENT_H_

@@ -1,0 +1,51 @@
+// `trainyard worker` (in trainyard-torch): runs a worker process.
+#include "client/commands.h"
+#include "client/flags.h"
+#include "common/logging.h"
+#include "worker/server.h"
+
+namespace trainyard {
+
+int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  WorkerServerOptions options;
+  std::string log_level = "info";
+  int collective_timeout = 60;
+  FlagSet flags("worker --coordinator HOST:PORT [--listen HOST:PORT] [--device cpu]",
+                "Runs a worker: registers with the coordinator, heartbeats, and runs the\n"
+                "steps of the jobs it is given. The first line on stdout is `listening on\n"
+                "HOST:PORT`. SIGTERM or SIGINT stops it (its job is aborted).");
+  flags.AddString("coordinator", &options.coordinator, "HOST:PORT", "the coordinator (required)");
+  flags.AddString("listen", &options.listen, "HOST:PORT", "where to serve (default 127.0.0.1:0)");
+  flags.AddString("advertise-host", &options.advertise_host, "HOST",
+                  "the address other processes reach this worker at (default: the listen host)");
+  flags.AddString("device", &options.device, "DEVICE", "cpu (default)");
+  flags.AddInt("collective-timeout", &collective_timeout, "SECONDS",
+               "a collective operation waits at most this long for its peers (default 60)");
+  flags.AddString("log-level", &log_level, "LEVEL", "trace, debug, info, warn, error (default info)");
+  std::vector<std::string> positional;
+  if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
+  if (!positional.empty() || options.coordinator.empty()) {
+    err << "error: want: trainyard worker --coordinator HOST:PORT\n";
+    return kExitUsage;
+  }
+  if (collective_timeout < 1) {
+    err << "error: --collective-timeout: " << collective_timeout << "; want at least 1 second\n";
+    return kExitUsage;
+  }
+  options.collective_timeout = absl::Seconds(collective_timeout);
+  LoggingOptions logging;
+  logging.level = log_level;
+  std::string error;
+  if (!InitLogging(logging, &error)) {
+    err << "error: --log-level: " << error << "\n";
+    return kExitUsage;
+  }
+  absl::Status status = ServeWorker(options, out);
+  if (!status.ok()) {
+    err << "error: " << status.message() << "\n";
+    return absl::IsInvalidArgument(status) ? kExitUsage : kExitFailed;
+  }
+  return kExitOk;
+}
+
+}  // namespace trainyard

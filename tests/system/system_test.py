@@ -1,0 +1,282 @@
+"""System tests: a coordinator and workers as real processes on loopback.
+
+Each test starts its own coordinator (port chosen by the OS, read from its
+first stdout line) and workers, drives them through the `trainyard` CLI (and
+the Python client example), and stops and reaps every process it started.
+"""
+import argparse
+import glob
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import numpy as np
+from safetensors.numpy import load_file
+
+TRAINYARD = None  # set in main
+
+SPEC = """
+name: "sys"
+model { preset: "tiny" dropout_rate: 0.0 }
+task: "digits_to_words"
+feature_lengths { inputs: 16 targets: 32 }
+batch_size: 8
+num_workers: 2
+total_steps: 20
+summary_period: 10
+eval_period: 10
+eval { num_batches: 1 }
+seed: 3
+optimizer { adafactor {} }
+learning_rate { factors: "constant" base_learning_rate: 0.01 }
+data { pack: false }
+"""
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Cluster:
+    """A coordinator and workers; every process is stopped and reaped."""
+
+    def __init__(self, root, heartbeat_timeout=10):
+        self.root = root
+        self.procs = []
+        self.coordinator = self._start(
+            "coordinator", [TRAINYARD, "coordinator", "--listen", "127.0.0.1:0", "--state-dir",
+                            os.path.join(root, "state"), "--output-root", root,
+                            "--heartbeat-timeout", str(heartbeat_timeout)])
+        self.address = self.coordinator.listening
+        self.workers = []
+
+    def _start(self, name, argv, prefix=()):
+        log = open(os.path.join(self.root, f"{name}.log"), "w")
+        with log:
+            proc = subprocess.Popen(list(prefix) + argv, stdout=subprocess.PIPE, stderr=log, text=True)
+        proc.name, proc.log = name, log.name
+        self.procs.append(proc)
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout=60):
+            raise AssertionError(f"{name} printed nothing in 60 s; log:\n{self.log(proc)}")
+        line = proc.stdout.readline().strip()
+        if not line.startswith("listening on "):
+            raise AssertionError(f"{name}: first line {line!r}; log:\n{self.log(proc)}")
+        proc.listening = line[len("listening on "):]
+        return proc
+
+    def add_worker(self, listen="127.0.0.1:0", prefix=(), coordinator=None, extra=()):
+        proc = self._start(f"worker-{len(self.workers)}",
+                           [TRAINYARD, "worker", "--coordinator", coordinator or self.address,
+                            "--listen", listen, *extra], prefix)
+        self.workers.append(proc)
+        return proc
+
+    @staticmethod
+    def log(proc):
+        with open(proc.log) as f:
+            return f.read()[-4000:]
+
+    def cli(self, *args, check=True, timeout=120):
+        result = subprocess.run([TRAINYARD, *args[:1], "--coordinator", self.address, *args[1:]],
+                                capture_output=True, text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            raise AssertionError(f"trainyard {' '.join(args)} exited {result.returncode}:\n"
+                                 f"{result.stdout}\n{result.stderr}")
+        return result
+
+    def submit(self, spec_path, *overrides):
+        sets = [a for o in overrides for a in ("--set", o)]
+        return self.cli("submit", spec_path, *sets).stdout.strip()
+
+    def status(self, job):
+        return json.loads(self.cli("status", job, "--json").stdout)
+
+    def wait_state(self, job, states, timeout):
+        def check():
+            s = self.status(job)
+            return s if s["state"] in states else None
+        return wait_for(check, timeout, f"{job} to reach {states}")
+
+    def stop(self):
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise AssertionError(f"{proc.name} ignored SIGTERM for 20 s")
+            finally:
+                proc.stdout.close()
+
+
+class SystemTest(unittest.TestCase):
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="sys-", dir=os.environ.get("TEST_TMPDIR"))
+        self.spec = os.path.join(self.root, "job.textproto")
+        with open(self.spec, "w") as f:
+            f.write(SPEC)
+        self.cluster = None
+
+    def tearDown(self):
+        if self.cluster:
+            self.cluster.stop()
+            # Clean exits only: the processes handled SIGTERM.
+            for proc in self.cluster.procs:
+                if proc.returncode not in (0, -signal.SIGKILL):
+                    self.fail(f"{proc.name} exited {proc.returncode}; log:\n{Cluster.log(proc)}")
+
+    def start(self, workers, **kwargs):
+        self.cluster = Cluster(self.root, **kwargs)
+        for _ in range(workers):
+            self.cluster.add_worker()
+        return self.cluster
+
+    def test_two_workers_train_and_only_rank0_writes_summaries(self):
+        c = self.start(2)
+        job = c.submit(self.spec, "output_dir=two")
+        self.assertEqual(job, "sys-1")
+        watch = c.cli("watch", job)
+        # Not a terminal: one line per summary, then the final report.
+        self.assertIn("sys-1: RUNNING", watch.stdout)
+        self.assertIn("] 10/20", watch.stdout)
+        self.assertIn("] 20/20", watch.stdout)
+        self.assertIn("job sys-1: SUCCEEDED, step 20/20", watch.stdout)
+        s = c.status(job)
+        for key in ("job_id", "state", "step", "total_steps", "restarts", "reason", "metrics"):
+            self.assertIn(key, s)
+        self.assertEqual((s["state"], s["step"], s["total_steps"], s["restarts"], s["reason"]),
+                         ("SUCCEEDED", 20, 20, 0, ""))
+        self.assertEqual(s["metrics_step"], 20)
+        self.assertEqual(s["metrics"]["timing/seqs"], 80.0)  # 10 steps x 8 examples
+        self.assertLess(s["metrics"]["loss"], 6.5)
+        self.assertIn("training_eval/digits_to_words/loss", s["metrics"])
+        self.assertEqual([r["rank"] for r in s["ranks"]], [0, 1])
+        out = os.path.join(self.root, "two")
+        self.assertEqual(s["output_dir"], out)
+        self.assertEqual(s["latest_checkpoint"], os.path.join(out, "checkpoint_20"))
+        # Rank 0 alone writes TensorBoard events: one file per writer.
+        self.assertEqual(len(glob.glob(os.path.join(out, "train", "events.out.tfevents.*"))), 1)
+        self.assertEqual(len(glob.glob(os.path.join(out, "training_eval", "digits_to_words", "events.*"))), 1)
+        self.assertEqual(sorted(os.listdir(out)), ["checkpoint_20", "config.textproto", "train", "training_eval"])
+        listed = json.loads(c.cli("list", "--json").stdout)
+        self.assertEqual([j["job_id"] for j in listed], ["sys-1"])
+        human = c.cli("status", job).stdout
+        self.assertIn("job sys-1: SUCCEEDED, step 20/20", human)
+        self.assertIn("s/step", human)
+
+    def test_one_and_two_workers_reach_the_same_parameters(self):
+        c = self.start(2)
+        one = c.submit(self.spec, "output_dir=w1", "num_workers=1")
+        c.wait_state(one, ["SUCCEEDED"], 120)
+        two = c.submit(self.spec, "output_dir=w2", "num_workers=2")
+        c.wait_state(two, ["SUCCEEDED"], 120)
+        a = load_file(os.path.join(self.root, "w1", "checkpoint_20", "params.safetensors"))
+        b = load_file(os.path.join(self.root, "w2", "checkpoint_20", "params.safetensors"))
+        self.assertEqual(sorted(a), sorted(b))
+        worst = max(float(np.abs(a[k] - b[k]).max()) for k in a)
+        moved = max(float(np.abs(a[k]).max()) for k in a)
+        print(f"W=1 vs W=2 after 20 steps: max |diff| {worst:.3g} (max |param| {moved:.3g})")
+        # Same global batches, loss normalised by the global batch's tokens:
+        # only the float summation order differs.
+        self.assertLess(worst, 1e-4)
+        sa, sb = c.status(one)["metrics"], c.status(two)["metrics"]
+        self.assertAlmostEqual(sa["loss"], sb["loss"], delta=1e-4 * abs(sa["loss"]))
+        self.assertEqual(sa["timing/target_tokens"], sb["timing/target_tokens"])
+
+    def test_jobs_queue_and_cancel_frees_the_gang(self):
+        c = self.start(2)
+        long_job = c.submit(self.spec, "output_dir=long", "total_steps=100000", "summary_period=5")
+        short = c.submit(self.spec, "output_dir=short")
+        c.wait_state(long_job, ["RUNNING"], 60)
+        wait_for(lambda: c.status(long_job)["step"] > 0, 60, "the long job to make progress")
+        s = c.status(short)
+        self.assertEqual(s["state"], "PENDING")
+        self.assertIn("waiting for 2 idle workers (0 idle of 2 registered)", s["reason"])
+        cancelled = c.cli("cancel", long_job, "--reason", "testing")
+        self.assertIn(long_job, cancelled.stdout)
+        s = c.wait_state(long_job, ["CANCELLED"], 60)
+        self.assertEqual(s["reason"], "cancelled: testing")
+        # The freed gang takes the queued job.
+        c.wait_state(short, ["SUCCEEDED"], 120)
+        watch = c.cli("watch", long_job, check=False)
+        self.assertEqual(watch.returncode, 1)
+        again = c.cli("cancel", short, check=False)
+        self.assertEqual(again.returncode, 1)
+        self.assertIn("already ended: SUCCEEDED", again.stderr)
+
+    def test_killed_worker_fails_the_job_naming_its_rank(self):
+        c = self.start(2)
+        job = c.submit(self.spec, "output_dir=killed", "total_steps=100000", "summary_period=5")
+        c.wait_state(job, ["RUNNING"], 60)
+        wait_for(lambda: c.status(job)["step"] > 0, 60, "progress")
+        ranks = c.status(job)["ranks"]
+        victim = c.workers[1]
+        rank = next(r["rank"] for r in ranks if r["address"].endswith(":" + victim.listening.split(":")[1]))
+        start = time.monotonic()
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=10)
+        s = c.wait_state(job, ["FAILED"], 30)
+        took = time.monotonic() - start
+        print(f"job failed {took:.1f} s after SIGKILL: {s['reason']}")
+        self.assertIn(f"rank {rank} (worker ", s["reason"])
+        # The survivor returns to the pool and runs the next job.
+        nxt = c.submit(self.spec, "output_dir=next", "num_workers=1")
+        c.wait_state(nxt, ["SUCCEEDED"], 120)
+        self.assertEqual(c.status(nxt)["ranks"][0]["address"].split(":")[1], c.workers[0].listening.split(":")[1])
+
+    def test_bad_spec_is_refused_with_the_field(self):
+        c = self.start(0)
+        r = c.cli("submit", self.spec, "--set", "batch_size=-4", check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("batch_size", r.stderr)
+        r = c.cli("status", "nope", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no job 'nope'", r.stderr)
+        r = subprocess.run([TRAINYARD, "status", "--coordinator", "127.0.0.1:1", "x"], capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("coordinator 127.0.0.1:1 unreachable", r.stderr)
+
+    def test_python_client_example(self):
+        c = self.start(1)
+        client = os.path.join("examples", "python_client.py")
+        r = subprocess.run([sys.executable, client, "--coordinator", c.address, "--proto-root", ".", self.spec,
+                            "--set", "num_workers=1", "--set", "output_dir=py"],
+                           capture_output=True, text=True, timeout=180)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0], "sys-1")
+        self.assertIn("state RUNNING", lines)
+        self.assertIn("step 20/20", " ".join(lines))
+        self.assertEqual(lines[-1], f"final SUCCEEDED step 20 checkpoint {os.path.join(self.root, 'py', 'checkpoint_20')}")
+
+
+def main():
+    global TRAINYARD
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trainyard", required=True)
+    args, rest = parser.parse_known_args()
+    TRAINYARD = os.path.abspath(args.trainyard)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()

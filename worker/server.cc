@@ -1,0 +1,126 @@
+#include "worker/server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "common/signals.h"
+#include "common/status_macros.h"
+#include "proto/worker.grpc.pb.h"
+#include "spdlog/spdlog.h"
+#include "worker/coordinator_store.h"
+#include "worker/worker_core.h"
+#include "worker/worker_service.h"
+
+namespace trainyard {
+namespace {
+
+std::string Hostname() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+}  // namespace
+
+absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) {
+  if (options.coordinator.empty()) return absl::InvalidArgumentError("--coordinator: required (HOST:PORT)");
+  if (options.device != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device: '", options.device, "' is not available in this build; allowed: cpu"));
+  }
+  const size_t colon = options.listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--listen: '", options.listen, "'; expected HOST:PORT"));
+  }
+  const std::string listen_host = options.listen.substr(0, colon);
+  std::string advertise = options.advertise_host;
+  if (advertise.empty()) {
+    advertise = (listen_host == "0.0.0.0" || listen_host == "[::]") ? Hostname() : listen_host;
+  }
+  TY_ASSIGN_OR_RETURN(std::unique_ptr<SignalWatcher> signals, SignalWatcher::Create({SIGTERM, SIGINT}));
+
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(options.coordinator, grpc::InsecureChannelCredentials());
+  auto coordinator = CoordinatorService::NewStub(channel);
+
+  WorkerCoreOptions core_options;
+  core_options.host_address = advertise;
+  core_options.device = options.device;
+  core_options.collective_timeout = options.collective_timeout;
+  core_options.store_factory = [channel](const std::string& scope) { return NewCoordinatorStore(channel, scope); };
+  WorkerCore core(core_options);
+  WorkerServiceImpl service(&core);
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(16 << 20);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("--listen: cannot listen on '", options.listen, "'"));
+  }
+  const std::string address = absl::StrCat(advertise, ":", port);
+  out << "listening on " << listen_host << ":" << port << std::endl;
+
+  std::string worker_id;
+  absl::Duration interval = absl::Seconds(1);
+  absl::Time last_warning = absl::InfinitePast();
+  while (!signals->AnyReceived()) {
+    absl::Status status;
+    if (worker_id.empty()) {
+      RegisterWorkerRequest request;
+      request.set_host(Hostname());
+      request.set_address(address);
+      request.set_device(options.device);
+      request.set_pid(getpid());
+      RegisterWorkerResponse response;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      status = FromGrpcStatus(coordinator->RegisterWorker(&ctx, request, &response));
+      if (status.ok()) {
+        worker_id = response.worker_id();
+        interval = absl::Milliseconds(std::max<int64_t>(response.heartbeat_interval_ms(), 50));
+        spdlog::info("registered with the coordinator at {} as {} (serving on {})", options.coordinator, worker_id,
+                     address);
+      }
+    } else {
+      HeartbeatRequest request;
+      request.set_worker_id(worker_id);
+      request.set_job_id(core.job_id());
+      request.set_step(core.step());
+      HeartbeatResponse response;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      status = FromGrpcStatus(coordinator->Heartbeat(&ctx, request, &response));
+      if (status.ok() && response.reregister()) {
+        spdlog::warn("the coordinator does not know {}; registering again", worker_id);
+        worker_id.clear();
+        continue;
+      }
+    }
+    if (!status.ok() && absl::Now() - last_warning > absl::Seconds(10)) {
+      spdlog::warn("coordinator {} unreachable: {}", options.coordinator, status.ToString());
+      last_warning = absl::Now();
+    }
+    signals->Wait(interval);
+  }
+  spdlog::info("worker: signal received, stopping");
+  const std::string held = core.job_id();
+  if (!held.empty()) {
+    AbortJobRequest abort;
+    abort.set_job_id(held);
+    abort.set_reason("the worker is stopping");
+    core.AbortJob(abort).IgnoreError();
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Wait();
+  return absl::OkStatus();
+}
+
+}  // namespace trainyard

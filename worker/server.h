@@ -1,0 +1,31 @@
+// The worker process: serves WorkerService, registers with the coordinator,
+// heartbeats (re-registering if the coordinator forgot it), and stops
+// cleanly on SIGTERM or SIGINT (the job it holds is aborted).
+#ifndef TRAINYARD_WORKER_SERVER_H_
+#define TRAINYARD_WORKER_SERVER_H_
+
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace trainyard {
+
+struct WorkerServerOptions {
+  std::string coordinator;            // HOST:PORT
+  std::string listen = "127.0.0.1:0"; // port 0: chosen by the OS
+  // The address other processes reach this worker at (its WorkerService and
+  // its collective connections); default: the listen host, or this
+  // machine's hostname when listening on all interfaces.
+  std::string advertise_host;
+  std::string device = "cpu";
+  absl::Duration collective_timeout = absl::Seconds(60);
+};
+
+// Prints `listening on HOST:PORT` first on `out`, then runs until a signal.
+absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_WORKER_SERVER_H_

@@ -1,0 +1,381 @@
+#include "worker/worker_core.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "collective/gloo_collective.h"
+#include "common/jobspec.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "data/bundled.h"
+#include "data/iterator.h"
+#include "model/encoder_decoder_model.h"
+#include "model/presets.h"
+#include "model/weights.h"
+#include "spdlog/spdlog.h"
+#include "trainer/learning_rate.h"
+#include "trainer/optimizer.h"
+#include "trainer/task_batches.h"
+#include "trainer/trainer.h"
+
+namespace trainyard {
+namespace {
+
+// At most `limit` batches of `base` (0 = all).
+class LimitedIterator : public BatchIterator {
+ public:
+  LimitedIterator(std::unique_ptr<BatchIterator> base, int64_t limit) : base_(std::move(base)), limit_(limit) {}
+  absl::StatusOr<T5Batch> Next() override {
+    if (limit_ > 0 && taken_ >= limit_) return absl::OutOfRangeError("batch limit reached");
+    ++taken_;
+    return base_->Next();
+  }
+
+ private:
+  std::unique_ptr<BatchIterator> base_;
+  int64_t limit_;
+  int64_t taken_ = 0;
+};
+
+// checkpoint_<step> directories under `dir`, by step.
+std::map<int64_t, std::string> ListCheckpoints(const std::string& dir) {
+  std::map<int64_t, std::string> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    int64_t step;
+    if (absl::StartsWith(name, "checkpoint_") && absl::SimpleAtoi(name.substr(11), &step) && entry.is_directory()) {
+      out[step] = entry.path().string();
+    }
+  }
+  return out;
+}
+
+// A collective's failure seen by a live worker is a consequence (a peer
+// died or stalled), not a reason to blame this rank's transport.
+absl::Status CollectiveFailure(const absl::Status& s) {
+  if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
+    return absl::AbortedError(absl::StrCat("collective failed (a peer left or stalled): ", s.message()));
+  }
+  return s;
+}
+
+}  // namespace
+
+struct WorkerCore::Job {
+  std::string id;
+  JobSpec spec;
+  int rank = 0;
+  int world_size = 1;
+  std::atomic<bool> stop{false};
+  std::string stop_reason;  // guarded by busy
+  std::mutex busy;          // held while a call runs the job
+  TaskRegistry registry;
+  std::string vocabulary_path;
+  std::unique_ptr<Collective> collective;
+  std::unique_ptr<EncoderDecoderModel> model;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<Trainer> trainer;
+  std::unique_ptr<TaskBatchIterator> train_batches;
+
+  ~Job() {
+    // The trainer (and its metric writers) go before the model and the
+    // collective it points to.
+    trainer.reset();
+  }
+};
+
+WorkerCore::WorkerCore(WorkerCoreOptions options) : options_(std::move(options)) {}
+
+WorkerCore::~WorkerCore() {
+  std::vector<std::thread> teardowns;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job_) job_->stop = true;
+    teardowns.swap(teardowns_);
+  }
+  for (std::thread& t : teardowns) t.join();
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job.swap(job_);
+  }
+  if (job) std::lock_guard<std::mutex> busy(job->busy);
+}
+
+std::string WorkerCore::job_id() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return job_ ? job_->id : "";
+}
+
+int64_t WorkerCore::step() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return job_ && job_->trainer ? job_->trainer->progress() : 0;
+}
+
+absl::StatusOr<std::shared_ptr<WorkerCore::Job>> WorkerCore::Find(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!job_ || job_->id != job_id) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this worker does not hold job '", job_id, "'", job_ ? " (it holds '" + job_->id + "')" : ""));
+  }
+  return job_;
+}
+
+absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& request) {
+  const JobSpec& spec = request.spec();
+  const int world = request.world_size();
+  const int rank = request.rank();
+  if (world < 1 || rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(absl::StrCat("StartJob: rank ", rank, " is not in [0, ", world, ")"));
+  }
+  switch (spec.kind()) {
+    case TRAIN:
+    case PRETRAINING:
+      break;
+    default:
+      return absl::UnimplementedError(absl::StrCat("kind: ", JobKind_Name(spec.kind()),
+                                                   " jobs are not run by workers yet; TRAIN and PRETRAINING are"));
+  }
+  if (spec.batch_size() % world != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("batch_size: ", spec.batch_size(), " does not split over ", world,
+                                                   " workers; use a multiple of num_workers"));
+  }
+  const int64_t rows = spec.batch_size() / world;
+  if (rows % std::max(spec.num_microbatches(), 1) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_microbatches: ", spec.num_microbatches(),
+                                                   " does not divide the per-worker batch of ", rows, " rows"));
+  }
+  const RestoreConfig& restore = spec.restore();
+  if (restore.mode() == RestoreConfig::SPECIFIC) {
+    return absl::UnimplementedError("restore.mode: SPECIFIC is not supported by workers yet; use NONE");
+  }
+  if (restore.mode() == RestoreConfig::LATEST) {
+    const std::string where = restore.path().empty() ? spec.output_dir() : restore.path();
+    std::map<int64_t, std::string> found = ListCheckpoints(where);
+    if (!found.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "restore: ", where, " holds ", found.rbegin()->second,
+          " but resuming from checkpoints is not supported by workers yet; use a new output_dir, or "
+          "restore { mode: NONE } to train from scratch and overwrite"));
+    }
+  }
+
+  auto job = std::make_shared<Job>();
+  job->id = request.job_id();
+  job->spec = spec;
+  job->rank = rank;
+  job->world_size = world;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job_) return absl::FailedPreconditionError(absl::StrCat("this worker is busy with job '", job_->id, "'"));
+    job_ = job;  // claims the worker; released below on failure
+  }
+  SetLogJob(job->id, rank);
+  auto release = [&](absl::Status s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job_ == job) job_.reset();
+    SetLogJob("", -1);
+    return s;
+  };
+  std::lock_guard<std::mutex> busy(job->busy);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    // Data first: a bad task name fails before any expensive work.
+    if (absl::Status s = RegisterBundledTasks(&job->registry); !s.ok()) return release(s);
+    absl::StatusOr<const Task*> task = job->registry.Get(spec.task());
+    if (!task.ok()) return release(absl::InvalidArgumentError(absl::StrCat("task: ", task.status().message())));
+    IteratorOptions data;
+    data.split = spec.data().train_split();
+    data.rows = rows;
+    data.inputs_length = spec.feature_lengths().inputs();
+    data.targets_length = spec.feature_lengths().targets();
+    data.pack = spec.data().pack();
+    data.shuffle = spec.data().shuffle();
+    data.seed = static_cast<uint64_t>(spec.seed());
+    data.rank = rank;
+    data.world_size = world;
+    absl::StatusOr<std::unique_ptr<TaskIterator>> it = TaskIterator::Create(**task, data);
+    if (!it.ok()) return release(it.status());
+    job->train_batches = std::make_unique<TaskBatchIterator>(std::move(*it));
+
+    absl::StatusOr<ModelConfig> config = ResolveModelConfig(spec.model());
+    if (!config.ok()) return release(config.status());
+    ModelOptions model_options;
+    model_options.compute_dtype = spec.dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat32;
+    model_options.init_seed = static_cast<uint64_t>(spec.seed());
+    absl::StatusOr<std::unique_ptr<EncoderDecoderModel>> model = EncoderDecoderModel::Create(*config, model_options);
+    if (!model.ok()) return release(model.status());
+    job->model = std::move(*model);
+    NamedTensors params;
+    for (const auto& p : job->model->named_parameters()) params.emplace_back(p.key(), p.value());
+    absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = CreateOptimizer(spec.optimizer(), params);
+    if (!optimizer.ok()) return release(optimizer.status());
+    job->optimizer = std::move(*optimizer);
+    absl::StatusOr<LearningRateCallable> lr = LearningRateCallable::Create(spec.learning_rate());
+    if (!lr.ok()) return release(lr.status());
+
+    if (world == 1) {
+      job->collective = std::make_unique<LocalCollective>();
+    } else {
+      if (!options_.store_factory) return release(absl::FailedPreconditionError("no rendezvous store configured"));
+      GlooOptions gloo;
+      gloo.hostname = options_.host_address;
+      gloo.timeout = options_.collective_timeout;
+      absl::StatusOr<std::unique_ptr<GlooCollective>> collective = GlooCollective::Create(
+          rank, world, options_.store_factory(absl::StrCat(job->id, "/", request.attempt())), gloo);
+      if (!collective.ok()) return release(CollectiveFailure(collective.status()));
+      job->collective = std::move(*collective);
+    }
+
+    TrainerOptions trainer;
+    trainer.num_microbatches = std::max(spec.num_microbatches(), 1);
+    trainer.loss = LossOptions::FromConfig(spec.loss());
+    trainer.seed = static_cast<uint64_t>(spec.seed());
+    trainer.summary_dir = spec.output_dir();  // written by rank 0 only
+    trainer.preemption_requested = &job->stop;
+    job->trainer = std::make_unique<Trainer>(job->model.get(), job->optimizer.get(), std::move(*lr),
+                                             job->collective.get(), trainer);
+    if (rank == 0) {
+      std::error_code ec;
+      std::filesystem::create_directories(spec.output_dir(), ec);
+      if (ec) {
+        return release(absl::FailedPreconditionError(
+            absl::StrCat("output_dir: cannot create ", spec.output_dir(), ": ", ec.message())));
+      }
+      std::ofstream(spec.output_dir() + "/config.textproto") << FormatJobSpecText(spec);
+    }
+  } catch (const std::exception& e) {
+    return release(absl::InternalError(absl::StrCat("building the job: ", e.what())));
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("job {}: rank {}/{} ready in {:.2f} s ({} rows per batch on this rank)", job->id, rank, world,
+               seconds, rows);
+  StartJobResponse response;
+  response.set_start_step(job->trainer->step());
+  return response;
+}
+
+absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& request) {
+  TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
+  std::lock_guard<std::mutex> busy(job->busy);
+  if (job->stop) return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted: ", job->stop_reason));
+  if (request.first_step() != job->trainer->step() || request.num_steps() <= 0) {
+    return absl::FailedPreconditionError(absl::StrCat("RunSteps(", request.first_step(), ", ", request.num_steps(),
+                                                      "): this rank is at step ", job->trainer->step()));
+  }
+  RunStepsResponse response;
+  try {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<std::map<std::string, double>> summary =
+        job->trainer->Train(job->train_batches.get(), request.num_steps());
+    if (!summary.ok()) {
+      if (IsPreemptionError(summary.status())) {
+        return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted at step ", job->trainer->step()));
+      }
+      return CollectiveFailure(summary.status());
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // Every rank must hold the same parameters: compare per-parameter sums
+    // (bitwise: identical tensors give identical sums).
+    if (job->world_size > 1) {
+      std::vector<torch::Tensor> sums;
+      for (const auto& p : job->model->parameters()) sums.push_back(p.detach().sum().to(torch::kDouble).reshape({1}));
+      torch::Tensor mine = torch::cat(sums);
+      std::vector<torch::Tensor> hi = {mine.clone()}, lo = {mine.clone()};
+      TY_RETURN_IF_ERROR(CollectiveFailure(job->collective->AllReduce(hi, ReduceOp::kMax)));
+      TY_RETURN_IF_ERROR(CollectiveFailure(job->collective->AllReduce(lo, ReduceOp::kMin)));
+      if (!torch::equal(hi[0], lo[0])) {
+        const int64_t worst = (hi[0] - lo[0]).abs().argmax().item<int64_t>();
+        return absl::InternalError(absl::StrCat("parameters diverged across ranks at step ", job->trainer->step(),
+                                                ": parameter #", worst, " sums to ", lo[0][worst].item<double>(),
+                                                " .. ", hi[0][worst].item<double>()));
+      }
+    }
+    const int64_t last = job->trainer->step();
+    response.set_last_step(last);
+    for (const auto& [k, v] : *summary) (*response.mutable_metrics())[k] = v;
+    response.set_seconds_per_step(seconds / static_cast<double>(request.num_steps()));
+    if (request.save_checkpoint() && job->rank == 0) {
+      const std::string dir = absl::StrCat(job->spec.output_dir(), "/checkpoint_", last);
+      TY_RETURN_IF_ERROR(WriteModelCheckpoint(*job->model->network(), dir, last, "trainyard job " + job->id, ""));
+      response.set_checkpoint(dir);
+      if (job->spec.keep_checkpoints() > 0) {
+        std::map<int64_t, std::string> all = ListCheckpoints(job->spec.output_dir());
+        while (static_cast<int>(all.size()) > job->spec.keep_checkpoints()) {
+          std::error_code ec;
+          std::filesystem::remove_all(all.begin()->second, ec);
+          all.erase(all.begin());
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("step ", job->trainer->step(), ": ", e.what()));
+  }
+  return response;
+}
+
+absl::StatusOr<EvaluateResponse> WorkerCore::Evaluate(const EvaluateRequest& request) {
+  TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
+  std::lock_guard<std::mutex> busy(job->busy);
+  if (job->stop) return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted"));
+  const JobSpec& spec = job->spec;
+  EvaluateResponse response;
+  try {
+    std::map<std::string, std::unique_ptr<BatchIterator>> owned;
+    std::map<std::string, BatchIterator*> iterators;
+    for (const std::string& name : spec.eval().tasks()) {
+      TY_ASSIGN_OR_RETURN(const Task* task, job->registry.Get(name));
+      IteratorOptions data;
+      data.split = spec.eval().split();
+      data.rows = spec.batch_size() / job->world_size;
+      data.inputs_length = spec.feature_lengths().inputs();
+      data.targets_length = spec.feature_lengths().targets();
+      data.pack = false;
+      data.shuffle = false;
+      data.repeat = false;
+      data.rank = job->rank;
+      data.world_size = job->world_size;
+      TY_ASSIGN_OR_RETURN(std::unique_ptr<TaskIterator> it, TaskIterator::Create(*task, data));
+      owned[name] = std::make_unique<LimitedIterator>(std::make_unique<TaskBatchIterator>(std::move(it)),
+                                                      spec.eval().num_batches());
+      iterators[name] = owned[name].get();
+    }
+    absl::StatusOr<MetricsByTask> metrics = job->trainer->Eval(iterators);
+    if (!metrics.ok()) return CollectiveFailure(metrics.status());
+    if (job->rank == 0) {
+      for (const auto& [task, values] : *metrics) {
+        for (const auto& [k, v] : values) (*response.mutable_metrics())[task + "/" + k] = v;
+      }
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("evaluation: ", e.what()));
+  }
+  return response;
+}
+
+absl::Status WorkerCore::AbortJob(const AbortJobRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!job_ || job_->id != request.job_id()) return absl::OkStatus();  // already gone
+  std::shared_ptr<Job> job = job_;
+  job->stop = true;
+  spdlog::info("job {}: tearing down ({})", job->id, request.reason());
+  teardowns_.emplace_back([this, job, reason = request.reason()] {
+    {
+      std::lock_guard<std::mutex> busy(job->busy);  // the running call has seen the flag
+      job->stop_reason = reason;
+      if (job->trainer) job->trainer->Close().IgnoreError();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job_ == job) job_.reset();
+    SetLogJob("", -1);
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace trainyard

@@ -1,0 +1,76 @@
+// What a worker does for the coordinator, free of gRPC: builds a job's
+// model, optimizer, data and trainer from its JobSpec, joins the job's
+// collective, runs the chunks of steps it is told to run, evaluates, saves
+// checkpoints (rank 0), and tears the job down. worker_service.h adapts it
+// to WorkerService.
+//
+// One job at a time. RunSteps/Evaluate of a job run one at a time; AbortJob
+// returns at once: it raises the job's stop flag (the trainer stops at the
+// next step boundary, on every rank at the same step) and tears the job
+// down in the background. job_id() stays set until the teardown is done, so
+// the coordinator hands out the worker again only when it is free.
+//
+// Thread-safety: thread-safe.
+#ifndef TRAINYARD_WORKER_WORKER_CORE_H_
+#define TRAINYARD_WORKER_WORKER_CORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "collective/store.h"
+#include "proto/worker.pb.h"
+
+namespace trainyard {
+
+struct WorkerCoreOptions {
+  // The address the collective's connections use: this host's address as
+  // the other ranks reach it.
+  std::string host_address = "127.0.0.1";
+  std::string device = "cpu";
+  absl::Duration collective_timeout = absl::Seconds(60);
+  // The rendezvous store for a scope ("<job id>/<attempt>").
+  std::function<std::shared_ptr<Store>(const std::string& scope)> store_factory;
+};
+
+class WorkerCore {
+ public:
+  explicit WorkerCore(WorkerCoreOptions options);
+  ~WorkerCore();  // aborts the job, joins teardowns
+
+  // kFailedPrecondition while another job is held; kInvalidArgument for a
+  // spec the worker cannot run (unknown task, batch not divisible by the
+  // world size, ...); kUnimplemented for job kinds workers do not run yet.
+  absl::StatusOr<StartJobResponse> StartJob(const StartJobRequest& request);
+  // kFailedPrecondition if first_step is not the next step; kAborted when
+  // the job was aborted meanwhile or a collective failed; kInternal when the
+  // ranks' parameters differ after the chunk (checked every chunk).
+  absl::StatusOr<RunStepsResponse> RunSteps(const RunStepsRequest& request);
+  absl::StatusOr<EvaluateResponse> Evaluate(const EvaluateRequest& request);
+  absl::Status AbortJob(const AbortJobRequest& request);
+
+  // The job held ("" = none) and its last completed step, for heartbeats.
+  std::string job_id() const;
+  int64_t step() const;
+
+ private:
+  struct Job;
+  absl::StatusOr<std::shared_ptr<Job>> Find(const std::string& job_id);
+
+  WorkerCoreOptions options_;
+  mutable std::mutex mu_;
+  std::shared_ptr<Job> job_;  // guarded by mu_
+  std::vector<std::thread> teardowns_;  // guarded by mu_
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_WORKER_WORKER_CORE_H_

@@ -1,0 +1,44 @@
+#include "worker/worker_service.h"
+
+#include "common/grpc_status.h"
+
+namespace trainyard {
+namespace {
+
+template <typename Response>
+grpc::Status Reply(absl::StatusOr<Response> result, Response* response) {
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  *response = std::move(*result);
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+grpc::Status WorkerServiceImpl::StartJob(grpc::ServerContext*, const StartJobRequest* request,
+                                         StartJobResponse* response) {
+  return Reply(core_->StartJob(*request), response);
+}
+
+grpc::Status WorkerServiceImpl::RunSteps(grpc::ServerContext*, const RunStepsRequest* request,
+                                         RunStepsResponse* response) {
+  return Reply(core_->RunSteps(*request), response);
+}
+
+grpc::Status WorkerServiceImpl::Evaluate(grpc::ServerContext*, const EvaluateRequest* request,
+                                         EvaluateResponse* response) {
+  return Reply(core_->Evaluate(*request), response);
+}
+
+grpc::Status WorkerServiceImpl::SaveCheckpoint(grpc::ServerContext*, const SaveCheckpointRequest*,
+                                               SaveCheckpointResponse*) {
+  // Checkpoints are written at the end of the RunSteps chunk that asks for
+  // them (RunStepsRequest.save_checkpoint).
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "SaveCheckpoint: ask for a checkpoint with RunStepsRequest.save_checkpoint");
+}
+
+grpc::Status WorkerServiceImpl::AbortJob(grpc::ServerContext*, const AbortJobRequest* request, AbortJobResponse*) {
+  return ToGrpcStatus(core_->AbortJob(*request));
+}
+
+}  // namespace trainyard
