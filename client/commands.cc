@@ -55,6 +55,7 @@ const std::vector<Command>& TrainyardCommands() {
       {"cancel", RunCancel, "cancel a job"},
       {"coordinator", RunCoordinator, "run the coordinator process"},
       {"worker", nullptr, kWorkerSummary},
+      {"predict", nullptr, kPredictSummary},
       {"validate", RunValidate, "check job specs and print them normalised"},
       {"model-info", RunModelInfo, "a model preset's architecture and parameter count"},
       {"vocab", RunVocab, "train a SentencePiece vocabulary with T5's special ids"},

@@ -33,6 +33,8 @@ int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ost
 int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 // `trainyard worker --coordinator HOST:PORT [--listen HOST:PORT] [--device cpu]` (trainyard-torch)
 int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// `trainyard predict --checkpoint DIR [--task NAME] [--num N] [--input TEXT]...` (trainyard-torch)
+int RunPredict(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 // `trainyard local [--workers N] SPEC [--set k=v]...`
 int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
@@ -57,6 +59,7 @@ struct Command {
 };
 
 constexpr char kConvertSummary[] = "Hugging Face T5 checkpoints to Trainyard checkpoints and back";
+constexpr char kPredictSummary[] = "decode examples with a checkpoint's model";
 constexpr char kWorkerSummary[] = "run a worker process (serves a coordinator's jobs)";
 
 // The `trainyard` binary's commands, and the `trainyard-torch` binary's

@@ -126,25 +126,30 @@ absl::StatusOr<std::string> ReadListening(Child& child, absl::Duration timeout) 
   return line.substr(sizeof(kPrefix) - 1);
 }
 
-// SIGTERM, then SIGKILL after `grace`; reaps.
-void Stop(Child& child, absl::Duration grace) {
-  if (child.pid <= 0 || child.reaped) return;
-  kill(child.pid, SIGTERM);
-  const absl::Time deadline = absl::Now() + grace;
-  while (true) {
-    int status;
-    const pid_t r = waitpid(child.pid, &status, WNOHANG);
-    if (r == child.pid || (r < 0 && errno == ECHILD)) break;
-    if (absl::Now() > deadline) {
-      kill(child.pid, SIGKILL);
-      waitpid(child.pid, &status, 0);
-      break;
-    }
-    absl::SleepFor(absl::Milliseconds(20));
+// SIGTERM to all, then SIGKILL to those still running after `grace`;
+// reaps every one.
+void StopAll(std::vector<Child*> children, absl::Duration grace) {
+  for (Child* c : children) {
+    if (c->pid > 0 && !c->reaped) kill(c->pid, SIGTERM);
   }
-  child.reaped = true;
-  if (child.stdout_fd >= 0) close(child.stdout_fd);
-  child.stdout_fd = -1;
+  const absl::Time deadline = absl::Now() + grace;
+  for (Child* c : children) {
+    if (c->pid <= 0 || c->reaped) continue;
+    while (true) {
+      int status;
+      const pid_t r = waitpid(c->pid, &status, WNOHANG);
+      if (r == c->pid || (r < 0 && errno == ECHILD)) break;
+      if (absl::Now() > deadline) {
+        kill(c->pid, SIGKILL);
+        waitpid(c->pid, &status, 0);
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    c->reaped = true;
+    if (c->stdout_fd >= 0) close(c->stdout_fd);
+    c->stdout_fd = -1;
+  }
 }
 
 }  // namespace
@@ -199,8 +204,10 @@ int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostre
   std::vector<Child> children;
   auto shutdown = [&] {
     // Workers first (they abort their job), then the coordinator.
-    for (size_t i = children.size(); i-- > 1;) Stop(children[i], absl::Seconds(15));
-    if (!children.empty()) Stop(children[0], absl::Seconds(15));
+    std::vector<Child*> workers;
+    for (size_t i = 1; i < children.size(); ++i) workers.push_back(&children[i]);
+    StopAll(workers, absl::Seconds(15));
+    if (!children.empty()) StopAll({&children[0]}, absl::Seconds(15));
   };
   auto fail = [&](const absl::Status& status) {
     err << "error: " << status.message() << "\n";

@@ -7,6 +7,7 @@ const std::vector<Command>& TorchCommands() {
   static const std::vector<Command>* commands = new std::vector<Command>{
       {"convert", RunConvert, kConvertSummary},
       {"worker", RunWorker, kWorkerSummary},
+      {"predict", RunPredict, kPredictSummary},
   };
   return *commands;
 }

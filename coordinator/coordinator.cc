@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/jobspec_validator.h"
@@ -112,8 +113,15 @@ void Coordinator::SchedulerLoop() {
 
 void Coordinator::Tick() {
   std::vector<WorkerRecord> lost = workers_.Expire();
+  std::vector<std::thread> finished;
+  absl::Cleanup join_finished = [&finished] {
+    for (std::thread& t : finished) t.join();
+  };
   std::lock_guard<std::mutex> lock(mu_);
   if (shutting_down_) return;
+  for (auto& [id, job] : jobs_) {
+    if (job->driver_done && job->driver.joinable()) finished.push_back(std::move(job->driver));
+  }
   for (const WorkerRecord& w : lost) {
     spdlog::warn("worker {} ({} at {}) stopped heartbeating; removed from the pool", w.worker_id, w.host, w.address);
     if (w.job_id.empty()) continue;
@@ -179,7 +187,6 @@ void Coordinator::StartJobLocked(Job* job, const std::vector<std::string>& worke
   }
   SetStateLocked(job, STARTING, "");
   spdlog::info("job {}: starting on {} worker(s)", job->info.job_id(), worker_ids.size());
-  if (job->driver.joinable()) job->driver.detach();  // a previous attempt's finished driver
   job->driver = std::thread([this, job] { Drive(job); });
 }
 
@@ -397,8 +404,16 @@ void Coordinator::Drive(Job* job) {
       final_reason = status.ToString();
     }
   }
+  if (!shutting_down) {
+    // Final before the teardown: watchers learn the outcome at once, even if
+    // an unreachable rank makes its AbortJob wait for its deadline.
+    std::lock_guard<std::mutex> lock(mu_);
+    SetStateLocked(job, final_state, final_reason);
+  }
+  spdlog::info("job {}: {} {}", job_id, JobState_Name(final_state), final_reason);
   // Tear the job down on every rank (also after success: the workers free
   // the model and close the collective), then return the gang to the pool.
+  // A worker is handed out again only once it reports it let go of the job.
   AbortJobRequest abort;
   abort.set_job_id(job_id);
   abort.set_reason(shutting_down ? "the coordinator is shutting down"
@@ -412,10 +427,7 @@ void Coordinator::Drive(Job* job) {
   workers_.Release(job->worker_ids);
   store_.ErasePrefix(absl::StrCat(job_id, "/"));
   std::lock_guard<std::mutex> lock(mu_);
-  if (shutting_down) return;  // the next coordinator fails the job
-  job->clients.clear();
-  SetStateLocked(job, final_state, final_reason);
-  spdlog::info("job {}: {} {}", job_id, JobState_Name(final_state), final_reason);
+  job->driver_done = true;
 }
 
 absl::StatusOr<SubmitJobResponse> Coordinator::SubmitJob(const SubmitJobRequest& request) {
@@ -510,8 +522,8 @@ absl::StatusOr<JobInfo> Coordinator::WaitForChange(const std::string& job_id, in
 }
 
 absl::StatusOr<RegisterWorkerResponse> Coordinator::RegisterWorker(const RegisterWorkerRequest& request) {
-  TY_ASSIGN_OR_RETURN(std::string id,
-                      workers_.Register(request.host(), request.address(), request.device(), request.pid()));
+  TY_ASSIGN_OR_RETURN(std::string id, workers_.Register(request.host(), request.address(), request.device(),
+                                                        request.pid(), request.held_job_id()));
   spdlog::info("worker {} registered: host {}, {}, device {}", id, request.host(), request.address(),
            request.device().empty() ? "cpu" : request.device());
   RegisterWorkerResponse response;

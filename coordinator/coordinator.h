@@ -104,6 +104,7 @@ class Coordinator {
     std::vector<std::string> worker_ids;
     std::vector<std::shared_ptr<WorkerClient>> clients;
     std::thread driver;
+    bool driver_done = false;  // the driver returned; Tick joins it
   };
 
   Coordinator(CoordinatorOptions options, WorkerClientFactory factory, std::unique_ptr<JobStore> db);

@@ -84,6 +84,16 @@ TEST(WorkerRegistryTest, HeartbeatExpiryAndDraining) {
   EXPECT_EQ(expired[0].worker_id, *b);
   EXPECT_THAT(registry.Heartbeat(*b, ""), StatusCodeIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(registry.Idle(), ElementsAre(*a));
+
+  // A worker that registers (or heartbeats) while still holding a job is
+  // not handed a new one until it lets go.
+  auto c = registry.Register("hostC", "10.0.0.3:5000", "cpu", 13, "old-job");
+  EXPECT_EQ(registry.Get(*c)->state, WorkerRecord::State::kDraining);
+  ASSERT_THAT(registry.Heartbeat(*a, "stale-job"), IsOk());
+  EXPECT_TRUE(registry.Idle().empty());
+  ASSERT_THAT(registry.Heartbeat(*c, ""), IsOk());
+  ASSERT_THAT(registry.Heartbeat(*a, ""), IsOk());
+  EXPECT_THAT(registry.Idle(), ElementsAre(*a, *c));
 }
 
 }  // namespace

@@ -19,7 +19,8 @@ const char* WorkerStateName(WorkerRecord::State state) {
 }
 
 absl::StatusOr<std::string> WorkerRegistry::Register(const std::string& host, const std::string& address,
-                                                     const std::string& device, int32_t pid) {
+                                                     const std::string& device, int32_t pid,
+                                                     const std::string& held_job_id) {
   if (address.empty()) return absl::InvalidArgumentError("RegisterWorker.address: empty; expected HOST:PORT");
   std::lock_guard<std::mutex> lock(mu_);
   WorkerRecord record;
@@ -30,6 +31,10 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const std::string& host, co
   record.device = device.empty() ? "cpu" : device;
   record.pid = pid;
   record.last_heartbeat = clock_->Now();
+  if (!held_job_id.empty()) {
+    record.state = WorkerRecord::State::kDraining;
+    record.job_id = held_job_id;
+  }
   const std::string id = record.worker_id;
   workers_[id] = std::move(record);
   return id;
@@ -43,6 +48,9 @@ absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id, const std::
   if (it->second.state == WorkerRecord::State::kDraining && job_id.empty()) {
     it->second.state = WorkerRecord::State::kIdle;
     it->second.job_id.clear();
+  } else if (it->second.state == WorkerRecord::State::kIdle && !job_id.empty()) {
+    it->second.state = WorkerRecord::State::kDraining;  // still tearing an old job down
+    it->second.job_id = job_id;
   }
   return absl::OkStatus();
 }

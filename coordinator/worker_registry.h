@@ -46,11 +46,14 @@ class WorkerRegistry {
       : clock_(clock), heartbeat_timeout_(heartbeat_timeout) {}
 
   // A new id for every registration (a restarted worker is a new worker).
+  // A worker that still holds a job (`held_job_id`) starts DRAINING.
   // kInvalidArgument naming the field for an empty address.
   absl::StatusOr<std::string> Register(const std::string& host, const std::string& address,
-                                       const std::string& device, int32_t pid);
+                                       const std::string& device, int32_t pid,
+                                       const std::string& held_job_id = "");
   // kNotFound for an unknown (or expired) worker: it must register again.
-  // `job_id` is the job the worker holds ("" = none).
+  // `job_id` is the job the worker holds ("" = none); an idle worker that
+  // reports one is DRAINING until it reports none.
   absl::Status Heartbeat(const std::string& worker_id, const std::string& job_id);
 
   // Idle workers in registration order.

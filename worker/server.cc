@@ -79,6 +79,7 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
       request.set_address(address);
       request.set_device(options.device);
       request.set_pid(getpid());
+      request.set_held_job_id(core.job_id());
       RegisterWorkerResponse response;
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -99,7 +100,16 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
       status = FromGrpcStatus(coordinator->Heartbeat(&ctx, request, &response));
       if (status.ok() && response.reregister()) {
+        // The coordinator dropped this worker (it was silent for too long,
+        // or the coordinator restarted): whatever job it held is over.
         spdlog::warn("the coordinator does not know {}; registering again", worker_id);
+        const std::string held = core.job_id();
+        if (!held.empty()) {
+          AbortJobRequest abort;
+          abort.set_job_id(held);
+          abort.set_reason("the coordinator dropped this worker");
+          core.AbortJob(abort).IgnoreError();
+        }
         worker_id.clear();
         continue;
       }

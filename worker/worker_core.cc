@@ -337,7 +337,10 @@ absl::StatusOr<EvaluateResponse> WorkerCore::Evaluate(const EvaluateRequest& req
       data.inputs_length = spec.feature_lengths().inputs();
       data.targets_length = spec.feature_lengths().targets();
       data.pack = false;
-      data.shuffle = false;
+      // With num_batches, a fixed random sample of the split (the same at
+      // every eval of the job), not its first rows, which may be atypical.
+      data.shuffle = spec.eval().num_batches() > 0;
+      data.seed = static_cast<uint64_t>(spec.seed());
       data.repeat = false;
       data.rank = job->rank;
       data.world_size = job->world_size;
@@ -347,6 +350,9 @@ absl::StatusOr<EvaluateResponse> WorkerCore::Evaluate(const EvaluateRequest& req
       iterators[name] = owned[name].get();
     }
     absl::StatusOr<MetricsByTask> metrics = job->trainer->Eval(iterators);
+    if (IsPreemptionError(metrics.status())) {
+      return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted during evaluation"));
+    }
     if (!metrics.ok()) return CollectiveFailure(metrics.status());
     if (job->rank == 0) {
       for (const auto& [task, values] : *metrics) {

@@ -1,0 +1,119 @@
+// `trainyard predict` (in trainyard-torch): decodes examples with a
+// checkpoint's model: a task split's examples (with their targets, and the
+// exact-match count), or texts given on the command line.
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/commands.h"
+#include "client/flags.h"
+#include "data/bundled.h"
+#include "data/iterator.h"
+#include "model/encoder_decoder_model.h"
+#include "model/weights.h"
+#include "trainer/task_batches.h"
+
+namespace trainyard {
+namespace {
+
+std::string Text(const Vocabulary& vocab, const torch::Tensor& row) {
+  std::vector<int> ids;
+  for (int64_t i = 0; i < row.size(0); ++i) ids.push_back(static_cast<int>(row[i].item<int64_t>()));
+  absl::StatusOr<std::string> text = vocab.Decode(ids);
+  return text.ok() ? *text : "<" + std::string(text.status().message()) + ">";
+}
+
+}  // namespace
+
+int RunPredict(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  std::string checkpoint, task_name = "digits_to_words", split = "validation";
+  std::vector<std::string> inputs;
+  int num = 8, input_length = 64, max_decode = 64, seed = 0;
+  FlagSet flags("predict --checkpoint DIR [--task NAME] [--split SPLIT] [--num N] [--input TEXT]...",
+                "Greedy predictions of a checkpoint's model: for N examples of a task's\n"
+                "split (shown with their targets and the exact-match count), or for the\n"
+                "given --input texts.");
+  flags.AddString("checkpoint", &checkpoint, "DIR", "a checkpoint directory (checkpoint_<step>)");
+  flags.AddString("task", &task_name, "NAME", "a registered task (default digits_to_words)");
+  flags.AddString("split", &split, "SPLIT", "the split to take examples from (default validation)");
+  flags.AddInt("num", &num, "N", "number of examples (default 8)");
+  flags.AddInt("seed", &seed, "N", "which sample of the split (default 0)");
+  flags.AddRepeated("input", &inputs, "TEXT", "predict for this text instead of the split's examples");
+  flags.AddInt("input-length", &input_length, "N", "input tokens kept (default 64)");
+  flags.AddInt("max-decode-length", &max_decode, "N", "longest prediction in tokens (default 64)");
+  std::vector<std::string> positional;
+  if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
+  if (!positional.empty() || checkpoint.empty() || num < 1 || input_length < 1 || max_decode < 1) {
+    err << "error: want: trainyard predict --checkpoint DIR [--num N >= 1]\n";
+    return kExitUsage;
+  }
+  auto fail = [&](const absl::Status& s) {
+    err << "error: " << s.message() << "\n";
+    return absl::IsInvalidArgument(s) || absl::IsNotFound(s) ? kExitUsage : kExitFailed;
+  };
+  try {
+    absl::StatusOr<ModelCheckpoint> ckpt = ReadModelCheckpoint(checkpoint);
+    if (!ckpt.ok()) return fail(ckpt.status());
+    absl::StatusOr<std::unique_ptr<EncoderDecoderModel>> model = EncoderDecoderModel::Create(ckpt->config, {});
+    if (!model.ok()) return fail(model.status());
+    if (absl::Status s = AssignParameters(ckpt->tensors, /*strict=*/true, (*model)->network().get()); !s.ok()) {
+      return fail(s);
+    }
+    TaskRegistry registry;
+    if (absl::Status s = RegisterBundledTasks(&registry); !s.ok()) return fail(s);
+    absl::StatusOr<const Task*> task = registry.Get(task_name);
+    if (!task.ok()) return fail(absl::InvalidArgumentError(absl::StrCat("--task: ", task.status().message())));
+    const Vocabulary& vocab = *(*task)->vocabulary;
+
+    T5Batch batch;
+    if (inputs.empty()) {
+      IteratorOptions data;
+      data.split = split;
+      data.rows = num;
+      data.inputs_length = input_length;
+      data.targets_length = max_decode;
+      data.pack = false;
+      data.shuffle = true;  // a sample of the split, not its first rows
+      data.seed = static_cast<uint64_t>(seed);
+      data.repeat = false;
+      absl::StatusOr<std::unique_ptr<TaskIterator>> it = TaskIterator::Create(**task, data);
+      if (!it.ok()) return fail(it.status());
+      absl::StatusOr<ConvertedBatch> converted = (*it)->Next();
+      if (!converted.ok()) return fail(converted.status());
+      batch = ToT5Batch(*converted);
+    } else {
+      torch::Tensor tokens = torch::zeros({static_cast<int64_t>(inputs.size()), input_length}, torch::kLong);
+      for (size_t r = 0; r < inputs.size(); ++r) {
+        absl::StatusOr<std::vector<int>> ids = vocab.Encode(inputs[r]);
+        if (!ids.ok()) return fail(ids.status());
+        ids->push_back(1);  // EOS
+        for (int64_t i = 0; i < std::min<int64_t>(input_length, ids->size()); ++i) tokens[r][i] = (*ids)[i];
+      }
+      batch.encoder_input_tokens = tokens;
+    }
+    DecodeOptions decode;
+    decode.max_decode_length = max_decode;
+    absl::StatusOr<Predictions> predicted = (*model)->PredictBatchWithAux(batch, decode);
+    if (!predicted.ok()) return fail(predicted.status());
+    const int64_t rows = batch.encoder_input_tokens.size(0);
+    int exact = 0;
+    out << "checkpoint " << checkpoint << " (step " << ckpt->step << ")\n";
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::string input = Text(vocab, batch.encoder_input_tokens[r]);
+      const std::string prediction = Text(vocab, predicted->tokens[r]);
+      out << absl::StrFormat("  %-14s -> %s", input, prediction);
+      if (batch.decoder_target_tokens.defined()) {
+        const std::string target = Text(vocab, batch.decoder_target_tokens[r]);
+        exact += prediction == target;
+        out << (prediction == target ? "  [exact]" : absl::StrCat("  [target: ", target, "]"));
+      }
+      out << absl::StrFormat("  (log-likelihood %.3f)\n", predicted->scores[r].item<double>());
+    }
+    if (batch.decoder_target_tokens.defined()) out << "exact match: " << exact << "/" << rows << "\n";
+  } catch (const std::exception& e) {
+    return fail(absl::InternalError(e.what()));
+  }
+  return kExitOk;
+}
+
+}  // namespace trainyard
