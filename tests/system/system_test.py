@@ -53,11 +53,11 @@ def wait_for(predicate, timeout, what):
 class Cluster:
     """A coordinator and workers; every process is stopped and reaped."""
 
-    def __init__(self, root, heartbeat_timeout=10):
+    def __init__(self, root, heartbeat_timeout=10, listen="127.0.0.1:0"):
         self.root = root
         self.procs = []
         self.coordinator = self._start(
-            "coordinator", [TRAINYARD, "coordinator", "--listen", "127.0.0.1:0", "--state-dir",
+            "coordinator", [TRAINYARD, "coordinator", "--listen", listen, "--state-dir",
                             os.path.join(root, "state"), "--output-root", root,
                             "--heartbeat-timeout", str(heartbeat_timeout)])
         self.address = self.coordinator.listening
@@ -267,6 +267,120 @@ class SystemTest(unittest.TestCase):
         self.assertIn("state RUNNING", lines)
         self.assertIn("step 20/20", " ".join(lines))
         self.assertEqual(lines[-1], f"final SUCCEEDED step 20 checkpoint {os.path.join(self.root, 'py', 'checkpoint_20')}")
+
+
+def run(*argv):
+    subprocess.run(argv, check=True, capture_output=True, timeout=30)
+
+
+class Hosts:
+    """Network namespaces as separate hosts on one bridge (10.213.N.0/24):
+    the coordinator on the bridge (.1), host i at .(i+2) over a veth pair
+    whose root end can be taken down to cut the host off."""
+
+    def __init__(self, count):
+        tag = os.getpid() % 100000
+        self.subnet = f"10.213.{os.getpid() % 250}"
+        self.bridge = f"tyb{tag}"
+        self.namespaces, self.links, self.addresses = [], [], []
+        run("ip", "link", "add", self.bridge, "type", "bridge")
+        run("ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
+        run("ip", "link", "set", self.bridge, "up")
+        for i in range(count):
+            ns, veth = f"tyh{i}-{tag}", f"tyv{i}-{tag}"
+            run("ip", "netns", "add", ns)
+            self.namespaces.append(ns)
+            run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            self.links.append(veth)
+            run("ip", "link", "set", veth, "master", self.bridge)
+            run("ip", "link", "set", veth, "up")
+            address = f"{self.subnet}.{i + 2}"
+            run("ip", "netns", "exec", ns, "ip", "addr", "add", f"{address}/24", "dev", "eth0")
+            run("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
+            run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+            self.addresses.append(address)
+
+    def prefix(self, i):
+        return ("ip", "netns", "exec", self.namespaces[i])
+
+    def cut(self, i, down=True):
+        run("ip", "link", "set", self.links[i], "down" if down else "up")
+
+    def remove(self):
+        for ns in self.namespaces:
+            subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
+
+
+def netns_unavailable():
+    if os.geteuid() != 0:
+        return "not root"
+    probe = f"typrobe{os.getpid() % 100000}"
+    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"ip netns add failed: {r.stderr.strip()}"
+    subprocess.run(["ip", "netns", "delete", probe], capture_output=True)
+    return None
+
+
+class SeparateHostsTest(unittest.TestCase):
+    """Workers in their own network namespaces: separate hosts to the
+    coordinator and to each other, whose links can be cut."""
+
+    def setUp(self):
+        reason = netns_unavailable()
+        if reason:
+            print(f"SKIPPED: network namespaces unavailable here ({reason})")
+            self.skipTest(reason)
+        self.root = tempfile.mkdtemp(prefix="hosts-", dir=os.environ.get("TEST_TMPDIR"))
+        self.spec = os.path.join(self.root, "job.textproto")
+        with open(self.spec, "w") as f:
+            f.write(SPEC)
+        self.hosts = Hosts(2)
+        self.cluster = None
+
+    def tearDown(self):
+        try:
+            if self.cluster:
+                self.cluster.stop()
+        finally:
+            self.hosts.remove()
+
+    def start(self, heartbeat_timeout):
+        self.cluster = Cluster(self.root, heartbeat_timeout=heartbeat_timeout,
+                               listen=f"{self.hosts.subnet}.1:0")
+        for i in range(2):
+            self.cluster.add_worker(listen=f"{self.hosts.addresses[i]}:0", prefix=self.hosts.prefix(i),
+                                    extra=("--collective-timeout", "8"))
+        return self.cluster
+
+    def test_workers_on_separate_hosts_train(self):
+        c = self.start(heartbeat_timeout=10)
+        job = c.submit(self.spec, "output_dir=hosts")
+        s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
+        self.assertEqual(s["state"], "SUCCEEDED", s["reason"])
+        self.assertEqual(sorted(r["address"].rsplit(":", 1)[0] for r in s["ranks"]), self.hosts.addresses)
+
+    def test_cut_link_fails_the_job_then_the_host_rejoins(self):
+        c = self.start(heartbeat_timeout=3)
+        job = c.submit(self.spec, "output_dir=cut", "total_steps=100000", "summary_period=5")
+        c.wait_state(job, ["RUNNING"], 60)
+        wait_for(lambda: c.status(job)["step"] > 0, 60, "progress")
+        ranks = c.status(job)["ranks"]
+        victim = next(r["rank"] for r in ranks if r["address"].startswith(self.hosts.addresses[1] + ":"))
+        start = time.monotonic()
+        self.hosts.cut(1)
+        s = c.wait_state(job, ["FAILED"], 30)
+        print(f"job failed {time.monotonic() - start:.1f} s after the link was cut: {s['reason']}")
+        self.assertIn(f"rank {victim} (worker ", s["reason"])
+        self.assertIn("stopped heartbeating", s["reason"])
+        # The link comes back: the cut-off worker registers again once its
+        # collective has timed out and it has let go of the job; both
+        # workers then run the next job.
+        self.hosts.cut(1, down=False)
+        nxt = c.submit(self.spec, "output_dir=after")
+        s = c.wait_state(nxt, ["SUCCEEDED", "FAILED"], 120)
+        self.assertEqual(s["state"], "SUCCEEDED", s["reason"])
 
 
 def main():
