@@ -130,40 +130,81 @@ absl::Status GlooCollective::AllReduce(std::vector<torch::Tensor>& tensors, Redu
                                             : c10d::ReduceOp::MIN;
   options.timeout = impl_->timeout;
   // c10d's list is one tensor per device, not a list of buffers: pack the
-  // tensors of each dtype, in order, into buckets of at most bucket_bytes,
-  // reduce each bucket's flat buffer, copy back.
+  // tensors of each dtype, in order, into flat buckets of at most
+  // bucket_bytes; a large contiguous tensor is cut into bucket-sized views
+  // and reduced in place. Every bucket's all-reduce is issued before any is
+  // waited for, so Gloo's worker threads overlap one bucket's transfer with
+  // another's reduction.
+  struct Bucket {
+    std::vector<torch::Tensor> buffer;     // what c10d reduces
+    std::vector<torch::Tensor*> members;   // packed tensors to copy back (empty: in place)
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  std::vector<Bucket> buckets;
+  const int64_t limit = impl_->bucket_bytes;
   std::map<c10::ScalarType, std::vector<torch::Tensor*>> by_type;
   for (torch::Tensor& t : tensors) by_type[t.scalar_type()].push_back(&t);
-  for (auto& [type, group] : by_type) {
-    size_t begin = 0;
-    while (begin < group.size()) {
-      size_t end = begin;
-      int64_t bytes = 0;
-      while (end < group.size() &&
-             (end == begin || bytes + group[end]->nbytes() <= static_cast<size_t>(impl_->bucket_bytes))) {
-        bytes += group[end]->nbytes();
-        ++end;
-      }
-      std::vector<torch::Tensor> buffer;
-      if (end - begin == 1 && group[begin]->is_contiguous()) {
-        buffer = {*group[begin]};  // reduced in place
-      } else {
-        std::vector<torch::Tensor> flat_parts;
-        for (size_t i = begin; i < end; ++i) flat_parts.push_back(group[i]->reshape({-1}));
-        buffer = {torch::cat(flat_parts)};
-      }
-      absl::Status status =
-          Run("all-reduce", impl_->timeout, [&] { return impl_->group->allreduce(buffer, options); });
-      if (!status.ok()) return status;
-      if (!buffer[0].is_same(*group[begin])) {
-        int64_t offset = 0;
-        for (size_t i = begin; i < end; ++i) {
-          const int64_t n = group[i]->numel();
-          group[i]->copy_(buffer[0].narrow(0, offset, n).view(group[i]->sizes()));
-          offset += n;
+  try {
+    for (auto& [type, group] : by_type) {
+      std::vector<torch::Tensor*> pending;
+      int64_t pending_bytes = 0;
+      auto flush = [&] {
+        if (pending.empty()) return;
+        Bucket b;
+        if (pending.size() == 1 && pending[0]->is_contiguous()) {  // no packing needed
+          b.buffer = {pending[0]->view({-1})};
+          buckets.push_back(std::move(b));
+          pending.clear();
+          pending_bytes = 0;
+          return;
         }
+        std::vector<torch::Tensor> parts;
+        for (torch::Tensor* t : pending) parts.push_back(t->reshape({-1}));
+        b.buffer = {torch::cat(parts)};
+        b.members = pending;
+        buckets.push_back(std::move(b));
+        pending.clear();
+        pending_bytes = 0;
+      };
+      for (torch::Tensor* t : group) {
+        const int64_t bytes = static_cast<int64_t>(t->nbytes());
+        if (bytes >= limit && t->is_contiguous()) {
+          flush();
+          torch::Tensor flat = t->view({-1});
+          const int64_t per = std::max<int64_t>(limit / static_cast<int64_t>(t->element_size()), 1);
+          for (int64_t offset = 0; offset < flat.numel(); offset += per) {
+            Bucket b;
+            b.buffer = {flat.narrow(0, offset, std::min(per, flat.numel() - offset))};
+            buckets.push_back(std::move(b));
+          }
+          continue;
+        }
+        if (pending_bytes + bytes > limit) flush();
+        pending.push_back(t);
+        pending_bytes += bytes;
       }
-      begin = end;
+      flush();
+    }
+    for (Bucket& b : buckets) b.work = impl_->group->allreduce(b.buffer, options);
+  } catch (const std::exception& e) {
+    return FromTorchError("all-reduce", e);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + impl_->timeout;
+  absl::Status status;
+  for (Bucket& b : buckets) {
+    const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline - std::chrono::steady_clock::now()),
+                               std::chrono::milliseconds(1));
+    absl::Status s = Run("all-reduce", left, [&] { return b.work; });
+    if (!s.ok() && status.ok()) status = s;
+  }
+  if (!status.ok()) return status;
+  for (Bucket& b : buckets) {
+    int64_t offset = 0;
+    for (torch::Tensor* t : b.members) {
+      const int64_t n = t->numel();
+      t->copy_(b.buffer[0].narrow(0, offset, n).view(t->sizes()));
+      offset += n;
     }
   }
   return absl::OkStatus();

@@ -4,8 +4,10 @@
 // across processes and hosts.
 //
 // All-reduce is bucketed: the tensors of each dtype are packed, in order,
-// into flat buffers of at most `bucket_bytes` (a tensor larger than that is
-// a bucket of its own), one c10d all-reduce per bucket.
+// into flat buffers of at most `bucket_bytes`; a contiguous tensor of at
+// least that size is reduced in place in bucket-sized pieces. All buckets
+// are issued at once and then waited for, so that Gloo's threads overlap
+// transfers with reductions.
 //
 // Every operation waits at most the timeout given at creation; a peer that
 // never arrives gives kDeadlineExceeded, a broken connection kUnavailable.

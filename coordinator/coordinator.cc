@@ -85,6 +85,7 @@ void Coordinator::Start() {
   std::lock_guard<std::mutex> lock(mu_);
   if (scheduler_.joinable() || shutting_down_) return;
   scheduler_ = std::thread([this] { SchedulerLoop(); });
+  persister_ = std::thread([this] { PersisterLoop(); });
 }
 
 void Coordinator::Shutdown() {
@@ -99,6 +100,15 @@ void Coordinator::Shutdown() {
   changed_.notify_all();
   if (scheduler_.joinable()) scheduler_.join();
   for (std::thread& t : drivers) t.join();
+  if (persister_.joinable()) persister_.join();
+  // Progress recorded after the persister's last pass (or without one).
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& id : dirty_) {
+    if (absl::Status s = db_->Put(jobs_[id]->info, jobs_[id]->sequence); !s.ok()) {
+      spdlog::error("job {}: cannot persist its progress: {}", id, s.ToString());
+    }
+  }
+  dirty_.clear();
 }
 
 void Coordinator::SchedulerLoop() {
@@ -196,13 +206,37 @@ std::string Coordinator::RankName(const Job& job, int rank) const {
   return absl::StrCat("rank ", rank, " (worker ", r.worker_id(), " on host ", r.host(), ", ", r.address(), ")");
 }
 
-void Coordinator::UpdateLocked(Job* job) {
+void Coordinator::UpdateLocked(Job* job, bool durable) {
   job->version++;
   job->info.set_update_time_unix_ms(UnixMillis(options_.clock));
-  if (absl::Status s = db_->Put(job->info, job->sequence); !s.ok()) {
-    spdlog::error("job {}: cannot persist its state: {}", job->info.job_id(), s.ToString());
+  if (durable) {
+    dirty_.erase(job->info.job_id());
+    if (absl::Status s = db_->Put(job->info, job->sequence); !s.ok()) {
+      spdlog::error("job {}: cannot persist its state: {}", job->info.job_id(), s.ToString());
+    }
+  } else {
+    dirty_.insert(job->info.job_id());
   }
   changed_.notify_all();
+}
+
+void Coordinator::PersisterLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    changed_.wait_for(lock, std::chrono::seconds(1), [this] { return shutting_down_; });
+    std::vector<std::pair<JobInfo, int64_t>> batch;
+    for (const std::string& id : dirty_) batch.emplace_back(jobs_[id]->info, jobs_[id]->sequence);
+    dirty_.clear();
+    const bool last = shutting_down_;
+    lock.unlock();
+    for (const auto& [info, sequence] : batch) {
+      if (absl::Status s = db_->Put(info, sequence); !s.ok()) {
+        spdlog::error("job {}: cannot persist its progress: {}", info.job_id(), s.ToString());
+      }
+    }
+    lock.lock();
+    if (last) return;
+  }
 }
 
 void Coordinator::SetStateLocked(Job* job, JobState state, const std::string& reason) {
@@ -361,7 +395,7 @@ void Coordinator::Drive(Job* job) {
         for (int r = 0; r < world && r < job->info.ranks_size(); ++r) {
           job->info.mutable_ranks(r)->set_last_step_seconds(ran[r].seconds_per_step());
         }
-        UpdateLocked(job);
+        UpdateLocked(job, /*durable=*/false);
         train["train"] = std::map<std::string, double>(ran[0].metrics().begin(), ran[0].metrics().end());
       }
       if (run_actions(ActionModeKind::kTrain, train)) break;
@@ -384,7 +418,7 @@ void Coordinator::Drive(Job* job) {
             std::vector<std::string> parts = absl::StrSplit(k, absl::MaxSplits('/', 1));
             if (parts.size() == 2) eval[parts[0]][parts[1]] = v;
           }
-          UpdateLocked(job);
+          UpdateLocked(job, /*durable=*/false);
         }
         if (run_actions(ActionModeKind::kTrainEval, eval)) break;
       }

@@ -31,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -117,9 +118,12 @@ class Coordinator {
   // flight). The returned status names the rank that failed.
   template <typename Response, typename Call>
   absl::Status OnAllRanks(Job* job, const char* what, Call call, std::vector<Response>* responses);
-  // Records a change (caller holds mu_): bumps the version, persists, wakes
-  // watchers.
-  void UpdateLocked(Job* job);
+  // Records a change (caller holds mu_): bumps the version, wakes watchers,
+  // and persists: at once when `durable` (state changes), else soon, by the
+  // persister thread (progress: steps and metrics, so that a chunk boundary
+  // never waits for an fsync).
+  void UpdateLocked(Job* job, bool durable = true);
+  void PersisterLoop();
   void SetStateLocked(Job* job, JobState state, const std::string& reason);
   // Requests the driver to stop with a final state (failure or cancel).
   void StopLocked(Job* job, JobState state, const std::string& reason);
@@ -136,7 +140,9 @@ class Coordinator {
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // guarded by mu_
   int64_t next_sequence_ = 1;                         // guarded by mu_
   bool shutting_down_ = false;                        // guarded by mu_
+  std::set<std::string> dirty_;                       // guarded by mu_: to persist
   std::thread scheduler_;
+  std::thread persister_;
 };
 
 }  // namespace trainyard

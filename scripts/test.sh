@@ -34,7 +34,7 @@ echo "==> bazel test --config=asan //..."
 bazel_tests asan --config=asan
 run_step "fuzz" scripts/fuzz.sh "${TRAINYARD_FUZZ_SECONDS:-60}"
 if [ -f /usr/local/cuda/include/nccl.h ]; then
-  run_step "cuda build" bazel build --config=cuda //third_party:cuda_link_check
+  run_step "cuda build" bazel build --config=cuda //third_party:cuda_link_check //collective:nccl_collective //collective:nccl_collective_test
 else
   echo "==> cuda build skipped: no CUDA toolkit with NCCL under /usr/local/cuda"
 fi

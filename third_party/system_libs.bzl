@@ -40,6 +40,9 @@ def _libtorch_configure_impl(ctx):
     # Debian's LibTorch ships c10d's Gloo process group and needs the flag to
     # expose its headers.
     defines = ["USE_C10D_GLOO"] if prefix == "/usr" else []
+    if has_cuda:
+        # Code that needs LibTorch's CUDA API (streams) checks this.
+        defines.append("TRAINYARD_LIBTORCH_CUDA")
     cuda_libs = ["-ltorch_cuda", "-lc10_cuda"] if has_cuda else []
     ctx.file("BUILD.bazel", """
 package(default_visibility = ["//visibility:public"])

@@ -269,6 +269,71 @@ class SystemTest(unittest.TestCase):
         self.assertEqual(lines[-1], f"final SUCCEEDED step 20 checkpoint {os.path.join(self.root, 'py', 'checkpoint_20')}")
 
 
+class LocalModeTest(unittest.TestCase):
+    """`trainyard local`: the whole system as child processes of one command."""
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="local-", dir=os.environ.get("TEST_TMPDIR"))
+        self.spec = os.path.join(self.root, "job.textproto")
+        with open(self.spec, "w") as f:
+            f.write(SPEC)
+
+    @staticmethod
+    def processes_mentioning(text):
+        found = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if text.encode() in f.read():
+                        found.append(int(pid))
+            except OSError:
+                pass
+        return found
+
+    def test_local_runs_a_job_and_leaves_nothing_behind(self):
+        state = os.path.join(self.root, "state")
+        r = subprocess.run([TRAINYARD, "local", "--workers", "2", self.spec, "--state-dir", state, "--set",
+                            f"output_dir={self.root}/out"], capture_output=True, text=True, timeout=300,
+                           cwd=self.root)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("with 2 worker(s); logs in " + state, r.stdout)
+        self.assertIn("job sys-1: SUCCEEDED, step 20/20", r.stdout)
+        self.assertIn("jobs.db", os.listdir(state))
+        for log in ("coordinator.log", "worker-0.log", "worker-1.log"):
+            self.assertTrue(os.path.getsize(os.path.join(state, log)) > 0, log)
+        self.assertEqual(self.processes_mentioning(state), [])
+
+    def test_ctrl_c_cancels_the_job_and_stops_every_process(self):
+        state = os.path.join(self.root, "state")
+        proc = subprocess.Popen([TRAINYARD, "local", "--workers", "2", self.spec, "--state-dir", state, "--set",
+                                 f"output_dir={self.root}/out", "--set", "total_steps=100000", "--set",
+                                 "summary_period=5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=self.root)
+        try:
+            address = proc.stdout.readline().split()[1]  # "coordinator HOST:PORT with ..."
+            for line in proc.stdout:
+                if "] 5/100000" in line or "] 10/100000" in line:
+                    break
+            children = self.processes_mentioning(state) + self.processes_mentioning(address)
+            self.assertGreaterEqual(len(children), 3)  # the coordinator and two workers
+            start = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+            print(f"trainyard local stopped {time.monotonic() - start:.1f} s after SIGINT")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("interrupted: cancelling sys-1", err)
+        self.assertIn("CANCELLED", out)
+        for pid in children:
+            self.assertFalse(os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z",
+                             f"process {pid} survived")
+
+
 def run(*argv):
     subprocess.run(argv, check=True, capture_output=True, timeout=30)
 
