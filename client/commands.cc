@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "client/commands.h"
+#include "common/logging.h"
 
 namespace trainyard {
 namespace {
@@ -44,6 +45,17 @@ void PrintUsage(const std::vector<Command>& commands, std::ostream& out) {
 }
 
 }  // namespace
+
+absl::optional<int> SetUpLogging(const std::string& level, std::ostream& err) {
+  LoggingOptions logging;
+  logging.level = level;
+  std::string error;
+  if (!InitLogging(logging, &error)) {
+    err << "error: --log-level: " << error << "\n";
+    return kExitUsage;
+  }
+  return absl::nullopt;
+}
 
 const std::vector<Command>& TrainyardCommands() {
   static const std::vector<Command>* commands = new std::vector<Command>{

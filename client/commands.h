@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/types/optional.h"
+
 namespace trainyard {
 
 constexpr int kExitOk = 0;
@@ -44,6 +46,10 @@ int RunStatus(const std::vector<std::string>& args, std::ostream& out, std::ostr
 int RunList(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int RunWatch(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int RunCancel(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// Logging for the process commands at `level` (their --log-level); on a bad
+// level prints the error and returns the exit code.
+absl::optional<int> SetUpLogging(const std::string& level, std::ostream& err);
 
 using CommandFn = int (*)(const std::vector<std::string>& args, std::ostream& out,
                           std::ostream& err);

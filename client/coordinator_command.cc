@@ -38,13 +38,7 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
     err << "error: --heartbeat-timeout: " << heartbeat_timeout << "; want at least 1 second\n";
     return kExitUsage;
   }
-  LoggingOptions logging;
-  logging.level = log_level;
-  std::string error;
-  if (!InitLogging(logging, &error)) {
-    err << "error: --log-level: " << error << "\n";
-    return kExitUsage;
-  }
+  if (absl::optional<int> code = SetUpLogging(log_level, err)) return *code;
   if (output_root.empty()) {
     char cwd[PATH_MAX] = {};
     if (getcwd(cwd, sizeof(cwd)) == nullptr) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,81 +25,82 @@ int Fail(std::ostream& err, const absl::Status& status) {
   return absl::IsInvalidArgument(status) ? kExitUsage : kExitFailed;
 }
 
+// The shape every job command shares: a --coordinator flag, a fixed number
+// of positional arguments, then a JobService client.
+class JobCommand {
+ public:
+  JobCommand(const std::string& usage, const std::string& description) : flags_(usage, description) {
+    flags_.AddString("coordinator", &coordinator_, "HOST:PORT", "the coordinator (default: $TRAINYARD_COORDINATOR)");
+  }
+  FlagSet& flags() { return flags_; }
+
+  // An exit code to return at once (help, bad usage), or nullopt with the
+  // client ready. `what` names the positional arguments in the message.
+  absl::optional<int> Parse(const std::vector<std::string>& args, size_t want, const char* what, std::ostream& out,
+                            std::ostream& err) {
+    if (absl::optional<int> code = flags_.ParseCommand(args, &positional_, out, err)) return code;
+    if (positional_.size() != want) {
+      err << "error: want " << what << "\n";
+      return kExitUsage;
+    }
+    absl::StatusOr<std::string> address = CoordinatorAddress(coordinator_);
+    if (!address.ok()) return Fail(err, address.status());
+    client_ = std::make_unique<JobClient>(*address);
+    return absl::nullopt;
+  }
+  const std::string& arg(size_t i) const { return positional_[i]; }
+  JobClient* client() { return client_.get(); }
+
+ private:
+  FlagSet flags_;
+  std::string coordinator_;
+  std::vector<std::string> positional_;
+  std::unique_ptr<JobClient> client_;
+};
+
+bool IsTerminal(const std::ostream& out) { return &out == &std::cout && isatty(STDOUT_FILENO); }
+
 }  // namespace
 
 int RunSubmit(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  std::string coordinator;
   std::vector<std::string> overrides;
   bool watch = false;
-  FlagSet flags("submit --coordinator HOST:PORT SPEC [--set path=value]... [--watch]",
-                "Submits a job spec to a coordinator; prints the job id. The coordinator\n"
-                "validates the spec (with the overrides applied) and queues the job.");
-  flags.AddString("coordinator", &coordinator, "HOST:PORT", "the coordinator (default: $TRAINYARD_COORDINATOR)");
-  flags.AddRepeated("set", &overrides, "PATH=VALUE", "override a field of the spec");
-  flags.AddBool("watch", &watch, "then watch the job until it ends (exit 0 only if it succeeds)");
-  std::vector<std::string> positional;
-  if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
-  if (positional.size() != 1) {
-    err << "error: want exactly one SPEC file\n";
-    return kExitUsage;
-  }
-  absl::StatusOr<std::string> address = CoordinatorAddress(coordinator);
-  if (!address.ok()) return Fail(err, address.status());
-  absl::StatusOr<JobSpec> spec = LoadJobSpec(positional[0]);
+  JobCommand command("submit --coordinator HOST:PORT SPEC [--set path=value]... [--watch]",
+                     "Submits a job spec to a coordinator; prints the job id. The coordinator\n"
+                     "validates the spec (with the overrides applied) and queues the job.");
+  command.flags().AddRepeated("set", &overrides, "PATH=VALUE", "override a field of the spec");
+  command.flags().AddBool("watch", &watch, "then watch the job until it ends (exit 0 only if it succeeds)");
+  if (absl::optional<int> code = command.Parse(args, 1, "exactly one SPEC file", out, err)) return *code;
+  absl::StatusOr<JobSpec> spec = LoadJobSpec(command.arg(0));
   if (!spec.ok()) return Fail(err, spec.status());
-  JobClient client(*address);
-  absl::StatusOr<SubmitJobResponse> submitted = client.Submit(*spec, overrides);
+  absl::StatusOr<SubmitJobResponse> submitted = command.client()->Submit(*spec, overrides);
   if (!submitted.ok()) return Fail(err, submitted.status());
   out << submitted->job_id() << std::endl;
   if (!watch) return kExitOk;
-  return WatchUntilDone(&client, submitted->job_id(), out, err, &out == &std::cout && isatty(STDOUT_FILENO));
+  return WatchUntilDone(command.client(), submitted->job_id(), out, err, IsTerminal(out));
 }
 
 int RunStatus(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  std::string coordinator;
   bool json = false;
-  FlagSet flags("status --coordinator HOST:PORT JOB [--json]",
-                "A job's state, step, latest metrics and its ranks (with each rank's\n"
-                "seconds per step, so that stragglers stand out).");
-  flags.AddString("coordinator", &coordinator, "HOST:PORT", "the coordinator (default: $TRAINYARD_COORDINATOR)");
-  flags.AddBool("json", &json, "print JSON");
-  std::vector<std::string> positional;
-  if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
-  if (positional.size() != 1) {
-    err << "error: want exactly one JOB id\n";
-    return kExitUsage;
-  }
-  absl::StatusOr<std::string> address = CoordinatorAddress(coordinator);
-  if (!address.ok()) return Fail(err, address.status());
-  JobClient client(*address);
-  absl::StatusOr<JobInfo> job = client.Get(positional[0]);
+  JobCommand command("status --coordinator HOST:PORT JOB [--json]",
+                     "A job's state, step, latest metrics and its ranks (with each rank's\n"
+                     "seconds per step, so that stragglers stand out).");
+  command.flags().AddBool("json", &json, "print JSON");
+  if (absl::optional<int> code = command.Parse(args, 1, "exactly one JOB id", out, err)) return *code;
+  absl::StatusOr<JobInfo> job = command.client()->Get(command.arg(0));
   if (!job.ok()) return Fail(err, job.status());
-  if (json) {
-    out << JobJson(*job).dump(2) << "\n";
-  } else {
-    out << FormatJob(*job);
-  }
+  out << (json ? JobJson(*job).dump(2) + "\n" : FormatJob(*job));
   return kExitOk;
 }
 
 int RunList(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  std::string coordinator;
   bool json = false;
   int limit = 0;
-  FlagSet flags("list --coordinator HOST:PORT [--limit N] [--json]", "Jobs, newest first.");
-  flags.AddString("coordinator", &coordinator, "HOST:PORT", "the coordinator (default: $TRAINYARD_COORDINATOR)");
-  flags.AddInt("limit", &limit, "N", "at most N jobs (0 = all)");
-  flags.AddBool("json", &json, "print JSON");
-  std::vector<std::string> positional;
-  if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
-  if (!positional.empty()) {
-    err << "error: list takes no arguments\n";
-    return kExitUsage;
-  }
-  absl::StatusOr<std::string> address = CoordinatorAddress(coordinator);
-  if (!address.ok()) return Fail(err, address.status());
-  JobClient client(*address);
-  absl::StatusOr<std::vector<JobInfo>> jobs = client.List(limit);
+  JobCommand command("list --coordinator HOST:PORT [--limit N] [--json]", "Jobs, newest first.");
+  command.flags().AddInt("limit", &limit, "N", "at most N jobs (0 = all)");
+  command.flags().AddBool("json", &json, "print JSON");
+  if (absl::optional<int> code = command.Parse(args, 0, "no arguments", out, err)) return *code;
+  absl::StatusOr<std::vector<JobInfo>> jobs = command.client()->List(limit);
   if (!jobs.ok()) return Fail(err, jobs.status());
   if (json) {
     nlohmann::json all = nlohmann::json::array();
@@ -116,41 +118,22 @@ int RunList(const std::vector<std::string>& args, std::ostream& out, std::ostrea
 }
 
 int RunWatch(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  std::string coordinator;
-  FlagSet flags("watch --coordinator HOST:PORT JOB",
-                "Follows a job until it ends: a progress bar (step/total, steps/s, ETA,\n"
-                "loss) on a terminal, one line per summary otherwise. Exits 0 if the job\n"
-                "succeeds, 1 if it fails or is cancelled.");
-  flags.AddString("coordinator", &coordinator, "HOST:PORT", "the coordinator (default: $TRAINYARD_COORDINATOR)");
-  std::vector<std::string> positional;
-  if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
-  if (positional.size() != 1) {
-    err << "error: want exactly one JOB id\n";
-    return kExitUsage;
-  }
-  absl::StatusOr<std::string> address = CoordinatorAddress(coordinator);
-  if (!address.ok()) return Fail(err, address.status());
-  JobClient client(*address);
-  return WatchUntilDone(&client, positional[0], out, err, &out == &std::cout && isatty(STDOUT_FILENO));
+  JobCommand command("watch --coordinator HOST:PORT JOB",
+                     "Follows a job until it ends: a progress bar (step/total, steps/s, ETA,\n"
+                     "loss) on a terminal, one line per summary otherwise. Exits 0 if the job\n"
+                     "succeeds, 1 if it fails or is cancelled.");
+  if (absl::optional<int> code = command.Parse(args, 1, "exactly one JOB id", out, err)) return *code;
+  return WatchUntilDone(command.client(), command.arg(0), out, err, IsTerminal(out));
 }
 
 int RunCancel(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  std::string coordinator, reason;
-  FlagSet flags("cancel --coordinator HOST:PORT JOB [--reason TEXT]",
-                "Cancels a job: queued jobs leave the queue, running jobs stop at the next\n"
-                "step boundary and their workers return to the pool.");
-  flags.AddString("coordinator", &coordinator, "HOST:PORT", "the coordinator (default: $TRAINYARD_COORDINATOR)");
-  flags.AddString("reason", &reason, "TEXT", "recorded as the job's reason");
-  std::vector<std::string> positional;
-  if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
-  if (positional.size() != 1) {
-    err << "error: want exactly one JOB id\n";
-    return kExitUsage;
-  }
-  absl::StatusOr<std::string> address = CoordinatorAddress(coordinator);
-  if (!address.ok()) return Fail(err, address.status());
-  JobClient client(*address);
-  absl::StatusOr<JobInfo> job = client.Cancel(positional[0], reason);
+  std::string reason;
+  JobCommand command("cancel --coordinator HOST:PORT JOB [--reason TEXT]",
+                     "Cancels a job: queued jobs leave the queue, running jobs stop at the next\n"
+                     "step boundary and their workers return to the pool.");
+  command.flags().AddString("reason", &reason, "TEXT", "recorded as the job's reason");
+  if (absl::optional<int> code = command.Parse(args, 1, "exactly one JOB id", out, err)) return *code;
+  absl::StatusOr<JobInfo> job = command.client()->Cancel(command.arg(0), reason);
   if (!job.ok()) return Fail(err, job.status());
   out << job->job_id() << ": " << JobState_Name(job->state())
       << (job->state() == CANCELLED ? "" : " (stopping at the next step boundary)") << "\n";

@@ -33,13 +33,7 @@ int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostr
     return kExitUsage;
   }
   options.collective_timeout = absl::Seconds(collective_timeout);
-  LoggingOptions logging;
-  logging.level = log_level;
-  std::string error;
-  if (!InitLogging(logging, &error)) {
-    err << "error: --log-level: " << error << "\n";
-    return kExitUsage;
-  }
+  if (absl::optional<int> code = SetUpLogging(log_level, err)) return *code;
   absl::Status status = ServeWorker(options, out);
   if (!status.ok()) {
     err << "error: " << status.message() << "\n";
