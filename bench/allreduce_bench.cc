@@ -9,16 +9,14 @@
 //   bazel run --config=opt //bench:allreduce_bench -- [--max-mb 256] [--iters 5]
 //
 // The parent forks the two ranks before touching LibTorch; rank 0 hosts the
-// rendezvous (c10d's TCPStore on an OS-chosen port, passed to rank 1 through
-// a pipe). Each rank runs one intra-op thread.
+// rendezvous (collective/tcp_store.h on an OS-chosen port, passed to rank 1
+// through a pipe). Each rank runs one intra-op thread.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -30,33 +28,10 @@
 #include "absl/strings/str_format.h"
 #include "client/flags.h"
 #include "collective/gloo_collective.h"
+#include "collective/tcp_store.h"
 
 namespace trainyard {
 namespace {
-
-// Our Store over c10d's TCPStore (rendezvous without a coordinator).
-class TcpStore : public Store {
- public:
-  explicit TcpStore(c10::intrusive_ptr<c10d::TCPStore> store) : store_(std::move(store)) {}
-  absl::Status Set(const std::string& key, const std::string& value) override {
-    store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override {
-    store_->wait({key}, absl::ToChronoMilliseconds(timeout));
-    std::vector<uint8_t> v = store_->get(key);
-    return std::string(v.begin(), v.end());
-  }
-  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta) override { return store_->add(key, delta); }
-  absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout) override {
-    store_->wait(keys, absl::ToChronoMilliseconds(timeout));
-    return absl::OkStatus();
-  }
-  absl::StatusOr<bool> Check(const std::vector<std::string>& keys) override { return store_->check(keys); }
-
- private:
-  c10::intrusive_ptr<c10d::TCPStore> store_;
-};
 
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -91,23 +66,19 @@ double Duplex(int fd, std::vector<char>& out, std::vector<char>& in, size_t byte
 
 int Rank(int rank, int port_in, int port_out, int max_mb, int iters, int bucket_mb) {
   torch::set_num_threads(1);
-  c10d::TCPStoreOptions options;
-  options.isServer = rank == 0;
-  options.numWorkers = 2;
-  options.port = 0;
-  options.timeout = std::chrono::seconds(60);
-  c10::intrusive_ptr<c10d::TCPStore> tcp;
+  absl::StatusOr<std::unique_ptr<TcpStore>> tcp;
   if (rank == 0) {
-    tcp = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
-    const int port = tcp->getPort();
+    tcp = TcpStore::Create("127.0.0.1", 0, true, 2, absl::Seconds(60));
+    if (!tcp.ok()) return 1;
+    const int port = (*tcp)->port();
     if (write(port_out, &port, sizeof(port)) != sizeof(port)) return 1;
   } else {
     int port = 0;
     if (read(port_in, &port, sizeof(port)) != sizeof(port)) return 1;
-    options.port = static_cast<uint16_t>(port);
-    tcp = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+    tcp = TcpStore::Create("127.0.0.1", static_cast<uint16_t>(port), false, 2, absl::Seconds(60));
+    if (!tcp.ok()) return 1;
   }
-  auto store = std::make_shared<TcpStore>(tcp);
+  std::shared_ptr<Store> store(std::move(*tcp));
 
   // Raw TCP: rank 0 listens on an OS-chosen port, rank 1 connects.
   int fd = -1;

@@ -61,7 +61,7 @@ class FakeClient : public WorkerClient {
     (*response.mutable_metrics())["digits_to_words/loss"] = 1000.0 / r.step();
     return response;
   }
-  absl::Status AbortJob(const AbortJobRequest& r) override {
+  absl::Status AbortJob(const AbortJobRequest&) override {
     Record("abort");
     return absl::OkStatus();
   }
