@@ -1,0 +1,203 @@
+#include "trainer/train_checkpoint.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/safetensors.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace trainyard {
+namespace {
+
+constexpr char kParams[] = "params.safetensors";
+constexpr char kOptimizer[] = "optimizer.safetensors";
+
+absl::Status WriteTensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                          torch::ScalarType dtype) {
+  std::vector<torch::Tensor> keep;
+  std::vector<SafeTensorView> views;
+  for (const auto& [name, tensor] : tensors) {
+    torch::Tensor t = tensor.to(torch::kCPU).to(dtype).contiguous();
+    keep.push_back(t);
+    views.push_back({name, dtype == torch::kFloat ? SafeDtype::kF32 : SafeDtype::kBF16, t.sizes().vec(),
+                     t.data_ptr()});
+  }
+  return WriteSafetensors(path, views);
+}
+
+}  // namespace
+
+TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t step, int world_size,
+                           std::vector<std::string> data_states, std::string job_json, std::string source) {
+  TrainSnapshot s;
+  s.step = step;
+  s.config = model.config();
+  torch::NoGradGuard no_grad;
+  for (const auto& item : model.named_parameters()) {
+    s.params.emplace_back(item.key(), item.value().detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+  }
+  for (const auto& [name, t] : optimizer.State()) {
+    if (name == "step") continue;  // in metadata.json
+    s.optimizer[name] = t.detach().to(torch::kCPU, false, true);
+  }
+  s.world_size = world_size;
+  s.data_states = std::move(data_states);
+  s.job_json = std::move(job_json);
+  s.source = std::move(source);
+  return s;
+}
+
+absl::Status WriteTrainCheckpoint(const std::string& dir, const TrainSnapshot& snapshot,
+                                  torch::ScalarType save_dtype) {
+  if (save_dtype != torch::kFloat && save_dtype != torch::kBFloat16) {
+    return absl::InvalidArgumentError("checkpoint.save_dtype: parameters are saved as FLOAT32 or BFLOAT16");
+  }
+  TY_ASSIGN_OR_RETURN(CheckpointWriter writer, CheckpointWriter::Begin(dir));
+  auto write = [&]() -> absl::Status {
+    TY_RETURN_IF_ERROR(WriteTensors(writer.Path(kParams), snapshot.params, save_dtype));
+    std::vector<std::pair<std::string, torch::Tensor>> optimizer(snapshot.optimizer.begin(),
+                                                                 snapshot.optimizer.end());
+    TY_RETURN_IF_ERROR(WriteTensors(writer.Path(kOptimizer), optimizer, torch::kFloat));
+    std::string config_json;
+    google::protobuf::util::JsonPrintOptions options;
+    options.preserve_proto_field_names = true;
+    options.always_print_primitive_fields = true;
+    (void)google::protobuf::util::MessageToJsonString(snapshot.config, &config_json, options);
+    nlohmann::ordered_json meta = {
+        {"format", "trainyard.checkpoint"},
+        {"version", 2},
+        {"step", snapshot.step},
+        {"model_config", nlohmann::json::parse(config_json)},
+        {"world_size", snapshot.world_size},
+        {"data_states", snapshot.data_states},
+        {"save_dtype", save_dtype == torch::kFloat ? "FLOAT32" : "BFLOAT16"},
+        {"job", snapshot.job_json.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(snapshot.job_json)},
+        {"source", snapshot.source},
+        {"vocabulary", ""},
+    };
+    return writer.Commit(meta.dump(2) + "\n");
+  };
+  absl::Status status = write();
+  if (!status.ok()) writer.Abort();
+  return status;
+}
+
+absl::StatusOr<TrainCheckpoint> ReadTrainCheckpoint(const std::string& dir) {
+  TY_ASSIGN_OR_RETURN(CheckpointContents contents, VerifyCheckpoint(dir));
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(contents.metadata_json);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat(dir, "/metadata.json: not JSON: ", e.what()));
+  }
+  if (meta.value("format", "") != "trainyard.checkpoint" || !meta.contains("model_config")) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, "/metadata.json: not a Trainyard checkpoint (format \"",
+                                                   meta.value("format", ""), "\")"));
+  }
+  TrainCheckpoint out;
+  out.dir = dir;
+  try {
+    out.version = meta.value("version", 1);
+    out.step = meta.value("step", int64_t{0});
+    out.world_size = meta.value("world_size", 0);
+    if (meta.contains("data_states")) out.data_states = meta["data_states"].get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat(dir, "/metadata.json: ", e.what()));
+  }
+  auto parsed = google::protobuf::util::JsonStringToMessage(meta["model_config"].dump(), &out.config);
+  if (!parsed.ok()) {
+    return absl::DataLossError(absl::StrCat(dir, "/metadata.json: model_config: ", parsed.message().as_string()));
+  }
+  TY_ASSIGN_OR_RETURN(out.params, ReadTensors(dir + "/" + kParams));
+  if (std::filesystem::exists(dir + "/" + kOptimizer)) {
+    TY_ASSIGN_OR_RETURN(TensorMap optimizer, ReadTensors(dir + "/" + kOptimizer));
+    out.optimizer = std::map<std::string, torch::Tensor>(optimizer.begin(), optimizer.end());
+    out.optimizer["step"] = torch::tensor(out.step, torch::kLong);
+  }
+  return out;
+}
+
+std::map<int64_t, std::string> ListCheckpoints(const std::string& dir) {
+  std::map<int64_t, std::string> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    int64_t step;
+    if (absl::StartsWith(name, "checkpoint_") && absl::SimpleAtoi(name.substr(11), &step) &&
+        entry.is_directory(ec)) {
+      out[step] = entry.path().string();
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> LatestGoodCheckpoint(const std::string& dir, std::vector<std::string>* skipped) {
+  const std::map<int64_t, std::string> all = ListCheckpoints(dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    absl::StatusOr<CheckpointContents> verified = VerifyCheckpoint(it->second);
+    if (verified.ok()) return it->second;
+    if (skipped != nullptr) skipped->push_back(std::string(verified.status().message()));
+  }
+  return absl::NotFoundError(absl::StrCat("no complete checkpoint_<step> under ", dir));
+}
+
+void KeepNewestCheckpoints(const std::string& dir, int keep) {
+  if (keep <= 0) return;
+  std::map<int64_t, std::string> all = ListCheckpoints(dir);
+  while (static_cast<int>(all.size()) > keep) {
+    std::error_code ec;
+    std::filesystem::remove_all(all.begin()->second, ec);
+    all.erase(all.begin());
+  }
+}
+
+AsyncCheckpointer::~AsyncCheckpointer() { Wait().IgnoreError(); }
+
+absl::StatusOr<double> AsyncCheckpointer::Save(std::string dir, TrainSnapshot snapshot, torch::ScalarType save_dtype,
+                                               std::function<void()> after) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status previous = Wait();
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  writer_ = std::thread([this, dir = std::move(dir), snapshot = std::move(snapshot), save_dtype,
+                         after = std::move(after)] {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = WriteTrainCheckpoint(dir, snapshot, save_dtype);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s.ok() && after) after();
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = s;
+    if (s.ok()) {
+      last_written_ = dir;
+      last_seconds_ = seconds;
+    }
+  });
+  if (!previous.ok()) return previous;
+  return waited;
+}
+
+absl::Status AsyncCheckpointer::Wait() {
+  if (writer_.joinable()) writer_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status s = status_;
+  status_ = absl::OkStatus();
+  return s;
+}
+
+std::string AsyncCheckpointer::last_written() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_written_;
+}
+
+double AsyncCheckpointer::last_write_seconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_seconds_;
+}
+
+}  // namespace trainyard

@@ -1,0 +1,134 @@
+#include "trainer/train_checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/testing/status_matchers.h"
+#include "gtest/gtest.h"
+#include "model/encoder_decoder_model.h"
+#include "model/presets.h"
+
+namespace trainyard {
+namespace {
+
+using ::testing::HasSubstr;
+
+class TrainCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::string(std::getenv("TEST_TMPDIR")) + "/" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    ModelConfig config = *PresetConfig("tiny");
+    model_ = std::move(EncoderDecoderModel::Create(config, {})).value();
+    NamedTensors params;
+    for (const auto& p : model_->named_parameters()) params.emplace_back(p.key(), p.value());
+    OptimizerConfig oc;
+    oc.mutable_adafactor();
+    optimizer_ = std::move(CreateOptimizer(oc, params)).value();
+    // One real update, so the optimizer state is not all zeros.
+    std::vector<torch::Tensor> grads;
+    for (const auto& [name, p] : params) grads.push_back(torch::randn_like(p));
+    optimizer_->Apply(grads, 0.01);
+  }
+
+  TrainSnapshot Snapshot(int64_t step) {
+    return MakeSnapshot(*model_->network(), *optimizer_, step, 2, {"0 48", "0 52"}, R"({"name":"x"})", "test");
+  }
+
+  std::string dir_;
+  std::unique_ptr<EncoderDecoderModel> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+TEST_F(TrainCheckpointTest, RoundTripRestoresEverything) {
+  const std::string ckpt = dir_ + "/checkpoint_7";
+  ASSERT_THAT(WriteTrainCheckpoint(ckpt, Snapshot(7), torch::kFloat), IsOk());
+  absl::StatusOr<TrainCheckpoint> read = ReadTrainCheckpoint(ckpt);
+  ASSERT_THAT(read.status(), IsOk());
+  EXPECT_EQ(read->version, 2);
+  EXPECT_EQ(read->step, 7);
+  EXPECT_EQ(read->world_size, 2);
+  EXPECT_EQ(read->data_states, (std::vector<std::string>{"0 48", "0 52"}));
+  EXPECT_EQ(read->config.d_model(), 64);
+  for (const auto& p : model_->named_parameters()) {
+    EXPECT_TRUE(torch::equal(read->params.at(p.key()), p.value())) << p.key();  // float32: bit-exact
+  }
+  const auto state = optimizer_->State();
+  ASSERT_EQ(read->optimizer.size(), state.size());
+  for (const auto& [name, t] : state) {
+    if (name != "step") EXPECT_TRUE(torch::equal(read->optimizer.at(name), t)) << name;
+  }
+  // The optimizer's step is the checkpoint's step (the trainer's step is
+  // the optimizer's).
+  EXPECT_EQ(read->optimizer.at("step").item<int64_t>(), 7);
+}
+
+TEST_F(TrainCheckpointTest, BFloat16ParametersAndTheDtypeCheck) {
+  ASSERT_THAT(WriteTrainCheckpoint(dir_ + "/checkpoint_1", Snapshot(1), torch::kBFloat16), IsOk());
+  auto read = ReadTrainCheckpoint(dir_ + "/checkpoint_1");
+  ASSERT_THAT(read.status(), IsOk());
+  const auto first = *model_->named_parameters().begin();
+  EXPECT_TRUE(torch::equal(read->params.at(first.key()), first.value().to(torch::kBFloat16).to(torch::kFloat)));
+  EXPECT_THAT(WriteTrainCheckpoint(dir_ + "/checkpoint_2", Snapshot(2), torch::kHalf),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("save_dtype")));
+}
+
+TEST_F(TrainCheckpointTest, LatestGoodSkipsDamagedAndIncompleteOnes) {
+  for (int step : {10, 20, 30}) {
+    ASSERT_THAT(WriteTrainCheckpoint(dir_ + "/checkpoint_" + std::to_string(step), Snapshot(step), torch::kFloat),
+                IsOk());
+  }
+  // 30: a flipped byte in the optimizer state; 40: a directory without a
+  // manifest (a crash mid-write by something else).
+  {
+    std::fstream f(dir_ + "/checkpoint_30/optimizer.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    f.put('\x7f');
+  }
+  std::filesystem::create_directories(dir_ + "/checkpoint_40");
+  std::vector<std::string> skipped;
+  absl::StatusOr<std::string> latest = LatestGoodCheckpoint(dir_, &skipped);
+  ASSERT_THAT(latest.status(), IsOk());
+  EXPECT_EQ(*latest, dir_ + "/checkpoint_20");
+  ASSERT_EQ(skipped.size(), 2u);
+  EXPECT_THAT(skipped[0], HasSubstr("checkpoint_40"));
+  EXPECT_THAT(skipped[1], HasSubstr("optimizer.safetensors"));
+  EXPECT_THAT(ReadTrainCheckpoint(dir_ + "/checkpoint_30").status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("optimizer.safetensors")));
+  EXPECT_THAT(LatestGoodCheckpoint(dir_ + "/empty", nullptr).status(),
+              StatusCodeIs(absl::StatusCode::kNotFound));
+  KeepNewestCheckpoints(dir_, 2);
+  EXPECT_EQ(ListCheckpoints(dir_).size(), 2u);
+  EXPECT_EQ(ListCheckpoints(dir_).begin()->first, 30);
+}
+
+TEST_F(TrainCheckpointTest, AsyncWritesOneAtATimeAndReportsFailures) {
+  AsyncCheckpointer async;
+  TrainSnapshot first = Snapshot(5);
+  // Training goes on: changing the parameters does not change the snapshot.
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model_->parameters()) p.add_(1.0);
+  }
+  ASSERT_THAT(async.Save(dir_ + "/checkpoint_5", std::move(first), torch::kFloat).status(), IsOk());
+  int after_calls = 0;
+  ASSERT_THAT(async.Save(dir_ + "/checkpoint_6", Snapshot(6), torch::kFloat, [&] { ++after_calls; }).status(), IsOk());
+  ASSERT_THAT(async.Wait(), IsOk());
+  EXPECT_EQ(after_calls, 1);
+  EXPECT_EQ(async.last_written(), dir_ + "/checkpoint_6");
+  auto five = ReadTrainCheckpoint(dir_ + "/checkpoint_5");
+  ASSERT_THAT(five.status(), IsOk());
+  const auto param = *model_->named_parameters().begin();
+  EXPECT_TRUE(torch::allclose(five->params.at(param.key()) + 1.0, param.value()));
+  // A write that fails (the directory exists) is reported and leaves the
+  // good checkpoint as the last written.
+  ASSERT_THAT(async.Save(dir_ + "/checkpoint_6", Snapshot(6), torch::kFloat).status(), IsOk());
+  EXPECT_FALSE(async.Wait().ok());
+  EXPECT_EQ(async.last_written(), dir_ + "/checkpoint_6");
+  EXPECT_THAT(ReadTrainCheckpoint(dir_ + "/checkpoint_6").status(), IsOk());
+}
+
+}  // namespace
+}  // namespace trainyard
