@@ -67,10 +67,21 @@ absl::Status Coordinator::Load() {
     job->sequence = r.sequence;
     next_sequence_ = std::max(next_sequence_, r.sequence + 1);
     const JobState state = job->info.state();
-    if (!IsFinal(state) && state != PENDING) {
-      job->info.set_state(FAILED);
-      job->info.set_reason(absl::StrCat("the coordinator restarted while the job was ", JobState_Name(state),
-                                        "; its workers were released"));
+    if (!IsFinal(state) && state != PENDING && state != RESTARTING) {
+      // Its workers were driven by the previous coordinator: resume the job
+      // from its newest checkpoint on a new gang, if restarts are left.
+      const int max_restarts = job->info.spec().has_max_restarts() ? job->info.spec().max_restarts() : 3;
+      const std::string what = absl::StrCat("the coordinator restarted while the job was ", JobState_Name(state));
+      if (job->info.restarts() < max_restarts) {
+        job->info.set_restarts(job->info.restarts() + 1);
+        job->info.set_state(RESTARTING);
+        job->info.set_reason(absl::StrCat(what, "; restart ", job->info.restarts(), " of ", max_restarts, " from ",
+                                          job->info.latest_checkpoint().empty() ? "scratch"
+                                                                                : job->info.latest_checkpoint()));
+      } else {
+        job->info.set_state(FAILED);
+        job->info.set_reason(absl::StrCat(what, " (no restarts left: max_restarts ", max_restarts, ")"));
+      }
       job->info.clear_ranks();
       job->info.set_update_time_unix_ms(UnixMillis(options_.clock));
       TY_RETURN_IF_ERROR(db_->Put(job->info, job->sequence));
@@ -144,11 +155,14 @@ void Coordinator::Tick() {
                absl::StrCat(RankName(*job, static_cast<int>(rank - job->worker_ids.begin())),
                             " stopped heartbeating (nothing heard for more than ",
                             absl::FormatDuration(options_.heartbeat_timeout), ")"));
+    job->stop_retryable = true;
   }
   // Oldest pending jobs first.
   std::vector<Job*> pending;
   for (auto& [id, job] : jobs_) {
-    if (job->info.state() == PENDING && !job->stop) pending.push_back(job.get());
+    const bool waiting = (job->info.state() == PENDING && !job->stop) ||
+                         (job->info.state() == RESTARTING && !job->driver.joinable());
+    if (waiting) pending.push_back(job.get());
   }
   std::sort(pending.begin(), pending.end(), [](Job* a, Job* b) { return a->sequence < b->sequence; });
   std::vector<PendingJob> queue;
@@ -160,8 +174,9 @@ void Coordinator::Tick() {
     StartJobLocked(jobs_[gang.job_id].get(), gang.worker_ids);
     used += gang.worker_ids.size();
   }
-  // Say why the head of the queue waits.
-  if (gangs.size() < pending.size()) {
+  // Say why the head of the queue waits (a restarting job keeps saying why
+  // it restarts).
+  if (gangs.size() < pending.size() && pending[gangs.size()]->info.state() == PENDING) {
     Job* head = pending[gangs.size()];
     const std::string reason = absl::StrCat("waiting for ", std::max(head->info.spec().num_workers(), 1),
                                             " idle workers (", idle.size() - used, " idle of ",
@@ -180,6 +195,10 @@ void Coordinator::StartJobLocked(Job* job, const std::vector<std::string>& worke
   }
   job->worker_ids = worker_ids;
   job->clients.clear();
+  job->stop = false;
+  job->stop_retryable = false;
+  job->stop_reason.clear();
+  job->driver_done = false;
   job->info.clear_ranks();
   for (size_t r = 0; r < worker_ids.size(); ++r) {
     absl::StatusOr<WorkerRecord> w = workers_.Get(worker_ids[r]);
@@ -315,13 +334,15 @@ absl::Status Coordinator::OnAllRanks(Job* job, const char* what, Call call, std:
 
 void Coordinator::Drive(Job* job) {
   JobSpec spec;
-  std::string job_id;
+  std::string job_id, restore_from;
   int attempt;
   {
     std::lock_guard<std::mutex> lock(mu_);
     spec = job->info.spec();
     job_id = job->info.job_id();
     attempt = job->info.restarts();
+    // A restart resumes from the job's own newest checkpoint.
+    if (attempt > 0) restore_from = job->info.latest_checkpoint();
   }
   const int world = static_cast<int>(job->clients.size());
   std::string final_reason;
@@ -341,6 +362,7 @@ void Coordinator::Drive(Job* job) {
           request.set_rank(r);
           request.set_world_size(world);
           request.set_attempt(attempt);
+          request.set_restore_checkpoint(restore_from);
           return job->clients[r]->StartJob(request);
         },
         &started));
@@ -383,6 +405,21 @@ void Coordinator::Drive(Job* job) {
             return job->clients[r]->RunSteps(request);
           },
           &ran));
+      if (ran[0].preempted()) {
+        // A worker was asked to stop: every rank stopped after the same step
+        // and rank 0 wrote the emergency checkpoint.
+        int r = 0;
+        while (r < world && !ran[r].asked_to_stop()) ++r;
+        if (r == world) r = 0;
+        std::lock_guard<std::mutex> lock(mu_);
+        job->info.set_step(ran[0].last_step());
+        if (!ran[0].checkpoint().empty()) job->info.set_latest_checkpoint(ran[0].checkpoint());
+        for (const auto& [k, v] : ran[0].metrics()) (*job->info.mutable_metrics())[k] = v;
+        final_state = PREEMPTED;
+        final_reason = absl::StrCat(RankName(*job, r), " was asked to stop; emergency checkpoint at step ",
+                                    ran[0].last_step(), ran[0].checkpoint().empty() ? "" : ": " + ran[0].checkpoint());
+        return absl::OkStatus();
+      }
       step += n;
       MetricsByTask train;
       {
@@ -427,21 +464,37 @@ void Coordinator::Drive(Job* job) {
   }();
 
   bool shutting_down;
+  bool retryable = final_state == PREEMPTED;
   {
     std::lock_guard<std::mutex> lock(mu_);
     shutting_down = shutting_down_;
     if (job->stop) {
       final_state = job->stop_state;
       final_reason = job->stop_reason;
+      retryable = job->stop_retryable;
     } else if (!status.ok()) {
       final_state = FAILED;
       final_reason = status.ToString();
+      // A lost worker or a broken collective: another attempt may succeed.
+      // Bad specs, divergence or a NaN will fail again.
+      retryable = absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) || absl::IsAborted(status);
     }
   }
   if (!shutting_down) {
     // Final before the teardown: watchers learn the outcome at once, even if
     // an unreachable rank makes its AbortJob wait for its deadline.
     std::lock_guard<std::mutex> lock(mu_);
+    if (final_state == PREEMPTED) SetStateLocked(job, PREEMPTED, final_reason);
+    const int max_restarts = job->info.spec().has_max_restarts() ? job->info.spec().max_restarts() : 3;
+    if (retryable && job->info.restarts() < max_restarts) {
+      job->info.set_restarts(job->info.restarts() + 1);
+      final_state = RESTARTING;
+      final_reason = absl::StrCat(final_reason, "; restart ", job->info.restarts(), " of ", max_restarts, " from ",
+                                  job->info.latest_checkpoint().empty() ? "scratch" : job->info.latest_checkpoint());
+    } else if (retryable) {
+      final_state = FAILED;
+      final_reason = absl::StrCat(final_reason, " (no restarts left: max_restarts ", max_restarts, ")");
+    }
     SetStateLocked(job, final_state, final_reason);
   }
   spdlog::info("job {}: {} {}", job_id, JobState_Name(final_state), final_reason);

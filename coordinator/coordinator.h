@@ -13,13 +13,20 @@
 //             the job's actions (early stopping, NaN) on rank 0's metrics
 //   then SUCCEEDED, or FAILED / CANCELLED with a reason.
 //
+// A rank that reports a preemption (its worker got SIGTERM; every rank
+// stopped after the same step and rank 0 wrote an emergency checkpoint)
+// makes the job PREEMPTED; a lost worker or a broken collective fails the
+// attempt. Either way, while `max_restarts` allows, the job goes to
+// RESTARTING and is scheduled again (before younger jobs) on any idle
+// gang, resuming from its newest checkpoint.
+//
 // A rank whose call fails, or whose worker stops heartbeating, fails the
 // job: calls still in flight to the other ranks are cancelled, every rank is
 // told to abort, and the gang goes back to the pool once each worker reports
 // it has let go of the job. Every state change is written to the job store
 // (SQLite) before it is visible; a coordinator that restarts reloads every
-// job: PENDING jobs stay queued, jobs that were STARTING or RUNNING are
-// marked FAILED (their workers were driven by the previous process).
+// job: PENDING and RESTARTING jobs stay queued, jobs that were STARTING or
+// RUNNING restart from their newest checkpoint (if restarts are left).
 //
 // Thread-safety: thread-safe.
 #ifndef TRAINYARD_COORDINATOR_COORDINATOR_H_
@@ -100,6 +107,7 @@ class Coordinator {
     int64_t sequence = 0;
     int64_t version = 1;
     bool stop = false;         // cancel or failure: the driver winds down
+    bool stop_retryable = false;  // a lost worker: restart if restarts are left
     std::string stop_reason;
     JobState stop_state = JOB_STATE_UNSPECIFIED;
     std::vector<std::string> worker_ids;

@@ -29,6 +29,10 @@ struct FakeWorker {
   bool cancelled = false;
   double loss_at_end = 0;               // reported loss: 100 / last_step unless NaN asked
   bool nan_loss = false;
+  int64_t preempt_step = -1;            // RunSteps from this step reports a preemption
+  bool asked_to_stop = false;           // ... and this worker is the one asked
+  int rank = -1;
+  std::vector<std::string> restored;    // StartJob's restore_checkpoint, per attempt
 };
 
 class FakeClient : public WorkerClient {
@@ -36,12 +40,27 @@ class FakeClient : public WorkerClient {
   explicit FakeClient(std::shared_ptr<FakeWorker> w) : w_(std::move(w)) {}
   absl::StatusOr<StartJobResponse> StartJob(const StartJobRequest& r) override {
     Record(absl::StrCat("start ", r.rank(), "/", r.world_size()));
-    return StartJobResponse();
+    std::lock_guard<std::mutex> lock(w_->mu);
+    w_->restored.push_back(r.restore_checkpoint());
+    w_->rank = r.rank();
+    StartJobResponse response;
+    // A restart resumes at the checkpoint's step ("ckpt_<step>").
+    if (!r.restore_checkpoint().empty()) response.set_start_step(std::stoll(r.restore_checkpoint().substr(5)));
+    return response;
   }
   absl::StatusOr<RunStepsResponse> RunSteps(const RunStepsRequest& r) override {
     Record(absl::StrCat("run ", r.first_step(), "+", r.num_steps(), r.save_checkpoint() ? " ckpt" : ""));
     std::unique_lock<std::mutex> lock(w_->mu);
     if (r.first_step() == w_->fail_step) return w_->fail_run_at_step;
+    if (r.first_step() == w_->preempt_step) {
+      w_->preempt_step = -1;
+      RunStepsResponse response;
+      response.set_last_step(r.first_step() + 3);  // stopped 3 steps into the chunk
+      response.set_preempted(true);
+      response.set_asked_to_stop(w_->asked_to_stop);
+      if (w_->rank == 0) response.set_checkpoint(absl::StrCat("ckpt_", r.first_step() + 3));
+      return response;
+    }
     if (w_->block_runs) {
       w_->cv.wait(lock, [&] { return w_->cancelled; });
       w_->cancelled = false;
@@ -274,7 +293,9 @@ TEST_F(CoordinatorTest, ASilentWorkerFailsItsJobAfterTheHeartbeatTimeout) {
   AddWorker(c.get(), "b");
   Worker("a")->block_runs = true;
   Worker("b")->block_runs = true;
-  const std::string id = c->SubmitJob(Spec(2, 100))->job_id();
+  SubmitJobRequest request = Spec(2, 100);
+  request.mutable_spec()->set_max_restarts(0);
+  const std::string id = c->SubmitJob(request)->job_id();
   c->Tick();
   WaitForState(c.get(), id, RUNNING);
   clock_.AdvanceTime(absl::Seconds(6));
@@ -286,10 +307,49 @@ TEST_F(CoordinatorTest, ASilentWorkerFailsItsJobAfterTheHeartbeatTimeout) {
   c->Tick();
   JobInfo failed = WaitForState(c.get(), id, FAILED);
   EXPECT_THAT(failed.reason(), HasSubstr("rank 1 (worker w2-b on host b, b) stopped heartbeating"));
+  EXPECT_THAT(failed.reason(), HasSubstr("(no restarts left: max_restarts 0)"));
   EXPECT_EQ(c->workers()->List().size(), 1u);
   // The unknown worker is told to register again.
   hb.set_worker_id("w2-b");
   EXPECT_TRUE(c->Heartbeat(hb)->reregister());
+}
+
+TEST_F(CoordinatorTest, APreemptedJobRestartsFromItsEmergencyCheckpoint) {
+  auto c = Make();
+  const std::string a = AddWorker(c.get(), "a");
+  const std::string b = AddWorker(c.get(), "b");
+  // b gets SIGTERM during the second chunk: every rank stops after step 23.
+  Worker("b")->preempt_step = 20;
+  Worker("b")->asked_to_stop = true;
+  Worker("a")->preempt_step = 20;
+  const std::string id = c->SubmitJob(Spec(2, 60))->job_id();
+  c->Start();
+  // PREEMPTED, then RESTARTING, then running again on the (same, drained) gang.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (c->GetJob(id)->restarts() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+  JobInfo restarting = *c->GetJob(id);
+  EXPECT_EQ(restarting.restarts(), 1);
+  EXPECT_THAT(restarting.reason(),
+              HasSubstr("rank 1 (worker w2-b on host b, b) was asked to stop; emergency checkpoint at step 23: "
+                        "ckpt_23; restart 1 of 3 from ckpt_23"));
+  // The drained workers say they hold no job; the job gets its gang again.
+  while (c->GetJob(id)->state() != SUCCEEDED && absl::Now() < deadline + absl::Seconds(10)) {
+    for (const std::string& w : {a, b}) {
+      HeartbeatRequest hb;
+      hb.set_worker_id(w);
+      ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  JobInfo done = *c->GetJob(id);
+  EXPECT_EQ(done.state(), SUCCEEDED);
+  EXPECT_EQ(done.step(), 60);
+  EXPECT_EQ(done.restarts(), 1);
+  std::lock_guard<std::mutex> lock(Worker("a")->mu);
+  EXPECT_EQ(Worker("a")->restored, (std::vector<std::string>{"", "ckpt_23"}));
+  // The resumed attempt starts at step 23 and runs to the next boundary.
+  std::vector<std::string> calls = Worker("a")->calls;
+  EXPECT_NE(std::find(calls.begin(), calls.end(), "run 23+17"), calls.end());
 }
 
 TEST_F(CoordinatorTest, TerminateOnNanFailsTheJob) {
@@ -342,8 +402,11 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorKnowsEveryJob) {
   EXPECT_EQ(c->GetJob(pending)->state(), PENDING);
   EXPECT_EQ(c->GetJob(done)->state(), CANCELLED);
   EXPECT_EQ(c->GetJob(done)->reason(), "cancelled: not needed");
-  EXPECT_EQ(c->GetJob(running)->state(), FAILED);
-  EXPECT_THAT(c->GetJob(running)->reason(), HasSubstr("the coordinator restarted while the job was RUNNING"));
+  // The running job resumes on a new gang (from its newest checkpoint).
+  EXPECT_EQ(c->GetJob(running)->state(), RESTARTING);
+  EXPECT_EQ(c->GetJob(running)->restarts(), 1);
+  EXPECT_THAT(c->GetJob(running)->reason(),
+              HasSubstr("the coordinator restarted while the job was RUNNING; restart 1 of 3 from scratch"));
   // New ids continue after the old ones.
   EXPECT_EQ(c->SubmitJob(Spec(1, 10))->job_id(), "test-job-4");
   ListJobsRequest only_pending;

@@ -120,13 +120,30 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
     }
     signals->Wait(interval);
   }
-  spdlog::info("worker: signal received, stopping");
+  // A preemption (Kubernetes sends SIGTERM, then SIGKILL after the grace
+  // period): the job's ranks stop after the current step and rank 0 writes
+  // an emergency checkpoint; the coordinator then tears the job down here.
+  // The server keeps serving meanwhile (the RunSteps reply, AbortJob).
   const std::string held = core.job_id();
   if (!held.empty()) {
-    AbortJobRequest abort;
-    abort.set_job_id(held);
-    abort.set_reason("the worker is stopping");
-    core.AbortJob(abort).IgnoreError();
+    spdlog::warn("worker: signal received while holding job {}; stopping it with an emergency checkpoint", held);
+    const absl::Time start = absl::Now();
+    core.Preempt();
+    const absl::Time deadline = start + options.preemption_grace;
+    while (!core.job_id().empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+    if (core.job_id().empty()) {
+      spdlog::info("worker: job {} handed back {:.2f} s after the signal", held,
+                   absl::ToDoubleSeconds(absl::Now() - start));
+    } else {
+      spdlog::error("worker: job {} still held after {}; stopping anyway", held,
+                    absl::FormatDuration(options.preemption_grace));
+      AbortJobRequest abort;
+      abort.set_job_id(held);
+      abort.set_reason("the worker is stopping");
+      core.AbortJob(abort).IgnoreError();
+    }
+  } else {
+    spdlog::info("worker: signal received, stopping");
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();

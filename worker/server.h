@@ -1,6 +1,7 @@
 // The worker process: serves WorkerService, registers with the coordinator,
 // heartbeats (re-registering if the coordinator forgot it), and stops
-// cleanly on SIGTERM or SIGINT (the job it holds is aborted).
+// cleanly on SIGTERM or SIGINT: the job it holds stops after the current
+// step with an emergency checkpoint (a preemption).
 #ifndef TRAINYARD_WORKER_SERVER_H_
 #define TRAINYARD_WORKER_SERVER_H_
 
@@ -21,6 +22,10 @@ struct WorkerServerOptions {
   std::string advertise_host;
   std::string device = "cpu";
   absl::Duration collective_timeout = absl::Seconds(60);
+  // On SIGTERM, how long to wait for the job's emergency checkpoint and
+  // teardown before stopping anyway (keep it under Kubernetes'
+  // terminationGracePeriodSeconds).
+  absl::Duration preemption_grace = absl::Seconds(25);
 };
 
 // Prints `listening on HOST:PORT` first on `out`, then runs until a signal.

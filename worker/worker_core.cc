@@ -17,10 +17,13 @@
 #include "model/encoder_decoder_model.h"
 #include "model/presets.h"
 #include "model/weights.h"
+#include "re2/re2.h"
+#include "google/protobuf/util/json_util.h"
 #include "spdlog/spdlog.h"
 #include "trainer/learning_rate.h"
 #include "trainer/optimizer.h"
 #include "trainer/task_batches.h"
+#include "trainer/train_checkpoint.h"
 #include "trainer/trainer.h"
 
 namespace trainyard {
@@ -42,20 +45,6 @@ class LimitedIterator : public BatchIterator {
   int64_t taken_ = 0;
 };
 
-// checkpoint_<step> directories under `dir`, by step.
-std::map<int64_t, std::string> ListCheckpoints(const std::string& dir) {
-  std::map<int64_t, std::string> out;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    int64_t step;
-    if (absl::StartsWith(name, "checkpoint_") && absl::SimpleAtoi(name.substr(11), &step) && entry.is_directory()) {
-      out[step] = entry.path().string();
-    }
-  }
-  return out;
-}
-
 // A collective's failure seen by a live worker is a consequence (a peer
 // died or stalled), not a reason to blame this rank's transport.
 absl::Status CollectiveFailure(const absl::Status& s) {
@@ -72,7 +61,8 @@ struct WorkerCore::Job {
   JobSpec spec;
   int rank = 0;
   int world_size = 1;
-  std::atomic<bool> stop{false};
+  std::atomic<bool> stop{false};     // the trainer's stop request (abort or preemption)
+  std::atomic<bool> preempt{false};  // this worker was asked to stop: checkpoint first
   std::string stop_reason;  // guarded by busy
   std::mutex busy;          // held while a call runs the job
   TaskRegistry registry;
@@ -82,6 +72,7 @@ struct WorkerCore::Job {
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<Trainer> trainer;
   std::unique_ptr<TaskBatchIterator> train_batches;
+  AsyncCheckpointer checkpointer;  // rank 0
 
   ~Job() {
     // The trainer (and its metric writers) go before the model and the
@@ -137,10 +128,12 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   switch (spec.kind()) {
     case TRAIN:
     case PRETRAINING:
+    case FINETUNING:
       break;
     default:
       return absl::UnimplementedError(absl::StrCat("kind: ", JobKind_Name(spec.kind()),
-                                                   " jobs are not run by workers yet; TRAIN and PRETRAINING are"));
+                                                   " jobs are not run by workers yet; TRAIN, PRETRAINING and "
+                                                   "FINETUNING are"));
   }
   if (spec.batch_size() % world != 0) {
     return absl::InvalidArgumentError(absl::StrCat("batch_size: ", spec.batch_size(), " does not split over ", world,
@@ -151,21 +144,6 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
     return absl::InvalidArgumentError(absl::StrCat("num_microbatches: ", spec.num_microbatches(),
                                                    " does not divide the per-worker batch of ", rows, " rows"));
   }
-  const RestoreConfig& restore = spec.restore();
-  if (restore.mode() == RestoreConfig::SPECIFIC) {
-    return absl::UnimplementedError("restore.mode: SPECIFIC is not supported by workers yet; use NONE");
-  }
-  if (restore.mode() == RestoreConfig::LATEST) {
-    const std::string where = restore.path().empty() ? spec.output_dir() : restore.path();
-    std::map<int64_t, std::string> found = ListCheckpoints(where);
-    if (!found.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "restore: ", where, " holds ", found.rbegin()->second,
-          " but resuming from checkpoints is not supported by workers yet; use a new output_dir, or "
-          "restore { mode: NONE } to train from scratch and overwrite"));
-    }
-  }
-
   auto job = std::make_shared<Job>();
   job->id = request.job_id();
   job->spec = spec;
@@ -239,6 +217,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
     trainer.seed = static_cast<uint64_t>(spec.seed());
     trainer.summary_dir = spec.output_dir();  // written by rank 0 only
     trainer.preemption_requested = &job->stop;
+    if (absl::Status s = Restore(*job, request.restore_checkpoint()); !s.ok()) return release(s);
     job->trainer = std::make_unique<Trainer>(job->model.get(), job->optimizer.get(), std::move(*lr),
                                              job->collective.get(), trainer);
     if (rank == 0) {
@@ -275,10 +254,25 @@ absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& req
     absl::StatusOr<std::map<std::string, double>> summary =
         job->trainer->Train(job->train_batches.get(), request.num_steps());
     if (!summary.ok()) {
-      if (IsPreemptionError(summary.status())) {
+      if (!IsPreemptionError(summary.status())) return CollectiveFailure(summary.status());
+      // Every rank stopped after the same step; was it a preemption on any
+      // of them (then write the emergency checkpoint), or an abort?
+      std::vector<torch::Tensor> preempted = {torch::full({1}, job->preempt ? 1.0f : 0.0f)};
+      TY_RETURN_IF_ERROR(CollectiveFailure(job->collective->AllReduce(preempted, ReduceOp::kMax)));
+      if (preempted[0].item<float>() == 0) {
         return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted at step ", job->trainer->step()));
       }
-      return CollectiveFailure(summary.status());
+      const auto t0 = std::chrono::steady_clock::now();
+      TY_ASSIGN_OR_RETURN(std::string path, SaveCheckpoint(*job, /*wait=*/true));
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      spdlog::warn("job {}: preempted after step {}; emergency checkpoint {} written in {:.2f} s", job->id,
+                   job->trainer->step(), path.empty() ? "(rank 0's)" : path, seconds);
+      response.set_last_step(job->trainer->step());
+      response.set_preempted(true);
+      response.set_asked_to_stop(job->preempt);
+      response.set_checkpoint(path);
+      if (!path.empty()) (*response.mutable_metrics())["timing/emergency_checkpoint_seconds"] = seconds;
+      return response;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     // Every rank must hold the same parameters: compare per-parameter sums
@@ -301,18 +295,19 @@ absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& req
     response.set_last_step(last);
     for (const auto& [k, v] : *summary) (*response.mutable_metrics())[k] = v;
     response.set_seconds_per_step(seconds / static_cast<double>(request.num_steps()));
-    if (request.save_checkpoint() && job->rank == 0) {
-      const std::string dir = absl::StrCat(job->spec.output_dir(), "/checkpoint_", last);
-      TY_RETURN_IF_ERROR(WriteModelCheckpoint(*job->model->network(), dir, last, "trainyard job " + job->id, ""));
-      response.set_checkpoint(dir);
-      if (job->spec.keep_checkpoints() > 0) {
-        std::map<int64_t, std::string> all = ListCheckpoints(job->spec.output_dir());
-        while (static_cast<int>(all.size()) > job->spec.keep_checkpoints()) {
-          std::error_code ec;
-          std::filesystem::remove_all(all.begin()->second, ec);
-          all.erase(all.begin());
-        }
+    if (request.save_checkpoint()) {
+      // The job's last chunk waits for its checkpoint to be durable.
+      const bool last_chunk = last >= job->spec.total_steps();
+      const auto t0 = std::chrono::steady_clock::now();
+      TY_ASSIGN_OR_RETURN(std::string durable, SaveCheckpoint(*job, !job->spec.checkpoint().async() || last_chunk));
+      if (job->rank == 0) {
+        (*response.mutable_metrics())["timing/checkpoint_stall_seconds"] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        (*response.mutable_metrics())["timing/checkpoint_seconds"] = job->checkpointer.last_write_seconds();
       }
+      response.set_checkpoint(durable);
+    } else if (job->rank == 0) {
+      response.set_checkpoint(job->checkpointer.last_written());
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("step ", job->trainer->step(), ": ", e.what()));
@@ -365,6 +360,149 @@ absl::StatusOr<EvaluateResponse> WorkerCore::Evaluate(const EvaluateRequest& req
   return response;
 }
 
+void WorkerCore::Preempt() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!job_) return;
+  spdlog::warn("job {}: this worker is asked to stop; stopping after the current step", job_->id);
+  job_->preempt = true;
+  job_->stop = true;
+}
+
+absl::StatusOr<std::vector<std::string>> WorkerCore::GatherDataStates(Job& job) {
+  const std::string mine = job.train_batches->task_iterator()->State();
+  int64_t epoch = 0, position = 0;
+  if (std::sscanf(mine.c_str(), "%ld %ld", &epoch, &position) != 2) {
+    return absl::InternalError("unreadable iterator state " + mine);
+  }
+  std::vector<torch::Tensor> all;
+  TY_RETURN_IF_ERROR(CollectiveFailure(job.collective->AllGather(torch::tensor({epoch, position}, torch::kLong), &all)));
+  std::vector<std::string> states;
+  for (const torch::Tensor& t : all) states.push_back(absl::StrCat(t[0].item<int64_t>(), " ", t[1].item<int64_t>()));
+  return states;
+}
+
+absl::StatusOr<std::string> WorkerCore::SaveCheckpoint(Job& job, bool wait) {
+  TY_ASSIGN_OR_RETURN(std::vector<std::string> states, GatherDataStates(job));
+  if (job.rank != 0) return std::string();
+  const int64_t step = job.trainer->step();
+  const std::string dir = absl::StrCat(job.spec.output_dir(), "/checkpoint_", step);
+  if (job.checkpointer.last_written() == dir) return dir;  // already written (e.g. preempted at a boundary)
+  std::string spec_json;
+  (void)google::protobuf::util::MessageToJsonString(job.spec, &spec_json);
+  TrainSnapshot snapshot = MakeSnapshot(*job.model->network(), *job.optimizer, step, job.world_size,
+                                        std::move(states), spec_json, "trainyard job " + job.id);
+  const torch::ScalarType dtype = job.spec.checkpoint().save_dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat;
+  const std::string output_dir = job.spec.output_dir();
+  const int keep = job.spec.keep_checkpoints();
+  absl::StatusOr<double> waited = job.checkpointer.Save(dir, std::move(snapshot), dtype, [output_dir, keep] {
+    KeepNewestCheckpoints(output_dir, keep);
+  });
+  if (!waited.ok()) {
+    // The previous write failed; the previous good checkpoint stays.
+    spdlog::error("job {}: a checkpoint write failed: {}", job.id, waited.status().ToString());
+  }
+  if (wait) {
+    TY_RETURN_IF_ERROR(job.checkpointer.Wait());
+    return dir;
+  }
+  return job.checkpointer.last_written();
+}
+
+absl::Status WorkerCore::Restore(Job& job, const std::string& named) {
+  const JobSpec& spec = job.spec;
+  const RestoreConfig& restore = spec.restore();
+  // Which checkpoint: the coordinator's (a restart of this job), else the
+  // spec's choice.
+  std::string path = named;
+  if (path.empty()) {
+    if (restore.mode() == RestoreConfig::SPECIFIC) {
+      path = !restore.path().empty() ? restore.path()
+                                     : absl::StrCat(spec.output_dir(), "/checkpoint_", restore.step());
+    } else if (restore.mode() == RestoreConfig::LATEST) {
+      const std::string where = restore.path().empty() ? spec.output_dir() : restore.path();
+      std::vector<std::string> skipped;
+      absl::StatusOr<std::string> latest = LatestGoodCheckpoint(where, &skipped);
+      for (const std::string& why : skipped) spdlog::warn("job {}: skipping a checkpoint: {}", job.id, why);
+      if (latest.ok()) {
+        path = *latest;
+      } else if (!skipped.empty() && !restore.fallback_to_scratch()) {
+        return absl::DataLossError(absl::StrCat("restore: every checkpoint under ", where,
+                                                " is damaged or incomplete (", skipped.front(),
+                                                "); set restore.fallback_to_scratch to start over"));
+      }
+    }
+  }
+  if (path.empty() && spec.kind() == FINETUNING && !restore.fallback_to_scratch()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "restore: a FINETUNING job starts from a checkpoint, and none was found under ",
+        restore.path().empty() ? spec.output_dir() : restore.path()));
+  }
+  // Every rank must restore the same step: the output_dir has to be on a
+  // filesystem every worker sees.
+  int64_t step = -1;
+  absl::StatusOr<TrainCheckpoint> ckpt;
+  if (!path.empty()) {
+    ckpt = ReadTrainCheckpoint(path);
+    if (!ckpt.ok()) {
+      return absl::Status(ckpt.status().code(), absl::StrCat("restore: ", ckpt.status().message()));
+    }
+    step = ckpt->step;
+  }
+  if (job.world_size > 1) {
+    std::vector<torch::Tensor> hi = {torch::tensor({step}, torch::kLong)}, lo = {torch::tensor({step}, torch::kLong)};
+    TY_RETURN_IF_ERROR(CollectiveFailure(job.collective->AllReduce(hi, ReduceOp::kMax)));
+    TY_RETURN_IF_ERROR(CollectiveFailure(job.collective->AllReduce(lo, ReduceOp::kMin)));
+    if (hi[0].item<int64_t>() != lo[0].item<int64_t>()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "restore: the ranks found different checkpoints (steps ", lo[0].item<int64_t>(), " to ",
+          hi[0].item<int64_t>(), "); output_dir must be on a filesystem every worker shares"));
+    }
+  }
+  if (path.empty()) return absl::OkStatus();  // from scratch
+
+  // Parameters: renamed by the assignment map (first full match wins; an
+  // empty replacement drops the tensor), then assigned all or nothing.
+  TensorMap params;
+  for (auto& [name, tensor] : ckpt->params) {
+    std::string target = name;
+    bool dropped = false;
+    for (const auto& rename : restore.assignment_map()) {
+      RE2 pattern(rename.pattern());
+      if (RE2::FullMatch(name, pattern)) {
+        target = name;
+        RE2::Replace(&target, pattern, rename.replacement());
+        dropped = rename.replacement().empty();
+        break;
+      }
+    }
+    if (!dropped) params[target] = tensor;
+  }
+  const bool strict = !restore.has_strict() || restore.strict();
+  TY_RETURN_IF_ERROR(AssignParameters(params, strict, job.model->network().get()));
+  const bool same_model = ckpt->config.SerializeAsString() == job.model->network()->config().SerializeAsString();
+  if (!ckpt->optimizer.empty() && same_model && restore.assignment_map().empty()) {
+    absl::Status s = job.optimizer->LoadState(ckpt->optimizer);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("restore: ", path, ": ", s.message()));
+    // Data positions: exact when the world size is the same; otherwise
+    // every rank starts at the epoch after the furthest one recorded.
+    if (ckpt->world_size == job.world_size && static_cast<int>(ckpt->data_states.size()) == job.world_size) {
+      TY_RETURN_IF_ERROR(job.train_batches->task_iterator()->Restore(ckpt->data_states[job.rank]));
+    } else {
+      int64_t furthest = 0;
+      for (const std::string& state : ckpt->data_states) {
+        int64_t epoch = 0, position = 0;
+        if (std::sscanf(state.c_str(), "%ld %ld", &epoch, &position) == 2) furthest = std::max(furthest, epoch);
+      }
+      TY_RETURN_IF_ERROR(job.train_batches->task_iterator()->Restore(absl::StrCat(furthest + 1, " 0")));
+      spdlog::warn("job {}: {} has data positions for {} workers, this job has {}: every rank starts epoch {}",
+                   job.id, path, ckpt->world_size, job.world_size, furthest + 1);
+    }
+  }
+  spdlog::info("job {}: restored {} (step {}){}", job.id, path, ckpt->step,
+               ckpt->optimizer.empty() ? " (parameters only: a fresh optimizer)" : "");
+  return absl::OkStatus();
+}
+
 absl::Status WorkerCore::AbortJob(const AbortJobRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!job_ || job_->id != request.job_id()) return absl::OkStatus();  // already gone
@@ -376,6 +514,11 @@ absl::Status WorkerCore::AbortJob(const AbortJobRequest& request) {
       std::lock_guard<std::mutex> busy(job->busy);  // the running call has seen the flag
       job->stop_reason = reason;
       if (job->trainer) job->trainer->Close().IgnoreError();
+      // A checkpoint still being written completes (or fails) before the
+      // worker lets go of the job.
+      if (absl::Status s = job->checkpointer.Wait(); !s.ok()) {
+        spdlog::error("job {}: the last checkpoint write failed: {}", job->id, s.ToString());
+      }
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (job_ == job) job_.reset();

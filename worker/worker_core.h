@@ -4,6 +4,12 @@
 // checkpoints (rank 0), and tears the job down. worker_service.h adapts it
 // to WorkerService.
 //
+// Checkpoints (trainer/train_checkpoint.h): StartJob restores the one the
+// coordinator names (a restart) or the one the spec's `restore` selects;
+// RunSteps writes one when asked (rank 0 writes, in the background when
+// checkpoint.async; every rank contributes its data position), and the
+// emergency one when a preemption was agreed.
+//
 // One job at a time. RunSteps/Evaluate of a job run one at a time; AbortJob
 // returns at once: it raises the job's stop flag (the trainer stops at the
 // next step boundary, on every rank at the same step) and tears the job
@@ -56,6 +62,10 @@ class WorkerCore {
   absl::StatusOr<RunStepsResponse> RunSteps(const RunStepsRequest& request);
   absl::StatusOr<EvaluateResponse> Evaluate(const EvaluateRequest& request);
   absl::Status AbortJob(const AbortJobRequest& request);
+  // This worker is asked to stop (SIGTERM: a preemption): the job's ranks
+  // agree to stop after the current step, write an emergency checkpoint for
+  // it, and RunSteps reports `preempted`. Returns at once.
+  void Preempt();
 
   // The job held ("" = none) and its last completed step, for heartbeats.
   std::string job_id() const;
@@ -64,6 +74,13 @@ class WorkerCore {
  private:
   struct Job;
   absl::StatusOr<std::shared_ptr<Job>> Find(const std::string& job_id);
+  // Restores `named` or the spec's choice (every rank the same step).
+  absl::Status Restore(Job& job, const std::string& named);
+  // Every rank's data position, in rank order (a collective).
+  absl::StatusOr<std::vector<std::string>> GatherDataStates(Job& job);
+  // Every rank calls; rank 0 writes checkpoint_<step> (waiting for it when
+  // `wait`) and returns the newest durable checkpoint; others return "".
+  absl::StatusOr<std::string> SaveCheckpoint(Job& job, bool wait);
 
   WorkerCoreOptions options_;
   mutable std::mutex mu_;
