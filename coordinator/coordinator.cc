@@ -1,11 +1,13 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
+#include <random>
 #include <optional>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/jobspec_validator.h"
 #include "spdlog/spdlog.h"
@@ -37,6 +39,13 @@ bool IsTransportError(const absl::Status& status) {
   return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
 }
 
+// Four random hex digits: tell this coordinator's worker ids from a
+// previous one's.
+std::string RandomToken() {
+  std::random_device device;
+  return absl::StrFormat("%04x", device() & 0xffff);
+}
+
 }  // namespace
 
 bool IsFinal(JobState state) { return state == SUCCEEDED || state == FAILED || state == CANCELLED; }
@@ -54,7 +63,8 @@ Coordinator::Coordinator(CoordinatorOptions options, WorkerClientFactory factory
     : options_(std::move(options)),
       client_factory_(std::move(factory)),
       db_(std::move(db)),
-      workers_(options_.clock, options_.heartbeat_timeout) {}
+      workers_(options_.clock, options_.heartbeat_timeout,
+               options_.instance_id ? *options_.instance_id : RandomToken()) {}
 
 Coordinator::~Coordinator() { Shutdown(); }
 

@@ -38,6 +38,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -63,6 +64,9 @@ struct CoordinatorOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   absl::Duration tick = absl::Milliseconds(100);
   Clock* clock = Clock::Real();
+  // Part of every worker id (see WorkerRegistry); nullopt: random per
+  // process.
+  std::optional<std::string> instance_id;
 };
 
 bool IsFinal(JobState state);

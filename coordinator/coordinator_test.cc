@@ -108,6 +108,7 @@ class CoordinatorTest : public ::testing::Test {
     options_.output_root = dir_;
     options_.tick = absl::Milliseconds(5);
     options_.clock = &clock_;
+    options_.instance_id = "";  // ids without a random part, for the messages below
   }
 
   std::unique_ptr<Coordinator> Make() {

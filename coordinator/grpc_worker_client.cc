@@ -17,6 +17,9 @@ class GrpcWorkerClient : public WorkerClient {
   explicit GrpcWorkerClient(const std::string& address) : address_(address) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
     stub_ = WorkerService::NewStub(
         grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
   }

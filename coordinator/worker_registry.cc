@@ -25,7 +25,8 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const std::string& host, co
   std::lock_guard<std::mutex> lock(mu_);
   WorkerRecord record;
   record.sequence = next_sequence_++;
-  record.worker_id = absl::StrCat("w", record.sequence, "-", host.empty() ? "host" : host);
+  record.worker_id = absl::StrCat("w", record.sequence, "-", host.empty() ? "host" : host,
+                                  instance_.empty() ? "" : ".", instance_);
   record.host = host;
   record.address = address;
   record.device = device.empty() ? "cpu" : device;

@@ -42,10 +42,14 @@ const char* WorkerStateName(WorkerRecord::State state);
 
 class WorkerRegistry {
  public:
-  WorkerRegistry(Clock* clock, absl::Duration heartbeat_timeout)
-      : clock_(clock), heartbeat_timeout_(heartbeat_timeout) {}
+  // `instance` (e.g. a random token per coordinator process) is part of
+  // every worker id, so that a worker registered with a previous
+  // coordinator is never mistaken for one registered with this one.
+  WorkerRegistry(Clock* clock, absl::Duration heartbeat_timeout, std::string instance = "")
+      : clock_(clock), heartbeat_timeout_(heartbeat_timeout), instance_(std::move(instance)) {}
 
-  // A new id for every registration (a restarted worker is a new worker).
+  // A new id for every registration (a restarted worker is a new worker):
+  // "w<n>-<host>", with ".<instance>" appended when there is one.
   // A worker that still holds a job (`held_job_id`) starts DRAINING.
   // kInvalidArgument naming the field for an empty address.
   absl::StatusOr<std::string> Register(const std::string& host, const std::string& address,
@@ -74,6 +78,7 @@ class WorkerRegistry {
  private:
   Clock* clock_;
   const absl::Duration heartbeat_timeout_;
+  const std::string instance_;
   mutable std::mutex mu_;
   std::map<std::string, WorkerRecord> workers_;  // guarded by mu_
   int64_t next_sequence_ = 1;                    // guarded by mu_

@@ -44,8 +44,14 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
   }
   TY_ASSIGN_OR_RETURN(std::unique_ptr<SignalWatcher> signals, SignalWatcher::Create({SIGTERM, SIGINT}));
 
+  // Reconnect within a couple of seconds when the coordinator comes back
+  // (gRPC's default backoff grows to two minutes).
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(options.coordinator, grpc::InsecureChannelCredentials());
+      grpc::CreateCustomChannel(options.coordinator, grpc::InsecureChannelCredentials(), args);
   auto coordinator = CoordinatorService::NewStub(channel);
 
   WorkerCoreOptions core_options;

@@ -79,6 +79,17 @@ class Cluster:
         proc.listening = line[len("listening on "):]
         return proc
 
+    def restart_coordinator(self):
+        """SIGTERM to the coordinator, then a new one on the same address and
+        state directory (workers keep their --coordinator)."""
+        old = self.coordinator
+        old.send_signal(signal.SIGTERM)
+        assert old.wait(timeout=30) == 0, f"the coordinator exited {old.returncode}"
+        self.coordinator = self._start(
+            "coordinator-2", [TRAINYARD, "coordinator", "--listen", self.address, "--state-dir",
+                              os.path.join(self.root, "state"), "--output-root", self.root])
+        return self.coordinator
+
     def add_worker(self, listen="127.0.0.1:0", prefix=(), coordinator=None, extra=()):
         proc = self._start(f"worker-{len(self.workers)}",
                            [TRAINYARD, "worker", "--coordinator", coordinator or self.address,
@@ -277,6 +288,24 @@ class SystemTest(unittest.TestCase):
             meta = json.load(f)
         self.assertEqual((meta["version"], meta["step"], meta["world_size"]), (2, 30, 2))
         self.assertEqual(len(meta["data_states"]), 2)
+
+    def test_a_restarted_coordinator_resumes_the_running_job(self):
+        c = self.start(2)
+        job = c.submit(self.spec, "output_dir=survive", "total_steps=40", "summary_period=5",
+                       "checkpoint_period=10")
+        c.wait_state(job, ["RUNNING"], 60)
+        wait_for(lambda: c.status(job)["latest_checkpoint"].endswith("checkpoint_10"), 60, "checkpoint_10")
+        c.restart_coordinator()
+        s = c.status(job)
+        self.assertEqual(s["restarts"], 1)
+        self.assertIn("the coordinator restarted while the job was RUNNING; restart 1 of 3 from ", s["reason"])
+        # The workers learn the coordinator forgot them, let go of the old
+        # attempt, register again, and the job resumes from its checkpoint.
+        s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
+        self.assertEqual((s["state"], s["step"], s["restarts"]), ("SUCCEEDED", 40, 1), s["reason"])
+        self.assertTrue(os.path.isdir(os.path.join(self.root, "survive", "checkpoint_40")))
+        self.assertIn(f"restored {os.path.join(self.root, 'survive', 'checkpoint_')}",
+                      Cluster.log(c.workers[0]) + Cluster.log(c.workers[1]))
 
     def test_bad_spec_is_refused_with_the_field(self):
         c = self.start(0)
