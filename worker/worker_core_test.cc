@@ -1,0 +1,194 @@
+// WorkerCore in-process: checkpoints written by RunSteps restore exactly;
+// the spec's restore options (damaged newest skipped, renames, strict); a
+// checkpoint restored onto a different number of workers; bad requests.
+#include "worker/worker_core.h"
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "common/jobspec_validator.h"
+#include "common/testing/status_matchers.h"
+#include "gtest/gtest.h"
+#include "trainer/train_checkpoint.h"
+
+namespace trainyard {
+namespace {
+
+using ::testing::HasSubstr;
+
+class WorkerCoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = std::string(std::getenv("TEST_TMPDIR")) + "/" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(root_);
+    std::filesystem::create_directories(root_);
+  }
+
+  JobSpec Spec(const std::string& out, int workers = 1) {
+    JobSpec spec;
+    spec.set_name("core");
+    spec.mutable_model()->set_preset("tiny");
+    spec.mutable_model()->set_dropout_rate(0.1f);
+    spec.set_task("digits_to_words");
+    spec.mutable_feature_lengths()->set_inputs(16);
+    spec.mutable_feature_lengths()->set_targets(32);
+    spec.set_batch_size(4);
+    spec.set_num_workers(workers);
+    spec.set_total_steps(20);
+    spec.set_seed(5);
+    spec.set_output_dir(root_ + "/" + out);
+    spec.mutable_checkpoint()->set_async(false);
+    EXPECT_THAT(ValidateAndNormalize(&spec), IsOk());
+    return spec;
+  }
+
+  // Runs `steps` from the job's start, checkpointing at the end of each
+  // chunk of `chunk` steps.
+  static absl::Status Run(WorkerCore& core, const std::string& id, int64_t first, int64_t steps, int64_t chunk) {
+    for (int64_t s = first; s < first + steps; s += chunk) {
+      RunStepsRequest run;
+      run.set_job_id(id);
+      run.set_first_step(s);
+      run.set_num_steps(chunk);
+      run.set_save_checkpoint(true);
+      absl::StatusOr<RunStepsResponse> r = core.RunSteps(run);
+      if (!r.ok()) return r.status();
+    }
+    return absl::OkStatus();
+  }
+
+  static absl::StatusOr<int64_t> Start(WorkerCore& core, const std::string& id, const JobSpec& spec,
+                                       const std::string& named = "", int rank = 0, int world = 1) {
+    StartJobRequest start;
+    start.set_job_id(id);
+    *start.mutable_spec() = spec;
+    start.set_rank(rank);
+    start.set_world_size(world);
+    start.set_restore_checkpoint(named);
+    absl::StatusOr<StartJobResponse> r = core.StartJob(start);
+    if (!r.ok()) return r.status();
+    return r->start_step();
+  }
+
+  static void End(WorkerCore& core, const std::string& id) {
+    AbortJobRequest abort;
+    abort.set_job_id(id);
+    ASSERT_THAT(core.AbortJob(abort), IsOk());
+    while (!core.job_id().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+
+  std::string root_;
+};
+
+TEST_F(WorkerCoreTest, ResumingFromACheckpointIsExact) {
+  WorkerCore core(WorkerCoreOptions{});
+  ASSERT_THAT(Start(core, "a", Spec("a")).status(), IsOk());
+  ASSERT_THAT(Run(core, "a", 0, 20, 10), IsOk());
+  End(core, "a");
+  // The same job again, from its step-10 checkpoint.
+  JobSpec b = Spec("b");
+  std::filesystem::create_directories(root_ + "/b");
+  std::filesystem::copy(root_ + "/a/checkpoint_10", root_ + "/b/checkpoint_10",
+                        std::filesystem::copy_options::recursive);
+  absl::StatusOr<int64_t> start = Start(core, "b", b);  // LATEST finds checkpoint_10
+  ASSERT_THAT(start.status(), IsOk());
+  EXPECT_EQ(*start, 10);
+  ASSERT_THAT(Run(core, "b", 10, 10, 10), IsOk());
+  End(core, "b");
+  auto whole = ReadTrainCheckpoint(root_ + "/a/checkpoint_20");
+  auto resumed = ReadTrainCheckpoint(root_ + "/b/checkpoint_20");
+  ASSERT_THAT(whole.status(), IsOk());
+  ASSERT_THAT(resumed.status(), IsOk());
+  for (const auto& [name, t] : whole->params) EXPECT_TRUE(torch::equal(t, resumed->params.at(name))) << name;
+  for (const auto& [name, t] : whole->optimizer) EXPECT_TRUE(torch::equal(t, resumed->optimizer.at(name))) << name;
+  EXPECT_EQ(whole->data_states, resumed->data_states);
+  // RunSteps must continue where the job is.
+  ASSERT_THAT(Start(core, "c", Spec("a"), root_ + "/a/checkpoint_10").status(), IsOk());
+  RunStepsRequest wrong;
+  wrong.set_job_id("c");
+  wrong.set_first_step(0);
+  wrong.set_num_steps(1);
+  EXPECT_THAT(core.RunSteps(wrong).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("this rank is at step 10")));
+  EXPECT_THAT(Start(core, "d", Spec("d")).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("busy with job 'c'")));
+  End(core, "c");
+}
+
+TEST_F(WorkerCoreTest, RestoreOptions) {
+  WorkerCore core(WorkerCoreOptions{});
+  ASSERT_THAT(Start(core, "a", Spec("a")).status(), IsOk());
+  ASSERT_THAT(Run(core, "a", 0, 20, 10), IsOk());
+  End(core, "a");
+  // LATEST skips a damaged newest checkpoint.
+  {
+    std::fstream f(root_ + "/a/checkpoint_20/params.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(300);
+    f.put('\x01');
+  }
+  absl::StatusOr<int64_t> start = Start(core, "b", Spec("a"));
+  ASSERT_THAT(start.status(), IsOk());
+  EXPECT_EQ(*start, 10);
+  End(core, "b");
+  // A rename that drops a parameter: refused when strict, allowed when not
+  // (and then the optimizer starts fresh at step 0).
+  JobSpec renamed = Spec("r");
+  renamed.mutable_restore()->set_mode(RestoreConfig::SPECIFIC);
+  renamed.mutable_restore()->set_path(root_ + "/a/checkpoint_10");
+  auto* drop = renamed.mutable_restore()->add_assignment_map();
+  drop->set_pattern("encoder_relpos\\..*");
+  drop->set_replacement("");
+  EXPECT_THAT(Start(core, "c", renamed).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("encoder_relpos.rel_embedding")));
+  renamed.mutable_restore()->set_strict(false);
+  start = Start(core, "c", renamed);
+  ASSERT_THAT(start.status(), IsOk());
+  EXPECT_EQ(*start, 0);
+  End(core, "c");
+  // FINETUNING needs a checkpoint.
+  JobSpec finetune = Spec("empty");
+  finetune.set_kind(FINETUNING);
+  EXPECT_THAT(Start(core, "e", finetune).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("FINETUNING job starts from a checkpoint")));
+}
+
+TEST_F(WorkerCoreTest, ADifferentNumberOfWorkersStartsTheNextEpoch) {
+  {
+    WorkerCore core(WorkerCoreOptions{});
+    ASSERT_THAT(Start(core, "one", Spec("w")).status(), IsOk());
+    ASSERT_THAT(Run(core, "one", 0, 10, 10), IsOk());
+    End(core, "one");
+  }
+  auto store = std::make_shared<InMemoryStore>();
+  WorkerCoreOptions options;
+  options.store_factory = [store](const std::string& scope) -> std::shared_ptr<Store> {
+    return std::make_shared<PrefixStore>(scope + "/", store.get());
+  };
+  WorkerCore r0(options), r1(options);
+  std::vector<std::thread> ranks;
+  std::vector<absl::Status> results(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      WorkerCore& core = rank == 0 ? r0 : r1;
+      absl::StatusOr<int64_t> start = Start(core, "two", Spec("w", 2), "", rank, 2);
+      results[rank] = start.ok() ? Run(core, "two", *start, 2, 2) : start.status();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  ASSERT_THAT(results[0], IsOk());
+  ASSERT_THAT(results[1], IsOk());
+  End(r0, "two");
+  End(r1, "two");
+  auto ckpt = ReadTrainCheckpoint(root_ + "/w/checkpoint_12");
+  ASSERT_THAT(ckpt.status(), IsOk());
+  EXPECT_EQ(ckpt->world_size, 2);
+  ASSERT_EQ(ckpt->data_states.size(), 2u);
+  // One worker had consumed part of epoch 0; two start at epoch 1.
+  EXPECT_EQ(ckpt->data_states[0].substr(0, 2), "1 ");
+  EXPECT_EQ(ckpt->data_states[1].substr(0, 2), "1 ");
+}
+
+}  // namespace
+}  // namespace trainyard
