@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -155,6 +157,65 @@ void KeepNewestCheckpoints(const std::string& dir, int keep) {
     std::error_code ec;
     std::filesystem::remove_all(all.begin()->second, ec);
     all.erase(all.begin());
+  }
+}
+
+namespace {
+
+std::map<int64_t, double> ReadCheckpointMetrics(const std::string& dir) {
+  std::map<int64_t, double> out;
+  std::ifstream in(dir + "/checkpoint_metrics.json");
+  if (!in) return out;
+  try {
+    nlohmann::json j = nlohmann::json::parse(in);
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      int64_t step;
+      if (absl::SimpleAtoi(it.key(), &step) && it.value().is_number()) out[step] = it.value().get<double>();
+    }
+  } catch (const nlohmann::json::exception&) {
+    // Unreadable: no checkpoint counts as best; retention keeps the newest.
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status RecordCheckpointMetric(const std::string& dir, int64_t step, double value) {
+  std::map<int64_t, double> metrics = ReadCheckpointMetrics(dir);
+  metrics[step] = value;
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [s, v] : metrics) j[absl::StrCat(s)] = v;
+  const std::string path = dir + "/checkpoint_metrics.json";
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << j.dump(2) << "\n";
+    out.flush();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot replace ", path, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+void ApplyRetention(const std::string& dir, int keep, int keep_best, bool maximize) {
+  if (keep <= 0) return;
+  std::map<int64_t, std::string> all = ListCheckpoints(dir);
+  std::set<int64_t> kept;
+  for (auto it = all.rbegin(); it != all.rend() && static_cast<int>(kept.size()) < keep; ++it) kept.insert(it->first);
+  if (keep_best > 0) {
+    std::vector<std::pair<double, int64_t>> ranked;
+    for (const auto& [step, value] : ReadCheckpointMetrics(dir)) {
+      if (all.count(step)) ranked.emplace_back(maximize ? -value : value, step);
+    }
+    std::sort(ranked.begin(), ranked.end());
+    for (int i = 0; i < keep_best && i < static_cast<int>(ranked.size()); ++i) kept.insert(ranked[i].second);
+  }
+  for (const auto& [step, path] : all) {
+    if (kept.count(step)) continue;
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
   }
 }
 

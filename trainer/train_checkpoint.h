@@ -82,6 +82,15 @@ absl::StatusOr<std::string> LatestGoodCheckpoint(const std::string& dir, std::ve
 // Deletes all but the newest `keep` checkpoints under `dir` (keep 0: none).
 void KeepNewestCheckpoints(const std::string& dir, int keep);
 
+// Keep-best (T5X's SaveBestCheckpointer): the metric of each evaluated
+// checkpoint is recorded in DIR/checkpoint_metrics.json ({"<step>": value},
+// replaced atomically).
+absl::Status RecordCheckpointMetric(const std::string& dir, int64_t step, double value);
+// Keeps the newest `keep` checkpoints and also the `keep_best` best by the
+// recorded metric (lowest, or highest when `maximize`); deletes the others.
+// keep 0 keeps everything.
+void ApplyRetention(const std::string& dir, int keep, int keep_best, bool maximize);
+
 // Writes checkpoints on a background thread, at most one at a time: Save
 // waits for the previous write first. A failed write never replaces a good
 // checkpoint (the directory is only renamed into place when complete); its

@@ -104,6 +104,26 @@ TEST_F(TrainCheckpointTest, LatestGoodSkipsDamagedAndIncompleteOnes) {
   EXPECT_EQ(ListCheckpoints(dir_).begin()->first, 30);
 }
 
+TEST_F(TrainCheckpointTest, RetentionKeepsTheNewestAndTheBest) {
+  const std::map<int64_t, double> losses = {{10, 0.5}, {20, 0.2}, {30, 0.9}, {40, 0.4}, {50, 0.6}};
+  for (const auto& [step, loss] : losses) {
+    ASSERT_THAT(WriteTrainCheckpoint(dir_ + "/checkpoint_" + std::to_string(step), Snapshot(step), torch::kFloat),
+                IsOk());
+    ASSERT_THAT(RecordCheckpointMetric(dir_, step, loss), IsOk());
+  }
+  auto steps = [&] {
+    std::vector<int64_t> out;
+    for (const auto& [step, path] : ListCheckpoints(dir_)) out.push_back(step);
+    return out;
+  };
+  ApplyRetention(dir_, 0, 1, false);  // keep 0: everything stays
+  EXPECT_EQ(steps(), (std::vector<int64_t>{10, 20, 30, 40, 50}));
+  ApplyRetention(dir_, 2, 1, /*maximize=*/true);  // the highest: 30
+  EXPECT_EQ(steps(), (std::vector<int64_t>{30, 40, 50}));
+  ApplyRetention(dir_, 2, 1, /*maximize=*/false);  // the lowest left: 40 (20's loss was 0.2, but 20 is gone)
+  EXPECT_EQ(steps(), (std::vector<int64_t>{40, 50}));
+}
+
 TEST_F(TrainCheckpointTest, AsyncWritesOneAtATimeAndReportsFailures) {
   AsyncCheckpointer async;
   TrainSnapshot first = Snapshot(5);

@@ -353,6 +353,17 @@ absl::StatusOr<EvaluateResponse> WorkerCore::Evaluate(const EvaluateRequest& req
       for (const auto& [task, values] : *metrics) {
         for (const auto& [k, v] : values) (*response.mutable_metrics())[task + "/" + k] = v;
       }
+      // Keep-best: this eval's metric belongs to the checkpoint of this step.
+      const CheckpointConfig& ckpt = spec.checkpoint();
+      auto best = response.metrics().find(ckpt.best_metric());
+      if (ckpt.keep_best() > 0 && best != response.metrics().end()) {
+        const int64_t step = job->trainer->step();
+        if (absl::Status s = RecordCheckpointMetric(spec.output_dir(), step, best->second); !s.ok()) {
+          spdlog::error("job {}: {}", job->id, s.ToString());
+        }
+        ApplyRetention(spec.output_dir(), spec.keep_checkpoints(), ckpt.keep_best(),
+                       ckpt.best_mode() == EarlyStopping::MAX);
+      }
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("evaluation: ", e.what()));
@@ -394,9 +405,12 @@ absl::StatusOr<std::string> WorkerCore::SaveCheckpoint(Job& job, bool wait) {
   const torch::ScalarType dtype = job.spec.checkpoint().save_dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat;
   const std::string output_dir = job.spec.output_dir();
   const int keep = job.spec.keep_checkpoints();
-  absl::StatusOr<double> waited = job.checkpointer.Save(dir, std::move(snapshot), dtype, [output_dir, keep] {
-    KeepNewestCheckpoints(output_dir, keep);
-  });
+  const int keep_best = job.spec.checkpoint().keep_best();
+  const bool maximize = job.spec.checkpoint().best_mode() == EarlyStopping::MAX;
+  absl::StatusOr<double> waited =
+      job.checkpointer.Save(dir, std::move(snapshot), dtype, [output_dir, keep, keep_best, maximize] {
+        ApplyRetention(output_dir, keep, keep_best, maximize);
+      });
   if (!waited.ok()) {
     // The previous write failed; the previous good checkpoint stays.
     spdlog::error("job {}: a checkpoint write failed: {}", job.id, waited.status().ToString());
