@@ -1,0 +1,111 @@
+"""Fault injection: kill workers (SIGKILL, no warning) and the coordinator at
+random steps; the job restarts from its newest checkpoint and its final
+parameters and optimizer state are bitwise equal to an uninterrupted run's.
+Uses the system tests' harness (real processes, loopback)."""
+import argparse
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "system"))
+import system_test  # noqa: E402
+from system_test import SPEC, Cluster, wait_for  # noqa: E402
+
+import numpy as np  # noqa: E402
+from safetensors.numpy import load_file  # noqa: E402
+
+COMMON = ("total_steps=30", "summary_period=5", "checkpoint_period=10", "model.dropout_rate=0.1")
+
+
+class FaultsTest(unittest.TestCase):
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="faults-", dir=os.environ.get("TEST_TMPDIR"))
+        self.spec = os.path.join(self.root, "job.textproto")
+        with open(self.spec, "w") as f:
+            f.write(SPEC)
+        self.cluster = Cluster(self.root)
+        for _ in range(2):
+            self.cluster.add_worker()
+
+    def tearDown(self):
+        self.cluster.stop()
+
+    def reference(self):
+        job = self.cluster.submit(self.spec, "output_dir=reference", *COMMON)
+        self.cluster.wait_state(job, ["SUCCEEDED"], 120)
+        return os.path.join(self.root, "reference", "checkpoint_30")
+
+    def assert_same_final_state(self, reference, out):
+        for name in ("params.safetensors", "optimizer.safetensors"):
+            a = load_file(os.path.join(reference, name))
+            b = load_file(os.path.join(self.root, out, "checkpoint_30", name))
+            self.assertEqual(sorted(a), sorted(b))
+            for k in a:
+                self.assertTrue(np.array_equal(a[k], b[k]), f"{out}: {name}: {k} differs")
+
+    def test_sigkill_a_random_worker_at_a_random_step(self):
+        c = self.cluster
+        reference = self.reference()
+        for seed in range(5):
+            rng = random.Random(seed)
+            kill_at = rng.randint(2, 27)
+            victim_index = rng.randrange(len(c.workers))
+            out = f"killed-{seed}"
+            job = c.submit(self.spec, f"output_dir={out}", *COMMON)
+            wait_for(lambda: c.status(job)["step"] >= kill_at or c.status(job)["state"] == "SUCCEEDED", 60,
+                     f"step {kill_at}")
+            victim = c.workers[victim_index]
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(timeout=10)
+            c.workers.pop(victim_index)
+            c.add_worker()  # a replacement joins the pool
+            s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
+            print(f"seed {seed}: SIGKILL worker {victim_index} at step >= {kill_at}: {s['state']}, "
+                  f"restarts {s['restarts']}")
+            self.assertEqual(s["state"], "SUCCEEDED", s["reason"])
+            self.assertLessEqual(s["restarts"], 1)
+            self.assert_same_final_state(reference, out)
+
+    def test_sigkill_the_coordinator_and_restart_it(self):
+        c = self.cluster
+        reference = self.reference()
+        job = c.submit(self.spec, "output_dir=coordinator-killed", *COMMON)
+        wait_for(lambda: c.status(job)["step"] >= 14, 60, "step 14")
+        c.coordinator.send_signal(signal.SIGKILL)
+        c.coordinator.wait(timeout=10)
+        c.coordinator = c._start("coordinator-2", [
+            system_test.TRAINYARD, "coordinator", "--listen", c.address, "--state-dir",
+            os.path.join(self.root, "state"), "--output-root", self.root])
+        s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
+        self.assertEqual((s["state"], s["restarts"]), ("SUCCEEDED", 1), s["reason"])
+        self.assert_same_final_state(reference, "coordinator-killed")
+
+    def test_restarts_stop_at_max_restarts(self):
+        c = self.cluster
+        job = c.submit(self.spec, "output_dir=doomed", "total_steps=100000", "summary_period=5", "max_restarts=1")
+        for attempt in range(2):
+            wait_for(lambda: c.status(job)["state"] == "RUNNING" and c.status(job)["restarts"] == attempt, 60,
+                     f"attempt {attempt} to run")
+            victim = c.workers.pop(1)
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(timeout=10)
+            c.add_worker()
+        s = c.wait_state(job, ["FAILED"], 60)
+        self.assertEqual(s["restarts"], 1)
+        self.assertIn("(no restarts left: max_restarts 1)", s["reason"])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trainyard", required=True)
+    args, rest = parser.parse_known_args()
+    system_test.TRAINYARD = os.path.abspath(args.trainyard)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()
