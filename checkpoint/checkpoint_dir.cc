@@ -1,5 +1,6 @@
 #include "checkpoint/checkpoint_dir.h"
 
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <sstream>
 
+#include "checkpoint/crash_points.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -105,6 +107,7 @@ absl::StatusOr<CheckpointWriter> CheckpointWriter::Begin(const std::string& fina
   writer.tmp_dir_ = absl::StrCat(final_dir, ".tmp-", getpid());
   RemoveTree(writer.tmp_dir_);  // a leftover of an earlier crash of this pid
   if (mkdir(writer.tmp_dir_.c_str(), 0755) != 0) return ErrnoStatus("cannot create", writer.tmp_dir_);
+  CrashPoint("checkpoint: temporary directory created");
   return writer;
 }
 
@@ -122,6 +125,7 @@ absl::Status CheckpointWriter::CopyIn(const std::string& source, const std::stri
 absl::Status CheckpointWriter::Commit(const std::string& metadata_json) {
   absl::Status status = WriteFileDurably(Path(kMetadataFile), metadata_json);
   if (!status.ok()) return status;
+  CrashPoint("checkpoint: metadata written");
   absl::StatusOr<std::vector<std::string>> names = ListFiles(tmp_dir_);
   if (!names.ok()) return names.status();
   nlohmann::ordered_json files = nlohmann::ordered_json::object();
@@ -130,6 +134,7 @@ absl::Status CheckpointWriter::Commit(const std::string& metadata_json) {
     const std::string path = Path(name);
     absl::Status synced = FsyncPath(path, false);
     if (!synced.ok()) return synced;
+    CrashPoint("checkpoint: a file fsynced");
     absl::StatusOr<std::string> sha = Sha256File(path);
     if (!sha.ok()) return sha.status();
     struct stat st;
@@ -139,9 +144,12 @@ absl::Status CheckpointWriter::Commit(const std::string& metadata_json) {
   nlohmann::ordered_json manifest = {{"version", 1}, {"files", files}};
   status = WriteFileDurably(Path(kManifestFile), manifest.dump(2) + "\n");
   if (!status.ok()) return status;
+  CrashPoint("checkpoint: manifest written");
   status = FsyncPath(tmp_dir_, true);
   if (!status.ok()) return status;
+  CrashPoint("checkpoint: directory fsynced, not renamed");
   if (rename(tmp_dir_.c_str(), final_dir_.c_str()) != 0) return ErrnoStatus("cannot rename to", final_dir_);
+  CrashPoint("checkpoint: renamed, parent not fsynced");
   return FsyncPath(Parent(final_dir_), true);
 }
 

@@ -1,5 +1,6 @@
 #include "checkpoint/safetensors.h"
 
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <set>
 
+#include "checkpoint/crash_points.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -249,9 +251,11 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<SafeTen
     for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
     ok = WriteAll(fd, t.data, numel * SafeDtypeSize(t.dtype));
   }
+  CrashPoint("safetensors: data written, not fsynced");
   ok = ok && fsync(fd) == 0;
   const int saved_errno = errno;
   close(fd);
+  CrashPoint("safetensors: fsynced, not renamed");
   if (!ok) {
     unlink(tmp.c_str());
     errno = saved_errno;
@@ -262,6 +266,7 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<SafeTen
     unlink(tmp.c_str());
     return status;
   }
+  CrashPoint("safetensors: renamed");
   // Make the rename itself durable.
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));

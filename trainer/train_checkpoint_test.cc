@@ -3,6 +3,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "checkpoint/crash_points.h"
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 #include "model/encoder_decoder_model.h"
@@ -148,6 +152,55 @@ TEST_F(TrainCheckpointTest, AsyncWritesOneAtATimeAndReportsFailures) {
   EXPECT_FALSE(async.Wait().ok());
   EXPECT_EQ(async.last_written(), dir_ + "/checkpoint_6");
   EXPECT_THAT(ReadTrainCheckpoint(dir_ + "/checkpoint_6").status(), IsOk());
+}
+
+// A crash at every point of a checkpoint write (a forked child dies there)
+// never leaves anything that restores wrong: the newest good checkpoint is
+// either the previous one or the complete new one, and it reads back equal.
+TEST_F(TrainCheckpointTest, ACrashAtEveryPointOfTheWriteNeverRestoresWrong) {
+  torch::set_num_threads(1);
+  const TrainSnapshot before = Snapshot(10);
+  ASSERT_THAT(WriteTrainCheckpoint(dir_ + "/checkpoint_10", before, torch::kFloat), IsOk());
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model_->parameters()) p.mul_(1.5);
+  }
+  const TrainSnapshot after = Snapshot(20);
+  // How many points a full write passes.
+  ArmCrashPoints(0);
+  ASSERT_THAT(WriteTrainCheckpoint(dir_ + "/probe", after, torch::kFloat), IsOk());
+  const int points = CrashPointsPassed();
+  ASSERT_GE(points, 10);
+  std::filesystem::remove_all(dir_ + "/probe");
+  int crashed_before_rename = 0, crashed_after_rename = 0;
+  for (int n = 1; n <= points; ++n) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ArmCrashPoints(n);
+      _exit(WriteTrainCheckpoint(dir_ + "/checkpoint_20", after, torch::kFloat).ok() ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), kCrashExitCode) << "point " << n;
+    absl::StatusOr<std::string> latest = LatestGoodCheckpoint(dir_, nullptr);
+    ASSERT_THAT(latest.status(), IsOk()) << "point " << n;
+    absl::StatusOr<TrainCheckpoint> read = ReadTrainCheckpoint(*latest);
+    ASSERT_THAT(read.status(), IsOk()) << "point " << n;
+    const TrainSnapshot& expected = read->step == 20 ? after : before;
+    (read->step == 20 ? crashed_after_rename : crashed_before_rename)++;
+    for (const auto& [name, t] : expected.params) {
+      ASSERT_TRUE(torch::equal(read->params.at(name), t)) << "point " << n << ": " << name;
+    }
+    // Clean up for the next point: the new checkpoint and any leftovers.
+    for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+      if (entry.path().filename().string().rfind("checkpoint_20", 0) == 0) std::filesystem::remove_all(entry.path());
+    }
+  }
+  // Every point but the last (after the rename) leaves the old checkpoint.
+  EXPECT_EQ(crashed_after_rename, 1);
+  EXPECT_EQ(crashed_before_rename, points - 1);
 }
 
 }  // namespace
