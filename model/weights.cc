@@ -324,7 +324,7 @@ absl::Status WriteModelCheckpoint(T5Impl& model, const std::string& dir, int64_t
   return status;
 }
 
-absl::StatusOr<ModelCheckpoint> ReadModelCheckpoint(const std::string& dir) {
+absl::StatusOr<CheckpointHeader> ReadCheckpointHeader(const std::string& dir) {
   TY_ASSIGN_OR_RETURN(CheckpointContents contents, VerifyCheckpoint(dir));
   nlohmann::json meta;
   try {
@@ -334,16 +334,29 @@ absl::StatusOr<ModelCheckpoint> ReadModelCheckpoint(const std::string& dir) {
   }
   if (meta.value("format", "") != "trainyard.checkpoint" || !meta.contains("model_config")) {
     return absl::InvalidArgumentError(
-        absl::StrCat(dir, "/metadata.json: not a Trainyard model checkpoint (format \"",
-                     meta.value("format", ""), "\")"));
+        absl::StrCat(dir, "/metadata.json: not a Trainyard checkpoint (format \"", meta.value("format", ""), "\")"));
   }
-  ModelCheckpoint out;
-  out.step = meta.value("step", int64_t{0});
-  auto parsed = google::protobuf::util::JsonStringToMessage(meta["model_config"].dump(), &out.config);
+  CheckpointHeader header;
+  header.metadata_json = std::move(contents.metadata_json);
+  try {
+    header.version = meta.value("version", 1);
+    header.step = meta.value("step", int64_t{0});
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat(dir, "/metadata.json: ", e.what()));
+  }
+  auto parsed = google::protobuf::util::JsonStringToMessage(meta["model_config"].dump(), &header.config);
   if (!parsed.ok()) {
-    return absl::DataLossError(absl::StrCat(dir, "/metadata.json: model_config: ",
-                                            parsed.message().as_string()));
+    return absl::DataLossError(absl::StrCat(dir, "/metadata.json: model_config: ", parsed.message().as_string()));
   }
+  return header;
+}
+
+absl::StatusOr<ModelCheckpoint> ReadModelCheckpoint(const std::string& dir) {
+  TY_ASSIGN_OR_RETURN(CheckpointHeader header, ReadCheckpointHeader(dir));
+  const nlohmann::json meta = nlohmann::json::parse(header.metadata_json);
+  ModelCheckpoint out;
+  out.step = header.step;
+  out.config = header.config;
   const std::string vocabulary = meta.value("vocabulary", "");
   if (!vocabulary.empty()) out.vocabulary = dir + "/" + vocabulary;
   TY_ASSIGN_OR_RETURN(out.tensors, ReadTensors(dir + "/params.safetensors"));

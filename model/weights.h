@@ -71,6 +71,17 @@ struct ModelCheckpoint {
 // Verifies the manifest (kDataLoss naming a damaged file), then reads.
 absl::StatusOr<ModelCheckpoint> ReadModelCheckpoint(const std::string& dir);
 
+// What every Trainyard checkpoint's metadata.json has, read after the
+// manifest verified (kNotFound without one, kDataLoss naming a damaged file;
+// kInvalidArgument for a directory that is not a Trainyard checkpoint).
+struct CheckpointHeader {
+  std::string metadata_json;  // the whole file, for format-specific fields
+  int version = 1;
+  int64_t step = 0;
+  ModelConfig config;
+};
+absl::StatusOr<CheckpointHeader> ReadCheckpointHeader(const std::string& dir);
+
 }  // namespace trainyard
 
 #endif  // TRAINYARD_MODEL_WEIGHTS_H_

@@ -92,30 +92,18 @@ absl::Status WriteTrainCheckpoint(const std::string& dir, const TrainSnapshot& s
 }
 
 absl::StatusOr<TrainCheckpoint> ReadTrainCheckpoint(const std::string& dir) {
-  TY_ASSIGN_OR_RETURN(CheckpointContents contents, VerifyCheckpoint(dir));
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(contents.metadata_json);
-  } catch (const nlohmann::json::exception& e) {
-    return absl::DataLossError(absl::StrCat(dir, "/metadata.json: not JSON: ", e.what()));
-  }
-  if (meta.value("format", "") != "trainyard.checkpoint" || !meta.contains("model_config")) {
-    return absl::InvalidArgumentError(absl::StrCat(dir, "/metadata.json: not a Trainyard checkpoint (format \"",
-                                                   meta.value("format", ""), "\")"));
-  }
+  TY_ASSIGN_OR_RETURN(CheckpointHeader header, ReadCheckpointHeader(dir));
   TrainCheckpoint out;
   out.dir = dir;
+  out.version = header.version;
+  out.step = header.step;
+  out.config = header.config;
   try {
-    out.version = meta.value("version", 1);
-    out.step = meta.value("step", int64_t{0});
+    const nlohmann::json meta = nlohmann::json::parse(header.metadata_json);
     out.world_size = meta.value("world_size", 0);
     if (meta.contains("data_states")) out.data_states = meta["data_states"].get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(dir, "/metadata.json: ", e.what()));
-  }
-  auto parsed = google::protobuf::util::JsonStringToMessage(meta["model_config"].dump(), &out.config);
-  if (!parsed.ok()) {
-    return absl::DataLossError(absl::StrCat(dir, "/metadata.json: model_config: ", parsed.message().as_string()));
   }
   TY_ASSIGN_OR_RETURN(out.params, ReadTensors(dir + "/" + kParams));
   if (std::filesystem::exists(dir + "/" + kOptimizer)) {
