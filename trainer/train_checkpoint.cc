@@ -36,18 +36,37 @@ absl::Status WriteTensors(const std::string& path, const std::vector<std::pair<s
 
 }  // namespace
 
+namespace {
+
+// `source` copied into `into` when it has the same shape and type, else
+// into a fresh CPU tensor.
+torch::Tensor CopyInto(const torch::Tensor& source, torch::Tensor into) {
+  if (into.defined() && into.sizes() == source.sizes() && into.scalar_type() == source.scalar_type() &&
+      into.device().is_cpu()) {
+    into.copy_(source.detach());
+    return into;
+  }
+  return source.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+}
+
+}  // namespace
+
 TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t step, int world_size,
-                           std::vector<std::string> data_states, std::string job_json, std::string source) {
+                           std::vector<std::string> data_states, std::string job_json, std::string source,
+                           TrainSnapshot reuse) {
+  std::map<std::string, torch::Tensor> old_params(reuse.params.begin(), reuse.params.end());
   TrainSnapshot s;
   s.step = step;
   s.config = model.config();
   torch::NoGradGuard no_grad;
   for (const auto& item : model.named_parameters()) {
-    s.params.emplace_back(item.key(), item.value().detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+    auto it = old_params.find(item.key());
+    s.params.emplace_back(item.key(), CopyInto(item.value(), it == old_params.end() ? torch::Tensor() : it->second));
   }
   for (const auto& [name, t] : optimizer.State()) {
     if (name == "step") continue;  // in metadata.json
-    s.optimizer[name] = t.detach().to(torch::kCPU, false, true);
+    auto it = reuse.optimizer.find(name);
+    s.optimizer[name] = CopyInto(t, it == reuse.optimizer.end() ? torch::Tensor() : it->second);
   }
   s.world_size = world_size;
   s.data_states = std::move(data_states);
@@ -214,8 +233,12 @@ absl::StatusOr<double> AsyncCheckpointer::Save(std::string dir, TrainSnapshot sn
   const auto start = std::chrono::steady_clock::now();
   absl::Status previous = Wait();
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = true;
+  }
   writer_ = std::thread([this, dir = std::move(dir), snapshot = std::move(snapshot), save_dtype,
-                         after = std::move(after)] {
+                         after = std::move(after)]() mutable {
     const auto t0 = std::chrono::steady_clock::now();
     absl::Status s = WriteTrainCheckpoint(dir, snapshot, save_dtype);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -226,6 +249,8 @@ absl::StatusOr<double> AsyncCheckpointer::Save(std::string dir, TrainSnapshot sn
       last_written_ = dir;
       last_seconds_ = seconds;
     }
+    buffers_ = std::move(snapshot);
+    writing_ = false;
   });
   if (!previous.ok()) return previous;
   return waited;
@@ -237,6 +262,16 @@ absl::Status AsyncCheckpointer::Wait() {
   absl::Status s = status_;
   status_ = absl::OkStatus();
   return s;
+}
+
+TrainSnapshot AsyncCheckpointer::TakeBuffers() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (writing_) return {};  // a write in flight still reads them
+  }
+  if (writer_.joinable()) writer_.join();  // finished: joins at once
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::move(buffers_);
 }
 
 std::string AsyncCheckpointer::last_written() const {

@@ -48,8 +48,11 @@ struct TrainSnapshot {
   std::string source;
 };
 
+// `reuse`: a snapshot whose tensors are written over when their shapes
+// match (no fresh allocation, no page faults: the stall is a memcpy).
 TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t step, int world_size,
-                           std::vector<std::string> data_states, std::string job_json, std::string source);
+                           std::vector<std::string> data_states, std::string job_json, std::string source,
+                           TrainSnapshot reuse = {});
 
 // Writes `dir` (which must not exist). `save_dtype`: kFloat or kBFloat16
 // for the parameters (the optimizer state is always float32).
@@ -107,6 +110,9 @@ class AsyncCheckpointer {
                               std::function<void()> after = nullptr);
   // Waits for the write in flight; its status.
   absl::Status Wait();
+  // The buffers of the last finished write, for MakeSnapshot to reuse
+  // (empty if none or a write is in flight).
+  TrainSnapshot TakeBuffers();
   // The newest checkpoint written completely ("" if none yet), and how long
   // that write took.
   std::string last_written() const;
@@ -118,6 +124,8 @@ class AsyncCheckpointer {
   absl::Status status_;       // guarded by mu_: the last finished write's
   std::string last_written_;  // guarded by mu_
   double last_seconds_ = 0;   // guarded by mu_
+  TrainSnapshot buffers_;     // guarded by mu_: the finished write's snapshot
+  bool writing_ = false;      // guarded by mu_
 };
 
 }  // namespace trainyard

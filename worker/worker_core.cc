@@ -401,7 +401,8 @@ absl::StatusOr<std::string> WorkerCore::SaveCheckpoint(Job& job, bool wait) {
   std::string spec_json;
   (void)google::protobuf::util::MessageToJsonString(job.spec, &spec_json);
   TrainSnapshot snapshot = MakeSnapshot(*job.model->network(), *job.optimizer, step, job.world_size,
-                                        std::move(states), spec_json, "trainyard job " + job.id);
+                                        std::move(states), spec_json, "trainyard job " + job.id,
+                                        job.checkpointer.TakeBuffers());
   const torch::ScalarType dtype = job.spec.checkpoint().save_dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat;
   const std::string output_dir = job.spec.output_dir();
   const int keep = job.spec.keep_checkpoints();
