@@ -114,6 +114,17 @@ at::Generator Trainer::DropoutGenerator(int64_t step, int microbatch) const {
   return at::make_generator<at::CPUGeneratorImpl>(key);
 }
 
+absl::StatusOr<bool> Trainer::StopAgreed() {
+  if (options_.preemption_requested == nullptr) return false;
+  bool stop = options_.preemption_requested->load();
+  if (collective_->world_size() > 1) {
+    std::vector<torch::Tensor> flag = {torch::full({1}, stop ? 1.0f : 0.0f)};
+    TY_RETURN_IF_ERROR(collective_->AllReduce(flag, ReduceOp::kMax));
+    stop = flag[0].item<float>() > 0;
+  }
+  return stop;
+}
+
 absl::StatusOr<Metrics> Trainer::AccumulateGradsMicrobatched(const T5Batch& batch, int64_t step,
                                                              double global_target_tokens) {
   const int64_t b = batch.batch_size();
@@ -129,6 +140,18 @@ absl::StatusOr<Metrics> Trainer::AccumulateGradsMicrobatched(const T5Batch& batc
   Metrics metrics;
   const int64_t size = b / m;
   for (int i = 0; i < m; ++i) {
+    if (i > 0) {
+      // A stop request between microbatches (agreed across ranks) abandons
+      // the step: its gradients are dropped and the parameters stay those
+      // of the last completed step, so a long step need not finish before
+      // an emergency checkpoint.
+      TY_ASSIGN_OR_RETURN(bool stop, StopAgreed());
+      if (stop) {
+        for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
+        abandoned_steps_++;
+        return PreemptionError(step);
+      }
+    }
     TY_ASSIGN_OR_RETURN(LossOutput out, model_->LossFn(batch.Slice(i * size, size), loss,
                                                        DropoutGenerator(step, i)));
     try {
@@ -173,18 +196,11 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
   train_metrics_->StartDurationTimer();
   for (int64_t i = 0; i < num_steps; ++i) {
     const int64_t step = this->step();
-    if (options_.preemption_requested != nullptr) {
-      // Every rank stops after the same step: the flag is combined across
-      // ranks (T5X's preemption sync point), so no rank is left waiting in
-      // the next step's all-reduce.
-      bool stop = options_.preemption_requested->load();
-      if (collective_->world_size() > 1) {
-        std::vector<torch::Tensor> flag = {torch::full({1}, stop ? 1.0f : 0.0f)};
-        TY_RETURN_IF_ERROR(collective_->AllReduce(flag, ReduceOp::kMax));
-        stop = flag[0].item<float>() > 0;
-      }
-      if (stop) return PreemptionError(step);
-    }
+    // Every rank stops after the same step: the flag is combined across
+    // ranks (T5X's preemption sync point), so no rank is left waiting in the
+    // next step's all-reduce.
+    TY_ASSIGN_OR_RETURN(bool stop, StopAgreed());
+    if (stop) return PreemptionError(step);
     absl::StatusOr<T5Batch> batch = batches->Next();
     if (absl::IsOutOfRange(batch.status())) {
       return absl::FailedPreconditionError(absl::StrCat("the batch iterator ended at step ", step));

@@ -71,8 +71,9 @@ struct TrainerOptions {
   std::string summary_dir;  // empty: no event files
   bool compute_weight_metrics = false;
   // Set (by a signal handler, or to abort) to request a stop: Train returns
-  // a preemption error at the next step boundary, the same step on every
-  // rank (the flag is MAX-all-reduced before each step when world size > 1).
+  // a preemption error at the next step boundary, or between two
+  // microbatches (abandoning that step), at the same point on every rank
+  // (the flag is MAX-all-reduced there when world size > 1).
   const std::atomic<bool>* preemption_requested = nullptr;
 };
 
@@ -123,11 +124,16 @@ class Trainer {
   // The last completed step, readable from any thread while Train runs
   // (progress reports).
   int64_t progress() const { return progress_.load(); }
+  // Steps abandoned between microbatches by a stop request (their batches
+  // were taken from the iterator but not trained on).
+  int64_t abandoned_steps() const { return abandoned_steps_; }
   // Joins the metric writers; the first write error, if any.
   absl::Status Close();
 
  private:
   at::Generator DropoutGenerator(int64_t step, int microbatch) const;
+  // The stop request, combined across ranks (MAX) when world size > 1.
+  absl::StatusOr<bool> StopAgreed();
 
   Model* model_;
   Optimizer* optimizer_;
@@ -139,6 +145,7 @@ class Trainer {
   std::map<std::string, std::unique_ptr<MetricsManager>> eval_metrics_;
   std::set<std::string> compiled_;  // shape keys already warmed up
   std::atomic<int64_t> progress_{0};
+  int64_t abandoned_steps_ = 0;
 };
 
 }  // namespace trainyard

@@ -170,6 +170,43 @@ TEST(TrainerTest, PreemptionStopsAtTheNextStepBoundary) {
   EXPECT_FALSE(IsPreemptionError(absl::AbortedError("other")));
 }
 
+// A stop requested while a step runs (here: as its batch is taken)
+// abandons the step between microbatches: parameters stay those after the
+// last completed step, and its gradients are dropped.
+class StopWhenTaken : public BatchIterator {
+ public:
+  StopWhenTaken(BatchIterator* base, int64_t stop_at_call, std::atomic<bool>* flag)
+      : base_(base), stop_at_call_(stop_at_call), flag_(flag) {}
+  absl::StatusOr<T5Batch> Next() override {
+    if (++calls_ == stop_at_call_) *flag_ = true;
+    return base_->Next();
+  }
+
+ private:
+  BatchIterator* base_;
+  int64_t stop_at_call_, calls_ = 0;
+  std::atomic<bool>* flag_;
+};
+
+TEST(TrainerTest, PreemptionBetweenMicrobatchesAbandonsTheStep) {
+  std::atomic<bool> preempt{false};
+  auto s = MakeSetup(/*microbatches=*/4, 0, 0.0f, "", &preempt);
+  auto reference = MakeSetup(4, 0);
+  SortTask a(8, 5, 1), b(8, 5, 1);
+  StopWhenTaken stopping(&a, /*stop_at_call=*/3, &preempt);
+  absl::StatusOr<std::map<std::string, double>> out = s->trainer->Train(&stopping, 5);
+  EXPECT_THAT(out.status(), StatusIs(absl::StatusCode::kAborted, HasSubstr("after step 2")));
+  EXPECT_EQ(s->trainer->step(), 2);
+  EXPECT_EQ(s->trainer->abandoned_steps(), 1);
+  ASSERT_TRUE(reference->trainer->Train(&b, 2).ok());
+  const auto params = s->model->parameters();
+  const auto expected = reference->model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(torch::equal(params[i], expected[i])) << i;
+    EXPECT_FALSE(params[i].grad().defined()) << i;
+  }
+}
+
 TEST(TrainerTest, EndOfBatchesIsFailedPrecondition) {
   auto s = MakeSetup(1, 0);
   SortTask task(4, 5, 1, /*num_batches=*/2);

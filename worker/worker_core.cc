@@ -45,6 +45,26 @@ class LimitedIterator : public BatchIterator {
   int64_t taken_ = 0;
 };
 
+// The train batches, remembering the data position before the batch taken
+// last, so that a step abandoned between microbatches (a preemption) can
+// put its batch back before the emergency checkpoint records the position.
+class RewindableBatches : public BatchIterator {
+ public:
+  explicit RewindableBatches(TaskBatchIterator* base) : base_(base) {}
+  absl::StatusOr<T5Batch> Next() override {
+    before_ = base_->task_iterator()->State();
+    return base_->Next();
+  }
+  std::map<std::string, double> TakeDataMetrics() override { return base_->TakeDataMetrics(); }
+  absl::Status PutBackLast() {
+    return before_.empty() ? absl::OkStatus() : base_->task_iterator()->Restore(before_);
+  }
+
+ private:
+  TaskBatchIterator* base_;
+  std::string before_;
+};
+
 // A collective's failure seen by a live worker is a consequence (a peer
 // died or stalled), not a reason to blame this rank's transport.
 absl::Status CollectiveFailure(const absl::Status& s) {
@@ -72,6 +92,7 @@ struct WorkerCore::Job {
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<Trainer> trainer;
   std::unique_ptr<TaskBatchIterator> train_batches;
+  std::unique_ptr<RewindableBatches> batches;  // over train_batches
   AsyncCheckpointer checkpointer;  // rank 0
 
   ~Job() {
@@ -181,6 +202,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
     absl::StatusOr<std::unique_ptr<TaskIterator>> it = TaskIterator::Create(**task, data);
     if (!it.ok()) return release(it.status());
     job->train_batches = std::make_unique<TaskBatchIterator>(std::move(*it));
+    job->batches = std::make_unique<RewindableBatches>(job->train_batches.get());
 
     absl::StatusOr<ModelConfig> config = ResolveModelConfig(spec.model());
     if (!config.ok()) return release(config.status());
@@ -251,8 +273,9 @@ absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& req
   RunStepsResponse response;
   try {
     const auto start = std::chrono::steady_clock::now();
+    const int64_t abandoned_before = job->trainer->abandoned_steps();
     absl::StatusOr<std::map<std::string, double>> summary =
-        job->trainer->Train(job->train_batches.get(), request.num_steps());
+        job->trainer->Train(job->batches.get(), request.num_steps());
     if (!summary.ok()) {
       if (!IsPreemptionError(summary.status())) return CollectiveFailure(summary.status());
       // Every rank stopped after the same step; was it a preemption on any
@@ -261,6 +284,12 @@ absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& req
       TY_RETURN_IF_ERROR(CollectiveFailure(job->collective->AllReduce(preempted, ReduceOp::kMax)));
       if (preempted[0].item<float>() == 0) {
         return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted at step ", job->trainer->step()));
+      }
+      // Stopped between microbatches: the abandoned step's batch goes back.
+      if (job->trainer->abandoned_steps() > abandoned_before) {
+        TY_RETURN_IF_ERROR(job->batches->PutBackLast());
+        spdlog::info("job {}: stopped between microbatches of step {}; its batch was put back", job->id,
+                     job->trainer->step());
       }
       const auto t0 = std::chrono::steady_clock::now();
       TY_ASSIGN_OR_RETURN(std::string path, SaveCheckpoint(*job, /*wait=*/true));

@@ -256,7 +256,10 @@ class SystemTest(unittest.TestCase):
 
     def test_sigterm_preempts_and_the_job_resumes_exactly(self):
         c = self.start(2)
-        common = ("total_steps=30", "summary_period=5", "checkpoint_period=10", "model.dropout_rate=0.1")
+        # Two microbatches: the stop may land between them (the step is then
+        # abandoned and its batch put back) or at a step boundary.
+        common = ("total_steps=30", "summary_period=5", "checkpoint_period=10", "model.dropout_rate=0.1",
+                  "num_microbatches=2")
         whole = c.submit(self.spec, "output_dir=whole", *common)
         c.wait_state(whole, ["SUCCEEDED"], 120)
         job = c.submit(self.spec, "output_dir=resumed", *common)
