@@ -265,7 +265,12 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
 absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& request) {
   TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
   std::lock_guard<std::mutex> busy(job->busy);
-  if (job->stop) return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted: ", job->stop_reason));
+  // An abort refuses new steps; a preemption does not: the ranks run into
+  // the agreed stop at the first step boundary and write the emergency
+  // checkpoint together.
+  if (job->stop && !job->preempt) {
+    return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted: ", job->stop_reason));
+  }
   if (request.first_step() != job->trainer->step() || request.num_steps() <= 0) {
     return absl::FailedPreconditionError(absl::StrCat("RunSteps(", request.first_step(), ", ", request.num_steps(),
                                                       "): this rank is at step ", job->trainer->step()));
