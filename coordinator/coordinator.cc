@@ -80,7 +80,7 @@ absl::Status Coordinator::Load() {
     if (!IsFinal(state) && state != PENDING && state != RESTARTING) {
       // Its workers were driven by the previous coordinator: resume the job
       // from its newest checkpoint on a new gang, if restarts are left.
-      const int max_restarts = job->info.spec().has_max_restarts() ? job->info.spec().max_restarts() : 3;
+      const int max_restarts = job->info.spec().max_restarts();  // normalised: set, default 3
       const std::string what = absl::StrCat("the coordinator restarted while the job was ", JobState_Name(state));
       if (job->info.restarts() < max_restarts) {
         job->info.set_restarts(job->info.restarts() + 1);
@@ -495,7 +495,7 @@ void Coordinator::Drive(Job* job) {
     // an unreachable rank makes its AbortJob wait for its deadline.
     std::lock_guard<std::mutex> lock(mu_);
     if (final_state == PREEMPTED) SetStateLocked(job, PREEMPTED, final_reason);
-    const int max_restarts = job->info.spec().has_max_restarts() ? job->info.spec().max_restarts() : 3;
+    const int max_restarts = job->info.spec().max_restarts();  // normalised: set, default 3
     if (retryable && job->info.restarts() < max_restarts) {
       job->info.set_restarts(job->info.restarts() + 1);
       final_state = RESTARTING;

@@ -55,6 +55,9 @@ class TaskIterator {
   absl::Status Restore(const std::string& state);
 
   int64_t epoch() const { return epoch_; }
+  // The next unconsumed example of this shard in the epoch (State()'s
+  // second number).
+  int64_t position() const { return position_; }
   // Examples in this rank's shard of one epoch.
   int64_t shard_size() const;
   // Examples dropped by preprocessors so far.

@@ -118,20 +118,37 @@ absl::StatusOr<TensorMap> ReadTensors(const std::string& path) {
   return tensors;
 }
 
-absl::Status SaveParameters(T5Impl& model, const std::string& path, torch::ScalarType dtype,
-                            const std::map<std::string, std::string>& metadata) {
+absl::Status WriteTensorsAs(const std::string& path,
+                            const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                            torch::ScalarType dtype, const std::map<std::string, std::string>& metadata) {
   if (dtype != torch::kFloat && dtype != torch::kBFloat16) {
     return absl::InvalidArgumentError("parameters are saved as float32 or bfloat16");
   }
   std::vector<torch::Tensor> keep;  // owns the bytes while writing
   std::vector<SafeTensorView> views;
-  for (const auto& item : model.named_parameters()) {
-    torch::Tensor t = item.value().detach().to(torch::kCPU).to(dtype).contiguous();
+  for (const auto& [name, tensor] : tensors) {
+    torch::Tensor t = tensor.detach().to(torch::kCPU).to(dtype).contiguous();
     keep.push_back(t);
-    views.push_back({item.key(), dtype == torch::kFloat ? SafeDtype::kF32 : SafeDtype::kBF16,
-                     t.sizes().vec(), t.data_ptr()});
+    views.push_back({name, dtype == torch::kFloat ? SafeDtype::kF32 : SafeDtype::kBF16, t.sizes().vec(),
+                     t.data_ptr()});
   }
   return WriteSafetensors(path, views, metadata);
+}
+
+absl::Status SaveParameters(T5Impl& model, const std::string& path, torch::ScalarType dtype,
+                            const std::map<std::string, std::string>& metadata) {
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (const auto& item : model.named_parameters()) params.emplace_back(item.key(), item.value());
+  return WriteTensorsAs(path, params, dtype, metadata);
+}
+
+std::string ModelConfigJson(const ModelConfig& config) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(config, &json, options);
+  return json;
 }
 
 absl::Status AssignParameters(const TensorMap& tensors, bool strict, T5Impl* model) {
@@ -304,16 +321,11 @@ absl::Status WriteModelCheckpoint(T5Impl& model, const std::string& dir, int64_t
   auto write = [&]() -> absl::Status {
     TY_RETURN_IF_ERROR(SaveParameters(model, writer.Path("params.safetensors")));
     if (!vocabulary_path.empty()) TY_RETURN_IF_ERROR(writer.CopyIn(vocabulary_path, "vocabulary.model"));
-    std::string config_json;
-    google::protobuf::util::JsonPrintOptions options;
-    options.preserve_proto_field_names = true;
-    options.always_print_primitive_fields = true;
-    (void)google::protobuf::util::MessageToJsonString(model.config(), &config_json, options);
     nlohmann::ordered_json meta = {
         {"format", "trainyard.checkpoint"},
         {"version", 1},
         {"step", step},
-        {"model_config", nlohmann::json::parse(config_json)},
+        {"model_config", nlohmann::json::parse(ModelConfigJson(model.config()))},
         {"source", source},
         {"vocabulary", vocabulary_path.empty() ? "" : "vocabulary.model"},
     };

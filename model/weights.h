@@ -10,6 +10,8 @@
 
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -25,6 +27,13 @@ using TensorMap = std::map<std::string, torch::Tensor>;
 
 // Reads every tensor of a safetensors file, converted to float32.
 absl::StatusOr<TensorMap> ReadTensors(const std::string& path);
+
+// Writes named tensors to a safetensors file, cast to `dtype` (kFloat or
+// kBFloat16; kInvalidArgument otherwise).
+absl::Status WriteTensorsAs(const std::string& path,
+                            const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                            torch::ScalarType dtype,
+                            const std::map<std::string, std::string>& metadata = {});
 
 // Writes the model's parameters under their names, cast to `dtype`
 // (kFloat or kBFloat16).
@@ -74,6 +83,10 @@ absl::StatusOr<ModelCheckpoint> ReadModelCheckpoint(const std::string& dir);
 // What every Trainyard checkpoint's metadata.json has, read after the
 // manifest verified (kNotFound without one, kDataLoss naming a damaged file;
 // kInvalidArgument for a directory that is not a Trainyard checkpoint).
+// A model config as checkpoints' metadata.json holds it (JSON text, proto
+// field names, every field printed).
+std::string ModelConfigJson(const ModelConfig& config);
+
 struct CheckpointHeader {
   std::string metadata_json;  // the whole file, for format-specific fields
   int version = 1;

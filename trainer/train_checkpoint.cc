@@ -1,7 +1,5 @@
 #include "trainer/train_checkpoint.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -11,7 +9,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint_dir.h"
-#include "checkpoint/safetensors.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -20,23 +17,6 @@ namespace {
 
 constexpr char kParams[] = "params.safetensors";
 constexpr char kOptimizer[] = "optimizer.safetensors";
-
-absl::Status WriteTensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                          torch::ScalarType dtype) {
-  std::vector<torch::Tensor> keep;
-  std::vector<SafeTensorView> views;
-  for (const auto& [name, tensor] : tensors) {
-    torch::Tensor t = tensor.to(torch::kCPU).to(dtype).contiguous();
-    keep.push_back(t);
-    views.push_back({name, dtype == torch::kFloat ? SafeDtype::kF32 : SafeDtype::kBF16, t.sizes().vec(),
-                     t.data_ptr()});
-  }
-  return WriteSafetensors(path, views);
-}
-
-}  // namespace
-
-namespace {
 
 // `source` copied into `into` when it has the same shape and type, else
 // into a fresh CPU tensor.
@@ -82,20 +62,15 @@ absl::Status WriteTrainCheckpoint(const std::string& dir, const TrainSnapshot& s
   }
   TY_ASSIGN_OR_RETURN(CheckpointWriter writer, CheckpointWriter::Begin(dir));
   auto write = [&]() -> absl::Status {
-    TY_RETURN_IF_ERROR(WriteTensors(writer.Path(kParams), snapshot.params, save_dtype));
+    TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(kParams), snapshot.params, save_dtype));
     std::vector<std::pair<std::string, torch::Tensor>> optimizer(snapshot.optimizer.begin(),
                                                                  snapshot.optimizer.end());
-    TY_RETURN_IF_ERROR(WriteTensors(writer.Path(kOptimizer), optimizer, torch::kFloat));
-    std::string config_json;
-    google::protobuf::util::JsonPrintOptions options;
-    options.preserve_proto_field_names = true;
-    options.always_print_primitive_fields = true;
-    (void)google::protobuf::util::MessageToJsonString(snapshot.config, &config_json, options);
+    TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(kOptimizer), optimizer, torch::kFloat));
     nlohmann::ordered_json meta = {
         {"format", "trainyard.checkpoint"},
         {"version", 2},
         {"step", snapshot.step},
-        {"model_config", nlohmann::json::parse(config_json)},
+        {"model_config", nlohmann::json::parse(ModelConfigJson(snapshot.config))},
         {"world_size", snapshot.world_size},
         {"data_states", snapshot.data_states},
         {"save_dtype", save_dtype == torch::kFloat ? "FLOAT32" : "BFLOAT16"},
@@ -155,16 +130,6 @@ absl::StatusOr<std::string> LatestGoodCheckpoint(const std::string& dir, std::ve
     if (skipped != nullptr) skipped->push_back(std::string(verified.status().message()));
   }
   return absl::NotFoundError(absl::StrCat("no complete checkpoint_<step> under ", dir));
-}
-
-void KeepNewestCheckpoints(const std::string& dir, int keep) {
-  if (keep <= 0) return;
-  std::map<int64_t, std::string> all = ListCheckpoints(dir);
-  while (static_cast<int>(all.size()) > keep) {
-    std::error_code ec;
-    std::filesystem::remove_all(all.begin()->second, ec);
-    all.erase(all.begin());
-  }
 }
 
 namespace {

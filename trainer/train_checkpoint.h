@@ -82,9 +82,6 @@ std::map<int64_t, std::string> ListCheckpoints(const std::string& dir);
 // not are skipped, each with its reason in `skipped`. kNotFound if none.
 absl::StatusOr<std::string> LatestGoodCheckpoint(const std::string& dir, std::vector<std::string>* skipped);
 
-// Deletes all but the newest `keep` checkpoints under `dir` (keep 0: none).
-void KeepNewestCheckpoints(const std::string& dir, int keep);
-
 // Keep-best (T5X's SaveBestCheckpointer): the metric of each evaluated
 // checkpoint is recorded in DIR/checkpoint_metrics.json ({"<step>": value},
 // replaced atomically).

@@ -103,7 +103,7 @@ TEST_F(TrainCheckpointTest, LatestGoodSkipsDamagedAndIncompleteOnes) {
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("optimizer.safetensors")));
   EXPECT_THAT(LatestGoodCheckpoint(dir_ + "/empty", nullptr).status(),
               StatusCodeIs(absl::StatusCode::kNotFound));
-  KeepNewestCheckpoints(dir_, 2);
+  ApplyRetention(dir_, 2, /*keep_best=*/0, false);
   EXPECT_EQ(ListCheckpoints(dir_).size(), 2u);
   EXPECT_EQ(ListCheckpoints(dir_).begin()->first, 30);
 }

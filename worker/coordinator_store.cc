@@ -29,13 +29,14 @@ class CoordinatorStore : public Store {
   }
 
   absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override {
-    absl::Status s = Wait({key}, timeout);
-    if (!s.ok()) return s;
     StoreGetRequest request;
     request.set_scope(scope_);
     request.set_key(key);
     StoreGetResponse response;
-    s = Retry(absl::Seconds(30), [&](grpc::ClientContext* ctx) { return stub_->StoreGet(ctx, request, &response); });
+    absl::Status s = WaitingCall(timeout, [&](grpc::ClientContext* ctx, int64_t wait_ms) {
+      request.set_timeout_ms(wait_ms);  // the server waits for the key
+      return stub_->StoreGet(ctx, request, &response);
+    });
     if (!s.ok()) return s;
     return response.value();
   }
@@ -55,23 +56,14 @@ class CoordinatorStore : public Store {
   }
 
   absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout) override {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (true) {
-      const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
-      const absl::Duration wait = std::min(left, kMaxRpcWait);
-      StoreWaitRequest request;
-      request.set_scope(scope_);
-      for (const std::string& k : keys) request.add_keys(k);
-      request.set_timeout_ms(absl::ToInt64Milliseconds(wait));
-      StoreWaitResponse response;
-      grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + wait + kRpcSlack));
-      absl::Status s = FromGrpcStatus(stub_->StoreWait(&ctx, request, &response));
-      if (s.ok()) return s;
-      if (absl::Now() >= deadline) return s;
-      if (absl::IsUnavailable(s)) absl::SleepFor(absl::Milliseconds(200));
-      else if (!absl::IsDeadlineExceeded(s)) return s;
-    }
+    StoreWaitRequest request;
+    request.set_scope(scope_);
+    for (const std::string& k : keys) request.add_keys(k);
+    StoreWaitResponse response;
+    return WaitingCall(timeout, [&](grpc::ClientContext* ctx, int64_t wait_ms) {
+      request.set_timeout_ms(wait_ms);
+      return stub_->StoreWait(ctx, request, &response);
+    });
   }
 
   absl::StatusOr<bool> Check(const std::vector<std::string>& keys) override {
@@ -82,6 +74,26 @@ class CoordinatorStore : public Store {
   }
 
  private:
+  // A call whose server side waits (`rpc(ctx, wait_ms)`), in pieces of at
+  // most kMaxRpcWait, until it succeeds, fails for good, or `timeout`
+  // passes; retried while the coordinator is unreachable.
+  template <typename F>
+  absl::Status WaitingCall(absl::Duration timeout, F rpc) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (true) {
+      const absl::Duration wait = std::min(std::max(deadline - absl::Now(), absl::ZeroDuration()), kMaxRpcWait);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + wait + kRpcSlack));
+      absl::Status s = FromGrpcStatus(rpc(&ctx, absl::ToInt64Milliseconds(wait)));
+      if (s.ok() || absl::Now() >= deadline) return s;
+      if (absl::IsUnavailable(s)) {
+        absl::SleepFor(absl::Milliseconds(200));
+      } else if (!absl::IsDeadlineExceeded(s)) {
+        return s;
+      }
+    }
+  }
+
   // Retries an idempotent call while the coordinator is unreachable.
   template <typename F>
   absl::Status Retry(absl::Duration budget, F call) {

@@ -414,13 +414,10 @@ void WorkerCore::Preempt() {
 }
 
 absl::StatusOr<std::vector<std::string>> WorkerCore::GatherDataStates(Job& job) {
-  const std::string mine = job.train_batches->task_iterator()->State();
-  int64_t epoch = 0, position = 0;
-  if (std::sscanf(mine.c_str(), "%ld %ld", &epoch, &position) != 2) {
-    return absl::InternalError("unreadable iterator state " + mine);
-  }
+  const TaskIterator* it = job.train_batches->task_iterator();
   std::vector<torch::Tensor> all;
-  TY_RETURN_IF_ERROR(CollectiveFailure(job.collective->AllGather(torch::tensor({epoch, position}, torch::kLong), &all)));
+  TY_RETURN_IF_ERROR(CollectiveFailure(
+      job.collective->AllGather(torch::tensor({it->epoch(), it->position()}, torch::kLong), &all)));
   std::vector<std::string> states;
   for (const torch::Tensor& t : all) states.push_back(absl::StrCat(t[0].item<int64_t>(), " ", t[1].item<int64_t>()));
   return states;
