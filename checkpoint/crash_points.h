@@ -6,6 +6,12 @@
 // code kCrashExitCode. Unarmed (always, outside such tests) a point costs
 // one atomic load.
 //
+// For tests of whole processes, TRAINYARD_FAULT_HOLD_AT="<name>#<n>" (or
+// just "<name>", meaning #1) in a process's environment makes the thread
+// that reaches a point whose name contains <name> for the n-th time print
+// "fault hold: <name>" on stderr and block forever, so that the test can
+// SIGKILL the process at exactly that moment (a kill during an async save).
+//
 // A process crash keeps what the kernel already has; it tests the writers'
 // protocol (nothing half-written is ever taken for a checkpoint), not the
 // disk's behaviour on power loss, which fsync ordering covers.

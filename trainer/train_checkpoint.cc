@@ -1,5 +1,6 @@
 #include "trainer/train_checkpoint.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -120,6 +121,24 @@ std::map<int64_t, std::string> ListCheckpoints(const std::string& dir) {
     }
   }
   return out;
+}
+
+std::vector<std::string> RemoveUnfinishedCheckpoints(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const size_t tmp = name.find(".tmp-");
+    int64_t step;
+    if (absl::StartsWith(name, "checkpoint_") && tmp != std::string::npos &&
+        absl::SimpleAtoi(name.substr(11, tmp - 11), &step) && entry.is_directory(ec)) {
+      std::error_code remove_ec;
+      std::filesystem::remove_all(entry.path(), remove_ec);
+      if (!remove_ec) removed.push_back(name);
+    }
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
 }
 
 absl::StatusOr<std::string> LatestGoodCheckpoint(const std::string& dir, std::vector<std::string>* skipped) {

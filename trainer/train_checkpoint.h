@@ -78,6 +78,11 @@ absl::StatusOr<TrainCheckpoint> ReadTrainCheckpoint(const std::string& dir);
 // verified).
 std::map<int64_t, std::string> ListCheckpoints(const std::string& dir);
 
+// Deletes the temporary directories (checkpoint_<step>.tmp-<pid>) that a
+// save killed before its rename left under `dir`; returns their names. They
+// are never read as checkpoints; this only reclaims their space.
+std::vector<std::string> RemoveUnfinishedCheckpoints(const std::string& dir);
+
 // The newest checkpoint under `dir` whose manifest verifies; those that do
 // not are skipped, each with its reason in `skipped`. kNotFound if none.
 absl::StatusOr<std::string> LatestGoodCheckpoint(const std::string& dir, std::vector<std::string>* skipped);

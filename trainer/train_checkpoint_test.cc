@@ -15,7 +15,9 @@
 namespace trainyard {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 class TrainCheckpointTest : public ::testing::Test {
  protected:
@@ -106,6 +108,22 @@ TEST_F(TrainCheckpointTest, LatestGoodSkipsDamagedAndIncompleteOnes) {
   ApplyRetention(dir_, 2, /*keep_best=*/0, false);
   EXPECT_EQ(ListCheckpoints(dir_).size(), 2u);
   EXPECT_EQ(ListCheckpoints(dir_).begin()->first, 30);
+}
+
+TEST_F(TrainCheckpointTest, UnfinishedSavesAreRemovedAndNothingElse) {
+  ASSERT_THAT(WriteTrainCheckpoint(dir_ + "/checkpoint_10", Snapshot(10), torch::kFloat), IsOk());
+  std::filesystem::create_directories(dir_ + "/checkpoint_20.tmp-4242");
+  std::ofstream(dir_ + "/checkpoint_20.tmp-4242/params.safetensors") << "half";
+  std::filesystem::create_directories(dir_ + "/checkpoint_x.tmp-1");  // not ours: kept
+  std::ofstream(dir_ + "/events.tmp-1") << "";                        // a file: kept
+  EXPECT_THAT(RemoveUnfinishedCheckpoints(dir_), ElementsAre("checkpoint_20.tmp-4242"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/checkpoint_20.tmp-4242"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/checkpoint_x.tmp-1"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/events.tmp-1"));
+  absl::StatusOr<std::string> latest = LatestGoodCheckpoint(dir_, nullptr);
+  ASSERT_THAT(latest.status(), IsOk());
+  EXPECT_EQ(*latest, dir_ + "/checkpoint_10");
+  EXPECT_THAT(RemoveUnfinishedCheckpoints(dir_ + "/missing"), IsEmpty());
 }
 
 TEST_F(TrainCheckpointTest, RetentionKeepsTheNewestAndTheBest) {

@@ -239,6 +239,11 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
     trainer.seed = static_cast<uint64_t>(spec.seed());
     trainer.summary_dir = spec.output_dir();  // written by rank 0 only
     trainer.preemption_requested = &job->stop;
+    if (rank == 0) {
+      for (const std::string& name : RemoveUnfinishedCheckpoints(spec.output_dir())) {
+        spdlog::warn("job {}: removed {}/{}, left by a save that did not finish", job->id, spec.output_dir(), name);
+      }
+    }
     if (absl::Status s = Restore(*job, request.restore_checkpoint()); !s.ok()) return release(s);
     job->trainer = std::make_unique<Trainer>(job->model.get(), job->optimizer.get(), std::move(*lr),
                                              job->collective.get(), trainer);

@@ -99,6 +99,60 @@ class FaultsTest(unittest.TestCase):
         self.assertIn("(no restarts left: max_restarts 1)", s["reason"])
 
 
+class KillDuringAsyncSaveTest(unittest.TestCase):
+    """(d): rank 0 is SIGKILLed while its background thread writes a
+    checkpoint (held there by TRAINYARD_FAULT_HOLD_AT, after the metadata
+    file and before the manifest); the job restarts from the previous
+    checkpoint, the half-written directory is never read and is removed, and
+    the final state equals an uninterrupted run's."""
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="faults-save-", dir=os.environ.get("TEST_TMPDIR"))
+        self.spec = os.path.join(self.root, "job.textproto")
+        with open(self.spec, "w") as f:
+            f.write(SPEC)
+        self.cluster = Cluster(self.root)
+        # The first worker to register takes rank 0 (the only writer); it
+        # holds inside its second save (checkpoint_20's).
+        self.cluster.add_worker(prefix=("env", "TRAINYARD_FAULT_HOLD_AT=checkpoint: metadata written#2"))
+        self.cluster.add_worker()
+
+    def tearDown(self):
+        self.cluster.stop()
+
+    def test_sigkill_during_an_async_save_restores_the_previous_checkpoint(self):
+        c = self.cluster
+        out = os.path.join(self.root, "killed-saving")
+        job = c.submit(self.spec, "output_dir=killed-saving", *COMMON)
+        holder = c.workers[0]
+        wait_for(lambda: "fault hold: checkpoint: metadata written" in Cluster.log(holder), 60,
+                 "rank 0 to stop inside the save of checkpoint_20")
+        leftovers = [n for n in os.listdir(out) if n.startswith("checkpoint_20.tmp-")]
+        self.assertEqual(len(leftovers), 1, os.listdir(out))
+        self.assertIn("metadata.json", os.listdir(os.path.join(out, leftovers[0])))
+        self.assertNotIn("manifest.json", os.listdir(os.path.join(out, leftovers[0])))
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+        c.workers.pop(0)
+        c.add_worker()
+        s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
+        self.assertEqual((s["state"], s["restarts"]), ("SUCCEEDED", 1), s["reason"])
+        logs = Cluster.log(c.workers[0]) + Cluster.log(c.workers[1])
+        self.assertIn(f"restored {out}/checkpoint_10 (step 10)", logs)
+        self.assertIn(f"removed {out}/{leftovers[0]}, left by a save that did not finish", logs)
+        self.assertEqual(sorted(n for n in os.listdir(out) if n.startswith("checkpoint_")),
+                         ["checkpoint_10", "checkpoint_20", "checkpoint_30"])
+        # The reference runs on the two workers that never held.
+        ref = c.submit(self.spec, "output_dir=reference", *COMMON)
+        self.assertEqual(c.wait_state(ref, ["SUCCEEDED", "FAILED"], 120)["state"], "SUCCEEDED")
+        for name in ("params.safetensors", "optimizer.safetensors"):
+            a = load_file(os.path.join(self.root, "reference", "checkpoint_30", name))
+            b = load_file(os.path.join(out, "checkpoint_30", name))
+            self.assertEqual(sorted(a), sorted(b))
+            for k in a:
+                self.assertTrue(np.array_equal(a[k], b[k]), f"{name}: {k} differs")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--trainyard", required=True)
