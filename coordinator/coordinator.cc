@@ -399,6 +399,21 @@ void Coordinator::Drive(Job* job) {
       }
       return false;
     };
+    // A worker was asked to stop: every rank stopped after the same step
+    // and rank 0 wrote the emergency checkpoint.
+    auto preempted = [&](const std::vector<bool>& asked, int64_t last_step, const std::string& checkpoint,
+                         const google::protobuf::Map<std::string, double>& metrics, const std::string& during) {
+      int r = 0;
+      while (r < world && !asked[r]) ++r;
+      if (r == world) r = 0;
+      std::lock_guard<std::mutex> lock(mu_);
+      job->info.set_step(last_step);
+      if (!checkpoint.empty()) job->info.set_latest_checkpoint(checkpoint);
+      for (const auto& [k, v] : metrics) (*job->info.mutable_metrics())[k] = v;
+      final_state = PREEMPTED;
+      final_reason = absl::StrCat(RankName(*job, r), " was asked to stop; emergency checkpoint at step ", last_step,
+                                  during, checkpoint.empty() ? "" : ": " + checkpoint);
+    };
     while (step < spec.total_steps()) {
       const int64_t n = NextChunk(step, periods);
       const bool last = step + n == spec.total_steps();
@@ -416,18 +431,9 @@ void Coordinator::Drive(Job* job) {
           },
           &ran));
       if (ran[0].preempted()) {
-        // A worker was asked to stop: every rank stopped after the same step
-        // and rank 0 wrote the emergency checkpoint.
-        int r = 0;
-        while (r < world && !ran[r].asked_to_stop()) ++r;
-        if (r == world) r = 0;
-        std::lock_guard<std::mutex> lock(mu_);
-        job->info.set_step(ran[0].last_step());
-        if (!ran[0].checkpoint().empty()) job->info.set_latest_checkpoint(ran[0].checkpoint());
-        for (const auto& [k, v] : ran[0].metrics()) (*job->info.mutable_metrics())[k] = v;
-        final_state = PREEMPTED;
-        final_reason = absl::StrCat(RankName(*job, r), " was asked to stop; emergency checkpoint at step ",
-                                    ran[0].last_step(), ran[0].checkpoint().empty() ? "" : ": " + ran[0].checkpoint());
+        std::vector<bool> asked;
+        for (const auto& r : ran) asked.push_back(r.asked_to_stop());
+        preempted(asked, ran[0].last_step(), ran[0].checkpoint(), ran[0].metrics(), "");
         return absl::OkStatus();
       }
       step += n;
@@ -457,6 +463,13 @@ void Coordinator::Drive(Job* job) {
               return job->clients[r]->Evaluate(request);
             },
             &evaluated));
+        if (evaluated[0].preempted()) {
+          std::vector<bool> asked;
+          for (const auto& r : evaluated) asked.push_back(r.asked_to_stop());
+          preempted(asked, step, evaluated[0].checkpoint(), {},
+                    absl::StrCat(" (during the evaluation of step ", step, ", which is not repeated)"));
+          return absl::OkStatus();
+        }
         MetricsByTask eval;
         {
           std::lock_guard<std::mutex> lock(mu_);

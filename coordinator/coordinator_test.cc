@@ -31,6 +31,7 @@ struct FakeWorker {
   bool nan_loss = false;
   int64_t preempt_step = -1;            // RunSteps from this step reports a preemption
   bool asked_to_stop = false;           // ... and this worker is the one asked
+  int64_t preempt_eval_step = -1;       // Evaluate at this step reports a preemption
   int rank = -1;
   std::vector<std::string> restored;    // StartJob's restore_checkpoint, per attempt
 };
@@ -77,6 +78,14 @@ class FakeClient : public WorkerClient {
   absl::StatusOr<EvaluateResponse> Evaluate(const EvaluateRequest& r) override {
     Record(absl::StrCat("eval ", r.step()));
     EvaluateResponse response;
+    std::lock_guard<std::mutex> lock(w_->mu);
+    if (r.step() == w_->preempt_eval_step) {
+      w_->preempt_eval_step = -1;
+      response.set_preempted(true);
+      response.set_asked_to_stop(w_->asked_to_stop);
+      if (w_->rank == 0) response.set_checkpoint(absl::StrCat("ckpt_", r.step()));
+      return response;
+    }
     (*response.mutable_metrics())["digits_to_words/loss"] = 1000.0 / r.step();
     return response;
   }
@@ -351,6 +360,42 @@ TEST_F(CoordinatorTest, APreemptedJobRestartsFromItsEmergencyCheckpoint) {
   // The resumed attempt starts at step 23 and runs to the next boundary.
   std::vector<std::string> calls = Worker("a")->calls;
   EXPECT_NE(std::find(calls.begin(), calls.end(), "run 23+17"), calls.end());
+}
+
+TEST_F(CoordinatorTest, APreemptionDuringEvaluationRestartsFromThatStep) {
+  auto c = Make();
+  const std::string a = AddWorker(c.get(), "a");
+  const std::string b = AddWorker(c.get(), "b");
+  Worker("a")->preempt_eval_step = 20;
+  Worker("a")->asked_to_stop = true;
+  Worker("b")->preempt_eval_step = 20;
+  SubmitJobRequest request = Spec(2, 40);
+  request.mutable_spec()->set_eval_period(20);
+  const std::string id = c->SubmitJob(request)->job_id();
+  c->Start();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (c->GetJob(id)->restarts() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+  EXPECT_THAT(c->GetJob(id)->reason(),
+              HasSubstr("rank 0 (worker w1-a on host a, a) was asked to stop; emergency checkpoint at step 20 "
+                        "(during the evaluation of step 20, which is not repeated): ckpt_20; restart 1 of 3 from "
+                        "ckpt_20"));
+  while (c->GetJob(id)->state() != SUCCEEDED && absl::Now() < deadline + absl::Seconds(10)) {
+    for (const std::string& w : {a, b}) {
+      HeartbeatRequest hb;
+      hb.set_worker_id(w);
+      ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(c->GetJob(id)->state(), SUCCEEDED);
+  std::lock_guard<std::mutex> lock(Worker("a")->mu);
+  EXPECT_EQ(Worker("a")->restored, (std::vector<std::string>{"", "ckpt_20"}));
+  // (The final teardown may still be on its way: SUCCEEDED is set first.)
+  const std::vector<std::string>& calls = Worker("a")->calls;
+  ASSERT_GE(calls.size(), 7u);
+  EXPECT_EQ(std::vector<std::string>(calls.begin(), calls.begin() + 7),
+            (std::vector<std::string>{"start 0/2", "run 0+20", "eval 20", "abort", "start 0/2", "run 20+20 ckpt",
+                                      "eval 40"}));
 }
 
 TEST_F(CoordinatorTest, TerminateOnNanFailsTheJob) {

@@ -272,14 +272,24 @@ absl::StatusOr<MetricsByTask> Trainer::Eval(const std::map<std::string, BatchIte
   for (const auto& [name, it] : batches) {
     Metrics total;
     while (true) {
-      // A stop request ends an evaluation between batches (each rank on its
-      // own: there is no collective until the end).
-      if (options_.preemption_requested != nullptr && options_.preemption_requested->load()) {
-        return PreemptionError(step());
-      }
+      // Every rank takes its next batch (shards may differ by one batch),
+      // then the ranks agree in one small all-reduce whether any was asked
+      // to stop (all stop together, before the metrics' all-reduce) and
+      // whether any still has a batch (all leave the loop together).
       absl::StatusOr<T5Batch> batch = it->Next();
-      if (absl::IsOutOfRange(batch.status())) break;
-      TY_RETURN_IF_ERROR(batch.status());
+      const bool exhausted = absl::IsOutOfRange(batch.status());
+      if (!exhausted) TY_RETURN_IF_ERROR(batch.status());
+      const bool stop = options_.preemption_requested != nullptr && options_.preemption_requested->load();
+      bool any_stop = stop, any_batch = !exhausted;
+      if (collective_->world_size() > 1) {
+        std::vector<torch::Tensor> flags = {torch::tensor({stop ? 1.0f : 0.0f, exhausted ? 0.0f : 1.0f})};
+        TY_RETURN_IF_ERROR(collective_->AllReduce(flags, ReduceOp::kMax));
+        any_stop = flags[0][0].item<float>() > 0;
+        any_batch = flags[0][1].item<float>() > 0;
+      }
+      if (any_stop) return PreemptionError(step());  // eval iterators are per call: nothing to rewind
+      if (!any_batch) break;
+      if (exhausted) continue;
       TY_ASSIGN_OR_RETURN(Metrics m, model_->EvalFn(*batch, options_.loss));
       MergeMetrics(m, /*within_step=*/false, &total);
     }

@@ -94,7 +94,10 @@ class Trainer {
   absl::StatusOr<std::map<std::string, double>> Train(BatchIterator* batches, int64_t num_steps);
 
   // Evaluates every named iterator to its end; returns metrics by task name
-  // and writes them under training_eval/<name>.
+  // and writes them under training_eval/<name>. Ranks may hold different
+  // numbers of batches. A stop request (preemption_requested) on any rank
+  // ends it on every rank between batches with the PreemptionError, agreed
+  // by one small all-reduce per batch.
   absl::StatusOr<MetricsByTask> Eval(const std::map<std::string, BatchIterator*>& batches);
 
   // One step's gradients into the parameters' .grad (not reduced across

@@ -6,7 +6,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
+#include "collective/fake_collective.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -205,6 +207,50 @@ TEST(TrainerTest, PreemptionBetweenMicrobatchesAbandonsTheStep) {
     EXPECT_TRUE(torch::equal(params[i], expected[i])) << i;
     EXPECT_FALSE(params[i].grad().defined()) << i;
   }
+}
+
+// Two ranks evaluate shards of different lengths (3 and 2 batches): both
+// finish with the metrics of all 5; a stop on one rank ends the evaluation
+// on both, before any metrics are combined.
+TEST(TrainerTest, EvalAgreesOnUnevenShardsAndOnStopping) {
+  auto group = std::make_shared<FakeGroup>(2, absl::Seconds(20));
+  FakeCollective c0(group, 0), c1(group, 1);
+  std::atomic<bool> stop0{false}, stop1{false};
+  auto make = [](Collective* c, std::atomic<bool>* stop) {
+    TinyTrainerOptions options;
+    options.init_seed = 1;
+    options.collective = c;
+    options.trainer.preemption_requested = stop;
+    return MakeTinyTrainer(options);
+  };
+  auto r0 = make(&c0, &stop0), r1 = make(&c1, &stop1), single = make(nullptr, nullptr);
+  auto eval_both = [&](int n0, int n1) {
+    SortTask a(4, 5, 7, n0), b(4, 5, 8, n1);
+    absl::StatusOr<MetricsByTask> m0, m1;
+    std::thread t([&] { m1 = r1->trainer->Eval({{"sort", &b}}); });
+    m0 = r0->trainer->Eval({{"sort", &a}});
+    t.join();
+    return std::make_pair(m0, m1);
+  };
+  auto [m0, m1] = eval_both(3, 2);
+  ASSERT_THAT(m0.status(), IsOk());
+  ASSERT_THAT(m1.status(), IsOk());
+  EXPECT_EQ(*m0, *m1);
+  // The same 5 batches on one rank.
+  SortTask a(4, 5, 7, 3), b(4, 5, 8, 2);
+  absl::StatusOr<MetricsByTask> a3 = single->trainer->Eval({{"sort", &a}});
+  absl::StatusOr<MetricsByTask> b2 = single->trainer->Eval({{"sort", &b}});
+  ASSERT_THAT(a3.status(), IsOk());
+  ASSERT_THAT(b2.status(), IsOk());
+  // Averages over 60 + 40 target tokens.
+  for (const char* k : {"accuracy", "loss_per_nonpadding_target_token"}) {
+    EXPECT_NEAR((*m0)["sort"].at(k), ((*a3)["sort"].at(k) * 60 + (*b2)["sort"].at(k) * 40) / 100, 1e-5) << k;
+  }
+  EXPECT_GT((*m0)["sort"].at("loss_per_nonpadding_target_token"), 0.1);  // not a trivial zero
+  stop1 = true;
+  auto [s0, s1] = eval_both(3, 2);
+  EXPECT_TRUE(IsPreemptionError(s0.status())) << s0.status();
+  EXPECT_TRUE(IsPreemptionError(s1.status())) << s1.status();
 }
 
 TEST(TrainerTest, EndOfBatchesIsFailedPrecondition) {

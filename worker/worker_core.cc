@@ -94,6 +94,7 @@ struct WorkerCore::Job {
   std::unique_ptr<TaskBatchIterator> train_batches;
   std::unique_ptr<RewindableBatches> batches;  // over train_batches
   AsyncCheckpointer checkpointer;  // rank 0
+  std::string last_save_started;   // rank 0: the directory of the last Save
 
   ~Job() {
     // The trainer (and its metric writers) go before the model and the
@@ -288,24 +289,11 @@ absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& req
         job->trainer->Train(job->batches.get(), request.num_steps());
     if (!summary.ok()) {
       if (!IsPreemptionError(summary.status())) return CollectiveFailure(summary.status());
-      // Every rank stopped after the same step; was it a preemption on any
-      // of them (then write the emergency checkpoint), or an abort?
-      std::vector<torch::Tensor> preempted = {torch::full({1}, job->preempt ? 1.0f : 0.0f)};
-      TY_RETURN_IF_ERROR(CollectiveFailure(job->collective->AllReduce(preempted, ReduceOp::kMax)));
-      if (preempted[0].item<float>() == 0) {
-        return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted at step ", job->trainer->step()));
-      }
       // Stopped between microbatches: the abandoned step's batch goes back.
-      if (job->trainer->abandoned_steps() > abandoned_before) {
-        TY_RETURN_IF_ERROR(job->batches->PutBackLast());
-        spdlog::info("job {}: stopped between microbatches of step {}; its batch was put back", job->id,
-                     job->trainer->step());
-      }
-      const auto t0 = std::chrono::steady_clock::now();
-      TY_ASSIGN_OR_RETURN(std::string path, SaveCheckpoint(*job, /*wait=*/true));
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      spdlog::warn("job {}: preempted after step {}; emergency checkpoint {} written in {:.2f} s", job->id,
-                   job->trainer->step(), path.empty() ? "(rank 0's)" : path, seconds);
+      const bool abandoned = job->trainer->abandoned_steps() > abandoned_before;
+      TY_ASSIGN_OR_RETURN(EmergencyCheckpoint emergency, WriteEmergencyCheckpoint(*job, abandoned));
+      const std::string& path = emergency.path;
+      const double seconds = emergency.seconds;
       response.set_last_step(job->trainer->step());
       response.set_preempted(true);
       response.set_asked_to_stop(job->preempt);
@@ -357,8 +345,11 @@ absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& req
 absl::StatusOr<EvaluateResponse> WorkerCore::Evaluate(const EvaluateRequest& request) {
   TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
   std::lock_guard<std::mutex> busy(job->busy);
-  if (job->stop) return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted"));
+  // A preempted rank still evaluates: it stops at the first batch, with
+  // the others, into the emergency checkpoint.
+  if (job->stop && !job->preempt) return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted"));
   const JobSpec& spec = job->spec;
+  spdlog::info("job {}: evaluating step {} on {} task(s)", job->id, job->trainer->step(), spec.eval().tasks_size());
   EvaluateResponse response;
   try {
     std::map<std::string, std::unique_ptr<BatchIterator>> owned;
@@ -385,7 +376,11 @@ absl::StatusOr<EvaluateResponse> WorkerCore::Evaluate(const EvaluateRequest& req
     }
     absl::StatusOr<MetricsByTask> metrics = job->trainer->Eval(iterators);
     if (IsPreemptionError(metrics.status())) {
-      return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted during evaluation"));
+      TY_ASSIGN_OR_RETURN(EmergencyCheckpoint emergency, WriteEmergencyCheckpoint(*job, /*abandoned=*/false));
+      response.set_preempted(true);
+      response.set_asked_to_stop(job->preempt);
+      response.set_checkpoint(emergency.path);
+      return response;
     }
     if (!metrics.ok()) return CollectiveFailure(metrics.status());
     if (job->rank == 0) {
@@ -428,12 +423,42 @@ absl::StatusOr<std::vector<std::string>> WorkerCore::GatherDataStates(Job& job) 
   return states;
 }
 
+absl::StatusOr<WorkerCore::EmergencyCheckpoint> WorkerCore::WriteEmergencyCheckpoint(Job& job, bool abandoned) {
+  // Every rank stopped at the same point; was it a preemption on any of
+  // them (then write the emergency checkpoint), or an abort?
+  std::vector<torch::Tensor> preempted = {torch::full({1}, job.preempt ? 1.0f : 0.0f)};
+  TY_RETURN_IF_ERROR(CollectiveFailure(job.collective->AllReduce(preempted, ReduceOp::kMax)));
+  if (preempted[0].item<float>() == 0) {
+    return absl::AbortedError(absl::StrCat("job ", job.id, " was aborted at step ", job.trainer->step()));
+  }
+  if (abandoned) {
+    TY_RETURN_IF_ERROR(job.batches->PutBackLast());
+    spdlog::info("job {}: stopped between microbatches of step {}; its batch was put back", job.id,
+                 job.trainer->step());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  EmergencyCheckpoint out;
+  TY_ASSIGN_OR_RETURN(out.path, SaveCheckpoint(job, /*wait=*/true));
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::warn("job {}: preempted after step {}; emergency checkpoint {} written in {:.2f} s", job.id,
+               job.trainer->step(), out.path.empty() ? "(rank 0's)" : out.path, out.seconds);
+  return out;
+}
+
 absl::StatusOr<std::string> WorkerCore::SaveCheckpoint(Job& job, bool wait) {
   TY_ASSIGN_OR_RETURN(std::vector<std::string> states, GatherDataStates(job));
   if (job.rank != 0) return std::string();
   const int64_t step = job.trainer->step();
   const std::string dir = absl::StrCat(job.spec.output_dir(), "/checkpoint_", step);
   if (job.checkpointer.last_written() == dir) return dir;  // already written (e.g. preempted at a boundary)
+  if (job.last_save_started == dir) {
+    // This step's save is in flight (a stop right after a boundary): wait
+    // for it rather than write the same directory twice.
+    if (!wait) return job.checkpointer.last_written();
+    absl::Status written = job.checkpointer.Wait();
+    if (written.ok()) return dir;
+    spdlog::error("job {}: the save of {} failed ({}); writing it again", job.id, dir, written.ToString());
+  }
   std::string spec_json;
   (void)google::protobuf::util::MessageToJsonString(job.spec, &spec_json);
   TrainSnapshot snapshot = MakeSnapshot(*job.model->network(), *job.optimizer, step, job.world_size,
@@ -444,6 +469,7 @@ absl::StatusOr<std::string> WorkerCore::SaveCheckpoint(Job& job, bool wait) {
   const int keep = job.spec.keep_checkpoints();
   const int keep_best = job.spec.checkpoint().keep_best();
   const bool maximize = job.spec.checkpoint().best_mode() == EarlyStopping::MAX;
+  job.last_save_started = dir;
   absl::StatusOr<double> waited =
       job.checkpointer.Save(dir, std::move(snapshot), dtype, [output_dir, keep, keep_best, maximize] {
         ApplyRetention(output_dir, keep, keep_best, maximize);

@@ -81,6 +81,15 @@ class WorkerCore {
   // Every rank calls; rank 0 writes checkpoint_<step> (waiting for it when
   // `wait`) and returns the newest durable checkpoint; others return "".
   absl::StatusOr<std::string> SaveCheckpoint(Job& job, bool wait);
+  // After the ranks stopped together (a step, between microbatches, or an
+  // evaluation): kAborted unless a rank was preempted; else puts the
+  // abandoned step's batch back (`abandoned`) and writes the emergency
+  // checkpoint of the current step, synchronously.
+  struct EmergencyCheckpoint {
+    std::string path;  // rank 0; "" elsewhere
+    double seconds = 0;
+  };
+  absl::StatusOr<EmergencyCheckpoint> WriteEmergencyCheckpoint(Job& job, bool abandoned);
 
   WorkerCoreOptions options_;
   mutable std::mutex mu_;

@@ -292,6 +292,22 @@ class SystemTest(unittest.TestCase):
         self.assertEqual((meta["version"], meta["step"], meta["world_size"]), (2, 30, 2))
         self.assertEqual(len(meta["data_states"]), 2)
 
+    def test_sigterm_during_an_evaluation_preempts_at_that_step(self):
+        c = self.start(2)
+        job = c.submit(self.spec, "output_dir=eval-preempted", "total_steps=20", "eval_period=10",
+                       "eval.num_batches=400", "checkpoint_period=0")
+        victim = c.workers[1]
+        wait_for(lambda: "evaluating step 10" in Cluster.log(victim), 60, "the evaluation of step 10")
+        victim.send_signal(signal.SIGTERM)
+        s = c.wait_state(job, ["RESTARTING"], 30)
+        self.assertIn("was asked to stop; emergency checkpoint at step 10 (during the evaluation of step 10, "
+                      "which is not repeated)", s["reason"])
+        self.assertEqual(victim.wait(timeout=30), 0)
+        self.assertTrue(os.path.isdir(os.path.join(self.root, "eval-preempted", "checkpoint_10")))
+        c.add_worker()
+        s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
+        self.assertEqual((s["state"], s["step"], s["restarts"]), ("SUCCEEDED", 20, 1), s["reason"])
+
     def test_a_restarted_coordinator_resumes_the_running_job(self):
         c = self.start(2)
         job = c.submit(self.spec, "output_dir=survive", "total_steps=40", "summary_period=5",
