@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "common/blas.h"
 #include "client/flags.h"
 #include "model/encoder_decoder_model.h"
 #include "model/presets.h"
@@ -29,6 +30,7 @@ double Since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  trainyard::ReexecWithTunedBlas(argv);
   using namespace trainyard;
   std::string preset = "t5_1_1_small", dir = "/tmp/checkpoint-bench";
   FlagSet flags("checkpoint_bench [--preset NAME] [--dir DIR]", "Checkpoint write/read time vs the disk.");

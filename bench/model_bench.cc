@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/blas.h"
 #include "client/flags.h"
 #include "model/encoder_decoder_model.h"
 #include "model/presets.h"
@@ -107,5 +108,6 @@ int Main(const std::vector<std::string>& args) {
 }  // namespace trainyard
 
 int main(int argc, char** argv) {
+  trainyard::ReexecWithTunedBlas(argv);
   return trainyard::Main(std::vector<std::string>(argv + 1, argv + argc));
 }

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "common/blas.h"
 #include "absl/strings/str_cat.h"
 #include "client/flags.h"
 #include "client/job_client.h"
@@ -126,6 +127,7 @@ double ThroughService(JobClient* client, JobSpec spec, const std::string& output
 }  // namespace trainyard
 
 int main(int argc, char** argv) {
+  trainyard::ReexecWithTunedBlas(argv);
   using namespace trainyard;
   std::string trainyard_bin = "bazel-bin/client/trainyard";
   int steps = 200, period = 20, batch = 2, reps = 3;

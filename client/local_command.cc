@@ -223,9 +223,12 @@ int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostre
   children.push_back(*coordinator);
   absl::StatusOr<std::string> address = ReadListening(children[0], absl::Seconds(30));
   if (!address.ok()) return fail(address.status());
+  // The workers share this machine's cores: never oversubscribe them.
+  const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / workers);
   for (int i = 0; i < workers; ++i) {
     absl::StatusOr<Child> worker = Spawn(absl::StrCat("worker ", i),
-                                         {"worker", "--coordinator", *address, "--listen", "127.0.0.1:0"},
+                                         {"worker", "--coordinator", *address, "--listen", "127.0.0.1:0",
+                                          "--threads", absl::StrCat(threads)},
                                          absl::StrCat(state_dir, "/worker-", i, ".log"));
     if (!worker.ok()) return fail(worker.status());
     children.push_back(*worker);

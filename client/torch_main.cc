@@ -3,8 +3,10 @@
 #include <iostream>
 
 #include "client/commands.h"
+#include "common/blas.h"
 
 int main(int argc, char** argv) {
+  trainyard::ReexecWithTunedBlas(argv);  // OpenBLAS picks its kernels at load time
   return trainyard::RunTrainyard("trainyard-torch", trainyard::TorchCommands(), argc, argv,
                                  std::cout, std::cerr);
 }

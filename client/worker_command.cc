@@ -1,7 +1,13 @@
 // `trainyard worker` (in trainyard-torch): runs a worker process.
 #include "client/commands.h"
+#include <ATen/Parallel.h>
+
+#include <thread>
+
 #include "client/flags.h"
+#include "common/blas.h"
 #include "common/logging.h"
+#include "spdlog/spdlog.h"
 #include "worker/server.h"
 
 namespace trainyard {
@@ -10,6 +16,7 @@ int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostr
   WorkerServerOptions options;
   std::string log_level = "info";
   int collective_timeout = 60;
+  int threads = 0;
   FlagSet flags("worker --coordinator HOST:PORT [--listen HOST:PORT] [--device cpu]",
                 "Runs a worker: registers with the coordinator, heartbeats, and runs the\n"
                 "steps of the jobs it is given. The first line on stdout is `listening on\n"
@@ -19,6 +26,8 @@ int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostr
   flags.AddString("advertise-host", &options.advertise_host, "HOST",
                   "the address other processes reach this worker at (default: the listen host)");
   flags.AddString("device", &options.device, "DEVICE", "cpu (default)");
+  flags.AddInt("threads", &threads, "N",
+               "compute threads (ATen and the BLAS; default: every core, for one worker per host)");
   flags.AddInt("collective-timeout", &collective_timeout, "SECONDS",
                "a collective operation waits at most this long for its peers (default 60)");
   flags.AddString("log-level", &log_level, "LEVEL", "trace, debug, info, warn, error (default info)");
@@ -32,8 +41,16 @@ int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostr
     err << "error: --collective-timeout: " << collective_timeout << "; want at least 1 second\n";
     return kExitUsage;
   }
+  if (threads < 0 || threads > 1024) {
+    err << "error: --threads: " << threads << "; allowed 1..1024 (0: every core)\n";
+    return kExitUsage;
+  }
+  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.collective_timeout = absl::Seconds(collective_timeout);
   if (absl::optional<int> code = SetUpLogging(log_level, err)) return *code;
+  at::set_num_threads(threads);
+  SetBlasThreads(threads);
+  spdlog::info("worker: {} compute thread(s); BLAS: {}", threads, BlasDescription());
   absl::Status status = ServeWorker(options, out);
   if (!status.ok()) {
     err << "error: " << status.message() << "\n";

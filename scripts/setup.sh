@@ -13,6 +13,9 @@ packages=(
   libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev
   libtorch-dev libgloo-dev
+  # LibTorch's matrix products go to libblas.so.3: OpenBLAS takes that name
+  # (Debian's alternatives), ~34x the reference BLAS here (bench/blas_bench).
+  libopenblas0-pthread
   libsqlite3-dev libsentencepiece-dev sentencepiece
   python3 python3-venv python3-numpy python3-torch
 )

@@ -5,14 +5,14 @@
 # alternating the two systems, REPS repetitions; prints every measurement as
 # a JSON line, then medians and ratios.
 #
-# Both systems use the BLAS that LibTorch resolves as libblas.so.3: the
-# machine's default (Debian's reference BLAS unless a tuned one is installed)
-# and, for comparison, OpenBLAS 0.3.21 from Debian's package, unpacked under
-# .bench/ (not installed) and selected with LD_LIBRARY_PATH.
+# Both systems use the BLAS that LibTorch resolves as libblas.so.3: OpenBLAS
+# (scripts/setup.sh installs it) with OPENBLAS_CORETYPE=SkylakeX set for
+# both (common/blas.h says why), and, for comparison, Debian's reference
+# BLAS selected with LD_LIBRARY_PATH.
 #
 # usage: bench/model/run.sh [REPS [SMALL_REPS]]   (default 3 and 1)
-# t5_1_1_small takes about a minute per step here (OpenBLAS, 1 thread), so it
-# runs SMALL_REPS alternating repetitions of 1 warm-up + 1 timed step.
+# t5_1_1_small runs SMALL_REPS alternating repetitions of 1 warm-up + 1
+# timed step (OpenBLAS only: minutes per step on the reference BLAS).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 reps="${1:-3}"
@@ -24,16 +24,17 @@ bench="$(bazel info -c opt bazel-bin 2>/dev/null)/bench/model_bench"
 trainyard="$(bazel info -c opt bazel-bin 2>/dev/null)/client/trainyard"
 python=.venv/bin/python
 
-openblas_dir="$PWD/.bench/openblas/usr/lib/x86_64-linux-gnu/openblas-pthread"
-if [ ! -f "$openblas_dir/libblas.so.3" ]; then
-  mkdir -p .bench/openblas
-  (cd .bench && apt-get download -qq libopenblas0-pthread 2>/dev/null && dpkg -x libopenblas0-pthread_*.deb openblas)
-fi
+reference_dir=/usr/lib/x86_64-linux-gnu/blas
+core=$(grep -q avx512bw /proc/cpuinfo && echo SkylakeX || true)
 
 out=$(mktemp)
 run() {  # BLAS PRESET STEPS SYSTEM
   local blas="$1" preset="$2" steps="$3" system="$4" env=()
-  [ "$blas" = openblas ] && env=(LD_LIBRARY_PATH="$openblas_dir")
+  if [ "$blas" = openblas ]; then
+    [ -n "$core" ] && env=(OPENBLAS_CORETYPE="$core")
+  else
+    env=(LD_LIBRARY_PATH="$reference_dir")
+  fi
   local args=(--preset "$preset" --steps "$steps" --warmup 1 --threads 1)
   if [ "$system" = trainyard ]; then
     env "${env[@]}" OMP_NUM_THREADS=1 "$bench" "${args[@]}"

@@ -137,7 +137,10 @@ class KillDuringAsyncSaveTest(unittest.TestCase):
         c.add_worker()
         s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
         self.assertEqual((s["state"], s["restarts"]), ("SUCCEEDED", 1), s["reason"])
-        logs = Cluster.log(c.workers[0]) + Cluster.log(c.workers[1])
+        logs = ""
+        for w in c.workers:
+            with open(w.log) as f:
+                logs += f.read()
         self.assertIn(f"restored {out}/checkpoint_10 (step 10)", logs)
         self.assertIn(f"removed {out}/{leftovers[0]}, left by a save that did not finish", logs)
         self.assertEqual(sorted(n for n in os.listdir(out) if n.startswith("checkpoint_")),
