@@ -605,7 +605,9 @@ absl::StatusOr<JobInfo> Coordinator::CancelJob(const std::string& job_id, const 
           absl::StrCat("job '", job_id, "' already ended: ", JobState_Name(job->info.state())));
     }
     const std::string why = reason.empty() ? "cancelled by the user" : absl::StrCat("cancelled: ", reason);
-    if (job->info.state() == PENDING) {
+    if (job->info.state() == PENDING || job->info.state() == RESTARTING) {
+      // No attempt runs (a RESTARTING job's last one is over or tearing
+      // down): final at once, never scheduled again.
       job->stop = true;
       SetStateLocked(job, CANCELLED, why);
     } else {

@@ -357,6 +357,7 @@ TEST_F(CoordinatorTest, APreemptedJobRestartsFromItsEmergencyCheckpoint) {
   EXPECT_EQ(done.restarts(), 1);
   std::lock_guard<std::mutex> lock(Worker("a")->mu);
   EXPECT_EQ(Worker("a")->restored, (std::vector<std::string>{"", "ckpt_23"}));
+  EXPECT_THAT(c->CancelJob(id, "").status(), StatusCodeIs(absl::StatusCode::kFailedPrecondition));
   // The resumed attempt starts at step 23 and runs to the next boundary.
   std::vector<std::string> calls = Worker("a")->calls;
   EXPECT_NE(std::find(calls.begin(), calls.end(), "run 23+17"), calls.end());
@@ -396,6 +397,36 @@ TEST_F(CoordinatorTest, APreemptionDuringEvaluationRestartsFromThatStep) {
   EXPECT_EQ(std::vector<std::string>(calls.begin(), calls.begin() + 7),
             (std::vector<std::string>{"start 0/2", "run 0+20", "eval 20", "abort", "start 0/2", "run 20+20 ckpt",
                                       "eval 40"}));
+}
+
+TEST_F(CoordinatorTest, CancellingARestartingJobEndsItWithoutAnotherAttempt) {
+  auto c = Make();
+  const std::string a = AddWorker(c.get(), "a");
+  const std::string b = AddWorker(c.get(), "b");
+  Worker("a")->preempt_step = 20;
+  Worker("b")->preempt_step = 20;
+  Worker("b")->asked_to_stop = true;
+  const std::string id = c->SubmitJob(Spec(2, 60))->job_id();
+  c->Start();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (c->GetJob(id)->state() != RESTARTING && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_EQ(c->GetJob(id)->state(), RESTARTING);
+  absl::StatusOr<JobInfo> cancelled = c->CancelJob(id, "");
+  ASSERT_THAT(cancelled.status(), IsOk());
+  EXPECT_EQ(cancelled->state(), CANCELLED);
+  EXPECT_EQ(cancelled->reason(), "cancelled by the user");
+  // The drained workers come back; nothing starts the job again.
+  for (int i = 0; i < 50; ++i) {
+    for (const std::string& w : {a, b}) {
+      HeartbeatRequest hb;
+      hb.set_worker_id(w);
+      ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(c->GetJob(id)->state(), CANCELLED);
+  std::lock_guard<std::mutex> lock(Worker("b")->mu);
+  EXPECT_EQ(std::count(Worker("b")->calls.begin(), Worker("b")->calls.end(), "start 1/2"), 1);
 }
 
 TEST_F(CoordinatorTest, TerminateOnNanFailsTheJob) {

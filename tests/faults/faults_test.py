@@ -130,7 +130,7 @@ class KillDuringAsyncSaveTest(unittest.TestCase):
         leftovers = [n for n in os.listdir(out) if n.startswith("checkpoint_20.tmp-")]
         self.assertEqual(len(leftovers), 1, os.listdir(out))
         self.assertIn("metadata.json", os.listdir(os.path.join(out, leftovers[0])))
-        self.assertNotIn("manifest.json", os.listdir(os.path.join(out, leftovers[0])))
+        self.assertNotIn("MANIFEST.json", os.listdir(os.path.join(out, leftovers[0])))
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=10)
         c.workers.pop(0)
