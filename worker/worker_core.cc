@@ -17,11 +17,11 @@
 #include "model/encoder_decoder_model.h"
 #include "model/presets.h"
 #include "model/weights.h"
-#include "re2/re2.h"
 #include "google/protobuf/util/json_util.h"
 #include "spdlog/spdlog.h"
 #include "trainer/learning_rate.h"
 #include "trainer/optimizer.h"
+#include "trainer/restore.h"
 #include "trainer/task_batches.h"
 #include "trainer/train_checkpoint.h"
 #include "trainer/trainer.h"
@@ -492,22 +492,11 @@ absl::Status WorkerCore::Restore(Job& job, const std::string& named) {
   // spec's choice.
   std::string path = named;
   if (path.empty()) {
-    if (restore.mode() == RestoreConfig::SPECIFIC) {
-      path = !restore.path().empty() ? restore.path()
-                                     : absl::StrCat(spec.output_dir(), "/checkpoint_", restore.step());
-    } else if (restore.mode() == RestoreConfig::LATEST) {
-      const std::string where = restore.path().empty() ? spec.output_dir() : restore.path();
-      std::vector<std::string> skipped;
-      absl::StatusOr<std::string> latest = LatestGoodCheckpoint(where, &skipped);
-      for (const std::string& why : skipped) spdlog::warn("job {}: skipping a checkpoint: {}", job.id, why);
-      if (latest.ok()) {
-        path = *latest;
-      } else if (!skipped.empty() && !restore.fallback_to_scratch()) {
-        return absl::DataLossError(absl::StrCat("restore: every checkpoint under ", where,
-                                                " is damaged or incomplete (", skipped.front(),
-                                                "); set restore.fallback_to_scratch to start over"));
-      }
-    }
+    std::vector<std::string> skipped;
+    absl::StatusOr<std::string> chosen = ChooseCheckpoint(restore, spec.output_dir(), &skipped);
+    for (const std::string& why : skipped) spdlog::warn("job {}: skipping a checkpoint: {}", job.id, why);
+    if (!chosen.ok()) return chosen.status();
+    path = *chosen;
   }
   if (path.empty() && spec.kind() == FINETUNING && !restore.fallback_to_scratch()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -537,29 +526,9 @@ absl::Status WorkerCore::Restore(Job& job, const std::string& named) {
   }
   if (path.empty()) return absl::OkStatus();  // from scratch
 
-  // Parameters: renamed by the assignment map (first full match wins; an
-  // empty replacement drops the tensor), then assigned all or nothing.
-  TensorMap params;
-  for (auto& [name, tensor] : ckpt->params) {
-    std::string target = name;
-    bool dropped = false;
-    for (const auto& rename : restore.assignment_map()) {
-      RE2 pattern(rename.pattern());
-      if (RE2::FullMatch(name, pattern)) {
-        target = name;
-        RE2::Replace(&target, pattern, rename.replacement());
-        dropped = rename.replacement().empty();
-        break;
-      }
-    }
-    if (!dropped) params[target] = tensor;
-  }
-  const bool strict = !restore.has_strict() || restore.strict();
-  TY_RETURN_IF_ERROR(AssignParameters(params, strict, job.model->network().get()));
-  const bool same_model = ckpt->config.SerializeAsString() == job.model->network()->config().SerializeAsString();
-  if (!ckpt->optimizer.empty() && same_model && restore.assignment_map().empty()) {
-    absl::Status s = job.optimizer->LoadState(ckpt->optimizer);
-    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("restore: ", path, ": ", s.message()));
+  TY_ASSIGN_OR_RETURN(bool with_optimizer,
+                      ApplyCheckpoint(*ckpt, restore, job.model->network().get(), job.optimizer.get()));
+  if (with_optimizer) {
     // Data positions: exact when the world size is the same; otherwise
     // every rank starts at the epoch after the furthest one recorded.
     if (ckpt->world_size == job.world_size && static_cast<int>(ckpt->data_states.size()) == job.world_size) {
