@@ -147,28 +147,28 @@ std::vector<std::string> RougeTokens(const std::string& text) {
   return SplitWhitespace(cleaned);
 }
 
-absl::StatusOr<MetricValues> ExactMatch(const std::vector<std::string>& targets,
+absl::StatusOr<MetricResults> ExactMatch(const std::vector<std::string>& targets,
                                         const std::vector<std::string>& predictions) {
   if (absl::Status s = CheckSizes("exact_match", targets.size(), predictions.size()); !s.ok()) return s;
-  if (targets.empty()) return MetricValues{{"exact_match", 0.0}};
+  if (targets.empty()) return MetricResults{{"exact_match", 0.0}};
   double same = 0;
   for (size_t i = 0; i < targets.size(); ++i) same += NormalizeSquad(targets[i]) == NormalizeSquad(predictions[i]);
-  return MetricValues{{"exact_match", 100.0 * same / static_cast<double>(targets.size())}};
+  return MetricResults{{"exact_match", 100.0 * same / static_cast<double>(targets.size())}};
 }
 
-absl::StatusOr<MetricValues> SequenceAccuracy(const std::vector<std::string>& targets,
+absl::StatusOr<MetricResults> SequenceAccuracy(const std::vector<std::string>& targets,
                                               const std::vector<std::string>& predictions) {
   if (absl::Status s = CheckSizes("sequence_accuracy", targets.size(), predictions.size()); !s.ok()) return s;
-  if (targets.empty()) return MetricValues{{"sequence_accuracy", 0.0}};
+  if (targets.empty()) return MetricResults{{"sequence_accuracy", 0.0}};
   double same = 0;
   for (size_t i = 0; i < targets.size(); ++i) same += targets[i] == predictions[i];
-  return MetricValues{{"sequence_accuracy", 100.0 * same / static_cast<double>(targets.size())}};
+  return MetricResults{{"sequence_accuracy", 100.0 * same / static_cast<double>(targets.size())}};
 }
 
-absl::StatusOr<MetricValues> TokenF1(const std::vector<std::string>& targets,
+absl::StatusOr<MetricResults> TokenF1(const std::vector<std::string>& targets,
                                      const std::vector<std::string>& predictions) {
   if (absl::Status s = CheckSizes("token_f1", targets.size(), predictions.size()); !s.ok()) return s;
-  if (targets.empty()) return MetricValues{{"f1", 0.0}};
+  if (targets.empty()) return MetricResults{{"f1", 0.0}};
   double total = 0;
   for (size_t i = 0; i < targets.size(); ++i) {
     const std::vector<std::string> gold = SplitWhitespace(NormalizeSquad(targets[i]));
@@ -185,10 +185,10 @@ absl::StatusOr<MetricValues> TokenF1(const std::vector<std::string>& targets,
     }
     total += FMeasure(same, static_cast<double>(pred.size()), static_cast<double>(gold.size()));
   }
-  return MetricValues{{"f1", 100.0 * total / static_cast<double>(targets.size())}};
+  return MetricResults{{"f1", 100.0 * total / static_cast<double>(targets.size())}};
 }
 
-absl::StatusOr<MetricValues> Bleu(const std::vector<std::string>& targets,
+absl::StatusOr<MetricResults> Bleu(const std::vector<std::string>& targets,
                                   const std::vector<std::string>& predictions) {
   if (absl::Status s = CheckSizes("bleu", targets.size(), predictions.size()); !s.ok()) return s;
   constexpr int kOrder = 4;
@@ -223,10 +223,10 @@ absl::StatusOr<MetricValues> Bleu(const std::vector<std::string>& targets,
   double log_sum = 0;
   for (double p : precisions) log_sum += p > 0 ? std::log(p) : -9999999999.0;
   const double brevity = sys_len < ref_len ? (sys_len > 0 ? std::exp(1 - ref_len / sys_len) : 0.0) : 1.0;
-  return MetricValues{{"bleu", brevity * std::exp(log_sum / kOrder)}};
+  return MetricResults{{"bleu", brevity * std::exp(log_sum / kOrder)}};
 }
 
-absl::StatusOr<MetricValues> Rouge(const std::vector<std::string>& targets,
+absl::StatusOr<MetricResults> Rouge(const std::vector<std::string>& targets,
                                    const std::vector<std::string>& predictions) {
   if (absl::Status s = CheckSizes("rouge", targets.size(), predictions.size()); !s.ok()) return s;
   double r1 = 0, r2 = 0, rl = 0;
@@ -247,14 +247,14 @@ absl::StatusOr<MetricValues> Rouge(const std::vector<std::string>& targets,
                    static_cast<double>(t.size()));
   }
   const double n = targets.empty() ? 1.0 : static_cast<double>(targets.size());
-  return MetricValues{{"rouge1", 100 * r1 / n}, {"rouge2", 100 * r2 / n}, {"rougeL", 100 * rl / n}};
+  return MetricResults{{"rouge1", 100 * r1 / n}, {"rouge2", 100 * r2 / n}, {"rougeL", 100 * rl / n}};
 }
 
-absl::StatusOr<MetricValues> MeanLogLikelihood(const std::vector<std::string>& targets,
+absl::StatusOr<MetricResults> MeanLogLikelihood(const std::vector<std::string>& targets,
                                                const std::vector<double>& scores) {
   if (absl::Status s = CheckSizes("mean_log_likelihood", targets.size(), scores.size()); !s.ok()) return s;
-  if (scores.empty()) return MetricValues{{"mean_log_likelihood", 0.0}};
-  return MetricValues{
+  if (scores.empty()) return MetricResults{{"mean_log_likelihood", 0.0}};
+  return MetricResults{
       {"mean_log_likelihood", std::accumulate(scores.begin(), scores.end(), 0.0) / static_cast<double>(scores.size())}};
 }
 
@@ -273,14 +273,14 @@ absl::StatusOr<MetricFn> BuiltinMetricFn(const std::string& name) {
                                           absl::StrJoin(BuiltinMetricFnNames(), ", ")));
 }
 
-absl::StatusOr<MetricValues> ComputeMetrics(const std::vector<MetricFn>& fns,
+absl::StatusOr<MetricResults> ComputeMetrics(const std::vector<MetricFn>& fns,
                                             const std::vector<std::string>& targets,
                                             const std::vector<std::string>* predictions,
                                             const AuxValues* aux, const std::vector<double>* scores) {
-  MetricValues out;
+  MetricResults out;
   std::map<std::string, std::string> owner;  // value name -> function name
   for (const MetricFn& f : fns) {
-    absl::StatusOr<MetricValues> values;
+    absl::StatusOr<MetricResults> values;
     if (const auto* fn = std::get_if<ScoreMetricFn>(&f.fn)) {
       if (scores == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat("metric function '", f.name, "' needs scores"));

@@ -35,16 +35,16 @@
 
 namespace trainyard {
 
-using MetricValues = std::map<std::string, double>;
+using MetricResults = std::map<std::string, double>;
 using AuxValues = std::map<std::string, std::vector<double>>;
 
 using ScoreMetricFn =
-    std::function<absl::StatusOr<MetricValues>(const std::vector<std::string>& targets,
+    std::function<absl::StatusOr<MetricResults>(const std::vector<std::string>& targets,
                                                const std::vector<double>& scores)>;
 using PredictionMetricFn =
-    std::function<absl::StatusOr<MetricValues>(const std::vector<std::string>& targets,
+    std::function<absl::StatusOr<MetricResults>(const std::vector<std::string>& targets,
                                                const std::vector<std::string>& predictions)>;
-using PredictionAuxMetricFn = std::function<absl::StatusOr<MetricValues>(
+using PredictionAuxMetricFn = std::function<absl::StatusOr<MetricResults>(
     const std::vector<std::string>& targets, const std::vector<std::string>& predictions, const AuxValues& aux)>;
 
 // One metric function of any of the three forms, with a name for errors.
@@ -57,17 +57,17 @@ struct MetricFn {
 };
 
 // Built-in metric functions (see the file comment).
-absl::StatusOr<MetricValues> ExactMatch(const std::vector<std::string>& targets,
+absl::StatusOr<MetricResults> ExactMatch(const std::vector<std::string>& targets,
                                         const std::vector<std::string>& predictions);
-absl::StatusOr<MetricValues> SequenceAccuracy(const std::vector<std::string>& targets,
+absl::StatusOr<MetricResults> SequenceAccuracy(const std::vector<std::string>& targets,
                                               const std::vector<std::string>& predictions);
-absl::StatusOr<MetricValues> TokenF1(const std::vector<std::string>& targets,
+absl::StatusOr<MetricResults> TokenF1(const std::vector<std::string>& targets,
                                      const std::vector<std::string>& predictions);
-absl::StatusOr<MetricValues> Bleu(const std::vector<std::string>& targets,
+absl::StatusOr<MetricResults> Bleu(const std::vector<std::string>& targets,
                                   const std::vector<std::string>& predictions);
-absl::StatusOr<MetricValues> Rouge(const std::vector<std::string>& targets,
+absl::StatusOr<MetricResults> Rouge(const std::vector<std::string>& targets,
                                    const std::vector<std::string>& predictions);
-absl::StatusOr<MetricValues> MeanLogLikelihood(const std::vector<std::string>& targets,
+absl::StatusOr<MetricResults> MeanLogLikelihood(const std::vector<std::string>& targets,
                                                const std::vector<double>& scores);
 
 // The built-ins by name ("exact_match", "sequence_accuracy", "token_f1",
@@ -79,7 +79,7 @@ std::vector<std::string> BuiltinMetricFnNames();
 // kInvalidArgument when a function returns a name another one returned
 // (naming both functions and the value), when sizes differ, or when a
 // function needs predictions/scores that were not given (nullptr).
-absl::StatusOr<MetricValues> ComputeMetrics(const std::vector<MetricFn>& fns,
+absl::StatusOr<MetricResults> ComputeMetrics(const std::vector<MetricFn>& fns,
                                             const std::vector<std::string>& targets,
                                             const std::vector<std::string>* predictions,
                                             const AuxValues* aux, const std::vector<double>* scores);

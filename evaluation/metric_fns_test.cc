@@ -53,7 +53,7 @@ TEST(MetricFnsTest, BleuFollowsSacrebleusCorpusFormula) {
 
 TEST(MetricFnsTest, RougeF1MeasuresOverLowercaseAlphanumericTokens) {
   // "the cat sat" vs "The cat!": R1 P=1 R=2/3 F=0.8; R2 P=1 R=1/2 F=2/3; L = R1.
-  absl::StatusOr<MetricValues> r = Rouge({"the cat sat"}, {"The cat!"});
+  absl::StatusOr<MetricResults> r = Rouge({"the cat sat"}, {"The cat!"});
   ASSERT_THAT(r.status(), IsOk());
   EXPECT_NEAR(r->at("rouge1"), 80.0, 1e-9);
   EXPECT_NEAR(r->at("rouge2"), 200.0 / 3, 1e-9);
@@ -72,10 +72,10 @@ TEST(MetricFnsTest, ComputeMetricsCallsEachFormWithItsArguments) {
   AuxValues seen_aux;
   MetricFn with_aux{"aux", PredictionAuxMetricFn([&](const std::vector<std::string>& t,
                                                      const std::vector<std::string>& p, const AuxValues& aux)
-                                                     -> absl::StatusOr<MetricValues> {
+                                                     -> absl::StatusOr<MetricResults> {
                       seen_targets = t;
                       seen_aux = aux;
-                      return MetricValues{{"mean_aux_score", (aux.at("scores")[0] + aux.at("scores")[1]) / 2},
+                      return MetricResults{{"mean_aux_score", (aux.at("scores")[0] + aux.at("scores")[1]) / 2},
                                           {"predictions", static_cast<double>(p.size())}};
                     })};
   const std::vector<MetricFn> fns = {*BuiltinMetricFn("sequence_accuracy"), *BuiltinMetricFn("mean_log_likelihood"),
@@ -83,9 +83,9 @@ TEST(MetricFnsTest, ComputeMetricsCallsEachFormWithItsArguments) {
   const std::vector<std::string> targets = {"one", "two"}, predictions = {"one", "three"};
   const AuxValues aux = {{"scores", {-1.0, -3.0}}};
   const std::vector<double> scores = {-0.5, -1.5};
-  absl::StatusOr<MetricValues> m = ComputeMetrics(fns, targets, &predictions, &aux, &scores);
+  absl::StatusOr<MetricResults> m = ComputeMetrics(fns, targets, &predictions, &aux, &scores);
   ASSERT_THAT(m.status(), IsOk());
-  EXPECT_EQ(*m, (MetricValues{{"mean_aux_score", -2.0},
+  EXPECT_EQ(*m, (MetricResults{{"mean_aux_score", -2.0},
                               {"mean_log_likelihood", -1.0},
                               {"predictions", 2.0},
                               {"sequence_accuracy", 50.0}}));

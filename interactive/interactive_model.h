@@ -1,0 +1,204 @@
+// T5X's InteractiveModel in C++: train, predict, score and evaluate a model
+// on natural-text examples in-process, for trying a model on a handful of
+// strings before running batch jobs.
+//
+// An example is an input string (for inference) or an {input, target} pair.
+// Examples go through the optional text preprocessors, are tokenised with
+// the vocabulary (EOS appended when add_eos), truncated to the feature
+// lengths (counted and reported as truncated_examples), and batched
+// unpacked, `batch_size` at a time, in order.
+//
+//   InteractiveModelOptions options;
+//   options.output_dir = "runs/try";
+//   options.model.set_preset("tiny");
+//   auto model = InteractiveModel::Create(options);
+//   (*model)->TrainStep(examples);
+//   (*model)->PredictWithAux({NaturalExample("123")});
+//
+// The partitioner is a single process here (world size 1); the same
+// training step runs data-parallel in batch jobs.
+//
+// Thread-safety: one thread drives an InteractiveModel.
+#ifndef TRAINYARD_INTERACTIVE_INTERACTIVE_MODEL_H_
+#define TRAINYARD_INTERACTIVE_INTERACTIVE_MODEL_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "collective/collective.h"
+#include "data/task.h"
+#include "data/vocabulary.h"
+#include "evaluation/metric_fns.h"
+#include "model/decoding.h"
+#include "model/encoder_decoder_model.h"
+#include "proto/job.pb.h"
+#include "trainer/optimizer.h"
+#include "trainer/trainer.h"
+
+namespace trainyard {
+
+struct NaturalExample {
+  NaturalExample(std::string input) : input(std::move(input)) {}  // NOLINT: a string is an example
+  NaturalExample(const char* input) : input(input) {}              // NOLINT
+  NaturalExample(std::string input, std::string target) : input(std::move(input)), target(std::move(target)) {}
+
+  std::string input;
+  std::optional<std::string> target;
+};
+
+// T5X's InferenceType.
+enum class InferenceType { kScore, kPredictWithAux };
+
+// Applied to each prediction and each target before the metric functions
+// (seqio's postprocess_fn); `is_target` says which.
+using Postprocessor = std::function<std::string(const std::string& text, bool is_target)>;
+
+struct InteractiveModelOptions {
+  int batch_size = 8;
+  FeatureLengths task_feature_lengths;  // inputs and targets, in tokens; both required
+  std::string output_dir;               // checkpoints and train summaries
+  ModelSpec model;                      // a preset or an explicit config
+  Dtype dtype = FLOAT32;                // compute dtype (parameters stay float32)
+  // Where the initial state comes from (T5X's restore_mode and
+  // checkpoint_path): LATEST (default: the newest good checkpoint under
+  // `restore.path`, else output_dir; none means a fresh model), SPECIFIC
+  // (`restore.path` or `restore.step`), or NONE; assignment_map and strict
+  // as in job specs.
+  RestoreConfig restore;
+  uint64_t init_random_seed = 42;  // parameters and dropout
+  bool add_eos = true;
+  // A SentencePiece model; empty: the bundled digits_to_words vocabulary.
+  std::string vocabulary_path;
+  OptimizerConfig optimizer;              // default: Adafactor
+  LearningRateSchedule learning_rate;     // default: constant 0.01
+  LossConfig loss;
+  int num_microbatches = 1;
+  // Decoding for predictions; max_decode_length 0 means the targets length.
+  DecodeOptions decode = [] {
+    DecodeOptions d;
+    d.max_decode_length = 0;
+    return d;
+  }();
+  // Set to request a stop (e.g. from a SIGTERM handler): a train step in
+  // progress stops and an emergency checkpoint is written.
+  const std::atomic<bool>* preemption_requested = nullptr;
+};
+
+// Predictions and/or scores of a list of examples, in their order.
+struct Inference {
+  std::vector<std::string> inputs;       // after preprocessing
+  std::vector<std::string> targets;      // after preprocessing ("" without one)
+  std::vector<std::string> predictions;  // PREDICT_WITH_AUX
+  std::vector<double> scores;            // SCORE: log-likelihood of the target
+  AuxValues aux;                         // PREDICT_WITH_AUX: "scores" of the predictions
+  int64_t truncated_examples = 0;        // inputs or targets cut to the feature lengths
+};
+
+struct TrainLoopResult {
+  Inference predictions;  // the last predict batch's (empty if none)
+  Inference scores;       // the last score batch's
+  MetricResults metrics;   // the last eval batch's
+};
+
+class InteractiveModel {
+ public:
+  // kInvalidArgument naming the option for bad options; restore errors as
+  // in job specs (kDataLoss for damaged checkpoints, kNotFound for a
+  // missing SPECIFIC one).
+  static absl::StatusOr<std::unique_ptr<InteractiveModel>> Create(InteractiveModelOptions options);
+  ~InteractiveModel();
+
+  // One training step on the first batch_size examples (each needs a
+  // target); kInvalidArgument naming both numbers when fewer are given.
+  // Returns the step's train summary (loss, accuracy, learning rate, data
+  // counts). A preemption request stops the step: the emergency checkpoint
+  // of the last completed step is written and kAborted names it.
+  absl::StatusOr<MetricResults> TrainStep(const std::vector<NaturalExample>& examples);
+  absl::StatusOr<MetricResults> TrainStepWithPreprocessors(const std::vector<NaturalExample>& examples,
+                                                          const std::vector<Preprocessor>& preprocessors);
+  absl::StatusOr<MetricResults> TrainStepFromBatchIterator(BatchIterator* iterator);
+
+  // SCORE: the log-likelihood of each target given its input (targets
+  // required); PREDICT_WITH_AUX: decoded predictions and their scores.
+  // `decode` overrides the options' decoding.
+  absl::StatusOr<Inference> InferWithPreprocessors(InferenceType mode, const std::vector<NaturalExample>& examples,
+                                                   const std::vector<Preprocessor>& preprocessors,
+                                                   const DecodeOptions* decode = nullptr);
+  absl::StatusOr<Inference> PredictWithAux(const std::vector<NaturalExample>& examples);
+  absl::StatusOr<std::vector<double>> Score(const std::vector<NaturalExample>& examples);
+
+  // Runs what the metric functions need (predictions, scores) and merges
+  // their values; a metric name returned twice is kInvalidArgument.
+  absl::StatusOr<MetricResults> Evaluate(const std::vector<NaturalExample>& examples,
+                                        const std::vector<MetricFn>& metric_fns);
+  absl::StatusOr<MetricResults> EvaluateWithPreprocessors(const std::vector<NaturalExample>& examples,
+                                                         const std::vector<Preprocessor>& preprocessors,
+                                                         const std::vector<MetricFn>& metric_fns,
+                                                         const Postprocessor& postprocessor = nullptr);
+
+  // T5X's train_loop: num_steps train steps; after every eval_period-th
+  // one, predicts, scores and evaluates the next batch of each list. A list
+  // of one batch is used every time; an empty list skips that phase; a
+  // list shorter than needed (but longer than one) is kInvalidArgument.
+  // Returns the last predictions, scores and metrics.
+  using Batches = std::vector<std::vector<NaturalExample>>;
+  absl::StatusOr<TrainLoopResult> TrainLoop(int num_steps, int eval_period, const Batches& train_batches,
+                                            const Batches& predict_batches, const Batches& score_batches,
+                                            const Batches& eval_batches, const std::vector<MetricFn>& metric_fns);
+
+  // Writes output_dir/checkpoint_<step> (a training checkpoint: parameters,
+  // optimizer state, metadata with the equivalent job spec) and returns its
+  // path; the existing one if this step was saved already.
+  absl::StatusOr<std::string> SaveCheckpoint();
+
+  int64_t step() const;
+  // The job spec this session corresponds to (as a batch job would run it).
+  const JobSpec& job_spec() const { return spec_; }
+  const Vocabulary& vocabulary() const { return *vocabulary_; }
+  EncoderDecoderModel& model() { return *model_; }
+
+  // Tokenised, truncated, batched examples (exposed for tests and for the
+  // batch iterator helpers): rows in the examples' order.
+  absl::StatusOr<T5Batch> MakeBatch(const std::vector<NaturalExample>& examples, bool need_targets,
+                                    int64_t* truncated) const;
+
+ private:
+  InteractiveModel() = default;
+  absl::StatusOr<std::vector<NaturalExample>> Preprocess(const std::vector<NaturalExample>& examples,
+                                                         const std::vector<Preprocessor>& preprocessors) const;
+  absl::StatusOr<MetricResults> TrainOnBatch(BatchIterator* batches);
+
+  InteractiveModelOptions options_;
+  JobSpec spec_;
+  std::shared_ptr<const Vocabulary> vocabulary_;
+  std::unique_ptr<EncoderDecoderModel> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LocalCollective> collective_;
+  std::unique_ptr<Trainer> trainer_;
+  std::string last_saved_;
+};
+
+// Helpers of T5X's interactive_model module.
+
+// num_batches batches of batch_size examples of a task's split, in the
+// split's order (or shuffled by `shuffle_seed`), after its text
+// preprocessors, as natural text (pretokenized) — or, with
+// pretokenized false, as the token ids decoded back to text (what the model
+// sees after truncation to sequence_length). kNotFound for an unknown task
+// (listing the registered ones); kOutOfRange when the split has fewer
+// examples than asked for.
+absl::StatusOr<InteractiveModel::Batches> GetBatchesFromTask(const TaskRegistry& registry,
+                                                             const std::string& task_or_mixture,
+                                                             const std::string& split, int batch_size,
+                                                             int num_batches, bool pretokenized = true,
+                                                             const FeatureLengths* sequence_length = nullptr,
+                                                             std::optional<uint64_t> shuffle_seed = std::nullopt);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_INTERACTIVE_INTERACTIVE_MODEL_H_

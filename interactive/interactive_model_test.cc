@@ -1,0 +1,315 @@
+#include "interactive/interactive_model.h"
+
+#include <filesystem>
+
+#include "common/testing/status_matchers.h"
+#include "data/bundled.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainyard {
+namespace {
+
+using ::testing::HasSubstr;
+
+class InteractiveModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::string(std::getenv("TEST_TMPDIR")) + "/" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    ASSERT_THAT(RegisterBundledTasks(&registry_), IsOk());
+  }
+
+  InteractiveModelOptions Options(int batch_size = 8) {
+    InteractiveModelOptions o;
+    o.batch_size = batch_size;
+    o.task_feature_lengths.set_inputs(16);
+    o.task_feature_lengths.set_targets(32);
+    o.output_dir = dir_;
+    o.model.set_preset("tiny");
+    o.model.set_dropout_rate(0.0f);
+    return o;
+  }
+
+  std::unique_ptr<InteractiveModel> Make(const InteractiveModelOptions& o) {
+    absl::StatusOr<std::unique_ptr<InteractiveModel>> m = InteractiveModel::Create(o);
+    EXPECT_THAT(m.status(), IsOk());
+    return m.ok() ? std::move(*m) : nullptr;
+  }
+
+  std::vector<NaturalExample> Validation(int n) {
+    return std::move(GetBatchesFromTask(registry_, "digits_to_words", "validation", n, 1)).value()[0];
+  }
+
+  std::string dir_;
+  TaskRegistry registry_;
+};
+
+TEST_F(InteractiveModelTest, TrainStepLowersTheLossOnItsExamples) {
+  InteractiveModelOptions o = Options();
+  auto m = Make(o);
+  ASSERT_NE(m, nullptr);
+  const std::vector<NaturalExample> batch = Validation(8);
+  const std::vector<double> before = *m->Score(batch);
+  absl::StatusOr<MetricResults> first = m->TrainStep(batch);
+  ASSERT_THAT(first.status(), IsOk());
+  for (int i = 0; i < 20; ++i) ASSERT_THAT(m->TrainStep(batch).status(), IsOk());
+  absl::StatusOr<MetricResults> last = m->TrainStep(batch);
+  ASSERT_THAT(last.status(), IsOk());
+  EXPECT_EQ(m->step(), 22);
+  EXPECT_LT(last->at("loss"), 0.5 * first->at("loss"));
+  EXPECT_EQ(last->at("data/examples"), 8.0);
+  EXPECT_EQ(last->at("data/truncated_examples"), 0.0);
+  const std::vector<double> after = *m->Score(batch);
+  for (size_t i = 0; i < batch.size(); ++i) EXPECT_GT(after[i], before[i]) << i;  // more likely now
+}
+
+TEST_F(InteractiveModelTest, BadExamplesGetClearErrors) {
+  auto m = Make(Options());
+  ASSERT_NE(m, nullptr);
+  EXPECT_THAT(m->TrainStep(Validation(3)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("TrainStep: 3 example(s); at least batch_size (8) are needed")));
+  std::vector<NaturalExample> no_target = Validation(8);
+  no_target[5] = NaturalExample("12");
+  EXPECT_THAT(m->TrainStep(no_target).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("example 5 (\"12\"): a target is needed")));
+  EXPECT_THAT(m->PredictWithAux({}).status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no examples")));
+  EXPECT_THAT(m->PredictWithAux({"1", ""}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("example 1: the input is empty")));
+  EXPECT_THAT(m->Score({"7"}).status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a target is needed")));
+  EXPECT_THAT(GetBatchesFromTask(registry_, "no_such_task", "train", 2, 1).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("digits_to_words")));
+  EXPECT_THAT(GetBatchesFromTask(registry_, "digits_to_words", "dev", 2, 1).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not one of train, validation, test")));
+  InteractiveModelOptions bad = Options(6);
+  bad.num_microbatches = 4;
+  EXPECT_THAT(InteractiveModel::Create(bad).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("num_microbatches: 4 does not divide batch_size 6")));
+  bad = Options();
+  bad.task_feature_lengths.set_targets(0);
+  EXPECT_THAT(InteractiveModel::Create(bad).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("task_feature_lengths")));
+  bad = Options();
+  bad.model.set_preset("t5_huge");
+  EXPECT_THAT(InteractiveModel::Create(bad).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("model: unknown preset \"t5_huge\"")));
+}
+
+TEST_F(InteractiveModelTest, OverLongInputsAreTruncatedAndReported) {
+  auto m = Make(Options());
+  ASSERT_NE(m, nullptr);
+  const std::string long_input(200, '7');  // far more than 16 tokens
+  absl::StatusOr<Inference> out = m->PredictWithAux({"12", long_input});
+  ASSERT_THAT(out.status(), IsOk());
+  EXPECT_EQ(out->truncated_examples, 1);
+  EXPECT_EQ(out->predictions.size(), 2u);
+  absl::StatusOr<T5Batch> batch = m->MakeBatch({long_input}, false, nullptr);
+  ASSERT_THAT(batch.status(), IsOk());
+  EXPECT_EQ(batch->encoder_input_tokens.size(1), 16);
+  EXPECT_NE(batch->encoder_input_tokens[0][15].item<int64_t>(), 0);  // full to the last position
+}
+
+TEST_F(InteractiveModelTest, ScoreEqualsTheModelsScoreBatch) {
+  auto m = Make(Options(4));
+  ASSERT_NE(m, nullptr);
+  const std::vector<NaturalExample> examples = Validation(6);  // a full batch of 4, then 2
+  absl::StatusOr<std::vector<double>> scores = m->Score(examples);
+  ASSERT_THAT(scores.status(), IsOk());
+  ASSERT_EQ(scores->size(), 6u);
+  for (auto [start, end] : {std::pair<int, int>{0, 4}, std::pair<int, int>{4, 6}}) {
+    const std::vector<NaturalExample> chunk(examples.begin() + start, examples.begin() + end);
+    absl::StatusOr<torch::Tensor> direct = m->model().ScoreBatch(*m->MakeBatch(chunk, true, nullptr));
+    ASSERT_THAT(direct.status(), IsOk());
+    for (int i = start; i < end; ++i) EXPECT_EQ((*scores)[i], direct->to(torch::kDouble)[i - start].item<double>());
+  }
+  // A score is a log-likelihood: the sum of the target tokens' log-probabilities.
+  for (double s : *scores) EXPECT_LT(s, 0.0);
+}
+
+TEST_F(InteractiveModelTest, EvaluateCallsEachFormWithTheRightArguments) {
+  auto m = Make(Options(4));
+  ASSERT_NE(m, nullptr);
+  const std::vector<NaturalExample> examples = Validation(5);
+  std::vector<std::string> t1, t2, t3, preds2, preds3;
+  std::vector<double> scores1;
+  AuxValues aux3;
+  std::vector<MetricFn> fns = {
+      {"by_scores", ScoreMetricFn([&](const auto& t, const auto& s) -> absl::StatusOr<MetricResults> {
+         t1 = t;
+         scores1 = s;
+         return MetricResults{{"n_scores", static_cast<double>(s.size())}};
+       })},
+      {"by_predictions", PredictionMetricFn([&](const auto& t, const auto& p) -> absl::StatusOr<MetricResults> {
+         t2 = t;
+         preds2 = p;
+         return MetricResults{{"n_predictions", static_cast<double>(p.size())}};
+       })},
+      {"with_aux", PredictionAuxMetricFn([&](const auto& t, const auto& p, const AuxValues& aux)
+                                             -> absl::StatusOr<MetricResults> {
+         t3 = t;
+         preds3 = p;
+         aux3 = aux;
+         return MetricResults{{"n_aux", static_cast<double>(aux.at("scores").size())}};
+       })},
+      *BuiltinMetricFn("sequence_accuracy"),
+  };
+  absl::StatusOr<MetricResults> metrics = m->Evaluate(examples, fns);
+  ASSERT_THAT(metrics.status(), IsOk());
+  std::vector<std::string> targets;
+  for (const auto& e : examples) targets.push_back(*e.target);
+  EXPECT_EQ(t1, targets);
+  EXPECT_EQ(t2, targets);
+  EXPECT_EQ(t3, targets);
+  const Inference predicted = *m->PredictWithAux(examples);
+  EXPECT_EQ(preds2, predicted.predictions);
+  EXPECT_EQ(preds3, predicted.predictions);
+  EXPECT_EQ(aux3, predicted.aux);
+  EXPECT_EQ(scores1, *m->Score(examples));
+  EXPECT_EQ(metrics->at("n_scores"), 5.0);
+  EXPECT_EQ(metrics->at("n_predictions"), 5.0);
+  EXPECT_EQ(metrics->at("n_aux"), 5.0);
+  EXPECT_EQ(metrics->count("sequence_accuracy"), 1u);
+  // A postprocessor sees every target and prediction.
+  int targets_seen = 0, predictions_seen = 0;
+  absl::StatusOr<MetricResults> post = m->EvaluateWithPreprocessors(
+      examples, {}, {*BuiltinMetricFn("sequence_accuracy")}, [&](const std::string&, bool is_target) {
+        (is_target ? targets_seen : predictions_seen)++;
+        return std::string("same");
+      });
+  ASSERT_THAT(post.status(), IsOk());
+  EXPECT_EQ(post->at("sequence_accuracy"), 100.0);
+  EXPECT_EQ(targets_seen, 5);
+  EXPECT_EQ(predictions_seen, 5);
+  // Duplicate names are refused.
+  EXPECT_THAT(m->Evaluate(examples, {*BuiltinMetricFn("rouge"), *BuiltinMetricFn("rouge")}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("returned by both 'rouge' and 'rouge'")));
+  // Preprocessors run first: one that drops the first example leaves 4.
+  const std::string first_input = examples[0].input;
+  Preprocessor drop_first = [first_input](Example ex) -> absl::StatusOr<absl::optional<Example>> {
+    if (ex["inputs"] == first_input) return absl::optional<Example>();
+    return absl::optional<Example>(std::move(ex));
+  };
+  t2.clear();
+  ASSERT_THAT(m->EvaluateWithPreprocessors(examples, {drop_first}, {fns[1]}).status(), IsOk());
+  EXPECT_EQ(t2, std::vector<std::string>(targets.begin() + 1, targets.end()));
+}
+
+TEST_F(InteractiveModelTest, TrainLoopRunsItsPhasesWithTheSeedsRepetitionRules) {
+  auto m = Make(Options(4));
+  ASSERT_NE(m, nullptr);
+  const auto batches = *GetBatchesFromTask(registry_, "digits_to_words", "train", 4, 3);
+  int evals = 0;
+  std::vector<MetricFn> counting = {{"count", PredictionMetricFn([&](const auto&, const auto& p)
+                                                                     -> absl::StatusOr<MetricResults> {
+                                       ++evals;
+                                       return MetricResults{{"n", static_cast<double>(p.size())}};
+                                     })}};
+  // One train batch: repeated for every step. Eval every 2 steps: 3 evals
+  // in 6 steps, each on the (single) eval batch.
+  absl::StatusOr<TrainLoopResult> r = m->TrainLoop(6, 2, {batches[0]}, {batches[1]}, {batches[2]}, {batches[1]}, counting);
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(m->step(), 6);
+  EXPECT_EQ(evals, 3);
+  EXPECT_EQ(r->predictions.predictions.size(), 4u);
+  EXPECT_EQ(r->scores.scores.size(), 4u);
+  EXPECT_EQ(r->metrics.at("n"), 4.0);
+  // No train batches: training is skipped; no eval batches: no evaluation.
+  evals = 0;
+  r = m->TrainLoop(4, 1, {}, {batches[0]}, {}, {}, counting);
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(m->step(), 6);
+  EXPECT_EQ(evals, 0);
+  EXPECT_TRUE(r->metrics.empty());
+  EXPECT_TRUE(r->scores.scores.empty());
+  // Two predict batches where three evaluations need them.
+  EXPECT_THAT(m->TrainLoop(3, 1, {batches[0]}, {batches[0], batches[1]}, {}, {}, counting).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("predict_batches: 2 batches given, 3 needed (or exactly one")));
+  EXPECT_THAT(m->TrainLoop(3, 0, {}, {}, {}, {}, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("eval_period: 0")));
+}
+
+TEST_F(InteractiveModelTest, SaveCheckpointAndRestoreIt) {
+  std::vector<double> scores;
+  const std::vector<NaturalExample> examples = Validation(8);
+  {
+    auto m = Make(Options());
+    ASSERT_NE(m, nullptr);
+    for (int i = 0; i < 3; ++i) ASSERT_THAT(m->TrainStep(examples).status(), IsOk());
+    absl::StatusOr<std::string> path = m->SaveCheckpoint();
+    ASSERT_THAT(path.status(), IsOk());
+    EXPECT_EQ(*path, dir_ + "/checkpoint_3");
+    EXPECT_EQ(*m->SaveCheckpoint(), *path);  // saved already
+    scores = *m->Score(examples);
+    ASSERT_THAT(m->TrainStep(examples).status(), IsOk());  // after the save
+  }
+  auto restored = Make(Options());  // LATEST in output_dir
+  ASSERT_NE(restored, nullptr);
+  EXPECT_EQ(restored->step(), 3);
+  EXPECT_EQ(*restored->Score(examples), scores);
+  InteractiveModelOptions fresh = Options();
+  fresh.restore.set_mode(RestoreConfig::NONE);
+  auto scratch = Make(fresh);
+  ASSERT_NE(scratch, nullptr);
+  EXPECT_EQ(scratch->step(), 0);
+  InteractiveModelOptions missing = Options();
+  missing.restore.set_mode(RestoreConfig::SPECIFIC);
+  missing.restore.set_step(99);
+  EXPECT_THAT(InteractiveModel::Create(missing).status(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("checkpoint_99")));
+}
+
+TEST_F(InteractiveModelTest, APreemptedTrainStepWritesAnEmergencyCheckpoint) {
+  std::atomic<bool> preempt{false};
+  InteractiveModelOptions o = Options();
+  o.preemption_requested = &preempt;
+  auto m = Make(o);
+  ASSERT_NE(m, nullptr);
+  const std::vector<NaturalExample> examples = Validation(8);
+  ASSERT_THAT(m->TrainStep(examples).status(), IsOk());
+  preempt = true;
+  EXPECT_THAT(m->TrainStep(examples).status(),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("preempted at step 1; emergency checkpoint " + dir_ + "/checkpoint_1")));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/checkpoint_1/MANIFEST.json"));
+}
+
+// The bundled task, learned through the interactive API: the quality the
+// batch trainer reaches (docs/architecture.md, data pipeline).
+TEST_F(InteractiveModelTest, PredictWithAuxAfterTrainingSpellsNumbers) {
+  InteractiveModelOptions o = Options(32);
+  o.learning_rate.set_factors("constant * linear_warmup * rsqrt_decay");
+  o.learning_rate.set_base_learning_rate(1.0f);
+  o.learning_rate.set_warmup_steps(50);
+  auto m = Make(o);
+  ASSERT_NE(m, nullptr);
+  const auto train = *GetBatchesFromTask(registry_, "digits_to_words", "train", 32, 400, true, nullptr,
+                                         /*shuffle_seed=*/1);
+  // A random sample of held-out numbers (the split in order starts with the
+  // smallest, which training rarely sees).
+  const std::vector<NaturalExample> held_out =
+      (*GetBatchesFromTask(registry_, "digits_to_words", "validation", 64, 1, true, nullptr, 2))[0];
+  absl::StatusOr<TrainLoopResult> r =
+      m->TrainLoop(400, 400, train, {}, {}, {held_out}, {*BuiltinMetricFn("exact_match"), *BuiltinMetricFn("bleu")});
+  ASSERT_THAT(r.status(), IsOk());
+  std::printf("after 400 interactive steps: exact_match %.1f, bleu %.1f\n", r->metrics.at("exact_match"),
+              r->metrics.at("bleu"));
+  EXPECT_GE(r->metrics.at("exact_match"), 87.5);  // >= 56/64
+  absl::StatusOr<Inference> p = m->PredictWithAux(held_out);
+  ASSERT_THAT(p.status(), IsOk());
+  int exact = 0;
+  for (size_t i = 0; i < held_out.size(); ++i) exact += p->predictions[i] == *held_out[i].target;
+  EXPECT_EQ(exact * 100.0 / 64, r->metrics.at("exact_match"));  // the same predictions
+  std::printf("  e.g. %s -> %s\n", held_out[0].input.c_str(), p->predictions[0].c_str());
+  // PredictWithAux's aux "scores" are the log-likelihoods of its own
+  // predictions: scoring them as targets gives the same values.
+  std::vector<NaturalExample> as_targets;
+  for (size_t i = 0; i < 8; ++i) as_targets.emplace_back(held_out[i].input, p->predictions[i]);
+  absl::StatusOr<std::vector<double>> rescored = m->Score(as_targets);
+  ASSERT_THAT(rescored.status(), IsOk());
+  for (size_t i = 0; i < 8; ++i) EXPECT_NEAR((*rescored)[i], p->aux.at("scores")[i], 1e-3) << p->predictions[i];
+}
+
+}  // namespace
+}  // namespace trainyard
