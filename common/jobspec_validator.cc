@@ -1,5 +1,7 @@
 #include "common/jobspec_validator.h"
 
+#include "evaluation/metric_fns.h"
+
 #include <cmath>
 #include <set>
 #include <string>
@@ -11,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "evaluation/metric_fns.h"
 #include "model/presets.h"
 #include "re2/re2.h"
 
@@ -419,6 +422,31 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   } else if (!IsValidName(spec->task(), "_.:/-", 256)) {
     errors.Add("task", absl::StrCat(Quote(spec->task()),
                                     " is not a task name; use 1-256 of [A-Za-z0-9_.:/-]"));
+  }
+
+  std::set<std::string> defined;
+  for (int i = 0; i < spec->task_definitions_size(); ++i) {
+    const TaskDefinition& def = spec->task_definitions(i);
+    const std::string prefix = absl::StrCat("task_definitions[", i, "]");
+    if (!IsValidName(def.name(), "_.:/-", 256)) {
+      errors.Add(prefix + ".name", absl::StrCat(Quote(def.name()), " is not a task name; use 1-256 of [A-Za-z0-9_.:/-]"));
+    } else if (!defined.insert(def.name()).second) {
+      errors.Add(prefix + ".name", absl::StrCat(Quote(def.name()), " is defined twice"));
+    }
+    if (def.splits().empty()) errors.Add(prefix + ".splits", "missing; map split names to files of examples");
+    for (const auto& [split, path] : def.splits()) {
+      if (!IsValidName(split, "_.-", 64)) {
+        errors.Add(prefix + ".splits", absl::StrCat(Quote(split), " is not a split name; use [A-Za-z0-9_.-]"));
+      }
+      if (path.empty()) errors.Add(absl::StrCat(prefix, ".splits[", split, "]"), "empty path");
+    }
+    for (int k = 0; k < def.metric_fns_size(); ++k) {
+      if (!BuiltinMetricFn(def.metric_fns(k)).ok()) {
+        errors.Add(absl::StrCat(prefix, ".metric_fns[", k, "]"),
+                   absl::StrCat(Quote(def.metric_fns(k)), " is not one of: ",
+                                absl::StrJoin(BuiltinMetricFnNames(), ", ")));
+      }
+    }
   }
 
   const FeatureLengths& lengths = spec->feature_lengths();

@@ -111,6 +111,26 @@ TEST(ValidatorTest, ReportsEveryProblemAtOnce) {
                                                "allowed: tiny, t5_small"))));
 }
 
+TEST(ValidatorTest, TaskDefinitionsAreChecked) {
+  JobSpec spec = Minimal();
+  absl::StatusOr<JobSpec> with_defs = ParseJobSpec(R"pb(
+    task_definitions { name: "mine" splits { key: "train" value: "/data/mine.jsonl" } metric_fns: "bleu" }
+  )pb", "defs");
+  ASSERT_THAT(with_defs.status(), IsOk());
+  spec.MergeFrom(*with_defs);
+  ASSERT_THAT(Validate(spec), IsOk());
+  TaskDefinition* twice = spec.add_task_definitions();
+  *twice = spec.task_definitions(0);
+  twice->add_metric_fns("accuracy");
+  spec.add_task_definitions()->set_name("no splits");
+  EXPECT_THAT(Validate(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("task_definitions[1].name: \"mine\" is defined twice"),
+                             HasSubstr("task_definitions[1].metric_fns[1]: \"accuracy\" is not one of: bleu"),
+                             HasSubstr("task_definitions[2].name: \"no splits\" is not a task name"),
+                             HasSubstr("task_definitions[2].splits: missing"))));
+}
+
 TEST(ValidatorTest, UnknownLearningRateFactor) {
   JobSpec spec = Minimal();
   spec.mutable_learning_rate()->set_factors("constant * exponential_decay");

@@ -1,17 +1,22 @@
 #include "interactive/interactive_model.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <random>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "data/bundled.h"
 #include "data/feature_converter.h"
+#include "data/task_definition.h"
 #include "google/protobuf/util/json_util.h"
 #include "model/presets.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 #include "trainer/learning_rate.h"
 #include "trainer/restore.h"
@@ -491,6 +496,82 @@ absl::StatusOr<InteractiveModel::Batches> GetBatchesFromTask(const TaskRegistry&
                                               wanted));
   }
   return out;
+}
+
+absl::StatusOr<TaskDefinition> GetTaskFromExamples(const std::string& name, const InteractiveModel& model,
+                                                   const std::vector<NaturalExample>& examples,
+                                                   const std::vector<Preprocessor>& preprocessors,
+                                                   const std::vector<std::string>& metric_fns,
+                                                   TaskRegistry* add_to_registry) {
+  if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
+                          std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("task name \"", name, "\": use 1 or more of [A-Za-z0-9_.-]"));
+  }
+  for (const std::string& fn : metric_fns) TY_RETURN_IF_ERROR(BuiltinMetricFn(fn).status());
+  TY_ASSIGN_OR_RETURN(std::vector<NaturalExample> prepared, model.Preprocess(examples, preprocessors));
+  TY_RETURN_IF_ERROR(CheckExamples(prepared, /*need_targets=*/true).status());
+  const std::string dir = model.options().output_dir + "/tasks";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  const std::string path = absl::StrCat(dir, "/", name, ".jsonl");
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (const NaturalExample& e : prepared) {
+      out << nlohmann::json({{"inputs", e.input}, {"targets", *e.target}}).dump() << "\n";
+    }
+    out.flush();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return absl::InternalError(absl::StrCat("cannot rename to ", path));
+  TaskDefinition def;
+  def.set_name(name);
+  const std::string absolute = std::filesystem::absolute(path).string();
+  for (const char* split : {"train", "validation", "test"}) (*def.mutable_splits())[split] = absolute;
+  if (!model.options().vocabulary_path.empty()) {
+    def.set_vocabulary(std::filesystem::absolute(model.options().vocabulary_path).string());
+  }
+  def.set_add_eos(model.options().add_eos);
+  for (const std::string& fn : metric_fns) def.add_metric_fns(fn);
+  if (add_to_registry != nullptr) TY_RETURN_IF_ERROR(RegisterTaskDefinition(def, add_to_registry));
+  return def;
+}
+
+absl::StatusOr<JobSpec> ExportJobSpec(const InteractiveModel& model, JobKind kind, const std::string& task,
+                                      int64_t train_steps, const TaskDefinition* definition) {
+  if (kind == EVALUATION || kind == INFERENCE) {
+    return absl::UnimplementedError(absl::StrCat(JobKind_Name(kind), " jobs are not run by workers yet; "
+                                                 "export PRETRAINING or FINETUNING"));
+  }
+  if (kind != PRETRAINING && kind != FINETUNING) {
+    return absl::InvalidArgumentError(absl::StrCat("kind: ", JobKind_Name(kind), "; one of PRETRAINING, FINETUNING"));
+  }
+  if (train_steps < 1) return absl::InvalidArgumentError(absl::StrCat("train_steps: ", train_steps, "; must be >= 1"));
+  if (task.empty()) return absl::InvalidArgumentError("task: required");
+  JobSpec spec = model.job_spec();
+  spec.set_kind(kind);
+  spec.set_name(absl::StrCat("interactive-", absl::AsciiStrToLower(JobKind_Name(kind))));
+  spec.set_task(task);
+  if (definition != nullptr) *spec.add_task_definitions() = *definition;
+  spec.set_total_steps(train_steps);
+  spec.mutable_data()->set_pack(false);
+  spec.mutable_data()->set_shuffle(false);
+  spec.set_output_dir(absl::StrCat(model.options().output_dir, "/", absl::AsciiStrToLower(JobKind_Name(kind))));
+  RestoreConfig* restore = spec.mutable_restore();
+  restore->Clear();
+  if (kind == PRETRAINING) {
+    restore->set_mode(RestoreConfig::NONE);
+  } else {
+    absl::StatusOr<std::string> latest = LatestGoodCheckpoint(model.options().output_dir, nullptr);
+    if (!latest.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("FINETUNING starts from a checkpoint and there is none under ",
+                                                        model.options().output_dir, "; call SaveCheckpoint first"));
+    }
+    restore->set_mode(RestoreConfig::SPECIFIC);
+    restore->set_path(std::filesystem::absolute(*latest).string());
+  }
+  return spec;
 }
 
 }  // namespace trainyard

@@ -159,6 +159,7 @@ class InteractiveModel {
   int64_t step() const;
   // The job spec this session corresponds to (as a batch job would run it).
   const JobSpec& job_spec() const { return spec_; }
+  const InteractiveModelOptions& options() const { return options_; }
   const Vocabulary& vocabulary() const { return *vocabulary_; }
   EncoderDecoderModel& model() { return *model_; }
 
@@ -166,11 +167,12 @@ class InteractiveModel {
   // batch iterator helpers): rows in the examples' order.
   absl::StatusOr<T5Batch> MakeBatch(const std::vector<NaturalExample>& examples, bool need_targets,
                                     int64_t* truncated) const;
+  // The examples after the text preprocessors (dropped ones left out).
+  absl::StatusOr<std::vector<NaturalExample>> Preprocess(const std::vector<NaturalExample>& examples,
+                                                         const std::vector<Preprocessor>& preprocessors) const;
 
  private:
   InteractiveModel() = default;
-  absl::StatusOr<std::vector<NaturalExample>> Preprocess(const std::vector<NaturalExample>& examples,
-                                                         const std::vector<Preprocessor>& preprocessors) const;
   absl::StatusOr<MetricResults> TrainOnBatch(BatchIterator* batches);
 
   InteractiveModelOptions options_;
@@ -198,6 +200,32 @@ absl::StatusOr<InteractiveModel::Batches> GetBatchesFromTask(const TaskRegistry&
                                                              int num_batches, bool pretokenized = true,
                                                              const FeatureLengths* sequence_length = nullptr,
                                                              std::optional<uint64_t> shuffle_seed = std::nullopt);
+
+// T5X's get_seqio_task_from_examples: writes the examples (after the
+// preprocessors) to <output_dir>/tasks/<name>.jsonl and returns a task
+// definition serving that file as its train, validation and test splits,
+// with the model's vocabulary and the named built-in metric functions (a
+// batch job runs in other processes: functions travel by name). With
+// `add_to_registry`, registers the task there too. kInvalidArgument for a
+// bad name, an example without a target, or an unknown metric function.
+absl::StatusOr<TaskDefinition> GetTaskFromExamples(const std::string& name, const InteractiveModel& model,
+                                                   const std::vector<NaturalExample>& examples,
+                                                   const std::vector<Preprocessor>& preprocessors,
+                                                   const std::vector<std::string>& metric_fns,
+                                                   TaskRegistry* add_to_registry = nullptr);
+
+// T5X's get_gin_config_from_interactive_model: the job spec that runs this
+// interactive setup as a batch job (`trainyard submit` takes its text
+// form): the model, feature lengths, batch size, optimizer, learning rate,
+// loss, seed and dtype, on `task` (with `definition` included when given),
+// unpacked and in the task's order as the interactive model reads it.
+// PRETRAINING starts from scratch with the same initialisation; FINETUNING
+// starts from the newest checkpoint under the model's output_dir (save one
+// first: kFailedPrecondition otherwise). Output under
+// <output_dir>/<kind in lowercase>. EVALUATION and INFERENCE jobs are not
+// run by workers yet: kUnimplemented.
+absl::StatusOr<JobSpec> ExportJobSpec(const InteractiveModel& model, JobKind kind, const std::string& task,
+                                      int64_t train_steps, const TaskDefinition* definition = nullptr);
 
 }  // namespace trainyard
 

@@ -275,6 +275,47 @@ TEST_F(InteractiveModelTest, APreemptedTrainStepWritesAnEmergencyCheckpoint) {
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/checkpoint_1/MANIFEST.json"));
 }
 
+TEST_F(InteractiveModelTest, ATaskFromExamplesAndAnExportedJobSpec) {
+  auto m = Make(Options());
+  ASSERT_NE(m, nullptr);
+  const std::vector<NaturalExample> examples = Validation(10);
+  Preprocessor upper = [](Example ex) -> absl::StatusOr<absl::optional<Example>> {
+    ex["targets"] = "<" + ex["targets"] + ">";
+    return absl::optional<Example>(std::move(ex));
+  };
+  TaskRegistry registry;
+  absl::StatusOr<TaskDefinition> def = GetTaskFromExamples("mine", *m, examples, {upper}, {"bleu"}, &registry);
+  ASSERT_THAT(def.status(), IsOk());
+  EXPECT_EQ(def->splits().at("train"), def->splits().at("validation"));
+  // The registered task reads the file back: the preprocessed examples.
+  absl::StatusOr<InteractiveModel::Batches> back = GetBatchesFromTask(registry, "mine", "train", 5, 2);
+  ASSERT_THAT(back.status(), IsOk());
+  EXPECT_EQ((*back)[1][4].input, examples[9].input);
+  EXPECT_EQ(*(*back)[1][4].target, "<" + *examples[9].target + ">");
+  EXPECT_THAT(GetTaskFromExamples("bad name", *m, examples, {}, {}).status(),
+              StatusCodeIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(GetTaskFromExamples("x", *m, examples, {}, {"accuracy"}).status(),
+              StatusCodeIs(absl::StatusCode::kNotFound));
+
+  absl::StatusOr<JobSpec> spec = ExportJobSpec(*m, PRETRAINING, "mine", 100, &*def);
+  ASSERT_THAT(spec.status(), IsOk());
+  EXPECT_EQ(spec->task(), "mine");
+  EXPECT_EQ(spec->total_steps(), 100);
+  EXPECT_EQ(spec->batch_size(), 8);
+  EXPECT_EQ(spec->seed(), 42);
+  EXPECT_FALSE(spec->data().pack());
+  EXPECT_EQ(spec->restore().mode(), RestoreConfig::NONE);
+  EXPECT_EQ(spec->task_definitions_size(), 1);
+  EXPECT_THAT(ExportJobSpec(*m, FINETUNING, "mine", 10).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("call SaveCheckpoint first")));
+  ASSERT_THAT(m->SaveCheckpoint().status(), IsOk());
+  spec = ExportJobSpec(*m, FINETUNING, "mine", 10);
+  ASSERT_THAT(spec.status(), IsOk());
+  EXPECT_EQ(spec->restore().mode(), RestoreConfig::SPECIFIC);
+  EXPECT_EQ(spec->restore().path(), std::filesystem::absolute(dir_ + "/checkpoint_0").string());
+  EXPECT_THAT(ExportJobSpec(*m, INFERENCE, "mine", 1).status(), StatusCodeIs(absl::StatusCode::kUnimplemented));
+}
+
 // The bundled task, learned through the interactive API: the quality the
 // batch trainer reaches (docs/architecture.md, data pipeline).
 TEST_F(InteractiveModelTest, PredictWithAuxAfterTrainingSpellsNumbers) {

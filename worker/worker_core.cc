@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "data/bundled.h"
+#include "data/task_definition.h"
 #include "data/iterator.h"
 #include "model/encoder_decoder_model.h"
 #include "model/presets.h"
@@ -188,6 +189,11 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   try {
     // Data first: a bad task name fails before any expensive work.
     if (absl::Status s = RegisterBundledTasks(&job->registry); !s.ok()) return release(s);
+    for (const TaskDefinition& def : spec.task_definitions()) {
+      if (absl::Status s = RegisterTaskDefinition(def, &job->registry); !s.ok()) {
+        return release(absl::Status(s.code(), absl::StrCat("task_definitions: ", s.message())));
+      }
+    }
     absl::StatusOr<const Task*> task = job->registry.Get(spec.task());
     if (!task.ok()) return release(absl::InvalidArgumentError(absl::StrCat("task: ", task.status().message())));
     IteratorOptions data;

@@ -1,0 +1,56 @@
+"""ExportJobSpec end to end: examples/interactive_export makes a task from
+examples, exports a PRETRAINING job spec and trains one step interactively;
+the spec, submitted to a real coordinator with one worker, trains, and its
+first step's loss equals the interactive one."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "system"))
+import system_test  # noqa: E402
+from system_test import Cluster  # noqa: E402
+
+EXPORT = None
+
+
+class ExportTest(unittest.TestCase):
+    def test_the_exported_spec_trains_with_the_interactive_first_step_loss(self):
+        root = tempfile.mkdtemp(prefix="export-", dir=os.environ.get("TEST_TMPDIR"))
+        out = subprocess.run([EXPORT, "--output_dir", root], capture_output=True, text=True, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        with open(result["spec"]) as f:
+            text = f.read()
+        self.assertIn('task: "my_numbers"', text)
+        self.assertIn("kind: PRETRAINING", text)
+        cluster = Cluster(root)
+        try:
+            cluster.add_worker(extra=("--threads", "2"))
+            job = cluster.submit(result["spec"], "total_steps=1", "summary_period=1")
+            s = cluster.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
+            self.assertEqual(s["state"], "SUCCEEDED", s["reason"])
+            batch_loss = s["metrics"]["loss"]
+            print(f"first-step loss: interactive {result['first_step_loss']:.9g}, batch job {batch_loss:.9g}")
+            self.assertAlmostEqual(batch_loss, result["first_step_loss"], delta=1e-6 * abs(batch_loss))
+            self.assertEqual(s["metrics"]["data/examples"], 8)
+        finally:
+            cluster.stop()
+
+
+def main():
+    global EXPORT
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trainyard", required=True)
+    parser.add_argument("--export", required=True)
+    args, rest = parser.parse_known_args()
+    system_test.TRAINYARD = os.path.abspath(args.trainyard)
+    EXPORT = os.path.abspath(args.export)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
+
+
+if __name__ == "__main__":
+    main()
