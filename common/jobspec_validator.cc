@@ -558,6 +558,7 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   CheckIntRange(&errors, "inference.max_decode_length", inference->max_decode_length(), 1,
                 kMaxFeatureLength);
   if (inference->split().empty()) inference->set_split("validation");
+  CheckIntRange(&errors, "inference.num_batches", inference->num_batches(), 0, 1 << 30);
 
   CheckpointConfig* checkpoint = spec->mutable_checkpoint();
   if (checkpoint->save_dtype() == DTYPE_UNSPECIFIED) checkpoint->set_save_dtype(FLOAT32);

@@ -382,6 +382,27 @@ void Coordinator::Drive(Job* job) {
       job->info.set_step(step);
       SetStateLocked(job, RUNNING, "");
     }
+    if (spec.kind() == EVALUATION || spec.kind() == INFERENCE) {
+      spdlog::info("job {}: {} of the checkpoint at step {} on {} split {}", job_id, JobKind_Name(spec.kind()), step,
+                   spec.task(), spec.inference().split());
+      std::vector<InferResponse> inferred;
+      TY_RETURN_IF_ERROR(OnAllRanks<InferResponse>(
+          job, "Infer",
+          [&](int r) {
+            InferRequest request;
+            request.set_job_id(job_id);
+            return job->clients[r]->Infer(request);
+          },
+          &inferred));
+      int64_t examples = 0;
+      for (const InferResponse& r : inferred) examples += r.examples();
+      std::lock_guard<std::mutex> lock(mu_);
+      job->info.mutable_metrics()->clear();
+      for (const auto& [k, v] : inferred[0].metrics()) (*job->info.mutable_metrics())[k] = v;
+      job->info.set_metrics_step(step);
+      final_reason = absl::StrCat(examples, " example(s) decoded; predictions in ", inferred[0].output());
+      return absl::OkStatus();
+    }
     spdlog::info("job {}: running from step {} to {}", job_id, step, spec.total_steps());
     TY_ASSIGN_OR_RETURN(ActionsByMode actions, CreateActions(spec));
     ChunkPeriods periods;

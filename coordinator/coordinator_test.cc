@@ -75,6 +75,17 @@ class FakeClient : public WorkerClient {
     response.set_seconds_per_step(0.25);
     return response;
   }
+  absl::StatusOr<InferResponse> Infer(const InferRequest&) override {
+    Record("infer");
+    std::lock_guard<std::mutex> lock(w_->mu);
+    InferResponse response;
+    response.set_examples(10);
+    if (w_->rank == 0) {
+      response.set_output("out/inference/t-validation.jsonl");
+      (*response.mutable_metrics())["t/exact_match"] = 75.0;
+    }
+    return response;
+  }
   absl::StatusOr<EvaluateResponse> Evaluate(const EvaluateRequest& r) override {
     Record(absl::StrCat("eval ", r.step()));
     EvaluateResponse response;
@@ -427,6 +438,27 @@ TEST_F(CoordinatorTest, CancellingARestartingJobEndsItWithoutAnotherAttempt) {
   EXPECT_EQ(c->GetJob(id)->state(), CANCELLED);
   std::lock_guard<std::mutex> lock(Worker("b")->mu);
   EXPECT_EQ(std::count(Worker("b")->calls.begin(), Worker("b")->calls.end(), "start 1/2"), 1);
+}
+
+TEST_F(CoordinatorTest, AnEvaluationJobRunsInferOnEveryRank) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  AddWorker(c.get(), "b");
+  SubmitJobRequest request = Spec(2, 1);
+  request.mutable_spec()->set_kind(EVALUATION);
+  request.mutable_spec()->mutable_restore()->set_mode(RestoreConfig::SPECIFIC);
+  request.mutable_spec()->mutable_restore()->set_path("ckpt_40");
+  const std::string id = c->SubmitJob(request)->job_id();
+  c->Start();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (c->GetJob(id)->state() != SUCCEEDED && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+  JobInfo done = *c->GetJob(id);
+  EXPECT_EQ(done.state(), SUCCEEDED);
+  EXPECT_EQ(done.reason(), "20 example(s) decoded; predictions in out/inference/t-validation.jsonl");
+  EXPECT_EQ(done.metrics().at("t/exact_match"), 75.0);
+  std::lock_guard<std::mutex> lock(Worker("b")->mu);
+  EXPECT_EQ(std::vector<std::string>(Worker("b")->calls.begin(), Worker("b")->calls.begin() + 2),
+            (std::vector<std::string>{"start 1/2", "infer"}));
 }
 
 TEST_F(CoordinatorTest, TerminateOnNanFailsTheJob) {

@@ -34,6 +34,11 @@ class GrpcWorkerClient : public WorkerClient {
       return stub_->RunSteps(ctx, request, r);
     });
   }
+  absl::StatusOr<InferResponse> Infer(const InferRequest& request) override {
+    return Call<InferResponse>(std::chrono::hours(24 * 365), [&](grpc::ClientContext* ctx, InferResponse* r) {
+      return stub_->Infer(ctx, request, r);
+    });
+  }
   absl::StatusOr<EvaluateResponse> Evaluate(const EvaluateRequest& request) override {
     return Call<EvaluateResponse>(std::chrono::hours(24 * 365), [&](grpc::ClientContext* ctx, EvaluateResponse* r) {
       return stub_->Evaluate(ctx, request, r);

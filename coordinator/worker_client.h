@@ -22,6 +22,7 @@ class WorkerClient {
   virtual absl::StatusOr<StartJobResponse> StartJob(const StartJobRequest& request) = 0;
   virtual absl::StatusOr<RunStepsResponse> RunSteps(const RunStepsRequest& request) = 0;
   virtual absl::StatusOr<EvaluateResponse> Evaluate(const EvaluateRequest& request) = 0;
+  virtual absl::StatusOr<InferResponse> Infer(const InferRequest& request) = 0;
   virtual absl::Status AbortJob(const AbortJobRequest& request) = 0;
   virtual void CancelInFlight() = 0;
 };

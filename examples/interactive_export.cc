@@ -14,6 +14,7 @@
 #include "common/jobspec.h"
 #include "data/bundled.h"
 #include "interactive/interactive_model.h"
+#include "nlohmann/json.hpp"
 
 int main(int argc, char** argv) {
   using namespace trainyard;  // NOLINT: an example program
@@ -58,6 +59,21 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<MetricResults> first = (*model)->TrainStep(examples);  // the first 8
   if (!first.ok()) return fail(first.status());
-  std::printf("{\"spec\": \"%s\", \"first_step_loss\": %.9g}\n", spec_path.c_str(), first->at("loss"));
+
+  // The trained state as an INFERENCE job over the same examples.
+  absl::StatusOr<std::string> saved = (*model)->SaveCheckpoint();
+  if (!saved.ok()) return fail(saved.status());
+  absl::StatusOr<JobSpec> infer = ExportJobSpec(**model, INFERENCE, "my_numbers", 0, &*task);
+  if (!infer.ok()) return fail(infer.status());
+  const std::string infer_path = output_dir + "/infer.textproto";
+  std::ofstream(infer_path) << FormatJobSpecText(*infer);
+  absl::StatusOr<Inference> predicted = (*model)->PredictWithAux(examples);
+  if (!predicted.ok()) return fail(predicted.status());
+
+  nlohmann::json out = {{"spec", spec_path},
+                        {"first_step_loss", first->at("loss")},
+                        {"infer_spec", infer_path},
+                        {"predictions", predicted->predictions}};
+  std::printf("%s\n", out.dump().c_str());
   return 0;
 }

@@ -540,13 +540,12 @@ absl::StatusOr<TaskDefinition> GetTaskFromExamples(const std::string& name, cons
 
 absl::StatusOr<JobSpec> ExportJobSpec(const InteractiveModel& model, JobKind kind, const std::string& task,
                                       int64_t train_steps, const TaskDefinition* definition) {
-  if (kind == EVALUATION || kind == INFERENCE) {
-    return absl::UnimplementedError(absl::StrCat(JobKind_Name(kind), " jobs are not run by workers yet; "
-                                                 "export PRETRAINING or FINETUNING"));
+  if (kind != PRETRAINING && kind != FINETUNING && kind != EVALUATION && kind != INFERENCE) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kind: ", JobKind_Name(kind), "; one of PRETRAINING, FINETUNING, EVALUATION, INFERENCE"));
   }
-  if (kind != PRETRAINING && kind != FINETUNING) {
-    return absl::InvalidArgumentError(absl::StrCat("kind: ", JobKind_Name(kind), "; one of PRETRAINING, FINETUNING"));
-  }
+  const bool training = kind == PRETRAINING || kind == FINETUNING;
+  if (!training) train_steps = 1;  // not used by EVALUATION and INFERENCE jobs
   if (train_steps < 1) return absl::InvalidArgumentError(absl::StrCat("train_steps: ", train_steps, "; must be >= 1"));
   if (task.empty()) return absl::InvalidArgumentError("task: required");
   JobSpec spec = model.job_spec();
@@ -565,11 +564,16 @@ absl::StatusOr<JobSpec> ExportJobSpec(const InteractiveModel& model, JobKind kin
   } else {
     absl::StatusOr<std::string> latest = LatestGoodCheckpoint(model.options().output_dir, nullptr);
     if (!latest.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat("FINETUNING starts from a checkpoint and there is none under ",
+      return absl::FailedPreconditionError(absl::StrCat(JobKind_Name(kind),
+                                                        " starts from a checkpoint and there is none under ",
                                                         model.options().output_dir, "; call SaveCheckpoint first"));
     }
     restore->set_mode(RestoreConfig::SPECIFIC);
     restore->set_path(std::filesystem::absolute(*latest).string());
+  }
+  if (!training) {
+    spec.mutable_inference()->set_split("validation");
+    spec.mutable_inference()->set_max_decode_length(static_cast<int32_t>(model.options().decode.max_decode_length));
   }
   return spec;
 }

@@ -219,11 +219,12 @@ absl::StatusOr<TaskDefinition> GetTaskFromExamples(const std::string& name, cons
 // form): the model, feature lengths, batch size, optimizer, learning rate,
 // loss, seed and dtype, on `task` (with `definition` included when given),
 // unpacked and in the task's order as the interactive model reads it.
-// PRETRAINING starts from scratch with the same initialisation; FINETUNING
-// starts from the newest checkpoint under the model's output_dir (save one
-// first: kFailedPrecondition otherwise). Output under
-// <output_dir>/<kind in lowercase>. EVALUATION and INFERENCE jobs are not
-// run by workers yet: kUnimplemented.
+// PRETRAINING starts from scratch with the same initialisation; FINETUNING,
+// EVALUATION and INFERENCE start from the newest checkpoint under the
+// model's output_dir (save one first: kFailedPrecondition otherwise);
+// EVALUATION and INFERENCE read the task's validation split (a task from
+// examples serves its examples there) and ignore train_steps. Output under
+// <output_dir>/<kind in lowercase>.
 absl::StatusOr<JobSpec> ExportJobSpec(const InteractiveModel& model, JobKind kind, const std::string& task,
                                       int64_t train_steps, const TaskDefinition* definition = nullptr);
 

@@ -313,7 +313,12 @@ TEST_F(InteractiveModelTest, ATaskFromExamplesAndAnExportedJobSpec) {
   ASSERT_THAT(spec.status(), IsOk());
   EXPECT_EQ(spec->restore().mode(), RestoreConfig::SPECIFIC);
   EXPECT_EQ(spec->restore().path(), std::filesystem::absolute(dir_ + "/checkpoint_0").string());
-  EXPECT_THAT(ExportJobSpec(*m, INFERENCE, "mine", 1).status(), StatusCodeIs(absl::StatusCode::kUnimplemented));
+  spec = ExportJobSpec(*m, INFERENCE, "mine", 0, &*def);
+  ASSERT_THAT(spec.status(), IsOk());
+  EXPECT_EQ(spec->kind(), INFERENCE);
+  EXPECT_EQ(spec->inference().split(), "validation");
+  EXPECT_EQ(spec->restore().mode(), RestoreConfig::SPECIFIC);
+  EXPECT_THAT(ExportJobSpec(*m, TRAIN, "mine", 1).status(), StatusCodeIs(absl::StatusCode::kInvalidArgument));
 }
 
 // The bundled task, learned through the interactive API: the quality the

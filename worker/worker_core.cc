@@ -1,6 +1,8 @@
 #include "worker/worker_core.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -14,13 +16,16 @@
 #include "common/status_macros.h"
 #include "data/bundled.h"
 #include "data/task_definition.h"
+#include "evaluation/metric_fns.h"
 #include "data/iterator.h"
 #include "model/encoder_decoder_model.h"
 #include "model/presets.h"
 #include "model/weights.h"
 #include "google/protobuf/util/json_util.h"
 #include "spdlog/spdlog.h"
+#include "nlohmann/json.hpp"
 #include "trainer/learning_rate.h"
+#include "trainer/metrics_manager.h"
 #include "trainer/optimizer.h"
 #include "trainer/restore.h"
 #include "trainer/task_batches.h"
@@ -96,6 +101,7 @@ struct WorkerCore::Job {
   std::unique_ptr<RewindableBatches> batches;  // over train_batches
   AsyncCheckpointer checkpointer;  // rank 0
   std::string last_save_started;   // rank 0: the directory of the last Save
+  int64_t restored_step = 0;       // the restored checkpoint's step
 
   ~Job() {
     // The trainer (and its metric writers) go before the model and the
@@ -103,6 +109,15 @@ struct WorkerCore::Job {
     trainer.reset();
   }
 };
+
+namespace {
+
+absl::Status NotATrainingJob(const std::string& id, JobKind kind, const char* call) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("job ", id, " is an ", JobKind_Name(kind), " job: it runs Infer, not ", call));
+}
+
+}  // namespace
 
 WorkerCore::WorkerCore(WorkerCoreOptions options) : options_(std::move(options)) {}
 
@@ -148,22 +163,23 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   if (world < 1 || rank < 0 || rank >= world) {
     return absl::InvalidArgumentError(absl::StrCat("StartJob: rank ", rank, " is not in [0, ", world, ")"));
   }
+  const bool inference = spec.kind() == EVALUATION || spec.kind() == INFERENCE;
   switch (spec.kind()) {
     case TRAIN:
     case PRETRAINING:
     case FINETUNING:
+    case EVALUATION:
+    case INFERENCE:
       break;
     default:
-      return absl::UnimplementedError(absl::StrCat("kind: ", JobKind_Name(spec.kind()),
-                                                   " jobs are not run by workers yet; TRAIN, PRETRAINING and "
-                                                   "FINETUNING are"));
+      return absl::InvalidArgumentError(absl::StrCat("kind: ", JobKind_Name(spec.kind()), " is not a job kind"));
   }
   if (spec.batch_size() % world != 0) {
     return absl::InvalidArgumentError(absl::StrCat("batch_size: ", spec.batch_size(), " does not split over ", world,
                                                    " workers; use a multiple of num_workers"));
   }
   const int64_t rows = spec.batch_size() / world;
-  if (rows % std::max(spec.num_microbatches(), 1) != 0) {
+  if (!inference && rows % std::max(spec.num_microbatches(), 1) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("num_microbatches: ", spec.num_microbatches(),
                                                    " does not divide the per-worker batch of ", rows, " rows"));
   }
@@ -196,20 +212,22 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
     }
     absl::StatusOr<const Task*> task = job->registry.Get(spec.task());
     if (!task.ok()) return release(absl::InvalidArgumentError(absl::StrCat("task: ", task.status().message())));
-    IteratorOptions data;
-    data.split = spec.data().train_split();
-    data.rows = rows;
-    data.inputs_length = spec.feature_lengths().inputs();
-    data.targets_length = spec.feature_lengths().targets();
-    data.pack = spec.data().pack();
-    data.shuffle = spec.data().shuffle();
-    data.seed = static_cast<uint64_t>(spec.seed());
-    data.rank = rank;
-    data.world_size = world;
-    absl::StatusOr<std::unique_ptr<TaskIterator>> it = TaskIterator::Create(**task, data);
-    if (!it.ok()) return release(it.status());
-    job->train_batches = std::make_unique<TaskBatchIterator>(std::move(*it));
-    job->batches = std::make_unique<RewindableBatches>(job->train_batches.get());
+    if (!inference) {  // EVALUATION and INFERENCE read their split in Infer
+      IteratorOptions data;
+      data.split = spec.data().train_split();
+      data.rows = rows;
+      data.inputs_length = spec.feature_lengths().inputs();
+      data.targets_length = spec.feature_lengths().targets();
+      data.pack = spec.data().pack();
+      data.shuffle = spec.data().shuffle();
+      data.seed = static_cast<uint64_t>(spec.seed());
+      data.rank = rank;
+      data.world_size = world;
+      absl::StatusOr<std::unique_ptr<TaskIterator>> it = TaskIterator::Create(**task, data);
+      if (!it.ok()) return release(it.status());
+      job->train_batches = std::make_unique<TaskBatchIterator>(std::move(*it));
+      job->batches = std::make_unique<RewindableBatches>(job->train_batches.get());
+    }
 
     absl::StatusOr<ModelConfig> config = ResolveModelConfig(spec.model());
     if (!config.ok()) return release(config.status());
@@ -219,13 +237,15 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
     absl::StatusOr<std::unique_ptr<EncoderDecoderModel>> model = EncoderDecoderModel::Create(*config, model_options);
     if (!model.ok()) return release(model.status());
     job->model = std::move(*model);
-    NamedTensors params;
-    for (const auto& p : job->model->named_parameters()) params.emplace_back(p.key(), p.value());
-    absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = CreateOptimizer(spec.optimizer(), params);
-    if (!optimizer.ok()) return release(optimizer.status());
-    job->optimizer = std::move(*optimizer);
     absl::StatusOr<LearningRateCallable> lr = LearningRateCallable::Create(spec.learning_rate());
     if (!lr.ok()) return release(lr.status());
+    if (!inference) {
+      NamedTensors params;
+      for (const auto& p : job->model->named_parameters()) params.emplace_back(p.key(), p.value());
+      absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = CreateOptimizer(spec.optimizer(), params);
+      if (!optimizer.ok()) return release(optimizer.status());
+      job->optimizer = std::move(*optimizer);
+    }
 
     if (world == 1) {
       job->collective = std::make_unique<LocalCollective>();
@@ -252,8 +272,10 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
       }
     }
     if (absl::Status s = Restore(*job, request.restore_checkpoint()); !s.ok()) return release(s);
-    job->trainer = std::make_unique<Trainer>(job->model.get(), job->optimizer.get(), std::move(*lr),
-                                             job->collective.get(), trainer);
+    if (!inference) {
+      job->trainer = std::make_unique<Trainer>(job->model.get(), job->optimizer.get(), std::move(*lr),
+                                               job->collective.get(), trainer);
+    }
     if (rank == 0) {
       std::error_code ec;
       std::filesystem::create_directories(spec.output_dir(), ec);
@@ -270,13 +292,14 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   spdlog::info("job {}: rank {}/{} ready in {:.2f} s ({} rows per batch on this rank)", job->id, rank, world,
                seconds, rows);
   StartJobResponse response;
-  response.set_start_step(job->trainer->step());
+  response.set_start_step(job->trainer ? job->trainer->step() : job->restored_step);
   return response;
 }
 
 absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& request) {
   TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
   std::lock_guard<std::mutex> busy(job->busy);
+  if (!job->trainer) return NotATrainingJob(job->id, job->spec.kind(), "RunSteps");
   // An abort refuses new steps; a preemption does not: the ranks run into
   // the agreed stop at the first step boundary and write the emergency
   // checkpoint together.
@@ -351,6 +374,7 @@ absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& req
 absl::StatusOr<EvaluateResponse> WorkerCore::Evaluate(const EvaluateRequest& request) {
   TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
   std::lock_guard<std::mutex> busy(job->busy);
+  if (!job->trainer) return NotATrainingJob(job->id, job->spec.kind(), "Evaluate");
   // A preempted rank still evaluates: it stops at the first batch, with
   // the others, into the emergency checkpoint.
   if (job->stop && !job->preempt) return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted"));
@@ -407,6 +431,161 @@ absl::StatusOr<EvaluateResponse> WorkerCore::Evaluate(const EvaluateRequest& req
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("evaluation: ", e.what()));
+  }
+  return response;
+}
+
+absl::StatusOr<InferResponse> WorkerCore::Infer(const InferRequest& request) {
+  TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
+  std::lock_guard<std::mutex> busy(job->busy);
+  const JobSpec& spec = job->spec;
+  if (spec.kind() != EVALUATION && spec.kind() != INFERENCE) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job->id, " is a ", JobKind_Name(spec.kind()), " job: Infer runs EVALUATION and INFERENCE jobs"));
+  }
+  const InferenceConfig& config = spec.inference();
+  InferResponse response;
+  try {
+    TY_ASSIGN_OR_RETURN(const Task* task, job->registry.Get(spec.task()));
+    IteratorOptions data;
+    data.split = config.split();
+    data.rows = spec.batch_size() / job->world_size;
+    data.inputs_length = spec.feature_lengths().inputs();
+    data.targets_length = spec.feature_lengths().targets();
+    data.pack = false;
+    data.shuffle = false;  // the split in its order: shard r holds examples r, r+W, ...
+    data.repeat = false;
+    data.rank = job->rank;
+    data.world_size = job->world_size;
+    TY_ASSIGN_OR_RETURN(std::unique_ptr<TaskIterator> it, TaskIterator::Create(*task, data));
+    DecodeOptions decode;
+    switch (config.method()) {
+      case InferenceConfig::BEAM:
+        decode.method = DecodeOptions::Method::kBeam;
+        break;
+      case InferenceConfig::SAMPLE:
+        decode.method = DecodeOptions::Method::kSample;
+        break;
+      default:
+        decode.method = DecodeOptions::Method::kGreedy;
+    }
+    decode.max_decode_length = config.max_decode_length();
+    if (config.beam_size() > 0) decode.beam_size = config.beam_size();
+    if (config.has_alpha()) decode.alpha = config.alpha();
+    if (config.has_temperature()) decode.temperature = config.temperature();
+    decode.top_k = config.top_k();
+    decode.top_p = config.top_p();
+    decode.seed = static_cast<uint64_t>(spec.seed()) + static_cast<uint64_t>(job->rank);
+    decode.compute_dtype = spec.dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat32;
+    const Vocabulary& vocab = *task->vocabulary;
+    auto text = [&](const torch::Tensor& row) {
+      const torch::Tensor ids = row.to(torch::kInt).contiguous();
+      absl::StatusOr<std::string> t = vocab.Decode(absl::MakeConstSpan(ids.data_ptr<int>(), ids.numel()));
+      return t.ok() ? *t : std::string();
+    };
+    // This rank's shard, written as JSON lines with each example's index in
+    // the split.
+    const std::string dir = spec.output_dir() + "/inference";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return absl::FailedPreconditionError(absl::StrCat("output_dir: cannot create ", dir, ": ", ec.message()));
+    const std::string base = absl::StrCat(dir, "/", spec.task(), "-", config.split());
+    const std::string shard = absl::StrCat(base, ".shard-", job->rank, "-of-", job->world_size, ".jsonl");
+    std::ofstream out(shard, std::ios::trunc);
+    int64_t k = 0;
+    for (int b = 0; config.num_batches() == 0 || b < config.num_batches(); ++b) {
+      if (job->stop) return absl::AbortedError(absl::StrCat("job ", job->id, " was stopped: ", job->stop_reason));
+      absl::StatusOr<ConvertedBatch> converted = it->Next();
+      if (absl::IsOutOfRange(converted.status())) break;
+      TY_RETURN_IF_ERROR(converted.status());
+      const T5Batch batch = ToT5Batch(*converted);
+      TY_ASSIGN_OR_RETURN(Predictions predicted, job->model->PredictBatchWithAux(batch, decode));
+      TY_ASSIGN_OR_RETURN(torch::Tensor scores, job->model->ScoreBatch(batch));
+      for (int64_t r = 0; r < converted->rows; ++r, ++k) {
+        nlohmann::ordered_json line = {{"index", k * job->world_size + job->rank},
+                                       {"input", text(batch.encoder_input_tokens[r])},
+                                       {"target", text(batch.decoder_target_tokens[r])},
+                                       {"prediction", text(predicted.tokens[r])},
+                                       {"prediction_score", predicted.scores[r].item<double>()},
+                                       {"target_score", scores[r].item<double>()}};
+        out << line.dump() << "\n";
+      }
+    }
+    out.flush();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", shard));
+    out.close();
+    response.set_examples(k);
+    spdlog::info("job {}: rank {} wrote {} prediction(s) to {}", job->id, job->rank, k, shard);
+    // Every shard is written before rank 0 reads them.
+    TY_RETURN_IF_ERROR(CollectiveFailure(job->collective->Barrier()));
+    if (job->rank != 0) return response;
+
+    std::vector<nlohmann::json> lines;
+    for (int r = 0; r < job->world_size; ++r) {
+      const std::string path = absl::StrCat(base, ".shard-", r, "-of-", job->world_size, ".jsonl");
+      std::ifstream in(path);
+      if (!in) return absl::DataLossError(absl::StrCat(path, ": cannot read (is output_dir shared by the workers?)"));
+      std::string line;
+      while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+    }
+    std::sort(lines.begin(), lines.end(),
+              [](const nlohmann::json& a, const nlohmann::json& b) { return a["index"] < b["index"]; });
+    const std::string merged = base + ".jsonl";
+    {
+      std::ofstream all(merged + ".tmp", std::ios::trunc);
+      for (const auto& line : lines) all << line.dump() << "\n";
+      all.flush();
+      if (!all) return absl::InternalError(absl::StrCat("cannot write ", merged));
+    }
+    if (std::rename((merged + ".tmp").c_str(), merged.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("cannot rename to ", merged));
+    }
+    for (int r = 0; r < job->world_size; ++r) {
+      std::remove(absl::StrCat(base, ".shard-", r, "-of-", job->world_size, ".jsonl").c_str());
+    }
+    response.set_output(merged);
+    if (spec.kind() == INFERENCE) return response;
+
+    // EVALUATION: the task's metric functions over every example.
+    std::vector<std::string> targets, predictions;
+    std::vector<double> target_scores;
+    AuxValues aux;
+    for (const auto& line : lines) {
+      targets.push_back(line["target"].get<std::string>());
+      predictions.push_back(line["prediction"].get<std::string>());
+      target_scores.push_back(line["target_score"].get<double>());
+      aux["scores"].push_back(line["prediction_score"].get<double>());
+    }
+    std::vector<MetricFn> fns;
+    for (const std::string& name : task->metric_fns) {
+      absl::StatusOr<MetricFn> fn = BuiltinMetricFn(name);
+      if (!fn.ok()) return absl::Status(fn.status().code(), absl::StrCat("task ", task->name, ": ", fn.status().message()));
+      fns.push_back(*fn);
+    }
+    fns.push_back(*BuiltinMetricFn("mean_log_likelihood"));
+    TY_ASSIGN_OR_RETURN(MetricResults metrics, ComputeMetrics(fns, targets, &predictions, &aux, &target_scores));
+    metrics["examples"] = static_cast<double>(lines.size());
+    MetricsManager writer("inference_eval/" + spec.task(), spec.output_dir(), 0, 1);
+    writer.WriteScalars(job->restored_step, std::map<std::string, double>(metrics.begin(), metrics.end()));
+    nlohmann::ordered_json summary = {{"task", spec.task()},
+                                      {"split", config.split()},
+                                      {"checkpoint_step", job->restored_step},
+                                      {"metrics", metrics}};
+    const std::string json_path = absl::StrCat(spec.output_dir(), "/inference_eval/", spec.task(), "-",
+                                               config.split(), ".json");
+    std::filesystem::create_directories(spec.output_dir() + "/inference_eval", ec);
+    {
+      std::ofstream json(json_path + ".tmp", std::ios::trunc);
+      json << summary.dump(2) << "\n";
+      json.flush();
+      if (!json) return absl::InternalError(absl::StrCat("cannot write ", json_path));
+    }
+    if (std::rename((json_path + ".tmp").c_str(), json_path.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("cannot rename to ", json_path));
+    }
+    for (const auto& [k2, v] : metrics) (*response.mutable_metrics())[spec.task() + "/" + k2] = v;
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("inference: ", e.what()));
   }
   return response;
 }
@@ -504,9 +683,10 @@ absl::Status WorkerCore::Restore(Job& job, const std::string& named) {
     if (!chosen.ok()) return chosen.status();
     path = *chosen;
   }
-  if (path.empty() && spec.kind() == FINETUNING && !restore.fallback_to_scratch()) {
+  const bool needs_checkpoint = spec.kind() == FINETUNING || spec.kind() == EVALUATION || spec.kind() == INFERENCE;
+  if (path.empty() && needs_checkpoint && !restore.fallback_to_scratch()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "restore: a FINETUNING job starts from a checkpoint, and none was found under ",
+        "restore: a ", JobKind_Name(spec.kind()), " job starts from a checkpoint, and none was found under ",
         restore.path().empty() ? spec.output_dir() : restore.path()));
   }
   // Every rank must restore the same step: the output_dir has to be on a
@@ -532,6 +712,7 @@ absl::Status WorkerCore::Restore(Job& job, const std::string& named) {
   }
   if (path.empty()) return absl::OkStatus();  // from scratch
 
+  job.restored_step = ckpt->step;
   TY_ASSIGN_OR_RETURN(bool with_optimizer,
                       ApplyCheckpoint(*ckpt, restore, job.model->network().get(), job.optimizer.get()));
   if (with_optimizer) {

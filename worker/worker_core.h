@@ -61,6 +61,16 @@ class WorkerCore {
   // ranks' parameters differ after the chunk (checked every chunk).
   absl::StatusOr<RunStepsResponse> RunSteps(const RunStepsRequest& request);
   absl::StatusOr<EvaluateResponse> Evaluate(const EvaluateRequest& request);
+  // EVALUATION and INFERENCE jobs: decodes and scores this rank's shard of
+  // inference.split (examples r, r+W, ... in the split's order, at most
+  // inference.num_batches batches), writes it as JSON lines
+  // (index, input, target, prediction, prediction_score, target_score), and
+  // on rank 0, after a barrier, merges the shards in order into
+  // output_dir/inference/<task>-<split>.jsonl. EVALUATION then computes the
+  // task's metric functions (and mean_log_likelihood of the targets),
+  // written as TensorBoard scalars under output_dir/inference_eval/<task>/
+  // at the checkpoint's step and as output_dir/inference_eval/<task>-<split>.json.
+  absl::StatusOr<InferResponse> Infer(const InferRequest& request);
   absl::Status AbortJob(const AbortJobRequest& request);
   // This worker is asked to stop (SIGTERM: a preemption): the job's ranks
   // agree to stop after the current step, write an emergency checkpoint for

@@ -29,6 +29,10 @@ grpc::Status WorkerServiceImpl::Evaluate(grpc::ServerContext*, const EvaluateReq
   return Reply(core_->Evaluate(*request), response);
 }
 
+grpc::Status WorkerServiceImpl::Infer(grpc::ServerContext*, const InferRequest* request, InferResponse* response) {
+  return Reply(core_->Infer(*request), response);
+}
+
 grpc::Status WorkerServiceImpl::SaveCheckpoint(grpc::ServerContext*, const SaveCheckpointRequest*,
                                                SaveCheckpointResponse*) {
   // Checkpoints are written at the end of the RunSteps chunk that asks for

@@ -13,6 +13,7 @@ class WorkerServiceImpl final : public WorkerService::Service {
   grpc::Status StartJob(grpc::ServerContext*, const StartJobRequest* request, StartJobResponse* response) override;
   grpc::Status RunSteps(grpc::ServerContext*, const RunStepsRequest* request, RunStepsResponse* response) override;
   grpc::Status Evaluate(grpc::ServerContext*, const EvaluateRequest* request, EvaluateResponse* response) override;
+  grpc::Status Infer(grpc::ServerContext*, const InferRequest* request, InferResponse* response) override;
   grpc::Status SaveCheckpoint(grpc::ServerContext*, const SaveCheckpointRequest* request,
                               SaveCheckpointResponse* response) override;
   grpc::Status AbortJob(grpc::ServerContext*, const AbortJobRequest* request, AbortJobResponse* response) override;

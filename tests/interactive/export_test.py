@@ -37,6 +37,15 @@ class ExportTest(unittest.TestCase):
             print(f"first-step loss: interactive {result['first_step_loss']:.9g}, batch job {batch_loss:.9g}")
             self.assertAlmostEqual(batch_loss, result["first_step_loss"], delta=1e-6 * abs(batch_loss))
             self.assertEqual(s["metrics"]["data/examples"], 8)
+            # The trained state as an INFERENCE job: the same predictions,
+            # token for token, as the interactive model's.
+            job = cluster.submit(result["infer_spec"])
+            s = cluster.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
+            self.assertEqual(s["state"], "SUCCEEDED", s["reason"])
+            out = os.path.join(root, "session", "inference", "inference", "my_numbers-validation.jsonl")
+            with open(out) as f:
+                lines = [json.loads(line) for line in f]
+            self.assertEqual([x["prediction"] for x in lines], result["predictions"])
         finally:
             cluster.stop()
 
