@@ -68,6 +68,8 @@ const std::vector<Command>& TrainyardCommands() {
       {"coordinator", RunCoordinator, "run the coordinator process"},
       {"worker", nullptr, kWorkerSummary},
       {"predict", nullptr, kPredictSummary},
+      {"score", nullptr, kScoreSummary},
+      {"evaluate", nullptr, kEvaluateSummary},
       {"validate", RunValidate, "check job specs and print them normalised"},
       {"model-info", RunModelInfo, "a model preset's architecture and parameter count"},
       {"vocab", RunVocab, "train a SentencePiece vocabulary with T5's special ids"},

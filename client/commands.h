@@ -37,6 +37,11 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
 int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 // `trainyard predict --checkpoint DIR [--task NAME] [--num N] [--input TEXT]...` (trainyard-torch)
 int RunPredict(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// The interactive model on a checkpoint (client/interactive_commands.cc):
+// `predict` with --examples or --json, `score`, `evaluate`.
+int RunPredictExamples(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int RunScore(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int RunEvaluate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 // `trainyard local [--workers N] SPEC [--set k=v]...`
 int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
@@ -66,6 +71,8 @@ struct Command {
 
 constexpr char kConvertSummary[] = "Hugging Face T5 checkpoints to Trainyard checkpoints and back";
 constexpr char kPredictSummary[] = "decode examples with a checkpoint's model";
+constexpr char kScoreSummary[] = "log-likelihood of targets given inputs under a checkpoint's model";
+constexpr char kEvaluateSummary[] = "metric functions of a checkpoint's predictions on examples";
 constexpr char kWorkerSummary[] = "run a worker process (serves a coordinator's jobs)";
 
 // The `trainyard` binary's commands, and the `trainyard-torch` binary's

@@ -26,13 +26,18 @@ std::string Text(const Vocabulary& vocab, const torch::Tensor& row) {
 }  // namespace
 
 int RunPredict(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  // Examples from a file, or JSON output: the interactive model's path.
+  for (const std::string& a : args) {
+    if (a == "--json" || a == "--examples" || a.rfind("--examples=", 0) == 0) return RunPredictExamples(args, out, err);
+  }
   std::string checkpoint, task_name = "digits_to_words", split = "validation";
   std::vector<std::string> inputs;
   int num = 8, input_length = 64, max_decode = 64, seed = 0;
   FlagSet flags("predict --checkpoint DIR [--task NAME] [--split SPLIT] [--num N] [--input TEXT]...",
                 "Greedy predictions of a checkpoint's model: for N examples of a task's\n"
                 "split (shown with their targets and the exact-match count), or for the\n"
-                "given --input texts.");
+                "given --input texts. With --examples FILE.jsonl or --json: see\n"
+                "`trainyard predict --json --help`.");
   flags.AddString("checkpoint", &checkpoint, "DIR", "a checkpoint directory (checkpoint_<step>)");
   flags.AddString("task", &task_name, "NAME", "a registered task (default digits_to_words)");
   flags.AddString("split", &split, "SPLIT", "the split to take examples from (default validation)");

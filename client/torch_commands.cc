@@ -8,6 +8,8 @@ const std::vector<Command>& TorchCommands() {
       {"convert", RunConvert, kConvertSummary},
       {"worker", RunWorker, kWorkerSummary},
       {"predict", RunPredict, kPredictSummary},
+      {"score", RunScore, kScoreSummary},
+      {"evaluate", RunEvaluate, kEvaluateSummary},
   };
   return *commands;
 }

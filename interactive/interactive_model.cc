@@ -16,6 +16,7 @@
 #include "data/task_definition.h"
 #include "google/protobuf/util/json_util.h"
 #include "model/presets.h"
+#include "model/weights.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 #include "trainer/learning_rate.h"
@@ -64,7 +65,6 @@ absl::Status CheckOptions(const InteractiveModelOptions& o) {
         "task_feature_lengths: inputs ", o.task_feature_lengths.inputs(), ", targets ",
         o.task_feature_lengths.targets(), "; both must be >= 1"));
   }
-  if (o.output_dir.empty()) return absl::InvalidArgumentError("output_dir: required (checkpoints go there)");
   if (o.num_microbatches < 1 || o.batch_size % o.num_microbatches != 0) {
     return absl::InvalidArgumentError(absl::StrCat("num_microbatches: ", o.num_microbatches,
                                                    " does not divide batch_size ", o.batch_size));
@@ -106,6 +106,19 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::Create(Inter
   if (options.decode.max_decode_length == 0) options.decode.max_decode_length = options.task_feature_lengths.targets();
   if (options.restore.mode() == RestoreConfig::MODE_UNSPECIFIED) options.restore.set_mode(RestoreConfig::LATEST);
 
+  if (options.output_dir.empty() && options.restore.mode() == RestoreConfig::LATEST && options.restore.path().empty()) {
+    return absl::InvalidArgumentError(
+        "output_dir: required to restore LATEST without restore.path (or restore a SPECIFIC checkpoint)");
+  }
+  // No model given: the restored checkpoint's.
+  if (options.model.architecture_case() == ModelSpec::ARCHITECTURE_NOT_SET &&
+      options.restore.mode() == RestoreConfig::SPECIFIC && !options.restore.path().empty()) {
+    absl::StatusOr<CheckpointHeader> header = ReadCheckpointHeader(options.restore.path());
+    if (!header.ok()) {
+      return absl::Status(header.status().code(), absl::StrCat("restore: ", header.status().message()));
+    }
+    *options.model.mutable_config() = header->config;
+  }
   std::unique_ptr<InteractiveModel> m(new InteractiveModel);
   m->options_ = options;
   try {
@@ -153,7 +166,7 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::Create(Inter
     spec.set_output_dir(options.output_dir);
 
     std::error_code ec;
-    std::filesystem::create_directories(options.output_dir, ec);
+    if (!options.output_dir.empty()) std::filesystem::create_directories(options.output_dir, ec);
     if (ec) {
       return absl::FailedPreconditionError(
           absl::StrCat("output_dir: cannot create ", options.output_dir, ": ", ec.message()));
@@ -425,6 +438,9 @@ absl::StatusOr<TrainLoopResult> InteractiveModel::TrainLoop(int num_steps, int e
 }
 
 absl::StatusOr<std::string> InteractiveModel::SaveCheckpoint() {
+  if (options_.output_dir.empty()) {
+    return absl::FailedPreconditionError("SaveCheckpoint: this interactive model has no output_dir");
+  }
   const std::string dir = absl::StrCat(options_.output_dir, "/checkpoint_", step());
   if (dir == last_saved_) return dir;
   std::string spec_json;

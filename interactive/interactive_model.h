@@ -61,8 +61,12 @@ using Postprocessor = std::function<std::string(const std::string& text, bool is
 struct InteractiveModelOptions {
   int batch_size = 8;
   FeatureLengths task_feature_lengths;  // inputs and targets, in tokens; both required
-  std::string output_dir;               // checkpoints and train summaries
-  ModelSpec model;                      // a preset or an explicit config
+  // Checkpoints and train summaries; may be empty for a model only used
+  // for inference from a SPECIFIC checkpoint (then SaveCheckpoint fails).
+  std::string output_dir;
+  // A preset or an explicit config; unset with a SPECIFIC restore.path:
+  // the checkpoint's own model.
+  ModelSpec model;
   Dtype dtype = FLOAT32;                // compute dtype (parameters stay float32)
   // Where the initial state comes from (T5X's restore_mode and
   // checkpoint_path): LATEST (default: the newest good checkpoint under

@@ -340,6 +340,36 @@ class SystemTest(unittest.TestCase):
                          [(x["input"], x["prediction"]) for x in lines])  # greedy: the same predictions
         self.assertFalse(glob.glob(os.path.join(self.root, "inferred", "inference", "*shard*")))
 
+        # The same checkpoint in this process through the CLI: the same
+        # predictions, the same target scores, the same exact match.
+        examples = os.path.join(self.root, "examples.jsonl")
+        with open(examples, "w") as f:
+            for x in lines:
+                f.write(json.dumps({"input": x["input"], "target": x["target"]}) + "\n")
+        lengths = ("--input-length", "16", "--target-length", "32", "--batch-size", "8")
+        run = lambda *a: subprocess.run([TRAINYARD, *a], capture_output=True, text=True, timeout=120)
+        r = run("predict", "--checkpoint", ckpt, "--examples", examples, "--json", *lengths)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        predicted = [json.loads(x) for x in r.stdout.splitlines()]
+        self.assertEqual([p["prediction"] for p in predicted], [x["prediction"] for x in lines])
+        r = run("score", "--checkpoint", ckpt, "--examples", examples, "--json", *lengths)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        scored = [json.loads(x) for x in r.stdout.splitlines()]
+        for got, want in zip(scored, lines):
+            self.assertAlmostEqual(got["score"], want["target_score"], delta=1e-3)
+        r = run("evaluate", "--checkpoint", ckpt, "--examples", examples, "--json", "--metric", "exact_match",
+                *lengths)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertAlmostEqual(json.loads(r.stdout)["exact_match"], 100.0 * exact / 24, places=6)
+        r = run("score", "--checkpoint", ckpt, "--input", "12")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("each --input needs a --target", r.stderr)
+        with open(examples, "a") as f:
+            f.write("not json\n")
+        r = run("evaluate", "--checkpoint", ckpt, "--examples", examples)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn(f"{examples}:25: not a JSON object", r.stderr)
+
     def test_a_restarted_coordinator_resumes_the_running_job(self):
         c = self.start(2)
         job = c.submit(self.spec, "output_dir=survive", "total_steps=40", "summary_period=5",

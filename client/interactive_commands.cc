@@ -1,0 +1,204 @@
+// `trainyard score`, `trainyard evaluate`, and `trainyard predict
+// --examples/--json` (in trainyard-torch): the interactive model's Score,
+// Evaluate and PredictWithAux on a checkpoint, in this process.
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/commands.h"
+#include "client/flags.h"
+#include "interactive/interactive_model.h"
+#include "nlohmann/json.hpp"
+
+namespace trainyard {
+namespace {
+
+struct Common {
+  std::string checkpoint;
+  std::vector<std::string> inputs, targets;
+  std::string examples_file;
+  bool json = false;
+  int batch_size = 32, input_length = 64, target_length = 64;
+};
+
+void AddCommon(FlagSet* flags, Common* c, bool targets) {
+  flags->AddString("checkpoint", &c->checkpoint, "DIR", "a checkpoint directory (checkpoint_<step>), required");
+  flags->AddRepeated("input", &c->inputs, "TEXT", "an example's input (repeatable)");
+  if (targets) flags->AddRepeated("target", &c->targets, "TEXT", "the target of the --input at the same position");
+  flags->AddString("examples", &c->examples_file, "FILE.jsonl",
+                   "examples as JSON lines: {\"input\": ...} or {\"input\": ..., \"target\": ...}");
+  flags->AddBool("json", &c->json, "one JSON object per example (per run, for evaluate)");
+  flags->AddInt("batch-size", &c->batch_size, "N", "examples per batch (default 32)");
+  flags->AddInt("input-length", &c->input_length, "N", "input tokens kept (default 64)");
+  flags->AddInt("target-length", &c->target_length, "N", "target tokens kept, and longest prediction (default 64)");
+}
+
+absl::StatusOr<std::vector<NaturalExample>> LoadExamples(const Common& c, bool need_targets) {
+  std::vector<NaturalExample> out;
+  if (!c.examples_file.empty() && !c.inputs.empty()) {
+    return absl::InvalidArgumentError("give --input or --examples, not both");
+  }
+  if (!c.examples_file.empty()) {
+    std::ifstream in(c.examples_file);
+    if (!in) return absl::NotFoundError(absl::StrCat("--examples: cannot read ", c.examples_file));
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      const std::string where = absl::StrCat(c.examples_file, ":", n, ": ");
+      if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError(where + "not a JSON object");
+      const char* input_key = j.contains("input") ? "input" : "inputs";
+      const char* target_key = j.contains("target") ? "target" : "targets";
+      if (!j.contains(input_key) || !j[input_key].is_string()) {
+        return absl::InvalidArgumentError(where + "needs a string \"input\"");
+      }
+      if (j.contains(target_key)) {
+        if (!j[target_key].is_string()) return absl::InvalidArgumentError(where + "\"target\" is not a string");
+        out.emplace_back(j[input_key].get<std::string>(), j[target_key].get<std::string>());
+      } else if (need_targets) {
+        return absl::InvalidArgumentError(where + "needs a \"target\" here");
+      } else {
+        out.emplace_back(j[input_key].get<std::string>());
+      }
+    }
+  } else {
+    if (!c.targets.empty() && c.targets.size() != c.inputs.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(c.inputs.size(), " --input but ", c.targets.size(),
+                                                     " --target; give one target per input"));
+    }
+    if (need_targets && c.targets.empty() && !c.inputs.empty()) {
+      return absl::InvalidArgumentError("each --input needs a --target here");
+    }
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      if (c.targets.empty()) {
+        out.emplace_back(c.inputs[i]);
+      } else {
+        out.emplace_back(c.inputs[i], c.targets[i]);
+      }
+    }
+  }
+  if (out.empty()) return absl::InvalidArgumentError("no examples: give --input TEXT or --examples FILE.jsonl");
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<InteractiveModel>> Open(const Common& c) {
+  // Logs (warnings: truncation, skipped checkpoints) go to stderr; stdout
+  // carries the results only.
+  std::ostringstream ignored;
+  (void)SetUpLogging("warn", ignored);
+  if (c.checkpoint.empty()) return absl::InvalidArgumentError("--checkpoint: required");
+  if (c.batch_size < 1 || c.input_length < 1 || c.target_length < 1) {
+    return absl::InvalidArgumentError("--batch-size, --input-length and --target-length must be >= 1");
+  }
+  InteractiveModelOptions options;
+  options.batch_size = c.batch_size;
+  options.task_feature_lengths.set_inputs(c.input_length);
+  options.task_feature_lengths.set_targets(c.target_length);
+  options.restore.set_mode(RestoreConfig::SPECIFIC);
+  options.restore.set_path(c.checkpoint);
+  return InteractiveModel::Create(options);  // the checkpoint's model, no output_dir
+}
+
+int Fail(const absl::Status& s, std::ostream& err) {
+  err << "error: " << s.message() << "\n";
+  return absl::IsInvalidArgument(s) || absl::IsNotFound(s) ? kExitUsage : kExitFailed;
+}
+
+}  // namespace
+
+int RunPredictExamples(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  Common c;
+  FlagSet flags("predict --checkpoint DIR (--input TEXT... | --examples FILE.jsonl) --json",
+                "Greedy predictions and their log-likelihoods, one JSON object per example:\n"
+                "{\"input\", \"prediction\", \"score\"}.");
+  AddCommon(&flags, &c, /*targets=*/false);
+  std::vector<std::string> positional;
+  if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
+  absl::StatusOr<std::vector<NaturalExample>> examples = LoadExamples(c, false);
+  if (!examples.ok()) return Fail(examples.status(), err);
+  absl::StatusOr<std::unique_ptr<InteractiveModel>> model = Open(c);
+  if (!model.ok()) return Fail(model.status(), err);
+  absl::StatusOr<Inference> predicted = (*model)->PredictWithAux(*examples);
+  if (!predicted.ok()) return Fail(predicted.status(), err);
+  for (size_t i = 0; i < examples->size(); ++i) {
+    const double score = predicted->aux.at("scores")[i];
+    if (c.json) {
+      out << nlohmann::json({{"input", predicted->inputs[i]}, {"prediction", predicted->predictions[i]},
+                             {"score", score}})
+                 .dump()
+          << "\n";
+    } else {
+      out << absl::StrFormat("%-20s -> %s  (log-likelihood %.3f)\n", predicted->inputs[i], predicted->predictions[i],
+                             score);
+    }
+  }
+  if (predicted->truncated_examples > 0) {
+    err << "note: " << predicted->truncated_examples << " example(s) were cut to --input-length "
+        << c.input_length << "\n";
+  }
+  return kExitOk;
+}
+
+int RunScore(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  Common c;
+  FlagSet flags("score --checkpoint DIR (--input TEXT --target TEXT... | --examples FILE.jsonl) [--json]",
+                "The log-likelihood of each target given its input under a checkpoint's\n"
+                "model. With --json: one {\"input\", \"target\", \"score\"} per example.");
+  AddCommon(&flags, &c, /*targets=*/true);
+  std::vector<std::string> positional;
+  if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
+  absl::StatusOr<std::vector<NaturalExample>> examples = LoadExamples(c, true);
+  if (!examples.ok()) return Fail(examples.status(), err);
+  absl::StatusOr<std::unique_ptr<InteractiveModel>> model = Open(c);
+  if (!model.ok()) return Fail(model.status(), err);
+  absl::StatusOr<std::vector<double>> scores = (*model)->Score(*examples);
+  if (!scores.ok()) return Fail(scores.status(), err);
+  for (size_t i = 0; i < examples->size(); ++i) {
+    const NaturalExample& e = (*examples)[i];
+    if (c.json) {
+      out << nlohmann::json({{"input", e.input}, {"target", *e.target}, {"score", (*scores)[i]}}).dump() << "\n";
+    } else {
+      out << absl::StrFormat("%9.4f  %s -> %s\n", (*scores)[i], e.input, *e.target);
+    }
+  }
+  return kExitOk;
+}
+
+int RunEvaluate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  Common c;
+  std::vector<std::string> metrics;
+  FlagSet flags("evaluate --checkpoint DIR (--input TEXT --target TEXT... | --examples FILE.jsonl) "
+                "[--metric NAME]... [--json]",
+                "Decodes and scores the examples with a checkpoint's model and computes metric\n"
+                "functions over them (default: exact_match, sequence_accuracy, token_f1, bleu,\n"
+                "rouge, mean_log_likelihood).");
+  AddCommon(&flags, &c, /*targets=*/true);
+  flags.AddRepeated("metric", &metrics, "NAME", "a built-in metric function (repeatable)");
+  std::vector<std::string> positional;
+  if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
+  if (metrics.empty()) {
+    metrics = {"exact_match", "sequence_accuracy", "token_f1", "bleu", "rouge", "mean_log_likelihood"};
+  }
+  std::vector<MetricFn> fns;
+  for (const std::string& name : metrics) {
+    absl::StatusOr<MetricFn> fn = BuiltinMetricFn(name);
+    if (!fn.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("--metric: ", fn.status().message())), err);
+    fns.push_back(*fn);
+  }
+  absl::StatusOr<std::vector<NaturalExample>> examples = LoadExamples(c, true);
+  if (!examples.ok()) return Fail(examples.status(), err);
+  absl::StatusOr<std::unique_ptr<InteractiveModel>> model = Open(c);
+  if (!model.ok()) return Fail(model.status(), err);
+  absl::StatusOr<MetricResults> values = (*model)->Evaluate(*examples, fns);
+  if (!values.ok()) return Fail(values.status(), err);
+  if (c.json) {
+    out << nlohmann::json(*values).dump() << "\n";
+  } else {
+    out << examples->size() << " example(s), checkpoint " << c.checkpoint << "\n";
+    for (const auto& [k, v] : *values) out << absl::StrFormat("  %-22s %10.4f\n", k, v);
+  }
+  return kExitOk;
+}
+
+}  // namespace trainyard
