@@ -15,6 +15,8 @@ import system_test  # noqa: E402
 from system_test import Cluster  # noqa: E402
 
 EXPORT = None
+TRAIN_PREDICT = None
+EVALUATE = None
 
 
 class ExportTest(unittest.TestCase):
@@ -50,14 +52,44 @@ class ExportTest(unittest.TestCase):
             cluster.stop()
 
 
+class ExamplesTest(unittest.TestCase):
+    """The other example programs run and print what they say."""
+
+    def run_example(self, binary, *args):
+        root = tempfile.mkdtemp(prefix="example-", dir=os.environ.get("TEST_TMPDIR"))
+        out = subprocess.run([binary, "--output_dir", root, *args], capture_output=True, text=True, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+    def test_train_predict(self):
+        rows = self.run_example(TRAIN_PREDICT, "--steps", "40")
+        losses = [r["loss"] for r in rows if "loss" in r]
+        self.assertEqual(len(losses), 40)
+        self.assertLess(losses[-1], 0.2 * losses[0])
+        predictions = {r["input"]: r["prediction"] for r in rows if "prediction" in r}
+        # 40 steps on these four examples: it has learned them.
+        self.assertEqual(predictions, {"12": "twelve", "40": "forty", "115": "one hundred fifteen", "7": "seven"})
+
+    def test_evaluate(self):
+        (row,) = self.run_example(EVALUATE)
+        self.assertEqual(row["step"], 50)
+        for k in ("exact_match", "bleu", "score_of_longest_target", "mean_prediction_score"):
+            self.assertIn(k, row["metrics"])
+        self.assertLess(row["first_target_score"], 0)
+
+
 def main():
-    global EXPORT
+    global EXPORT, TRAIN_PREDICT, EVALUATE
     parser = argparse.ArgumentParser()
     parser.add_argument("--trainyard", required=True)
     parser.add_argument("--export", required=True)
+    parser.add_argument("--train-predict", required=True)
+    parser.add_argument("--evaluate", required=True)
     args, rest = parser.parse_known_args()
     system_test.TRAINYARD = os.path.abspath(args.trainyard)
     EXPORT = os.path.abspath(args.export)
+    TRAIN_PREDICT = os.path.abspath(args.train_predict)
+    EVALUATE = os.path.abspath(args.evaluate)
     unittest.main(argv=[sys.argv[0], "-v", *rest])
 
 
