@@ -8,6 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "client/commands.h"
 #include "client/flags.h"
+#include "client/job_client.h"
+#include "common/status_macros.h"
 #include "interactive/interactive_model.h"
 #include "nlohmann/json.hpp"
 
@@ -15,6 +17,7 @@ namespace trainyard {
 namespace {
 
 struct Common {
+  std::string coordinator;  // set: a session on the coordinator's workers
   std::string checkpoint;
   std::vector<std::string> inputs, targets;
   std::string examples_file;
@@ -24,6 +27,9 @@ struct Common {
 
 void AddCommon(FlagSet* flags, Common* c, bool targets) {
   flags->AddString("checkpoint", &c->checkpoint, "DIR", "a checkpoint directory (checkpoint_<step>), required");
+  flags->AddString("coordinator", &c->coordinator, "HOST:PORT",
+                   "run on an idle worker of this coordinator (an interactive session; the checkpoint\n"
+                   "path is read by the worker); default: in this process");
   flags->AddRepeated("input", &c->inputs, "TEXT", "an example's input (repeatable)");
   if (targets) flags->AddRepeated("target", &c->targets, "TEXT", "the target of the --input at the same position");
   flags->AddString("examples", &c->examples_file, "FILE.jsonl",
@@ -100,6 +106,82 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> Open(const Common& c) {
   return InteractiveModel::Create(options);  // the checkpoint's model, no output_dir
 }
 
+// Where the model runs: in this process, or in a session on a
+// coordinator's worker (closed when this goes away).
+class Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<Backend>> Create(const Common& c) {
+    auto b = std::unique_ptr<Backend>(new Backend);
+    if (c.coordinator.empty()) {
+      TY_ASSIGN_OR_RETURN(b->model_, Open(c));
+      return b;
+    }
+    if (c.checkpoint.empty()) return absl::InvalidArgumentError("--checkpoint: required");
+    b->client_ = std::make_unique<JobClient>(c.coordinator);
+    OpenSessionRequest open;
+    open.set_checkpoint(c.checkpoint);
+    open.set_batch_size(c.batch_size);
+    open.mutable_feature_lengths()->set_inputs(c.input_length);
+    open.mutable_feature_lengths()->set_targets(c.target_length);
+    open.set_idle_timeout_seconds(120);
+    TY_ASSIGN_OR_RETURN(OpenSessionResponse opened, b->client_->OpenSession(open));
+    b->session_ = opened.session_id();
+    return b;
+  }
+  ~Backend() {
+    if (!session_.empty()) client_->CloseSession(session_).IgnoreError();  // else it idles out
+  }
+
+  absl::StatusOr<Inference> Predict(const std::vector<NaturalExample>& examples) {
+    if (model_) return model_->PredictWithAux(examples);
+    TY_ASSIGN_OR_RETURN(SessionResponse r, Run(SessionRequest::PREDICT, examples, {}));
+    Inference out;
+    for (const NaturalExample& e : examples) out.inputs.push_back(e.input);
+    out.predictions.assign(r.predictions().begin(), r.predictions().end());
+    out.aux["scores"].assign(r.scores().begin(), r.scores().end());
+    out.truncated_examples = r.truncated_examples();
+    return out;
+  }
+  absl::StatusOr<std::vector<double>> Score(const std::vector<NaturalExample>& examples) {
+    if (model_) return model_->Score(examples);
+    TY_ASSIGN_OR_RETURN(SessionResponse r, Run(SessionRequest::SCORE, examples, {}));
+    return std::vector<double>(r.scores().begin(), r.scores().end());
+  }
+  absl::StatusOr<MetricResults> Evaluate(const std::vector<NaturalExample>& examples,
+                                         const std::vector<std::string>& metrics) {
+    if (model_) {
+      std::vector<MetricFn> fns;
+      for (const std::string& name : metrics) {
+        TY_ASSIGN_OR_RETURN(MetricFn fn, BuiltinMetricFn(name));
+        fns.push_back(fn);
+      }
+      return model_->Evaluate(examples, fns);
+    }
+    TY_ASSIGN_OR_RETURN(SessionResponse r, Run(SessionRequest::EVALUATE, examples, metrics));
+    return MetricResults(r.metrics().begin(), r.metrics().end());
+  }
+
+ private:
+  Backend() = default;
+  absl::StatusOr<SessionResponse> Run(SessionRequest::Op op, const std::vector<NaturalExample>& examples,
+                                      const std::vector<std::string>& metrics) {
+    SessionRequest request;
+    request.set_session_id(session_);
+    request.set_op(op);
+    for (const NaturalExample& e : examples) {
+      SessionExample* x = request.add_examples();
+      x->set_input(e.input);
+      if (e.target.has_value()) x->set_target(*e.target);
+    }
+    for (const std::string& m : metrics) request.add_metric_fns(m);
+    return client_->RunSession(request);
+  }
+
+  std::unique_ptr<InteractiveModel> model_;
+  std::unique_ptr<JobClient> client_;
+  std::string session_;
+};
+
 int Fail(const absl::Status& s, std::ostream& err) {
   err << "error: " << s.message() << "\n";
   return absl::IsInvalidArgument(s) || absl::IsNotFound(s) ? kExitUsage : kExitFailed;
@@ -117,9 +199,9 @@ int RunPredictExamples(const std::vector<std::string>& args, std::ostream& out, 
   if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
   absl::StatusOr<std::vector<NaturalExample>> examples = LoadExamples(c, false);
   if (!examples.ok()) return Fail(examples.status(), err);
-  absl::StatusOr<std::unique_ptr<InteractiveModel>> model = Open(c);
+  absl::StatusOr<std::unique_ptr<Backend>> model = Backend::Create(c);
   if (!model.ok()) return Fail(model.status(), err);
-  absl::StatusOr<Inference> predicted = (*model)->PredictWithAux(*examples);
+  absl::StatusOr<Inference> predicted = (*model)->Predict(*examples);
   if (!predicted.ok()) return Fail(predicted.status(), err);
   for (size_t i = 0; i < examples->size(); ++i) {
     const double score = predicted->aux.at("scores")[i];
@@ -134,6 +216,7 @@ int RunPredictExamples(const std::vector<std::string>& args, std::ostream& out, 
     }
   }
   if (predicted->truncated_examples > 0) {
+    // (Also reported by a session's worker, in its log.)
     err << "note: " << predicted->truncated_examples << " example(s) were cut to --input-length "
         << c.input_length << "\n";
   }
@@ -150,7 +233,7 @@ int RunScore(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
   absl::StatusOr<std::vector<NaturalExample>> examples = LoadExamples(c, true);
   if (!examples.ok()) return Fail(examples.status(), err);
-  absl::StatusOr<std::unique_ptr<InteractiveModel>> model = Open(c);
+  absl::StatusOr<std::unique_ptr<Backend>> model = Backend::Create(c);
   if (!model.ok()) return Fail(model.status(), err);
   absl::StatusOr<std::vector<double>> scores = (*model)->Score(*examples);
   if (!scores.ok()) return Fail(scores.status(), err);
@@ -180,22 +263,21 @@ int RunEvaluate(const std::vector<std::string>& args, std::ostream& out, std::os
   if (metrics.empty()) {
     metrics = {"exact_match", "sequence_accuracy", "token_f1", "bleu", "rouge", "mean_log_likelihood"};
   }
-  std::vector<MetricFn> fns;
   for (const std::string& name : metrics) {
     absl::StatusOr<MetricFn> fn = BuiltinMetricFn(name);
     if (!fn.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("--metric: ", fn.status().message())), err);
-    fns.push_back(*fn);
   }
   absl::StatusOr<std::vector<NaturalExample>> examples = LoadExamples(c, true);
   if (!examples.ok()) return Fail(examples.status(), err);
-  absl::StatusOr<std::unique_ptr<InteractiveModel>> model = Open(c);
+  absl::StatusOr<std::unique_ptr<Backend>> model = Backend::Create(c);
   if (!model.ok()) return Fail(model.status(), err);
-  absl::StatusOr<MetricResults> values = (*model)->Evaluate(*examples, fns);
+  absl::StatusOr<MetricResults> values = (*model)->Evaluate(*examples, metrics);
   if (!values.ok()) return Fail(values.status(), err);
   if (c.json) {
     out << nlohmann::json(*values).dump() << "\n";
   } else {
-    out << examples->size() << " example(s), checkpoint " << c.checkpoint << "\n";
+    out << examples->size() << " example(s), checkpoint " << c.checkpoint
+        << (c.coordinator.empty() ? "" : " (session on " + c.coordinator + ")") << "\n";
     for (const auto& [k, v] : *values) out << absl::StrFormat("  %-22s %10.4f\n", k, v);
   }
   return kExitOk;

@@ -66,6 +66,31 @@ absl::StatusOr<JobInfo> JobClient::Cancel(const std::string& job_id, const std::
   return response.job();
 }
 
+absl::StatusOr<OpenSessionResponse> JobClient::OpenSession(const OpenSessionRequest& request,
+                                                           absl::Duration session_timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + session_timeout));
+  OpenSessionResponse response;
+  if (grpc::Status s = stub_->OpenSession(&ctx, request, &response); !s.ok()) return Annotated(s, address_);
+  return response;
+}
+
+absl::StatusOr<SessionResponse> JobClient::RunSession(const SessionRequest& request, absl::Duration session_timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + session_timeout));
+  SessionResponse response;
+  if (grpc::Status s = stub_->RunSession(&ctx, request, &response); !s.ok()) return Annotated(s, address_);
+  return response;
+}
+
+absl::Status JobClient::CloseSession(const std::string& session_id) {
+  CloseSessionRequest request;
+  request.set_session_id(session_id);
+  CloseSessionResponse response;
+  TY_CALL(CloseSession, request, response);
+  return absl::OkStatus();
+}
+
 #undef TY_CALL
 
 absl::StatusOr<JobInfo> JobClient::Watch(const std::string& job_id,

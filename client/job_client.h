@@ -28,6 +28,15 @@ class JobClient {
   // JobInfo), the stream breaks, or `on_event` returns false.
   absl::StatusOr<JobInfo> Watch(const std::string& job_id, const std::function<bool(const JobEvent&)>& on_event);
 
+  // Interactive sessions (the coordinator's idle workers serve them).
+  // Opening loads the checkpoint and RunSession may decode long batches:
+  // these wait up to `session_timeout`.
+  absl::StatusOr<OpenSessionResponse> OpenSession(const OpenSessionRequest& request,
+                                                  absl::Duration session_timeout = absl::Minutes(10));
+  absl::StatusOr<SessionResponse> RunSession(const SessionRequest& request,
+                                             absl::Duration session_timeout = absl::Minutes(10));
+  absl::Status CloseSession(const std::string& session_id);
+
   // The address the client talks to, for messages.
   const std::string& address() const { return address_; }
 

@@ -374,6 +374,21 @@ void ValidateOutputDir(Errors* errors, JobSpec* spec, const ValidationOptions& o
 
 }  // namespace
 
+absl::StatusOr<std::string> ResolveOutputDir(const std::string& field, const std::string& dir,
+                                             const ValidationOptions& options) {
+  JobSpec spec;
+  spec.set_output_dir(dir);
+  Errors errors;
+  ValidateOutputDir(&errors, &spec, options);
+  absl::Status status = errors.ToStatus();
+  if (!status.ok()) {
+    std::string message(status.message());
+    if (absl::StartsWith(message, "output_dir")) message = field + message.substr(10);
+    return absl::InvalidArgumentError(message);
+  }
+  return spec.output_dir();
+}
+
 void FillAdafactorDefaults(Adafactor* a) {
   if (!a->has_decay_rate()) a->set_decay_rate(0.8f);
   if (!a->has_clipping_threshold()) a->set_clipping_threshold(1.0f);

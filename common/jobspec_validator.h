@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "proto/job.pb.h"
 
 namespace trainyard {
@@ -34,6 +35,11 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
 
 // Fills unset optimizer hyper-parameters with their defaults (T5X's for
 // Adafactor; optax's for AdamW). The validator and the optimizers share them.
+// An output directory given outside a job spec (e.g. an interactive
+// session's), checked and resolved like `output_dir`; errors name `field`.
+absl::StatusOr<std::string> ResolveOutputDir(const std::string& field, const std::string& dir,
+                                             const ValidationOptions& options);
+
 void FillAdafactorDefaults(Adafactor* adafactor);
 void FillAdamWDefaults(AdamW* adamw);
 

@@ -121,6 +121,13 @@ void Coordinator::Shutdown() {
   changed_.notify_all();
   if (scheduler_.joinable()) scheduler_.join();
   for (std::thread& t : drivers) t.join();
+  std::vector<std::thread> closers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) CloseSessionLocked((it++)->first, "the coordinator stopped");
+    closers.swap(session_closers_);
+  }
+  for (std::thread& t : closers) t.join();
   if (persister_.joinable()) persister_.join();
   // Progress recorded after the persister's last pass (or without one).
   std::lock_guard<std::mutex> lock(mu_);
@@ -153,8 +160,16 @@ void Coordinator::Tick() {
   for (auto& [id, job] : jobs_) {
     if (job->driver_done && job->driver.joinable()) finished.push_back(std::move(job->driver));
   }
+  const absl::Time now = options_.clock->Now();
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    const Session& session = (it++)->second;
+    if (session.in_flight == 0 && now - session.last_used > session.idle_timeout) {
+      CloseSessionLocked(session.id, absl::StrCat("idle for more than ", absl::FormatDuration(session.idle_timeout)));
+    }
+  }
   for (const WorkerRecord& w : lost) {
     spdlog::warn("worker {} ({} at {}) stopped heartbeating; removed from the pool", w.worker_id, w.host, w.address);
+    if (sessions_.count(w.job_id)) CloseSessionLocked(w.job_id, absl::StrCat("its worker ", w.worker_id, " was lost"));
     if (w.job_id.empty()) continue;
     auto it = jobs_.find(w.job_id);
     if (it == jobs_.end() || IsFinal(it->second->info.state())) continue;
@@ -638,6 +653,132 @@ absl::StatusOr<JobInfo> Coordinator::CancelJob(const std::string& job_id, const 
   }
   spdlog::info("job {}: cancel requested", job_id);
   return info;
+}
+
+absl::StatusOr<OpenSessionResponse> Coordinator::OpenSession(const OpenSessionRequest& original) {
+  OpenSessionRequest request = original;
+  if (request.batch_size() == 0) request.set_batch_size(32);
+  if (request.batch_size() < 1 || request.batch_size() > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat("batch_size: ", request.batch_size(), "; allowed 1..65536"));
+  }
+  if (request.feature_lengths().inputs() == 0) request.mutable_feature_lengths()->set_inputs(64);
+  if (request.feature_lengths().targets() == 0) request.mutable_feature_lengths()->set_targets(64);
+  if (request.feature_lengths().inputs() < 1 || request.feature_lengths().targets() < 1 ||
+      request.feature_lengths().inputs() > 65536 || request.feature_lengths().targets() > 65536) {
+    return absl::InvalidArgumentError("feature_lengths: inputs and targets must be in 1..65536");
+  }
+  if (request.idle_timeout_seconds() == 0) request.set_idle_timeout_seconds(300);
+  if (request.idle_timeout_seconds() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("idle_timeout_seconds: ", request.idle_timeout_seconds(), "; must be >= 1"));
+  }
+  ValidationOptions paths;
+  paths.output_root = options_.output_root;
+  if (!request.output_dir().empty()) {
+    TY_ASSIGN_OR_RETURN(std::string dir, ResolveOutputDir("output_dir", request.output_dir(), paths));
+    request.set_output_dir(dir);
+  }
+  std::string worker_id, session_id;
+  std::shared_ptr<WorkerClient> client;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+    if (!request.job_id().empty()) {
+      auto it = jobs_.find(request.job_id());
+      if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job_id: no job '", request.job_id(), "'"));
+      if (it->second->info.latest_checkpoint().empty()) {
+        return absl::FailedPreconditionError(absl::StrCat("job_id: job '", request.job_id(), "' has no checkpoint yet"));
+      }
+      request.set_checkpoint(it->second->info.latest_checkpoint());
+    }
+    if (request.checkpoint().empty()) return absl::InvalidArgumentError("checkpoint: required (or job_id)");
+    // A random suffix: ids never repeat across coordinator restarts.
+    session_id = absl::StrCat("session-", next_session_++, ".", absl::Hex(std::random_device()() & 0xffff));
+    for (const std::string& w : workers_.Idle()) {
+      if (workers_.Assign({w}, session_id).ok()) {
+        worker_id = w;
+        break;
+      }
+    }
+    if (worker_id.empty()) {
+      return absl::UnavailableError("no idle worker for a session; try again when a job has finished");
+    }
+    absl::StatusOr<WorkerRecord> record = workers_.Get(worker_id);
+    if (!record.ok()) {
+      workers_.Release({worker_id});
+      return absl::UnavailableError(absl::StrCat("worker ", worker_id, " left"));
+    }
+    client = client_factory_(*record);
+  }
+  WorkerOpenSessionRequest open;
+  open.set_session_id(session_id);
+  *open.mutable_request() = request;
+  absl::StatusOr<OpenSessionResponse> opened = client->OpenSession(open);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!opened.ok()) {
+    workers_.Release({worker_id});
+    return absl::Status(opened.status().code(),
+                        absl::StrCat("opening the session on worker ", worker_id, ": ", opened.status().message()));
+  }
+  Session session;
+  session.id = session_id;
+  session.worker_id = worker_id;
+  session.client = client;
+  session.idle_timeout = absl::Seconds(request.idle_timeout_seconds());
+  session.last_used = options_.clock->Now();
+  sessions_[session_id] = session;
+  opened->set_worker_id(worker_id);
+  spdlog::info("session {}: opened on worker {} ({}, step {})", session_id, worker_id, request.checkpoint(),
+               opened->step());
+  return opened;
+}
+
+absl::StatusOr<SessionResponse> Coordinator::RunSession(const SessionRequest& request) {
+  std::shared_ptr<WorkerClient> client;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(request.session_id());
+    if (it == sessions_.end()) {
+      auto closed = closed_sessions_.find(request.session_id());
+      return absl::NotFoundError(absl::StrCat("no session '", request.session_id(), "'",
+                                              closed == closed_sessions_.end() ? "" : ": closed, " + closed->second));
+    }
+    it->second.in_flight++;
+    client = it->second.client;
+  }
+  absl::StatusOr<SessionResponse> response = client->RunSession(request);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(request.session_id());
+  if (it != sessions_.end()) {
+    it->second.in_flight--;
+    it->second.last_used = options_.clock->Now();
+  }
+  return response;
+}
+
+absl::Status Coordinator::CloseSession(const std::string& session_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!sessions_.count(session_id)) return absl::NotFoundError(absl::StrCat("no session '", session_id, "'"));
+  CloseSessionLocked(session_id, "by its client");
+  return absl::OkStatus();
+}
+
+void Coordinator::CloseSessionLocked(const std::string& session_id, const std::string& why) {
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return;
+  Session session = it->second;
+  sessions_.erase(it);
+  closed_sessions_[session_id] = why;
+  workers_.Release({session.worker_id});  // DRAINING until the worker says it let go
+  spdlog::info("session {}: closed ({})", session_id, why);
+  session_closers_.emplace_back([client = session.client, session_id, why] {
+    AbortJobRequest abort;
+    abort.set_job_id(session_id);
+    abort.set_reason(absl::StrCat("the session is closed: ", why));
+    if (absl::Status s = client->AbortJob(abort); !s.ok()) {
+      spdlog::warn("session {}: the worker did not confirm the close: {}", session_id, s.ToString());
+    }
+  });
 }
 
 absl::StatusOr<JobInfo> Coordinator::WaitForChange(const std::string& job_id, int64_t* version,

@@ -98,6 +98,18 @@ class Coordinator {
   // `timeout` passes; returns the job and sets `*version`.
   absl::StatusOr<JobInfo> WaitForChange(const std::string& job_id, int64_t* version, absl::Duration timeout);
 
+  // ---- Interactive sessions ----
+  // Opens a session on a checkpoint (or a job's newest one) on one idle
+  // worker, which holds it until CloseSession or until no call came for
+  // idle_timeout_seconds. kUnavailable when no worker is idle; kInvalidArgument
+  // naming the field for bad options; the worker's error if it cannot load
+  // the checkpoint (the worker returns to the pool).
+  absl::StatusOr<OpenSessionResponse> OpenSession(const OpenSessionRequest& request);
+  // Forwards to the session's worker. kNotFound for an unknown or closed
+  // session (naming why: idle timeout, lost worker).
+  absl::StatusOr<SessionResponse> RunSession(const SessionRequest& request);
+  absl::Status CloseSession(const std::string& session_id);
+
   // ---- CoordinatorService ----
   absl::StatusOr<RegisterWorkerResponse> RegisterWorker(const RegisterWorkerRequest& request);
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
@@ -120,7 +132,19 @@ class Coordinator {
     bool driver_done = false;  // the driver returned; Tick joins it
   };
 
+  struct Session {
+    std::string id;
+    std::string worker_id;
+    std::shared_ptr<WorkerClient> client;
+    absl::Duration idle_timeout;
+    absl::Time last_used;
+    int in_flight = 0;  // calls running: never idle while one runs
+  };
+
   Coordinator(CoordinatorOptions options, WorkerClientFactory factory, std::unique_ptr<JobStore> db);
+  // Ends a session (caller holds mu_): the worker is told to drop it (in the
+  // background) and returns to the pool once it says it holds nothing.
+  void CloseSessionLocked(const std::string& session_id, const std::string& why);
   absl::Status Load();
   void SchedulerLoop();
   void StartJobLocked(Job* job, const std::vector<std::string>& worker_ids);
@@ -153,6 +177,10 @@ class Coordinator {
   int64_t next_sequence_ = 1;                         // guarded by mu_
   bool shutting_down_ = false;                        // guarded by mu_
   std::set<std::string> dirty_;                       // guarded by mu_: to persist
+  std::map<std::string, Session> sessions_;           // guarded by mu_
+  std::map<std::string, std::string> closed_sessions_;  // guarded by mu_: id -> why
+  int64_t next_session_ = 1;                          // guarded by mu_
+  std::vector<std::thread> session_closers_;          // guarded by mu_
   std::thread scheduler_;
   std::thread persister_;
 };

@@ -47,6 +47,27 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const CancelJobRequ
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::OpenSession(grpc::ServerContext*, const OpenSessionRequest* request,
+                                         OpenSessionResponse* response) {
+  absl::StatusOr<OpenSessionResponse> r = coordinator_->OpenSession(*request);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *response = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::RunSession(grpc::ServerContext*, const SessionRequest* request,
+                                        SessionResponse* response) {
+  absl::StatusOr<SessionResponse> r = coordinator_->RunSession(*request);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *response = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::CloseSession(grpc::ServerContext*, const CloseSessionRequest* request,
+                                          CloseSessionResponse*) {
+  return ToGrpcStatus(coordinator_->CloseSession(request->session_id()));
+}
+
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context, const WatchJobRequest* request,
                                       grpc::ServerWriter<JobEvent>* writer) {
   int64_t version = 0;

@@ -21,6 +21,11 @@ class JobServiceImpl final : public JobService::Service {
   // client goes away, or the coordinator shuts down.
   grpc::Status WatchJob(grpc::ServerContext* context, const WatchJobRequest* request,
                         grpc::ServerWriter<JobEvent>* writer) override;
+  grpc::Status OpenSession(grpc::ServerContext*, const OpenSessionRequest* request,
+                           OpenSessionResponse* response) override;
+  grpc::Status RunSession(grpc::ServerContext*, const SessionRequest* request, SessionResponse* response) override;
+  grpc::Status CloseSession(grpc::ServerContext*, const CloseSessionRequest* request,
+                            CloseSessionResponse* response) override;
 
  private:
   Coordinator* coordinator_;

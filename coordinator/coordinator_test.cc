@@ -75,6 +75,20 @@ class FakeClient : public WorkerClient {
     response.set_seconds_per_step(0.25);
     return response;
   }
+  absl::StatusOr<OpenSessionResponse> OpenSession(const WorkerOpenSessionRequest& r) override {
+    Record(absl::StrCat("open ", r.request().checkpoint()));
+    if (r.request().checkpoint() == "bad") return absl::NotFoundError("bad: no such checkpoint");
+    OpenSessionResponse response;
+    response.set_session_id(r.session_id());
+    response.set_step(7);
+    return response;
+  }
+  absl::StatusOr<SessionResponse> RunSession(const SessionRequest& r) override {
+    Record(absl::StrCat("session ", SessionRequest::Op_Name(r.op())));
+    SessionResponse response;
+    for (const auto& e : r.examples()) response.add_predictions("p:" + e.input());
+    return response;
+  }
   absl::StatusOr<InferResponse> Infer(const InferRequest&) override {
     Record("infer");
     std::lock_guard<std::mutex> lock(w_->mu);
@@ -459,6 +473,53 @@ TEST_F(CoordinatorTest, AnEvaluationJobRunsInferOnEveryRank) {
   std::lock_guard<std::mutex> lock(Worker("b")->mu);
   EXPECT_EQ(std::vector<std::string>(Worker("b")->calls.begin(), Worker("b")->calls.begin() + 2),
             (std::vector<std::string>{"start 1/2", "infer"}));
+}
+
+TEST_F(CoordinatorTest, SessionsHoldAWorkerUntilClosedOrIdle) {
+  auto c = Make();
+  const std::string a = AddWorker(c.get(), "a");
+  OpenSessionRequest open;
+  EXPECT_THAT(c->OpenSession(open).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("checkpoint: required")));
+  open.set_checkpoint("bad");
+  EXPECT_THAT(c->OpenSession(open).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("opening the session on worker w1-a: bad:")));
+  // The failed open gave the worker back (draining until its heartbeat).
+  HeartbeatRequest hb;
+  hb.set_worker_id(a);
+  ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
+  open.set_checkpoint("ckpt_7");
+  open.set_idle_timeout_seconds(60);
+  absl::StatusOr<OpenSessionResponse> s = c->OpenSession(open);
+  ASSERT_THAT(s.status(), IsOk());
+  EXPECT_EQ(s->worker_id(), a);
+  EXPECT_EQ(s->step(), 7);
+  // The worker is taken: a second session (or a job) waits.
+  EXPECT_THAT(c->OpenSession(open).status(), StatusCodeIs(absl::StatusCode::kUnavailable));
+  SessionRequest run;
+  run.set_session_id(s->session_id());
+  run.set_op(SessionRequest::PREDICT);
+  run.add_examples()->set_input("12");
+  absl::StatusOr<SessionResponse> r = c->RunSession(run);
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(r->predictions(0), "p:12");
+  // Idle for longer than its timeout: closed by the scheduler.
+  clock_.AdvanceTime(absl::Seconds(61));
+  hb.set_job_id(s->session_id());
+  ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
+  c->Tick();
+  EXPECT_THAT(c->RunSession(run).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("closed, idle for more than 1m")));
+  EXPECT_THAT(c->CloseSession(s->session_id()), StatusCodeIs(absl::StatusCode::kNotFound));
+  // Once the worker says it let go, it serves the next session.
+  hb.set_job_id("");
+  ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
+  s = c->OpenSession(open);
+  ASSERT_THAT(s.status(), IsOk());
+  EXPECT_THAT(c->CloseSession(s->session_id()), IsOk());
+  c->Shutdown();  // joins the closers
+  std::lock_guard<std::mutex> lock(Worker("a")->mu);
+  EXPECT_EQ(std::count(Worker("a")->calls.begin(), Worker("a")->calls.end(), "abort"), 2);
 }
 
 TEST_F(CoordinatorTest, TerminateOnNanFailsTheJob) {

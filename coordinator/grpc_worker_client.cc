@@ -34,6 +34,16 @@ class GrpcWorkerClient : public WorkerClient {
       return stub_->RunSteps(ctx, request, r);
     });
   }
+  absl::StatusOr<OpenSessionResponse> OpenSession(const WorkerOpenSessionRequest& request) override {
+    return Call<OpenSessionResponse>(std::chrono::minutes(10), [&](grpc::ClientContext* ctx, OpenSessionResponse* r) {
+      return stub_->OpenSession(ctx, request, r);
+    });
+  }
+  absl::StatusOr<SessionResponse> RunSession(const SessionRequest& request) override {
+    return Call<SessionResponse>(std::chrono::hours(24), [&](grpc::ClientContext* ctx, SessionResponse* r) {
+      return stub_->RunSession(ctx, request, r);
+    });
+  }
   absl::StatusOr<InferResponse> Infer(const InferRequest& request) override {
     return Call<InferResponse>(std::chrono::hours(24 * 365), [&](grpc::ClientContext* ctx, InferResponse* r) {
       return stub_->Infer(ctx, request, r);

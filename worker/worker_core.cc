@@ -17,6 +17,7 @@
 #include "data/bundled.h"
 #include "data/task_definition.h"
 #include "evaluation/metric_fns.h"
+#include "interactive/interactive_model.h"
 #include "data/iterator.h"
 #include "model/encoder_decoder_model.h"
 #include "model/presets.h"
@@ -137,8 +138,15 @@ WorkerCore::~WorkerCore() {
   if (job) std::lock_guard<std::mutex> busy(job->busy);
 }
 
+struct WorkerCore::Session {
+  std::string id;
+  std::mutex busy;  // one call at a time
+  std::unique_ptr<InteractiveModel> model;
+};
+
 std::string WorkerCore::job_id() const {
   std::lock_guard<std::mutex> lock(mu_);
+  if (session_) return session_->id;
   return job_ ? job_->id : "";
 }
 
@@ -191,6 +199,9 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (job_) return absl::FailedPreconditionError(absl::StrCat("this worker is busy with job '", job_->id, "'"));
+    if (session_) {
+      return absl::FailedPreconditionError(absl::StrCat("this worker is busy with session '", session_->id, "'"));
+    }
     job_ = job;  // claims the worker; released below on failure
   }
   SetLogJob(job->id, rank);
@@ -592,6 +603,13 @@ absl::StatusOr<InferResponse> WorkerCore::Infer(const InferRequest& request) {
 
 void WorkerCore::Preempt() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (session_) {
+    // A session has nothing to save: it ends; its client's next call fails.
+    std::shared_ptr<Session> session = std::move(session_);
+    spdlog::warn("session {}: this worker is asked to stop; closing the session", session->id);
+    teardowns_.emplace_back([session] { std::lock_guard<std::mutex> busy(session->busy); });
+    return;
+  }
   if (!job_) return;
   spdlog::warn("job {}: this worker is asked to stop; stopping after the current step", job_->id);
   job_->preempt = true;
@@ -738,6 +756,12 @@ absl::Status WorkerCore::Restore(Job& job, const std::string& named) {
 
 absl::Status WorkerCore::AbortJob(const AbortJobRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (session_ && session_->id == request.job_id()) {
+    std::shared_ptr<Session> session = std::move(session_);
+    spdlog::info("session {}: closed ({})", session->id, request.reason());
+    teardowns_.emplace_back([session] { std::lock_guard<std::mutex> busy(session->busy); });  // the call in flight ends
+    return absl::OkStatus();
+  }
   if (!job_ || job_->id != request.job_id()) return absl::OkStatus();  // already gone
   std::shared_ptr<Job> job = job_;
   job->stop = true;
@@ -758,6 +782,104 @@ absl::Status WorkerCore::AbortJob(const AbortJobRequest& request) {
     SetLogJob("", -1);
   });
   return absl::OkStatus();
+}
+
+absl::StatusOr<OpenSessionResponse> WorkerCore::OpenSession(const WorkerOpenSessionRequest& request) {
+  const OpenSessionRequest& open = request.request();
+  auto session = std::make_shared<Session>();
+  session->id = request.session_id();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job_ || session_) {
+      return absl::FailedPreconditionError(absl::StrCat("this worker is busy with '", session_ ? session_->id : job_->id,
+                                                        "'"));
+    }
+    session_ = session;  // claims the worker
+  }
+  std::lock_guard<std::mutex> busy(session->busy);
+  InteractiveModelOptions options;
+  options.batch_size = open.batch_size();
+  options.task_feature_lengths = open.feature_lengths();
+  options.output_dir = open.output_dir();
+  options.restore.set_mode(RestoreConfig::SPECIFIC);
+  options.restore.set_path(open.checkpoint());
+  absl::StatusOr<std::unique_ptr<InteractiveModel>> model = InteractiveModel::Create(options);
+  if (!model.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (session_ == session) session_.reset();
+    return model.status();
+  }
+  session->model = std::move(*model);
+  OpenSessionResponse response;
+  response.set_session_id(session->id);
+  response.set_step(session->model->step());
+  spdlog::info("session {}: opened on {} (step {})", session->id, open.checkpoint(), session->model->step());
+  return response;
+}
+
+absl::StatusOr<SessionResponse> WorkerCore::RunSession(const SessionRequest& request) {
+  std::shared_ptr<Session> session;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!session_ || session_->id != request.session_id()) {
+      return absl::NotFoundError(absl::StrCat("this worker does not hold session '", request.session_id(), "'"));
+    }
+    session = session_;
+  }
+  std::lock_guard<std::mutex> busy(session->busy);
+  InteractiveModel& model = *session->model;
+  std::vector<NaturalExample> examples;
+  for (const SessionExample& e : request.examples()) {
+    if (e.has_target()) {
+      examples.emplace_back(e.input(), e.target());
+    } else {
+      examples.emplace_back(e.input());
+    }
+  }
+  SessionResponse response;
+  switch (request.op()) {
+    case SessionRequest::PREDICT: {
+      TY_ASSIGN_OR_RETURN(Inference out, model.PredictWithAux(examples));
+      for (size_t i = 0; i < out.predictions.size(); ++i) {
+        response.add_predictions(out.predictions[i]);
+        response.add_scores(out.aux["scores"][i]);
+      }
+      response.set_truncated_examples(out.truncated_examples);
+      break;
+    }
+    case SessionRequest::SCORE: {
+      TY_ASSIGN_OR_RETURN(Inference out, model.InferWithPreprocessors(InferenceType::kScore, examples, {}));
+      for (double s : out.scores) response.add_scores(s);
+      response.set_truncated_examples(out.truncated_examples);
+      break;
+    }
+    case SessionRequest::EVALUATE: {
+      std::vector<MetricFn> fns;
+      for (const std::string& name : request.metric_fns()) {
+        absl::StatusOr<MetricFn> fn = BuiltinMetricFn(name);
+        if (!fn.ok()) return absl::InvalidArgumentError(absl::StrCat("metric_fns: ", fn.status().message()));
+        fns.push_back(*fn);
+      }
+      TY_ASSIGN_OR_RETURN(MetricResults metrics, model.Evaluate(examples, fns));
+      for (const auto& [k, v] : metrics) (*response.mutable_metrics())[k] = v;
+      break;
+    }
+    case SessionRequest::TRAIN_STEP: {
+      TY_ASSIGN_OR_RETURN(MetricResults metrics, model.TrainStep(examples));
+      for (const auto& [k, v] : metrics) (*response.mutable_metrics())[k] = v;
+      break;
+    }
+    case SessionRequest::SAVE_CHECKPOINT: {
+      TY_ASSIGN_OR_RETURN(std::string path, model.SaveCheckpoint());
+      response.set_checkpoint(path);
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("op: ", SessionRequest::Op_Name(request.op()),
+                                                     "; one of PREDICT, SCORE, EVALUATE, TRAIN_STEP, SAVE_CHECKPOINT"));
+  }
+  response.set_step(model.step());
+  return response;
 }
 
 }  // namespace trainyard

@@ -72,6 +72,13 @@ class WorkerCore {
   // at the checkpoint's step and as output_dir/inference_eval/<task>-<split>.json.
   absl::StatusOr<InferResponse> Infer(const InferRequest& request);
   absl::Status AbortJob(const AbortJobRequest& request);
+
+  // Interactive sessions: an InteractiveModel on a checkpoint, held instead
+  // of a job (kFailedPrecondition while either is held). job_id() reports
+  // the session's id, so heartbeats and re-registration treat it as a job;
+  // AbortJob with that id closes it. RunSession calls run one at a time.
+  absl::StatusOr<OpenSessionResponse> OpenSession(const WorkerOpenSessionRequest& request);
+  absl::StatusOr<SessionResponse> RunSession(const SessionRequest& request);
   // This worker is asked to stop (SIGTERM: a preemption): the job's ranks
   // agree to stop after the current step, write an emergency checkpoint for
   // it, and RunSteps reports `preempted`. Returns at once.
@@ -104,6 +111,8 @@ class WorkerCore {
   WorkerCoreOptions options_;
   mutable std::mutex mu_;
   std::shared_ptr<Job> job_;  // guarded by mu_
+  struct Session;
+  std::shared_ptr<Session> session_;  // guarded by mu_
   std::vector<std::thread> teardowns_;  // guarded by mu_
 };
 

@@ -29,6 +29,16 @@ grpc::Status WorkerServiceImpl::Evaluate(grpc::ServerContext*, const EvaluateReq
   return Reply(core_->Evaluate(*request), response);
 }
 
+grpc::Status WorkerServiceImpl::OpenSession(grpc::ServerContext*, const WorkerOpenSessionRequest* request,
+                                            OpenSessionResponse* response) {
+  return Reply(core_->OpenSession(*request), response);
+}
+
+grpc::Status WorkerServiceImpl::RunSession(grpc::ServerContext*, const SessionRequest* request,
+                                           SessionResponse* response) {
+  return Reply(core_->RunSession(*request), response);
+}
+
 grpc::Status WorkerServiceImpl::Infer(grpc::ServerContext*, const InferRequest* request, InferResponse* response) {
   return Reply(core_->Infer(*request), response);
 }

@@ -14,6 +14,9 @@ class WorkerServiceImpl final : public WorkerService::Service {
   grpc::Status RunSteps(grpc::ServerContext*, const RunStepsRequest* request, RunStepsResponse* response) override;
   grpc::Status Evaluate(grpc::ServerContext*, const EvaluateRequest* request, EvaluateResponse* response) override;
   grpc::Status Infer(grpc::ServerContext*, const InferRequest* request, InferResponse* response) override;
+  grpc::Status OpenSession(grpc::ServerContext*, const WorkerOpenSessionRequest* request,
+                           OpenSessionResponse* response) override;
+  grpc::Status RunSession(grpc::ServerContext*, const SessionRequest* request, SessionResponse* response) override;
   grpc::Status SaveCheckpoint(grpc::ServerContext*, const SaveCheckpointRequest* request,
                               SaveCheckpointResponse* response) override;
   grpc::Status AbortJob(grpc::ServerContext*, const AbortJobRequest* request, AbortJobResponse* response) override;

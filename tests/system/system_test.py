@@ -361,6 +361,26 @@ class SystemTest(unittest.TestCase):
                 *lengths)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertAlmostEqual(json.loads(r.stdout)["exact_match"], 100.0 * exact / 24, places=6)
+        # The same through an interactive session on one of the coordinator's
+        # workers: predictions token for token, scores bit for bit.
+        r = run("predict", "--coordinator", c.address, "--checkpoint", ckpt, "--examples", examples, "--json",
+                *lengths)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([json.loads(x) for x in r.stdout.splitlines()], predicted)
+        r = run("score", "--coordinator", c.address, "--checkpoint", ckpt, "--examples", examples, "--json", *lengths)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([json.loads(x) for x in r.stdout.splitlines()], scored)
+        r = run("evaluate", "--coordinator", c.address, "--checkpoint", ckpt, "--examples", examples, "--json",
+                "--metric", "exact_match", *lengths)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertAlmostEqual(json.loads(r.stdout)["exact_match"], 100.0 * exact / 24, places=6)
+        r = run("predict", "--coordinator", c.address, "--checkpoint", "/nonexistent/checkpoint_1", "--input", "1",
+                "--json")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("opening the session on worker", r.stderr)
+        # The sessions were closed: both workers take a job again.
+        again = c.submit(self.spec, "output_dir=after-sessions", "total_steps=2")
+        self.assertEqual(c.wait_state(again, ["SUCCEEDED", "FAILED"], 120)["state"], "SUCCEEDED")
         r = run("score", "--checkpoint", ckpt, "--input", "12")
         self.assertEqual(r.returncode, 2)
         self.assertIn("each --input needs a --target", r.stderr)
