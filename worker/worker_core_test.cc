@@ -3,6 +3,8 @@
 // checkpoint restored onto a different number of workers; bad requests.
 #include "worker/worker_core.h"
 
+#include "interactive/interactive_model.h"
+
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -10,6 +12,7 @@
 #include "common/jobspec_validator.h"
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
+#include "interactive/interactive_model.h"
 #include "trainer/train_checkpoint.h"
 
 namespace trainyard {
@@ -188,6 +191,79 @@ TEST_F(WorkerCoreTest, ADifferentNumberOfWorkersStartsTheNextEpoch) {
   // One worker had consumed part of epoch 0; two start at epoch 1.
   EXPECT_EQ(ckpt->data_states[0].substr(0, 2), "1 ");
   EXPECT_EQ(ckpt->data_states[1].substr(0, 2), "1 ");
+}
+
+TEST_F(WorkerCoreTest, ASessionServesTheInteractiveModelAndExcludesJobs) {
+  WorkerCore core(WorkerCoreOptions{});
+  const JobSpec spec = Spec("trained");
+  ASSERT_THAT(Start(core, "j", spec).status(), IsOk());
+  ASSERT_THAT(Run(core, "j", 0, 4, 4), IsOk());
+  End(core, "j");
+  for (int i = 0; i < 500 && !core.job_id().empty(); ++i) absl::SleepFor(absl::Milliseconds(10));
+  const std::string ckpt = root_ + "/trained/checkpoint_4";
+
+  WorkerOpenSessionRequest open;
+  open.set_session_id("s1");
+  open.mutable_request()->set_checkpoint(ckpt);
+  open.mutable_request()->set_batch_size(2);
+  open.mutable_request()->mutable_feature_lengths()->set_inputs(16);
+  open.mutable_request()->mutable_feature_lengths()->set_targets(32);
+  open.mutable_request()->set_output_dir(root_ + "/session");
+  absl::StatusOr<OpenSessionResponse> opened = core.OpenSession(open);
+  ASSERT_THAT(opened.status(), IsOk());
+  EXPECT_EQ(opened->step(), 4);
+  EXPECT_EQ(core.job_id(), "s1");  // heartbeats report the session
+  EXPECT_THAT(Start(core, "j2", spec).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("busy with session 's1'")));
+  open.set_session_id("s2");
+  EXPECT_THAT(core.OpenSession(open).status(), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("'s1'")));
+
+  // The same predictions as an interactive model opened here.
+  InteractiveModelOptions local;
+  local.batch_size = 2;
+  local.task_feature_lengths = open.request().feature_lengths();
+  local.restore.set_mode(RestoreConfig::SPECIFIC);
+  local.restore.set_path(ckpt);
+  auto model = std::move(InteractiveModel::Create(local)).value();
+  const Inference want = *model->PredictWithAux({"12", "345", "6789"});
+  SessionRequest run;
+  run.set_session_id("s1");
+  run.set_op(SessionRequest::PREDICT);
+  for (const char* input : {"12", "345", "6789"}) run.add_examples()->set_input(input);
+  absl::StatusOr<SessionResponse> got = core.RunSession(run);
+  ASSERT_THAT(got.status(), IsOk());
+  EXPECT_EQ(std::vector<std::string>(got->predictions().begin(), got->predictions().end()), want.predictions);
+  EXPECT_EQ(std::vector<double>(got->scores().begin(), got->scores().end()), want.aux.at("scores"));
+
+  run.clear_examples();
+  for (const char* input : {"12", "34"}) {
+    SessionExample* e = run.add_examples();
+    e->set_input(input);
+    e->set_target(input == std::string("12") ? "twelve" : "thirty-four");
+  }
+  run.set_op(SessionRequest::TRAIN_STEP);
+  got = core.RunSession(run);
+  ASSERT_THAT(got.status(), IsOk());
+  EXPECT_EQ(got->step(), 5);
+  EXPECT_GT(got->metrics().at("loss"), 0.0);
+  run.set_op(SessionRequest::SAVE_CHECKPOINT);
+  got = core.RunSession(run);
+  ASSERT_THAT(got.status(), IsOk());
+  EXPECT_EQ(got->checkpoint(), root_ + "/session/checkpoint_5");
+  run.set_op(SessionRequest::EVALUATE);
+  run.add_metric_fns("no_such_metric");
+  EXPECT_THAT(core.RunSession(run).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("metric_fns: metric function 'no_such_metric'")));
+  run.set_op(SessionRequest::OP_UNSPECIFIED);
+  EXPECT_THAT(core.RunSession(run).status(), StatusCodeIs(absl::StatusCode::kInvalidArgument));
+
+  AbortJobRequest close;
+  close.set_job_id("s1");
+  ASSERT_THAT(core.AbortJob(close), IsOk());
+  EXPECT_EQ(core.job_id(), "");
+  EXPECT_THAT(core.RunSession(run).status(), StatusCodeIs(absl::StatusCode::kNotFound));
+  ASSERT_THAT(Start(core, "j3", spec).status(), IsOk());  // free for jobs again
+  End(core, "j3");
 }
 
 }  // namespace
