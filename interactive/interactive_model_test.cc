@@ -65,6 +65,42 @@ TEST_F(InteractiveModelTest, TrainStepLowersTheLossOnItsExamples) {
   for (size_t i = 0; i < batch.size(); ++i) EXPECT_GT(after[i], before[i]) << i;  // more likely now
 }
 
+// A user's own batch iterator: one step per call, from its next batch.
+class Batches : public BatchIterator {
+ public:
+  explicit Batches(std::vector<T5Batch> batches) : batches_(std::move(batches)) {}
+  absl::StatusOr<T5Batch> Next() override {
+    if (next_ == batches_.size()) return absl::OutOfRangeError("end");
+    return batches_[next_++];
+  }
+  size_t next_ = 0;
+
+ private:
+  std::vector<T5Batch> batches_;
+};
+
+TEST_F(InteractiveModelTest, TrainStepFromBatchIteratorEqualsTrainStep) {
+  auto a = Make(Options());
+  ASSERT_NE(a, nullptr);
+  InteractiveModelOptions other = Options();
+  other.output_dir = dir_ + "/other";
+  auto b = Make(other);
+  ASSERT_NE(b, nullptr);
+  const std::vector<NaturalExample> examples = Validation(8);
+  Batches batches({*b->MakeBatch(examples, true, nullptr), *b->MakeBatch(examples, true, nullptr)});
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<MetricResults> x = a->TrainStep(examples);
+    absl::StatusOr<MetricResults> y = b->TrainStepFromBatchIterator(&batches);
+    ASSERT_THAT(x.status(), IsOk());
+    ASSERT_THAT(y.status(), IsOk());
+    EXPECT_EQ(x->at("loss"), y->at("loss")) << i;
+  }
+  EXPECT_EQ(batches.next_, 2u);
+  EXPECT_THAT(b->TrainStepFromBatchIterator(&batches).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("ended")));
+  EXPECT_THAT(b->TrainStepFromBatchIterator(nullptr).status(), StatusCodeIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST_F(InteractiveModelTest, BadExamplesGetClearErrors) {
   auto m = Make(Options());
   ASSERT_NE(m, nullptr);
