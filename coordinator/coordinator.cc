@@ -668,6 +668,10 @@ absl::StatusOr<OpenSessionResponse> Coordinator::OpenSession(const OpenSessionRe
     return absl::InvalidArgumentError("feature_lengths: inputs and targets must be in 1..65536");
   }
   if (request.idle_timeout_seconds() == 0) request.set_idle_timeout_seconds(300);
+  if (request.wait_seconds() == 0) request.set_wait_seconds(10);
+  if (request.wait_seconds() < 0 || request.wait_seconds() > 600) {
+    return absl::InvalidArgumentError(absl::StrCat("wait_seconds: ", request.wait_seconds(), "; allowed 1..600"));
+  }
   if (request.idle_timeout_seconds() < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("idle_timeout_seconds: ", request.idle_timeout_seconds(), "; must be >= 1"));
@@ -694,15 +698,30 @@ absl::StatusOr<OpenSessionResponse> Coordinator::OpenSession(const OpenSessionRe
     if (request.checkpoint().empty()) return absl::InvalidArgumentError("checkpoint: required (or job_id)");
     // A random suffix: ids never repeat across coordinator restarts.
     session_id = absl::StrCat("session-", next_session_++, ".", absl::Hex(std::random_device()() & 0xffff));
-    for (const std::string& w : workers_.Idle()) {
-      if (workers_.Assign({w}, session_id).ok()) {
-        worker_id = w;
-        break;
+  }
+  // An idle worker, waiting a little for one (a worker that has just
+  // finished a job becomes idle at its next heartbeat).
+  const absl::Time give_up = absl::Now() + absl::Seconds(request.wait_seconds());
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+      for (const std::string& w : workers_.Idle()) {
+        if (workers_.Assign({w}, session_id).ok()) {
+          worker_id = w;
+          break;
+        }
       }
     }
-    if (worker_id.empty()) {
-      return absl::UnavailableError("no idle worker for a session; try again when a job has finished");
+    if (!worker_id.empty()) break;
+    if (absl::Now() >= give_up) {
+      return absl::UnavailableError(absl::StrCat("no idle worker for a session within ", request.wait_seconds(),
+                                                 " s; try again when a job has finished"));
     }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     absl::StatusOr<WorkerRecord> record = workers_.Get(worker_id);
     if (!record.ok()) {
       workers_.Release({worker_id});

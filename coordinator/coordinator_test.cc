@@ -481,6 +481,11 @@ TEST_F(CoordinatorTest, SessionsHoldAWorkerUntilClosedOrIdle) {
   OpenSessionRequest open;
   EXPECT_THAT(c->OpenSession(open).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("checkpoint: required")));
+  open.set_wait_seconds(601);
+  open.set_checkpoint("ckpt_7");
+  EXPECT_THAT(c->OpenSession(open).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("wait_seconds: 601; allowed 1..600")));
+  open.set_wait_seconds(1);
   open.set_checkpoint("bad");
   EXPECT_THAT(c->OpenSession(open).status(),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("opening the session on worker w1-a: bad:")));
@@ -490,12 +495,14 @@ TEST_F(CoordinatorTest, SessionsHoldAWorkerUntilClosedOrIdle) {
   ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
   open.set_checkpoint("ckpt_7");
   open.set_idle_timeout_seconds(60);
+  open.set_wait_seconds(1);
   absl::StatusOr<OpenSessionResponse> s = c->OpenSession(open);
   ASSERT_THAT(s.status(), IsOk());
   EXPECT_EQ(s->worker_id(), a);
   EXPECT_EQ(s->step(), 7);
-  // The worker is taken: a second session (or a job) waits.
-  EXPECT_THAT(c->OpenSession(open).status(), StatusCodeIs(absl::StatusCode::kUnavailable));
+  // The worker is taken: a second session waits, then gives up.
+  EXPECT_THAT(c->OpenSession(open).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no idle worker for a session within 1 s")));
   SessionRequest run;
   run.set_session_id(s->session_id());
   run.set_op(SessionRequest::PREDICT);

@@ -11,7 +11,9 @@ temporary directory, so nothing generated is checked in).
 
 Prints the job id, one line per state change or summary, and the final
 state; exits 0 if the job succeeded, 1 if it failed or was cancelled, 2 on
-bad input.
+bad input. With --predict TEXT (repeatable), then opens an interactive
+session on the job's final checkpoint (served by one of the coordinator's
+idle workers), prints a prediction for each text, and closes it.
 """
 import argparse
 import importlib
@@ -45,6 +47,8 @@ def main():
                         help="HOST:PORT (default: $TRAINYARD_COORDINATOR)")
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                         help="override a field of the spec (applied by the coordinator)")
+    parser.add_argument("--predict", action="append", default=[], metavar="TEXT",
+                        help="after the job: predict for TEXT in an interactive session")
     parser.add_argument("--proto-root", default=os.path.dirname(here),
                         help="the directory holding proto/ (default: the repository)")
     args = parser.parse_args()
@@ -89,6 +93,17 @@ def main():
                 print(f"step {job.step}/{job.spec.total_steps} loss {job.metrics['loss']:.4f}", flush=True)
 
         final = jobs.GetJob(service_pb2.GetJobRequest(job_id=job_id), timeout=30)
+        if args.predict and final.state == service_pb2.SUCCEEDED:
+            opened = jobs.OpenSession(job_pb2.OpenSessionRequest(
+                job_id=job_id, batch_size=8, feature_lengths=final.spec.feature_lengths), timeout=600)
+            try:
+                request = job_pb2.SessionRequest(session_id=opened.session_id, op=job_pb2.SessionRequest.PREDICT,
+                                                 examples=[job_pb2.SessionExample(input=t) for t in args.predict])
+                answer = jobs.RunSession(request, timeout=600)
+                for text, prediction, score in zip(args.predict, answer.predictions, answer.scores):
+                    print(f"predict {text} -> {prediction} ({score:.3f})")
+            finally:
+                jobs.CloseSession(job_pb2.CloseSessionRequest(session_id=opened.session_id), timeout=30)
         print(f"final {service_pb2.JobState.Name(final.state)} step {final.step} "
               f"checkpoint {final.latest_checkpoint or '-'}")
         return 0 if final.state == service_pb2.SUCCEEDED else 1

@@ -425,13 +425,14 @@ class SystemTest(unittest.TestCase):
         c = self.start(1)
         client = os.path.join("examples", "python_client.py")
         r = subprocess.run([sys.executable, client, "--coordinator", c.address, "--proto-root", ".", self.spec,
-                            "--set", "num_workers=1", "--set", "output_dir=py"],
+                            "--set", "num_workers=1", "--set", "output_dir=py", "--predict", "12", "--predict", "40"],
                            capture_output=True, text=True, timeout=180)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         lines = r.stdout.splitlines()
         self.assertEqual(lines[0], "sys-1")
         self.assertIn("state RUNNING", lines)
         self.assertIn("step 20/20", " ".join(lines))
+        self.assertEqual([x.split(" -> ")[0] for x in lines if x.startswith("predict ")], ["predict 12", "predict 40"])
         self.assertEqual(lines[-1], f"final SUCCEEDED step 20 checkpoint {os.path.join(self.root, 'py', 'checkpoint_20')}")
 
 
