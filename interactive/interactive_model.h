@@ -205,6 +205,17 @@ absl::StatusOr<InteractiveModel::Batches> GetBatchesFromTask(const TaskRegistry&
                                                              const FeatureLengths* sequence_length = nullptr,
                                                              std::optional<uint64_t> shuffle_seed = std::nullopt);
 
+// T5X's get_dataset_from_natural_text_examples: the examples (after the
+// preprocessors), tokenised with `vocabulary` (EOS appended when add_eos),
+// cut to the feature lengths and batched unpacked in order, batch_size at a
+// time (the last batch may be smaller), as a BatchIterator — e.g. for
+// TrainStepFromBatchIterator. `need_targets`: every example must have one.
+// Errors name the example.
+absl::StatusOr<std::unique_ptr<BatchIterator>> GetDatasetFromNaturalTextExamples(
+    const std::vector<NaturalExample>& examples, const std::vector<Preprocessor>& preprocessors,
+    const FeatureLengths& task_feature_lengths, const Vocabulary& vocabulary, int batch_size, bool add_eos = true,
+    bool need_targets = true);
+
 // T5X's get_seqio_task_from_examples: writes the examples (after the
 // preprocessors) to <output_dir>/tasks/<name>.jsonl and returns a task
 // definition serving that file as its train, validation and test splits,

@@ -96,6 +96,21 @@ TEST_F(InteractiveModelTest, TrainStepFromBatchIteratorEqualsTrainStep) {
     EXPECT_EQ(x->at("loss"), y->at("loss")) << i;
   }
   EXPECT_EQ(batches.next_, 2u);
+  // The same batch from GetDatasetFromNaturalTextExamples: 8 examples in
+  // batches of 5: 5 then 3 rows.
+  absl::StatusOr<std::unique_ptr<BatchIterator>> dataset = GetDatasetFromNaturalTextExamples(
+      examples, {}, Options().task_feature_lengths, a->vocabulary(), /*batch_size=*/5);
+  ASSERT_THAT(dataset.status(), IsOk());
+  absl::StatusOr<T5Batch> first = (*dataset)->Next();
+  ASSERT_THAT(first.status(), IsOk());
+  const T5Batch whole = *a->MakeBatch(examples, true, nullptr);
+  EXPECT_TRUE(torch::equal(first->encoder_input_tokens, whole.encoder_input_tokens.narrow(0, 0, 5)));
+  EXPECT_TRUE(torch::equal(first->decoder_target_tokens, whole.decoder_target_tokens.narrow(0, 0, 5)));
+  EXPECT_EQ((*dataset)->Next()->encoder_input_tokens.size(0), 3);
+  EXPECT_THAT((*dataset)->Next().status(), StatusCodeIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(GetDatasetFromNaturalTextExamples({"no target"}, {}, Options().task_feature_lengths, a->vocabulary(), 2)
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("example 0 (\"no target\")")));
   EXPECT_THAT(b->TrainStepFromBatchIterator(&batches).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("ended")));
   EXPECT_THAT(b->TrainStepFromBatchIterator(nullptr).status(), StatusCodeIs(absl::StatusCode::kInvalidArgument));
