@@ -121,13 +121,13 @@ void Coordinator::Shutdown() {
   changed_.notify_all();
   if (scheduler_.joinable()) scheduler_.join();
   for (std::thread& t : drivers) t.join();
-  std::vector<std::thread> closers;
+  std::vector<Closer> closers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = sessions_.begin(); it != sessions_.end();) CloseSessionLocked((it++)->first, "the coordinator stopped");
     closers.swap(session_closers_);
   }
-  for (std::thread& t : closers) t.join();
+  for (Closer& c : closers) c.thread.join();
   if (persister_.joinable()) persister_.join();
   // Progress recorded after the persister's last pass (or without one).
   std::lock_guard<std::mutex> lock(mu_);
@@ -159,6 +159,14 @@ void Coordinator::Tick() {
   if (shutting_down_) return;
   for (auto& [id, job] : jobs_) {
     if (job->driver_done && job->driver.joinable()) finished.push_back(std::move(job->driver));
+  }
+  for (auto it = session_closers_.begin(); it != session_closers_.end();) {
+    if (it->done->load()) {
+      finished.push_back(std::move(it->thread));
+      it = session_closers_.erase(it);
+    } else {
+      ++it;
+    }
   }
   const absl::Time now = options_.clock->Now();
   for (auto it = sessions_.begin(); it != sessions_.end();) {
@@ -790,14 +798,17 @@ void Coordinator::CloseSessionLocked(const std::string& session_id, const std::s
   closed_sessions_[session_id] = why;
   workers_.Release({session.worker_id});  // DRAINING until the worker says it let go
   spdlog::info("session {}: closed ({})", session_id, why);
-  session_closers_.emplace_back([client = session.client, session_id, why] {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread closer([client = session.client, session_id, why, done] {
     AbortJobRequest abort;
     abort.set_job_id(session_id);
     abort.set_reason(absl::StrCat("the session is closed: ", why));
     if (absl::Status s = client->AbortJob(abort); !s.ok()) {
       spdlog::warn("session {}: the worker did not confirm the close: {}", session_id, s.ToString());
     }
+    *done = true;
   });
+  session_closers_.push_back(Closer{std::move(closer), done});
 }
 
 absl::StatusOr<JobInfo> Coordinator::WaitForChange(const std::string& job_id, int64_t* version,

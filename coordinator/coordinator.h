@@ -180,7 +180,11 @@ class Coordinator {
   std::map<std::string, Session> sessions_;           // guarded by mu_
   std::map<std::string, std::string> closed_sessions_;  // guarded by mu_: id -> why
   int64_t next_session_ = 1;                          // guarded by mu_
-  std::vector<std::thread> session_closers_;          // guarded by mu_
+  struct Closer {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Closer> session_closers_;  // guarded by mu_: joined by Tick once done
   std::thread scheduler_;
   std::thread persister_;
 };
