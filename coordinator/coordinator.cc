@@ -169,11 +169,14 @@ void Coordinator::Tick() {
     }
   }
   const absl::Time now = options_.clock->Now();
-  for (auto it = sessions_.begin(); it != sessions_.end();) {
-    const Session& session = (it++)->second;
+  std::vector<std::pair<std::string, absl::Duration>> idle_sessions;
+  for (const auto& [id, session] : sessions_) {
     if (session.in_flight == 0 && now - session.last_used > session.idle_timeout) {
-      CloseSessionLocked(session.id, absl::StrCat("idle for more than ", absl::FormatDuration(session.idle_timeout)));
+      idle_sessions.emplace_back(id, session.idle_timeout);
     }
+  }
+  for (const auto& [id, timeout] : idle_sessions) {
+    CloseSessionLocked(id, absl::StrCat("idle for more than ", absl::FormatDuration(timeout)));
   }
   for (const WorkerRecord& w : lost) {
     spdlog::warn("worker {} ({} at {}) stopped heartbeating; removed from the pool", w.worker_id, w.host, w.address);
@@ -790,7 +793,7 @@ absl::Status Coordinator::CloseSession(const std::string& session_id) {
   return absl::OkStatus();
 }
 
-void Coordinator::CloseSessionLocked(const std::string& session_id, const std::string& why) {
+void Coordinator::CloseSessionLocked(std::string session_id, const std::string& why) {
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return;
   Session session = it->second;

@@ -144,7 +144,8 @@ class Coordinator {
   Coordinator(CoordinatorOptions options, WorkerClientFactory factory, std::unique_ptr<JobStore> db);
   // Ends a session (caller holds mu_): the worker is told to drop it (in the
   // background) and returns to the pool once it says it holds nothing.
-  void CloseSessionLocked(const std::string& session_id, const std::string& why);
+  // (By value: callers pass ids that live in the map entry it erases.)
+  void CloseSessionLocked(std::string session_id, const std::string& why);
   absl::Status Load();
   void SchedulerLoop();
   void StartJobLocked(Job* job, const std::vector<std::string>& worker_ids);
