@@ -517,7 +517,12 @@ class Hosts:
         # asynchronously.
         Hosts.created += 1
         tag = (os.getpid() * 10 + Hosts.created) % 100000
-        self.subnet = f"10.213.{os.getpid() % 250}"
+        # A /24 no interface on this machine uses (a bridge left behind by a
+        # killed run would otherwise take the routes).
+        used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+        n = next(k % 250 for k in range(os.getpid(), os.getpid() + 250)
+                 if f" 10.213.{k % 250}." not in used)
+        self.subnet = f"10.213.{n}"
         self.bridge = f"tyb{tag}"
         self.namespaces, self.links, self.addresses = [], [], []
         run("ip", "link", "add", self.bridge, "type", "bridge")
