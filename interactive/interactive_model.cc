@@ -52,12 +52,6 @@ class OneBatch : public BatchIterator {
   bool used_ = false;
 };
 
-std::string DecodeRow(const Vocabulary& vocab, const torch::Tensor& row) {
-  const torch::Tensor ids = row.to(torch::kInt).contiguous();
-  absl::StatusOr<std::string> text = vocab.Decode(absl::MakeConstSpan(ids.data_ptr<int>(), ids.numel()));
-  return text.ok() ? *text : "";
-}
-
 absl::Status CheckOptions(const InteractiveModelOptions& o) {
   if (o.batch_size < 1) return absl::InvalidArgumentError(absl::StrCat("batch_size: ", o.batch_size, "; must be >= 1"));
   if (o.task_feature_lengths.inputs() < 1 || o.task_feature_lengths.targets() < 1) {
@@ -175,6 +169,12 @@ class BatchList : public BatchIterator {
 };
 
 }  // namespace
+
+std::string DecodeRow(const Vocabulary& vocab, const torch::Tensor& row) {
+  const torch::Tensor ids = row.to(torch::kInt).contiguous();
+  absl::StatusOr<std::string> text = vocab.Decode(absl::MakeConstSpan(ids.data_ptr<int>(), ids.numel()));
+  return text.ok() ? *text : "";
+}
 
 absl::StatusOr<std::unique_ptr<BatchIterator>> GetDatasetFromNaturalTextExamples(
     const std::vector<NaturalExample>& examples, const std::vector<Preprocessor>& preprocessors,

@@ -189,6 +189,10 @@ class InteractiveModel {
   std::string last_saved_;
 };
 
+// The text of one row of token ids (up to EOS, padding skipped); "" if the
+// vocabulary cannot decode it.
+std::string DecodeRow(const Vocabulary& vocab, const torch::Tensor& row);
+
 // Helpers of T5X's interactive_model module.
 
 // num_batches batches of batch_size examples of a task's split, in the

@@ -489,11 +489,7 @@ absl::StatusOr<InferResponse> WorkerCore::Infer(const InferRequest& request) {
     decode.seed = static_cast<uint64_t>(spec.seed()) + static_cast<uint64_t>(job->rank);
     decode.compute_dtype = spec.dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat32;
     const Vocabulary& vocab = *task->vocabulary;
-    auto text = [&](const torch::Tensor& row) {
-      const torch::Tensor ids = row.to(torch::kInt).contiguous();
-      absl::StatusOr<std::string> t = vocab.Decode(absl::MakeConstSpan(ids.data_ptr<int>(), ids.numel()));
-      return t.ok() ? *t : std::string();
-    };
+    auto text = [&](const torch::Tensor& row) { return DecodeRow(vocab, row); };
     // This rank's shard, written as JSON lines with each example's index in
     // the split.
     const std::string dir = spec.output_dir() + "/inference";
