@@ -23,6 +23,7 @@ struct Common {
   std::string examples_file;
   bool json = false;
   int batch_size = 32, input_length = 64, target_length = 64;
+  int workers = 1;
 };
 
 void AddCommon(FlagSet* flags, Common* c, bool targets) {
@@ -38,6 +39,9 @@ void AddCommon(FlagSet* flags, Common* c, bool targets) {
   flags->AddInt("batch-size", &c->batch_size, "N", "examples per batch (default 32)");
   flags->AddInt("input-length", &c->input_length, "N", "input tokens kept (default 64)");
   flags->AddInt("target-length", &c->target_length, "N", "target tokens kept, and longest prediction (default 64)");
+  flags->AddInt("workers", &c->workers, "N",
+                "with --coordinator: hold the model on N workers, data-parallel (each takes\n"
+                "--batch-size / N rows of every batch; default 1)");
 }
 
 absl::StatusOr<std::vector<NaturalExample>> LoadExamples(const Common& c, bool need_targets) {
@@ -113,10 +117,12 @@ class Backend {
   static absl::StatusOr<std::unique_ptr<Backend>> Create(const Common& c) {
     auto b = std::unique_ptr<Backend>(new Backend);
     if (c.coordinator.empty()) {
+      if (c.workers != 1) return absl::InvalidArgumentError("--workers: needs --coordinator");
       TY_ASSIGN_OR_RETURN(b->model_, Open(c));
       return b;
     }
     if (c.checkpoint.empty()) return absl::InvalidArgumentError("--checkpoint: required");
+    if (c.workers < 1) return absl::InvalidArgumentError(absl::StrCat("--workers: ", c.workers, "; must be >= 1"));
     b->client_ = std::make_unique<JobClient>(c.coordinator);
     OpenSessionRequest open;
     open.set_checkpoint(c.checkpoint);
@@ -124,6 +130,7 @@ class Backend {
     open.mutable_feature_lengths()->set_inputs(c.input_length);
     open.mutable_feature_lengths()->set_targets(c.target_length);
     open.set_idle_timeout_seconds(120);
+    open.set_num_workers(c.workers);
     TY_ASSIGN_OR_RETURN(OpenSessionResponse opened, b->client_->OpenSession(open));
     b->session_ = opened.session_id();
     return b;

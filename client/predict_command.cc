@@ -28,7 +28,11 @@ std::string Text(const Vocabulary& vocab, const torch::Tensor& row) {
 int RunPredict(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   // Examples from a file, or JSON output: the interactive model's path.
   for (const std::string& a : args) {
-    if (a == "--json" || a == "--examples" || a.rfind("--examples=", 0) == 0) return RunPredictExamples(args, out, err);
+    // The interactive model's form: --examples, --json, or a coordinator's
+    // workers.
+    for (const char* flag : {"--json", "--examples", "--coordinator", "--workers"}) {
+      if (a == flag || a.rfind(std::string(flag) + "=", 0) == 0) return RunPredictExamples(args, out, err);
+    }
   }
   std::string checkpoint, task_name = "digits_to_words", split = "validation";
   std::vector<std::string> inputs;
@@ -36,7 +40,7 @@ int RunPredict(const std::vector<std::string>& args, std::ostream& out, std::ost
   FlagSet flags("predict --checkpoint DIR [--task NAME] [--split SPLIT] [--num N] [--input TEXT]...",
                 "Greedy predictions of a checkpoint's model: for N examples of a task's\n"
                 "split (shown with their targets and the exact-match count), or for the\n"
-                "given --input texts. With --examples FILE.jsonl or --json: see\n"
+                "given --input texts. With --examples FILE.jsonl, --json or --coordinator: see\n"
                 "`trainyard predict --json --help`.");
   flags.AddString("checkpoint", &checkpoint, "DIR", "a checkpoint directory (checkpoint_<step>)");
   flags.AddString("task", &task_name, "NAME", "a registered task (default digits_to_words)");

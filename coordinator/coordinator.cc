@@ -8,6 +8,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/jobspec_validator.h"
 #include "spdlog/spdlog.h"
@@ -17,6 +18,42 @@
 #include "trainer/actions.h"
 
 namespace trainyard {
+namespace {
+
+// Runs call(rank) for every rank at once and returns the results in rank
+// order.
+template <typename Response, typename Call>
+std::vector<absl::StatusOr<Response>> CallAll(int n, Call call) {
+  std::vector<absl::StatusOr<Response>> results(n, absl::UnknownError("not run"));
+  if (n == 1) {
+    results[0] = call(0);
+    return results;
+  }
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank) threads.emplace_back([&, rank] { results[rank] = call(rank); });
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
+// OK when every rank succeeded; otherwise the root cause, naming the rank
+// and worker: the first error that is not kAborted (a peer reporting that
+// another rank failed), else the first error.
+template <typename Response>
+absl::Status GroupStatus(const std::vector<absl::StatusOr<Response>>& results,
+                         const std::vector<std::string>& worker_ids) {
+  int chosen = -1;
+  for (int r = 0; r < static_cast<int>(results.size()); ++r) {
+    if (results[r].ok()) continue;
+    if (chosen < 0) chosen = r;
+    if (!absl::IsAborted(results[r].status()) && absl::IsAborted(results[chosen].status())) chosen = r;
+  }
+  if (chosen < 0) return absl::OkStatus();
+  const absl::Status& s = results[chosen].status();
+  if (results.size() == 1) return absl::Status(s.code(), absl::StrCat("worker ", worker_ids[0], ": ", s.message()));
+  return absl::Status(s.code(), absl::StrCat("rank ", chosen, " (worker ", worker_ids[chosen], "): ", s.message()));
+}
+
+}  // namespace
 namespace {
 
 int64_t UnixMillis(Clock* clock) { return absl::ToUnixMillis(clock->Now()); }
@@ -693,8 +730,17 @@ absl::StatusOr<OpenSessionResponse> Coordinator::OpenSession(const OpenSessionRe
     TY_ASSIGN_OR_RETURN(std::string dir, ResolveOutputDir("output_dir", request.output_dir(), paths));
     request.set_output_dir(dir);
   }
-  std::string worker_id, session_id;
-  std::shared_ptr<WorkerClient> client;
+  const int num_workers = request.num_workers() == 0 ? 1 : request.num_workers();
+  if (num_workers < 1 || num_workers > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("num_workers: ", request.num_workers(), "; allowed 1..1024"));
+  }
+  if (request.batch_size() % num_workers != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("batch_size: ", request.batch_size(),
+                                                   " is not a multiple of num_workers ", num_workers,
+                                                   " (each worker takes an equal share of a batch)"));
+  }
+  request.set_num_workers(num_workers);
+  std::string session_id;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
@@ -710,61 +756,73 @@ absl::StatusOr<OpenSessionResponse> Coordinator::OpenSession(const OpenSessionRe
     // A random suffix: ids never repeat across coordinator restarts.
     session_id = absl::StrCat("session-", next_session_++, ".", absl::Hex(std::random_device()() & 0xffff));
   }
-  // An idle worker, waiting a little for one (a worker that has just
+  // Idle workers, waiting a little for them (a worker that has just
   // finished a job becomes idle at its next heartbeat).
+  std::vector<std::string> worker_ids;
   const absl::Time give_up = absl::Now() + absl::Seconds(request.wait_seconds());
   while (true) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
-      for (const std::string& w : workers_.Idle()) {
-        if (workers_.Assign({w}, session_id).ok()) {
-          worker_id = w;
-          break;
-        }
+      std::vector<std::string> idle = workers_.Idle();
+      if (static_cast<int>(idle.size()) >= num_workers) {
+        idle.resize(num_workers);
+        if (workers_.Assign(idle, session_id).ok()) worker_ids = idle;
       }
     }
-    if (!worker_id.empty()) break;
+    if (!worker_ids.empty()) break;
     if (absl::Now() >= give_up) {
-      return absl::UnavailableError(absl::StrCat("no idle worker for a session within ", request.wait_seconds(),
-                                                 " s; try again when a job has finished"));
+      return absl::UnavailableError(absl::StrCat("no ", num_workers, " idle worker(s) for a session within ",
+                                                 request.wait_seconds(), " s; try again when a job has finished"));
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    absl::StatusOr<WorkerRecord> record = workers_.Get(worker_id);
-    if (!record.ok()) {
-      workers_.Release({worker_id});
-      return absl::UnavailableError(absl::StrCat("worker ", worker_id, " left"));
-    }
-    client = client_factory_(*record);
-  }
-  WorkerOpenSessionRequest open;
-  open.set_session_id(session_id);
-  *open.mutable_request() = request;
-  absl::StatusOr<OpenSessionResponse> opened = client->OpenSession(open);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!opened.ok()) {
-    workers_.Release({worker_id});
-    return absl::Status(opened.status().code(),
-                        absl::StrCat("opening the session on worker ", worker_id, ": ", opened.status().message()));
-  }
   Session session;
   session.id = session_id;
-  session.worker_id = worker_id;
-  session.client = client;
+  session.worker_ids = worker_ids;
   session.idle_timeout = absl::Seconds(request.idle_timeout_seconds());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& id : worker_ids) {
+      absl::StatusOr<WorkerRecord> record = workers_.Get(id);
+      if (!record.ok()) {
+        workers_.Release(worker_ids);
+        return absl::UnavailableError(absl::StrCat("worker ", id, " left"));
+      }
+      session.clients.push_back(client_factory_(*record));
+    }
+  }
+  // Every worker at once: with several, they meet in the store under the
+  // session's id before loading the model.
+  std::vector<absl::StatusOr<OpenSessionResponse>> opened =
+      CallAll<OpenSessionResponse>(num_workers, [&](int rank) {
+        WorkerOpenSessionRequest open;
+        open.set_session_id(session_id);
+        *open.mutable_request() = request;
+        open.set_rank(rank);
+        open.set_world_size(num_workers);
+        return session.clients[rank]->OpenSession(open);
+      });
+  std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status failed = GroupStatus(opened, worker_ids); !failed.ok()) {
+    // Those that opened let go again; all return to the pool.
+    sessions_[session_id] = session;
+    CloseSessionLocked(session_id, "it could not be opened");
+    return absl::Status(failed.code(), absl::StrCat("opening the session: ", failed.message()));
+  }
   session.last_used = options_.clock->Now();
   sessions_[session_id] = session;
-  opened->set_worker_id(worker_id);
-  spdlog::info("session {}: opened on worker {} ({}, step {})", session_id, worker_id, request.checkpoint(),
-               opened->step());
-  return opened;
+  OpenSessionResponse response = *opened[0];
+  response.set_worker_id(worker_ids[0]);
+  for (const std::string& id : worker_ids) response.add_worker_ids(id);
+  spdlog::info("session {}: opened on worker(s) {} ({}, step {})", session_id, absl::StrJoin(worker_ids, ", "),
+               request.checkpoint(), response.step());
+  return response;
 }
 
 absl::StatusOr<SessionResponse> Coordinator::RunSession(const SessionRequest& request) {
-  std::shared_ptr<WorkerClient> client;
+  std::vector<std::shared_ptr<WorkerClient>> clients;
+  std::vector<std::string> worker_ids;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = sessions_.find(request.session_id());
@@ -774,16 +832,27 @@ absl::StatusOr<SessionResponse> Coordinator::RunSession(const SessionRequest& re
                                               closed == closed_sessions_.end() ? "" : ": closed, " + closed->second));
     }
     it->second.in_flight++;
-    client = it->second.client;
+    clients = it->second.clients;
+    worker_ids = it->second.worker_ids;
   }
-  absl::StatusOr<SessionResponse> response = client->RunSession(request);
+  std::vector<absl::StatusOr<SessionResponse>> responses = CallAll<SessionResponse>(
+      static_cast<int>(clients.size()), [&](int rank) { return clients[rank]->RunSession(request); });
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(request.session_id());
   if (it != sessions_.end()) {
     it->second.in_flight--;
     it->second.last_used = options_.clock->Now();
   }
-  return response;
+  absl::Status status = GroupStatus(responses, worker_ids);
+  if (status.ok()) return std::move(*responses[0]);
+  if (clients.size() == 1) return responses[0].status();
+  bool same = true;
+  for (const auto& r : responses) same = same && r.status().code() == responses[0].status().code();
+  if (same) return responses[0].status();  // e.g. bad examples: every rank refused them alike
+  // The workers no longer agree (one failed or is gone): the group is
+  // broken.
+  if (it != sessions_.end()) CloseSessionLocked(request.session_id(), absl::StrCat("a worker failed: ", status.message()));
+  return absl::Status(status.code(), absl::StrCat(status.message(), "; the session is closed"));
 }
 
 absl::Status Coordinator::CloseSession(const std::string& session_id) {
@@ -799,16 +868,21 @@ void Coordinator::CloseSessionLocked(std::string session_id, const std::string& 
   Session session = it->second;
   sessions_.erase(it);
   closed_sessions_[session_id] = why;
-  workers_.Release({session.worker_id});  // DRAINING until the worker says it let go
+  workers_.Release(session.worker_ids);  // DRAINING until each worker says it let go
+  store_.ErasePrefix(absl::StrCat(session_id, "/"));
   spdlog::info("session {}: closed ({})", session_id, why);
   auto done = std::make_shared<std::atomic<bool>>(false);
-  std::thread closer([client = session.client, session_id, why, done] {
+  std::thread closer([session, why, done] {
     AbortJobRequest abort;
-    abort.set_job_id(session_id);
+    abort.set_job_id(session.id);
     abort.set_reason(absl::StrCat("the session is closed: ", why));
-    if (absl::Status s = client->AbortJob(abort); !s.ok()) {
-      spdlog::warn("session {}: the worker did not confirm the close: {}", session_id, s.ToString());
-    }
+    CallAll<bool>(static_cast<int>(session.clients.size()), [&](int rank) -> absl::StatusOr<bool> {
+      if (absl::Status s = session.clients[rank]->AbortJob(abort); !s.ok()) {
+        spdlog::warn("session {}: worker {} did not confirm the close: {}", session.id, session.worker_ids[rank],
+                     s.ToString());
+      }
+      return true;
+    });
     *done = true;
   });
   session_closers_.push_back(Closer{std::move(closer), done});

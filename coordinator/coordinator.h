@@ -99,14 +99,17 @@ class Coordinator {
   absl::StatusOr<JobInfo> WaitForChange(const std::string& job_id, int64_t* version, absl::Duration timeout);
 
   // ---- Interactive sessions ----
-  // Opens a session on a checkpoint (or a job's newest one) on one idle
-  // worker, which holds it until CloseSession or until no call came for
-  // idle_timeout_seconds. kUnavailable when no worker is idle; kInvalidArgument
-  // naming the field for bad options; the worker's error if it cannot load
-  // the checkpoint (the worker returns to the pool).
+  // Opens a session on a checkpoint (or a job's newest one) on
+  // num_workers idle workers (a data-parallel group), which hold it until
+  // CloseSession or until no call came for idle_timeout_seconds.
+  // kUnavailable when not enough workers become idle in time;
+  // kInvalidArgument naming the field for bad options; a worker's error if
+  // it cannot load the checkpoint (the workers return to the pool).
   absl::StatusOr<OpenSessionResponse> OpenSession(const OpenSessionRequest& request);
-  // Forwards to the session's worker. kNotFound for an unknown or closed
-  // session (naming why: idle timeout, lost worker).
+  // Runs the call on every worker of the session at once and returns rank
+  // 0's answer. kNotFound for an unknown or closed session (naming why: idle
+  // timeout, lost worker). An error on every rank (bad examples) leaves the
+  // session open; ranks that disagree (a worker failed) close it.
   absl::StatusOr<SessionResponse> RunSession(const SessionRequest& request);
   absl::Status CloseSession(const std::string& session_id);
 
@@ -134,8 +137,8 @@ class Coordinator {
 
   struct Session {
     std::string id;
-    std::string worker_id;
-    std::shared_ptr<WorkerClient> client;
+    std::vector<std::string> worker_ids;  // in rank order
+    std::vector<std::shared_ptr<WorkerClient>> clients;
     absl::Duration idle_timeout;
     absl::Time last_used;
     int in_flight = 0;  // calls running: never idle while one runs

@@ -76,8 +76,17 @@ class FakeClient : public WorkerClient {
     return response;
   }
   absl::StatusOr<OpenSessionResponse> OpenSession(const WorkerOpenSessionRequest& r) override {
-    Record(absl::StrCat("open ", r.request().checkpoint()));
+    Record(absl::StrCat("open ", r.request().checkpoint(), " ", r.rank(), "/", r.world_size()));
     if (r.request().checkpoint() == "bad") return absl::NotFoundError("bad: no such checkpoint");
+    {
+      std::lock_guard<std::mutex> lock(w_->mu);
+      w_->rank = r.rank();
+      // A data-parallel open fails on rank 1 (its peers report kAborted).
+      if (r.request().checkpoint() == "bad-on-rank-1") {
+        if (r.rank() == 1) return absl::DataLossError("rank 1 cannot read it");
+        return absl::AbortedError("creating the interactive model failed on rank(s) 1");
+      }
+    }
     OpenSessionResponse response;
     response.set_session_id(r.session_id());
     response.set_step(7);
@@ -85,8 +94,13 @@ class FakeClient : public WorkerClient {
   }
   absl::StatusOr<SessionResponse> RunSession(const SessionRequest& r) override {
     Record(absl::StrCat("session ", SessionRequest::Op_Name(r.op())));
+    std::lock_guard<std::mutex> lock(w_->mu);
     SessionResponse response;
-    for (const auto& e : r.examples()) response.add_predictions("p:" + e.input());
+    for (const auto& e : r.examples()) {
+      if (e.input() == "refused") return absl::InvalidArgumentError("example 0: refused");  // alike on every rank
+      if (e.input() == "crash" && w_->rank == 1) return absl::UnavailableError("rank 1 is gone");
+      response.add_predictions(absl::StrCat("p", w_->rank, ":", e.input()));
+    }
     return response;
   }
   absl::StatusOr<InferResponse> Infer(const InferRequest&) override {
@@ -488,7 +502,7 @@ TEST_F(CoordinatorTest, SessionsHoldAWorkerUntilClosedOrIdle) {
   open.set_wait_seconds(1);
   open.set_checkpoint("bad");
   EXPECT_THAT(c->OpenSession(open).status(),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("opening the session on worker w1-a: bad:")));
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("opening the session: worker w1-a: bad:")));
   // The failed open gave the worker back (draining until its heartbeat).
   HeartbeatRequest hb;
   hb.set_worker_id(a);
@@ -502,14 +516,14 @@ TEST_F(CoordinatorTest, SessionsHoldAWorkerUntilClosedOrIdle) {
   EXPECT_EQ(s->step(), 7);
   // The worker is taken: a second session waits, then gives up.
   EXPECT_THAT(c->OpenSession(open).status(),
-              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no idle worker for a session within 1 s")));
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no 1 idle worker(s) for a session within 1 s")));
   SessionRequest run;
   run.set_session_id(s->session_id());
   run.set_op(SessionRequest::PREDICT);
   run.add_examples()->set_input("12");
   absl::StatusOr<SessionResponse> r = c->RunSession(run);
   ASSERT_THAT(r.status(), IsOk());
-  EXPECT_EQ(r->predictions(0), "p:12");
+  EXPECT_EQ(r->predictions(0), "p0:12");
   // Idle for longer than its timeout: closed by the scheduler.
   clock_.AdvanceTime(absl::Seconds(61));
   hb.set_job_id(s->session_id());
@@ -526,7 +540,75 @@ TEST_F(CoordinatorTest, SessionsHoldAWorkerUntilClosedOrIdle) {
   EXPECT_THAT(c->CloseSession(s->session_id()), IsOk());
   c->Shutdown();  // joins the closers
   std::lock_guard<std::mutex> lock(Worker("a")->mu);
-  EXPECT_EQ(std::count(Worker("a")->calls.begin(), Worker("a")->calls.end(), "abort"), 2);
+  // The failed open, the idle timeout, the close.
+  EXPECT_EQ(std::count(Worker("a")->calls.begin(), Worker("a")->calls.end(), "abort"), 3);
+}
+
+TEST_F(CoordinatorTest, ADataParallelSessionRunsOnEveryWorker) {
+  auto c = Make();
+  const std::string a = AddWorker(c.get(), "a");
+  const std::string b = AddWorker(c.get(), "b");
+  OpenSessionRequest open;
+  open.set_checkpoint("ckpt_7");
+  open.set_wait_seconds(1);
+  open.set_batch_size(3);
+  open.set_num_workers(2);
+  EXPECT_THAT(c->OpenSession(open).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("batch_size: 3 is not a multiple of num_workers 2")));
+  open.set_batch_size(4);
+  open.set_num_workers(3);
+  EXPECT_THAT(c->OpenSession(open).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a multiple of num_workers 3")));
+  open.set_batch_size(6);
+  EXPECT_THAT(c->OpenSession(open).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no 3 idle worker(s) for a session within 1 s")));
+  // One rank fails to open: the root cause is reported, not its peer's
+  // kAborted, and both workers are given back.
+  open.set_num_workers(2);
+  open.set_checkpoint("bad-on-rank-1");
+  EXPECT_THAT(c->OpenSession(open).status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("opening the session: rank 1 (worker ")));
+  for (const std::string& w : {a, b}) {
+    HeartbeatRequest hb;
+    hb.set_worker_id(w);
+    ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
+  }
+  open.set_checkpoint("ckpt_7");
+  absl::StatusOr<OpenSessionResponse> s = c->OpenSession(open);
+  ASSERT_THAT(s.status(), IsOk());
+  ASSERT_EQ(s->worker_ids_size(), 2);
+  EXPECT_EQ(s->worker_id(), s->worker_ids(0));
+  EXPECT_NE(s->worker_ids(0), s->worker_ids(1));
+  SessionRequest run;
+  run.set_session_id(s->session_id());
+  run.set_op(SessionRequest::PREDICT);
+  run.add_examples()->set_input("12");
+  absl::StatusOr<SessionResponse> r = c->RunSession(run);
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(r->predictions(0), "p0:12");  // rank 0's answer
+  for (const char* w : {"a", "b"}) {
+    std::lock_guard<std::mutex> lock(Worker(w)->mu);
+    EXPECT_EQ(std::count(Worker(w)->calls.begin(), Worker(w)->calls.end(), "session PREDICT"), 1) << w;
+  }
+  // Refused alike by every rank: the session stays open.
+  run.mutable_examples(0)->set_input("refused");
+  EXPECT_THAT(c->RunSession(run).status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("refused")));
+  run.mutable_examples(0)->set_input("12");
+  ASSERT_THAT(c->RunSession(run).status(), IsOk());
+  // One rank fails: the group is broken and the session closes.
+  run.mutable_examples(0)->set_input("crash");
+  EXPECT_THAT(c->RunSession(run).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1 is gone; the session is closed")));
+  EXPECT_THAT(c->RunSession(run).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("closed, a worker failed: rank 1 (worker")));
+  c->Shutdown();
+  for (const char* w : {"a", "b"}) {
+    std::lock_guard<std::mutex> lock(Worker(w)->mu);
+    EXPECT_EQ(std::count(Worker(w)->calls.begin(), Worker(w)->calls.end(), "open ckpt_7 " +
+                         std::to_string(Worker(w)->rank) + "/2"), 1) << w;
+    EXPECT_EQ(std::count(Worker(w)->calls.begin(), Worker(w)->calls.end(), "abort"), 2) << w;
+  }
 }
 
 TEST_F(CoordinatorTest, TerminateOnNanFailsTheJob) {

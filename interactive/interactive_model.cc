@@ -27,41 +27,68 @@
 namespace trainyard {
 namespace {
 
-// One batch, once, with its data counts.
+// One batch (this rank's rows), once, with the data counts of the whole
+// batch.
 class OneBatch : public BatchIterator {
  public:
-  OneBatch(T5Batch batch, int64_t examples, int64_t truncated)
-      : batch_(std::move(batch)), examples_(examples), truncated_(truncated) {}
+  OneBatch(T5Batch rows, std::map<std::string, double> data_metrics)
+      : rows_(std::move(rows)), data_metrics_(std::move(data_metrics)) {}
   absl::StatusOr<T5Batch> Next() override {
     if (used_) return absl::OutOfRangeError("one batch only");
     used_ = true;
-    return batch_;
+    return rows_;
   }
-  std::map<std::string, double> TakeDataMetrics() override {
-    const double inputs = static_cast<double>(batch_.encoder_input_tokens.numel());
-    const double targets = static_cast<double>(batch_.decoder_target_tokens.numel());
-    return {{"data/examples", static_cast<double>(examples_)},
-            {"data/truncated_examples", static_cast<double>(truncated_)},
-            {"non_padding_fraction/inputs", batch_.encoder_input_tokens.gt(0).sum().item<double>() / inputs},
-            {"non_padding_fraction/targets", batch_.decoder_target_tokens.gt(0).sum().item<double>() / targets}};
-  }
+  std::map<std::string, double> TakeDataMetrics() override { return data_metrics_; }
 
  private:
-  T5Batch batch_;
-  int64_t examples_, truncated_;
+  T5Batch rows_;
+  std::map<std::string, double> data_metrics_;
   bool used_ = false;
 };
 
+std::map<std::string, double> DataMetrics(const T5Batch& batch, int64_t truncated) {
+  const double inputs = static_cast<double>(batch.encoder_input_tokens.numel());
+  const double targets = static_cast<double>(batch.decoder_target_tokens.numel());
+  return {{"data/examples", static_cast<double>(batch.batch_size())},
+          {"data/truncated_examples", static_cast<double>(truncated)},
+          {"non_padding_fraction/inputs", batch.encoder_input_tokens.gt(0).sum().item<double>() / inputs},
+          {"non_padding_fraction/targets", batch.decoder_target_tokens.gt(0).sum().item<double>() / targets}};
+}
+
+// Every rank's verdict on a step that each ran alone: OK when all
+// succeeded; else this rank's own error, or kAborted naming the ranks that
+// failed. A collective failure is returned as is.
+absl::Status AgreeAcrossRanks(Collective* collective, const absl::Status& mine, const std::string& what) {
+  if (collective->world_size() == 1) return mine;
+  std::vector<torch::Tensor> failed = {torch::zeros({collective->world_size()}, torch::kFloat)};
+  if (!mine.ok()) failed[0][collective->rank()] = 1.0f;
+  TY_RETURN_IF_ERROR(collective->AllReduce(failed, ReduceOp::kSum));
+  if (!mine.ok()) return mine;
+  std::vector<std::string> ranks;
+  for (int r = 0; r < collective->world_size(); ++r) {
+    if (failed[0][r].item<float>() > 0) ranks.push_back(absl::StrCat(r));
+  }
+  if (ranks.empty()) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat(what, " failed on rank(s) ", absl::StrJoin(ranks, ", "),
+                                         " (their errors are in their logs)"));
+}
+
 absl::Status CheckOptions(const InteractiveModelOptions& o) {
   if (o.batch_size < 1) return absl::InvalidArgumentError(absl::StrCat("batch_size: ", o.batch_size, "; must be >= 1"));
+  const int world = o.collective != nullptr ? o.collective->world_size() : 1;
+  if (o.batch_size % world != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("batch_size: ", o.batch_size, " does not divide over the ",
+                                                   world, " ranks of the collective"));
+  }
   if (o.task_feature_lengths.inputs() < 1 || o.task_feature_lengths.targets() < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "task_feature_lengths: inputs ", o.task_feature_lengths.inputs(), ", targets ",
         o.task_feature_lengths.targets(), "; both must be >= 1"));
   }
-  if (o.num_microbatches < 1 || o.batch_size % o.num_microbatches != 0) {
+  if (o.num_microbatches < 1 || (o.batch_size / world) % o.num_microbatches != 0) {
     return absl::InvalidArgumentError(absl::StrCat("num_microbatches: ", o.num_microbatches,
-                                                   " does not divide batch_size ", o.batch_size));
+                                                   " does not divide batch_size ", o.batch_size,
+                                                   world > 1 ? absl::StrCat(" / ", world, " ranks") : ""));
   }
   if (o.decode.max_decode_length < 0) {
     return absl::InvalidArgumentError(
@@ -207,6 +234,35 @@ InteractiveModel::~InteractiveModel() {
 }
 
 absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::Create(InteractiveModelOptions options) {
+  Collective* collective = options.collective;
+  absl::StatusOr<std::unique_ptr<InteractiveModel>> m = CreateOnThisRank(std::move(options));
+  if (collective == nullptr || collective->world_size() == 1) return m;
+  TY_RETURN_IF_ERROR(AgreeAcrossRanks(collective, m.status(), "creating the interactive model"));
+  // Rank 0's parameters everywhere (what a checkpoint or the seed gave it).
+  try {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> params;
+    for (const auto& p : (*m)->model_->named_parameters()) params.push_back(p.value());
+    TY_RETURN_IF_ERROR(collective->Broadcast(params, 0));
+    // The optimizer state is each rank's own restore: it must be the same
+    // checkpoint everywhere.
+    std::vector<torch::Tensor> steps = {torch::full({1}, static_cast<double>((*m)->step()), torch::kDouble),
+                                        torch::full({1}, -static_cast<double>((*m)->step()), torch::kDouble)};
+    TY_RETURN_IF_ERROR(collective->AllReduce(steps, ReduceOp::kMax));
+    const int64_t highest = static_cast<int64_t>(steps[0].item<double>());
+    const int64_t lowest = static_cast<int64_t>(-steps[1].item<double>());
+    if (highest != lowest) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the ranks restored different steps (", lowest, " to ", highest,
+          "): the checkpoint (restore.path or output_dir) must be the same files on every rank"));
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("broadcasting the parameters: ", e.what()));
+  }
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::CreateOnThisRank(InteractiveModelOptions options) {
   TY_RETURN_IF_ERROR(CheckOptions(options));
   if (options.optimizer.optimizer_case() == OptimizerConfig::OPTIMIZER_NOT_SET) options.optimizer.mutable_adafactor();
   if (options.learning_rate.factors().empty()) {
@@ -257,7 +313,12 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::Create(Inter
     for (const auto& p : m->model_->named_parameters()) params.emplace_back(p.key(), p.value());
     TY_ASSIGN_OR_RETURN(m->optimizer_, CreateOptimizer(options.optimizer, params));
     TY_ASSIGN_OR_RETURN(LearningRateCallable lr, LearningRateCallable::Create(options.learning_rate));
-    m->collective_ = std::make_unique<LocalCollective>();
+    if (options.collective != nullptr) {
+      m->collective_ = options.collective;
+    } else {
+      m->own_collective_ = std::make_unique<LocalCollective>();
+      m->collective_ = m->own_collective_.get();
+    }
 
     // The equivalent job spec (recorded in checkpoints).
     JobSpec& spec = m->spec_;
@@ -265,7 +326,7 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::Create(Inter
     *spec.mutable_model() = options.model;
     *spec.mutable_feature_lengths() = options.task_feature_lengths;
     spec.set_batch_size(options.batch_size);
-    spec.set_num_workers(1);
+    spec.set_num_workers(m->collective_->world_size());
     spec.set_num_microbatches(options.num_microbatches);
     spec.set_seed(static_cast<int64_t>(options.init_random_seed));
     spec.set_dtype(options.dtype == BFLOAT16 ? BFLOAT16 : FLOAT32);
@@ -276,7 +337,9 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::Create(Inter
     spec.set_output_dir(options.output_dir);
 
     std::error_code ec;
-    if (!options.output_dir.empty()) std::filesystem::create_directories(options.output_dir, ec);
+    if (!options.output_dir.empty() && m->collective_->rank() == 0) {
+      std::filesystem::create_directories(options.output_dir, ec);
+    }
     if (ec) {
       return absl::FailedPreconditionError(
           absl::StrCat("output_dir: cannot create ", options.output_dir, ": ", ec.message()));
@@ -300,7 +363,7 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::Create(Inter
     trainer.summary_dir = options.output_dir;
     trainer.preemption_requested = options.preemption_requested;
     m->trainer_ = std::make_unique<Trainer>(m->model_.get(), m->optimizer_.get(), std::move(lr),
-                                            m->collective_.get(), trainer);
+                                            m->collective_, trainer);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("building the interactive model: ", e.what()));
   }
@@ -357,7 +420,8 @@ absl::StatusOr<MetricResults> InteractiveModel::TrainStepWithPreprocessors(
   prepared.erase(prepared.begin() + options_.batch_size, prepared.end());
   int64_t truncated = 0;
   TY_ASSIGN_OR_RETURN(T5Batch batch, MakeBatch(prepared, /*need_targets=*/true, &truncated));
-  OneBatch one(std::move(batch), options_.batch_size, truncated);
+  const int64_t per_rank = options_.batch_size / world_size();
+  OneBatch one(batch.Slice(rank() * per_rank, per_rank), DataMetrics(batch, truncated));
   return TrainOnBatch(&one);
 }
 
@@ -388,19 +452,7 @@ absl::StatusOr<Inference> InteractiveModel::InferWithPreprocessors(InferenceType
       int64_t truncated = 0;
       TY_ASSIGN_OR_RETURN(T5Batch batch, MakeBatch(chunk, score, &truncated));
       out.truncated_examples += truncated;
-      if (score) {
-        TY_ASSIGN_OR_RETURN(torch::Tensor scores, model_->ScoreBatch(batch));
-        const torch::Tensor s = scores.to(torch::kDouble).contiguous();
-        out.scores.insert(out.scores.end(), s.data_ptr<double>(), s.data_ptr<double>() + s.numel());
-      } else {
-        TY_ASSIGN_OR_RETURN(Predictions predicted, model_->PredictBatchWithAux(batch, options));
-        for (int64_t r = 0; r < predicted.tokens.size(0); ++r) {
-          out.predictions.push_back(DecodeRow(*vocabulary_, predicted.tokens[r]));
-        }
-        const torch::Tensor s = predicted.scores.to(torch::kDouble).contiguous();
-        auto& aux = out.aux["scores"];
-        aux.insert(aux.end(), s.data_ptr<double>(), s.data_ptr<double>() + s.numel());
-      }
+      TY_RETURN_IF_ERROR(InferBatch(batch, score, options, &out));
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("inference: ", e.what()));
@@ -411,6 +463,61 @@ absl::StatusOr<Inference> InteractiveModel::InferWithPreprocessors(InferenceType
                  options_.task_feature_lengths.targets());
   }
   return out;
+}
+
+absl::Status InteractiveModel::InferBatch(const T5Batch& batch, bool score, const DecodeOptions& options,
+                                          Inference* out) {
+  const int64_t rows = batch.batch_size();
+  auto append = [](const torch::Tensor& t, std::vector<double>* to) {
+    const torch::Tensor d = t.to(torch::kDouble).contiguous();
+    to->insert(to->end(), d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+  };
+  if (world_size() == 1) {
+    if (score) {
+      TY_ASSIGN_OR_RETURN(torch::Tensor scores, model_->ScoreBatch(batch));
+      append(scores, &out->scores);
+    } else {
+      TY_ASSIGN_OR_RETURN(Predictions predicted, model_->PredictBatchWithAux(batch, options));
+      for (int64_t r = 0; r < predicted.tokens.size(0); ++r) {
+        out->predictions.push_back(DecodeRow(*vocabulary_, predicted.tokens[r]));
+      }
+      append(predicted.scores, &out->aux["scores"]);
+    }
+    return absl::OkStatus();
+  }
+  // This rank's rows: a contiguous share of batch_size / world_size rows;
+  // where the batch is shorter, its first row stands in (and is dropped
+  // after the gather), so that every rank runs the same shapes.
+  const int64_t per_rank = options_.batch_size / world_size();
+  std::vector<int64_t> mine(per_rank);
+  for (int64_t i = 0; i < per_rank; ++i) {
+    const int64_t row = rank() * per_rank + i;
+    mine[i] = row < rows ? row : 0;
+  }
+  const T5Batch local = batch.SelectRows(torch::tensor(mine, torch::kLong));
+  torch::Tensor scores, tokens;
+  if (score) {
+    TY_ASSIGN_OR_RETURN(scores, model_->ScoreBatch(local));
+  } else {
+    TY_ASSIGN_OR_RETURN(Predictions predicted, model_->PredictBatchWithAux(local, options));
+    scores = predicted.scores;
+    tokens = predicted.tokens.to(torch::kLong);
+    if (tokens.size(1) < options.max_decode_length) {  // the same width on every rank
+      tokens = torch::constant_pad_nd(tokens, {0, options.max_decode_length - tokens.size(1)}, 0);
+    }
+  }
+  std::vector<torch::Tensor> gathered;
+  TY_RETURN_IF_ERROR(collective_->AllGather(scores.to(torch::kDouble).contiguous(), &gathered));
+  const torch::Tensor all_scores = torch::cat(gathered).narrow(0, 0, rows);
+  if (score) {
+    append(all_scores, &out->scores);
+    return absl::OkStatus();
+  }
+  TY_RETURN_IF_ERROR(collective_->AllGather(tokens.contiguous(), &gathered));
+  const torch::Tensor all_tokens = torch::cat(gathered).narrow(0, 0, rows);
+  for (int64_t r = 0; r < rows; ++r) out->predictions.push_back(DecodeRow(*vocabulary_, all_tokens[r]));
+  append(all_scores, &out->aux["scores"]);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Inference> InteractiveModel::PredictWithAux(const std::vector<NaturalExample>& examples) {
@@ -505,15 +612,19 @@ absl::StatusOr<std::string> InteractiveModel::SaveCheckpoint() {
   }
   const std::string dir = absl::StrCat(options_.output_dir, "/checkpoint_", step());
   if (dir == last_saved_) return dir;
-  std::string spec_json;
-  (void)google::protobuf::util::MessageToJsonString(spec_, &spec_json);
-  try {
-    TrainSnapshot snapshot = MakeSnapshot(*model_->network(), *optimizer_, step(), /*world_size=*/1,
-                                          /*data_states=*/{}, spec_json, "trainyard interactive model");
-    TY_RETURN_IF_ERROR(WriteTrainCheckpoint(dir, snapshot, torch::kFloat));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("saving ", dir, ": ", e.what()));
+  absl::Status written;
+  if (rank() == 0) {  // every rank holds the same state
+    std::string spec_json;
+    (void)google::protobuf::util::MessageToJsonString(spec_, &spec_json);
+    try {
+      TrainSnapshot snapshot = MakeSnapshot(*model_->network(), *optimizer_, step(), /*world_size=*/1,
+                                            /*data_states=*/{}, spec_json, "trainyard interactive model");
+      written = WriteTrainCheckpoint(dir, snapshot, torch::kFloat);
+    } catch (const std::exception& e) {
+      written = absl::InternalError(absl::StrCat("saving ", dir, ": ", e.what()));
+    }
   }
+  TY_RETURN_IF_ERROR(AgreeAcrossRanks(collective_, written, absl::StrCat("saving ", dir)));
   last_saved_ = dir;
   spdlog::info("interactive: saved {}", dir);
   return dir;

@@ -15,8 +15,14 @@
 //   (*model)->TrainStep(examples);
 //   (*model)->PredictWithAux({NaturalExample("123")});
 //
-// The partitioner is a single process here (world size 1); the same
-// training step runs data-parallel in batch jobs.
+// The partitioner is data-parallel over `options.collective` (T5X's
+// multi-host convention: every rank runs the same program): every rank
+// creates the model with the same options and calls the same methods with
+// the same examples. Each rank takes its share of every batch's rows
+// (batch_size / world_size, contiguous), gradients are all-reduced, and
+// predictions and scores are all-gathered, so every rank returns the full
+// results. Rank 0 writes checkpoints and summaries. Without a collective it
+// is this process alone.
 //
 // Thread-safety: one thread drives an InteractiveModel.
 #ifndef TRAINYARD_INTERACTIVE_INTERACTIVE_MODEL_H_
@@ -89,8 +95,12 @@ struct InteractiveModelOptions {
     return d;
   }();
   // Set to request a stop (e.g. from a SIGTERM handler): a train step in
-  // progress stops and an emergency checkpoint is written.
+  // progress stops and an emergency checkpoint is written. With several
+  // ranks, a request on any rank stops all of them after the same step.
   const std::atomic<bool>* preemption_requested = nullptr;
+  // The data-parallel group (not owned; outlives the model); nullptr: this
+  // process alone. batch_size must be a multiple of its world size.
+  Collective* collective = nullptr;
 };
 
 // Predictions and/or scores of a list of examples, in their order.
@@ -113,7 +123,9 @@ class InteractiveModel {
  public:
   // kInvalidArgument naming the option for bad options; restore errors as
   // in job specs (kDataLoss for damaged checkpoints, kNotFound for a
-  // missing SPECIFIC one).
+  // missing SPECIFIC one). With a collective, every rank succeeds or every
+  // rank fails (kAborted naming the ranks that failed, on the others), and
+  // every rank starts from rank 0's parameters.
   static absl::StatusOr<std::unique_ptr<InteractiveModel>> Create(InteractiveModelOptions options);
   ~InteractiveModel();
 
@@ -125,6 +137,7 @@ class InteractiveModel {
   absl::StatusOr<MetricResults> TrainStep(const std::vector<NaturalExample>& examples);
   absl::StatusOr<MetricResults> TrainStepWithPreprocessors(const std::vector<NaturalExample>& examples,
                                                           const std::vector<Preprocessor>& preprocessors);
+  // With a collective, each rank's iterator yields that rank's rows.
   absl::StatusOr<MetricResults> TrainStepFromBatchIterator(BatchIterator* iterator);
 
   // SCORE: the log-likelihood of each target given its input (targets
@@ -177,14 +190,21 @@ class InteractiveModel {
 
  private:
   InteractiveModel() = default;
+  static absl::StatusOr<std::unique_ptr<InteractiveModel>> CreateOnThisRank(InteractiveModelOptions options);
   absl::StatusOr<MetricResults> TrainOnBatch(BatchIterator* batches);
+  // Decodes or scores one batch of at most batch_size rows: this rank's
+  // share, then gathered from every rank, in row order.
+  absl::Status InferBatch(const T5Batch& batch, bool score, const DecodeOptions& options, Inference* out);
+  int rank() const { return collective_->rank(); }
+  int world_size() const { return collective_->world_size(); }
 
   InteractiveModelOptions options_;
   JobSpec spec_;
   std::shared_ptr<const Vocabulary> vocabulary_;
   std::unique_ptr<EncoderDecoderModel> model_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<LocalCollective> collective_;
+  std::unique_ptr<LocalCollective> own_collective_;  // without options.collective
+  Collective* collective_ = nullptr;
   std::unique_ptr<Trainer> trainer_;
   std::string last_saved_;
 };

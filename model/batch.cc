@@ -37,6 +37,12 @@ T5Batch T5Batch::Slice(int64_t start, int64_t size) const {
   return out;
 }
 
+T5Batch T5Batch::SelectRows(const torch::Tensor& indices) const {
+  T5Batch out;
+  ForEachFeature(*this, &out, [&](const torch::Tensor& t) { return t.index_select(0, indices); });
+  return out;
+}
+
 T5Batch T5Batch::To(const torch::Device& device) const {
   T5Batch out;
   ForEachFeature(*this, &out, [&](const torch::Tensor& t) { return t.to(device); });

@@ -29,6 +29,8 @@ struct T5Batch {
 
   // Rows [start, start + size) of every defined feature (views, no copy).
   T5Batch Slice(int64_t start, int64_t size) const;
+  // The rows at `indices` (int64, may repeat) of every defined feature.
+  T5Batch SelectRows(const torch::Tensor& indices) const;
   // Every defined feature moved to `device`.
   T5Batch To(const torch::Device& device) const;
 };

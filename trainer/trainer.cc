@@ -226,7 +226,8 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
   for (const auto& [k, v] : batches->TakeDataMetrics()) summary[k] = v;
   absl::optional<std::map<std::string, double>> written =
       train_metrics_->WriteMetricsSummary(summary, step(), num_steps);
-  return written.has_value() ? *written : std::map<std::string, double>();
+  // Other ranks: the same all-reduced values, without rank 0's timings.
+  return written.has_value() ? *written : summary;
 }
 
 absl::StatusOr<double> Trainer::CompileTrain(const T5Batch& batch) {

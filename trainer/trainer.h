@@ -89,7 +89,8 @@ class Trainer {
   ~Trainer();
 
   // Runs `num_steps` train steps from `step()`; returns the train summary
-  // (rank 0; other ranks get an empty map). kInvalidArgument if a batch does
+  // (other ranks than 0 get the same all-reduced metrics without rank 0's
+  // timing/ values; data/ values are each rank's). kInvalidArgument if a batch does
   // not split into the microbatches.
   absl::StatusOr<std::map<std::string, double>> Train(BatchIterator* batches, int64_t num_steps);
 

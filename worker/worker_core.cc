@@ -141,7 +141,8 @@ WorkerCore::~WorkerCore() {
 struct WorkerCore::Session {
   std::string id;
   std::mutex busy;  // one call at a time
-  std::unique_ptr<InteractiveModel> model;
+  std::unique_ptr<Collective> collective;  // with more than one worker
+  std::unique_ptr<InteractiveModel> model;  // declared last: goes before its collective
 };
 
 std::string WorkerCore::job_id() const {
@@ -793,23 +794,40 @@ absl::StatusOr<OpenSessionResponse> WorkerCore::OpenSession(const WorkerOpenSess
     session_ = session;  // claims the worker
   }
   std::lock_guard<std::mutex> busy(session->busy);
+  auto release = [&](const absl::Status& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (session_ == session) session_.reset();
+    return status;
+  };
+  const int world = std::max(request.world_size(), 1);
+  if (request.rank() < 0 || request.rank() >= world) {
+    return release(absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(), " is outside world size ", world)));
+  }
+  if (world > 1) {
+    if (!options_.store_factory) return release(absl::FailedPreconditionError("no rendezvous store configured"));
+    GlooOptions gloo;
+    gloo.hostname = options_.host_address;
+    gloo.timeout = options_.collective_timeout;
+    absl::StatusOr<std::unique_ptr<GlooCollective>> collective =
+        GlooCollective::Create(request.rank(), world, options_.store_factory(session->id), gloo);
+    if (!collective.ok()) return release(CollectiveFailure(collective.status()));
+    session->collective = std::move(*collective);
+  }
   InteractiveModelOptions options;
+  options.collective = session->collective.get();
   options.batch_size = open.batch_size();
   options.task_feature_lengths = open.feature_lengths();
   options.output_dir = open.output_dir();
   options.restore.set_mode(RestoreConfig::SPECIFIC);
   options.restore.set_path(open.checkpoint());
   absl::StatusOr<std::unique_ptr<InteractiveModel>> model = InteractiveModel::Create(options);
-  if (!model.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (session_ == session) session_.reset();
-    return model.status();
-  }
+  if (!model.ok()) return release(model.status());
   session->model = std::move(*model);
   OpenSessionResponse response;
   response.set_session_id(session->id);
   response.set_step(session->model->step());
-  spdlog::info("session {}: opened on {} (step {})", session->id, open.checkpoint(), session->model->step());
+  spdlog::info("session {}: opened on {} (step {}, rank {} of {})", session->id, open.checkpoint(),
+               session->model->step(), request.rank(), world);
   return response;
 }
 

@@ -374,10 +374,23 @@ class SystemTest(unittest.TestCase):
                 "--metric", "exact_match", *lengths)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertAlmostEqual(json.loads(r.stdout)["exact_match"], 100.0 * exact / 24, places=6)
+        # Data-parallel on both workers (4 rows of every batch each, gathered
+        # over Gloo): the same predictions; scores to float rounding.
+        r = run("predict", "--coordinator", c.address, "--workers", "2", "--checkpoint", ckpt, "--examples",
+                examples, "--json", *lengths)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        parallel = [json.loads(x) for x in r.stdout.splitlines()]
+        self.assertEqual([p["prediction"] for p in parallel], [p["prediction"] for p in predicted])
+        for got, want in zip(parallel, predicted):
+            self.assertAlmostEqual(got["score"], want["score"], delta=1e-4)
+        r = run("predict", "--coordinator", c.address, "--workers", "3", "--checkpoint", ckpt, "--input", "1",
+                *lengths)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("batch_size: 8 is not a multiple of num_workers 3", r.stderr)
         r = run("predict", "--coordinator", c.address, "--checkpoint", "/nonexistent/checkpoint_1", "--input", "1",
                 "--json")
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn("opening the session on worker", r.stderr)
+        self.assertIn("opening the session: worker", r.stderr)
         # The sessions were closed: both workers take a job again.
         again = c.submit(self.spec, "output_dir=after-sessions", "total_steps=2")
         self.assertEqual(c.wait_state(again, ["SUCCEEDED", "FAILED"], 120)["state"], "SUCCEEDED")
