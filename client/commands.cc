@@ -100,4 +100,19 @@ int RunTrainyard(const char* program, const std::vector<Command>& commands, int 
   return kExitUsage;
 }
 
+void AddTlsFlags(FlagSet* flags, TlsConfig* tls, bool* insecure) {
+  *tls = TlsConfigFromEnv();
+  flags->AddString("tls-cert", &tls->cert_file, "FILE",
+                   "this process's certificate chain, PEM (default $TRAINYARD_TLS_CERT); with --tls-key\n"
+                   "turns TLS on");
+  flags->AddString("tls-key", &tls->key_file, "FILE", "its private key, PEM (default $TRAINYARD_TLS_KEY)");
+  flags->AddString("tls-ca", &tls->ca_file, "FILE",
+                   "the CA peers' certificates must chain to (default $TRAINYARD_TLS_CA); makes TLS\n"
+                   "between coordinator and workers mutual");
+  flags->AddString("tls-server-name", &tls->server_name, "NAME",
+                   "the name expected in peers' server certificates when it is not the host\n"
+                   "dialled (default $TRAINYARD_TLS_SERVER_NAME)");
+  flags->AddBool("insecure", insecure, "allow plaintext on a non-loopback --listen address");
+}
+
 }  // namespace trainyard

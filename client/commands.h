@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/types/optional.h"
+#include "client/flags.h"
+#include "common/security.h"
 
 namespace trainyard {
 
@@ -55,6 +57,11 @@ int RunCancel(const std::vector<std::string>& args, std::ostream& out, std::ostr
 // Logging for the process commands at `level` (their --log-level); on a bad
 // level prints the error and returns the exit code.
 absl::optional<int> SetUpLogging(const std::string& level, std::ostream& err);
+
+// The server commands' transport-security flags: --tls-cert, --tls-key,
+// --tls-ca, --tls-server-name (defaults: TRAINYARD_TLS_CERT, _KEY, _CA,
+// _SERVER_NAME) and --insecure.
+void AddTlsFlags(FlagSet* flags, TlsConfig* tls, bool* insecure);
 
 using CommandFn = int (*)(const std::vector<std::string>& args, std::ostream& out,
                           std::ostream& err);

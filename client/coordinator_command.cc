@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "client/commands.h"
+#include "absl/strings/numbers.h"
 #include "client/flags.h"
 #include "common/logging.h"
 #include "coordinator/server.h"
@@ -28,6 +29,15 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
   flags.AddInt("heartbeat-timeout", &heartbeat_timeout, "SECONDS",
                "a worker silent for longer is dropped and its job fails (default 10)");
   flags.AddString("log-level", &log_level, "LEVEL", "trace, debug, info, warn, error (default info)");
+  AddTlsFlags(&flags, &options.tls, &options.insecure);
+  flags.AddString("auth-tokens", &options.auth_tokens_file, "FILE",
+                  "`NAME TOKEN` lines: JobService calls must carry one of these bearer tokens\n"
+                  "(clients: TRAINYARD_TOKEN or TRAINYARD_TOKEN_FILE); default: no token check");
+  std::string submit_rate = "20";
+  flags.AddString("submit-rate", &submit_rate, "N",
+                  "job submissions per client and second, bursts of twice that (default 20; 0: unlimited)");
+  flags.AddInt("max-message-bytes", &options.max_message_bytes, "N",
+               "largest request accepted (default 16777216)");
   std::vector<std::string> positional;
   if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
   if (!positional.empty() || options.coordinator.state_dir.empty()) {
@@ -38,6 +48,11 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
     err << "error: --heartbeat-timeout: " << heartbeat_timeout << "; want at least 1 second\n";
     return kExitUsage;
   }
+  if (!absl::SimpleAtod(submit_rate, &options.submit_rate) || options.submit_rate < 0) {
+    err << "error: --submit-rate: '" << submit_rate << "'; want a number >= 0\n";
+    return kExitUsage;
+  }
+  options.submit_burst = std::max(1.0, 2 * options.submit_rate);
   if (absl::optional<int> code = SetUpLogging(log_level, err)) return *code;
   if (output_root.empty()) {
     char cwd[PATH_MAX] = {};

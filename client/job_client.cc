@@ -10,26 +10,53 @@
 namespace trainyard {
 namespace {
 
-absl::Status Annotated(const grpc::Status& status, const std::string& address) {
+absl::Status Annotated(const grpc::Status& status, const std::string& address, bool tls) {
   absl::Status s = FromGrpcStatus(status);
   if (absl::IsUnavailable(s)) {
-    return absl::UnavailableError(absl::StrCat("coordinator ", address, " unreachable: ", s.message()));
+    return absl::UnavailableError(absl::StrCat(
+        "coordinator ", address, " unreachable: ", s.message(),
+        tls ? " (with TLS: is TRAINYARD_TLS_CA the CA that signed its certificate, and does the certificate "
+              "name the address dialled? TRAINYARD_TLS_SERVER_NAME overrides the name)"
+            : " (if it uses TLS, set TRAINYARD_TLS_CA)"));
   }
   return s;
 }
 
 }  // namespace
 
-JobClient::JobClient(const std::string& address, absl::Duration timeout)
-    : address_(address),
-      timeout_(timeout),
-      stub_(JobService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+JobClient::JobClient(const std::string& address, absl::Duration timeout) : address_(address), timeout_(timeout) {
+  absl::StatusOr<std::string> token = TokenFromEnv();
+  if (token.ok()) {
+    token_ = *token;
+  } else {
+    setup_ = token.status();
+  }
+  Connect(TlsConfigFromEnv());
+}
+
+JobClient::JobClient(const std::string& address, const TlsConfig& tls, std::string token, absl::Duration timeout)
+    : address_(address), timeout_(timeout), token_(std::move(token)) {
+  Connect(tls);
+}
+
+void JobClient::Connect(const TlsConfig& tls) {
+  tls_ = tls.enabled();
+  grpc::ChannelArguments args;
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = MakeChannelCredentials(tls, &args);
+  if (!credentials.ok()) {
+    if (setup_.ok()) setup_ = credentials.status();
+    credentials = grpc::InsecureChannelCredentials();  // never used: calls fail with setup_
+  }
+  stub_ = JobService::NewStub(grpc::CreateCustomChannel(address_, *credentials, args));
+}
 
 #define TY_CALL(method, request, response)                                           \
+  if (!setup_.ok()) return setup_;                                                   \
   grpc::ClientContext ctx;                                                           \
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));                      \
+  AddBearerToken(token_, &ctx);                                                      \
   if (grpc::Status s = stub_->method(&ctx, request, &response); !s.ok()) {           \
-    return Annotated(s, address_);                                                   \
+    return Annotated(s, address_, tls_);                                                   \
   }
 
 absl::StatusOr<SubmitJobResponse> JobClient::Submit(const JobSpec& spec, const std::vector<std::string>& overrides) {
@@ -68,18 +95,22 @@ absl::StatusOr<JobInfo> JobClient::Cancel(const std::string& job_id, const std::
 
 absl::StatusOr<OpenSessionResponse> JobClient::OpenSession(const OpenSessionRequest& request,
                                                            absl::Duration session_timeout) {
+  if (!setup_.ok()) return setup_;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + session_timeout));
+  AddBearerToken(token_, &ctx);
   OpenSessionResponse response;
-  if (grpc::Status s = stub_->OpenSession(&ctx, request, &response); !s.ok()) return Annotated(s, address_);
+  if (grpc::Status s = stub_->OpenSession(&ctx, request, &response); !s.ok()) return Annotated(s, address_, tls_);
   return response;
 }
 
 absl::StatusOr<SessionResponse> JobClient::RunSession(const SessionRequest& request, absl::Duration session_timeout) {
+  if (!setup_.ok()) return setup_;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + session_timeout));
+  AddBearerToken(token_, &ctx);
   SessionResponse response;
-  if (grpc::Status s = stub_->RunSession(&ctx, request, &response); !s.ok()) return Annotated(s, address_);
+  if (grpc::Status s = stub_->RunSession(&ctx, request, &response); !s.ok()) return Annotated(s, address_, tls_);
   return response;
 }
 
@@ -97,7 +128,9 @@ absl::StatusOr<JobInfo> JobClient::Watch(const std::string& job_id,
                                          const std::function<bool(const JobEvent&)>& on_event) {
   WatchJobRequest request;
   request.set_job_id(job_id);
+  if (!setup_.ok()) return setup_;
   grpc::ClientContext ctx;
+  AddBearerToken(token_, &ctx);
   std::unique_ptr<grpc::ClientReader<JobEvent>> reader = stub_->WatchJob(&ctx, request);
   JobEvent event;
   JobInfo last;
@@ -110,7 +143,7 @@ absl::StatusOr<JobInfo> JobClient::Watch(const std::string& job_id,
     }
   }
   grpc::Status status = reader->Finish();
-  if (!status.ok()) return Annotated(status, address_);
+  if (!status.ok()) return Annotated(status, address_, tls_);
   return last;
 }
 

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 #include "proto/job_service.grpc.pb.h"
 
 namespace trainyard {
@@ -18,7 +19,12 @@ namespace trainyard {
 class JobClient {
  public:
   // `address` is HOST:PORT; calls wait up to `timeout` (WatchJob excepted).
+  // TLS and the bearer token come from the environment (TRAINYARD_TLS_CA,
+  // and TRAINYARD_TLS_CERT/KEY for a client certificate;
+  // TRAINYARD_TOKEN or TRAINYARD_TOKEN_FILE): see common/security.h.
   explicit JobClient(const std::string& address, absl::Duration timeout = absl::Seconds(30));
+  JobClient(const std::string& address, const TlsConfig& tls, std::string token,
+            absl::Duration timeout = absl::Seconds(30));
 
   absl::StatusOr<SubmitJobResponse> Submit(const JobSpec& spec, const std::vector<std::string>& overrides);
   absl::StatusOr<JobInfo> Get(const std::string& job_id);
@@ -41,8 +47,15 @@ class JobClient {
   const std::string& address() const { return address_; }
 
  private:
+  // Sets up the channel; a bad TLS file or token file becomes every
+  // call's error.
+  void Connect(const TlsConfig& tls);
+
   std::string address_;
   absl::Duration timeout_;
+  std::string token_;
+  bool tls_ = false;
+  absl::Status setup_;
   std::unique_ptr<JobService::Stub> stub_;
 };
 

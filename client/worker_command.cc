@@ -31,6 +31,7 @@ int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostr
   flags.AddInt("collective-timeout", &collective_timeout, "SECONDS",
                "a collective operation waits at most this long for its peers (default 60)");
   flags.AddString("log-level", &log_level, "LEVEL", "trace, debug, info, warn, error (default info)");
+  AddTlsFlags(&flags, &options.tls, &options.insecure);
   std::vector<std::string> positional;
   if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
   if (!positional.empty() || options.coordinator.empty()) {

@@ -1,5 +1,7 @@
 #include "common/jobspec_validator.h"
 
+#include <filesystem>
+
 #include "evaluation/metric_fns.h"
 
 #include <cmath>
@@ -368,6 +370,19 @@ void ValidateOutputDir(Errors* errors, JobSpec* spec, const ValidationOptions& o
     errors->Add("output_dir", absl::StrCat(Quote(dir), " is outside the allowed output root ",
                                            Quote(root)));
     return;
+  }
+  // The same check after symbolic links: the existing part of the path must
+  // not lead out of the root either.
+  std::error_code ec1, ec2;
+  const std::filesystem::path real_root = std::filesystem::weakly_canonical(root, ec1);
+  const std::filesystem::path real = std::filesystem::weakly_canonical(resolved, ec2);
+  if (!ec1 && !ec2) {
+    const std::string r = real_root.string(), p = real.string();
+    if (p != r && !absl::StartsWith(p, r == "/" ? "/" : r + "/")) {
+      errors->Add("output_dir", absl::StrCat(Quote(dir), " leads through a symbolic link to ", Quote(p),
+                                             ", outside the allowed output root ", Quote(root)));
+      return;
+    }
   }
   spec->set_output_dir(resolved);
 }

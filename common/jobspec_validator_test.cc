@@ -1,5 +1,7 @@
 #include "common/jobspec_validator.h"
 
+#include <filesystem>
+
 #include "common/jobspec.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -157,6 +159,27 @@ TEST(ValidatorTest, OutputRootConfinesOutputDir) {
   spec.set_output_dir("runs/../../etc");
   EXPECT_THAT(Validate(spec, options),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("contains \"..\"")));
+}
+
+TEST(ValidatorTest, ASymbolicLinkOutOfTheRootIsRefused) {
+  const std::string tmp = std::getenv("TEST_TMPDIR");
+  std::filesystem::create_directories(tmp + "/root/inside");
+  std::filesystem::create_directories(tmp + "/elsewhere");
+  std::error_code ec;
+  std::filesystem::create_directory_symlink(tmp + "/elsewhere", tmp + "/root/escape", ec);
+  std::filesystem::create_directory_symlink(tmp + "/root/inside", tmp + "/root/alias", ec);
+  ValidationOptions options;
+  options.output_root = tmp + "/root";
+  JobSpec spec = Minimal();
+  spec.set_output_dir("escape/run");
+  EXPECT_THAT(Validate(spec, options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("output_dir: \"escape/run\" leads through a symbolic link to \"" + tmp +
+                                 "/elsewhere/run\", outside the allowed output root")));
+  spec.set_output_dir("alias/run");  // a link that stays inside is fine
+  EXPECT_THAT(Validate(spec, options), IsOk());
+  spec.set_output_dir("new/deeper/run");  // not there yet: checked lexically
+  EXPECT_THAT(Validate(spec, options), IsOk());
 }
 
 TEST(ValidatorTest, ExplicitConfigIsCheckedFieldByField) {

@@ -18,58 +18,102 @@ absl::Duration StoreTimeout(int64_t timeout_ms) {
 
 }  // namespace
 
-grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const SubmitJobRequest* request,
+grpc::Status JobServiceImpl::Admit(const grpc::ServerContext& context, std::string* client) const {
+  if (guard_.tokens == nullptr) {
+    // The client's address without its port ("ipv4:10.0.0.7:51234"):
+    // every connection of a host counts as one client.
+    const std::string peer = context.peer();
+    const size_t colon = peer.rfind(':');
+    *client = colon == std::string::npos || colon < peer.find(':') + 1 ? peer : peer.substr(0, colon);
+    return grpc::Status::OK;
+  }
+  absl::StatusOr<std::string> name = guard_.tokens->Authenticate(context);
+  if (!name.ok()) return ToGrpcStatus(name.status());
+  *client = *name;
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorServiceImpl::Admit(const grpc::ServerContext& context) const {
+  if (!require_client_certificate_ || PeerHasVerifiedCertificate(context)) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "CoordinatorService is for workers: present a client certificate signed by the "
+                      "coordinator's CA (--tls-cert/--tls-key)");
+}
+
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context, const SubmitJobRequest* request,
                                        SubmitJobResponse* response) {
+  std::string client;
+  if (grpc::Status s = Admit(*context, &client); !s.ok()) return s;
+  absl::Duration retry_after;
+  if (guard_.submit_limiter != nullptr && !guard_.submit_limiter->Allow(client, &retry_after)) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("submit rate limit (", guard_.submit_limiter->rate(), " per second) reached for ",
+                                     client, "; retry in ", absl::FormatDuration(retry_after)));
+  }
   absl::StatusOr<SubmitJobResponse> r = coordinator_->SubmitJob(*request);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *response = std::move(*r);
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*, const GetJobRequest* request, JobInfo* response) {
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context, const GetJobRequest* request, JobInfo* response) {
+  std::string client;
+  if (grpc::Status s = Admit(*context, &client); !s.ok()) return s;
   absl::StatusOr<JobInfo> r = coordinator_->GetJob(request->job_id());
   if (!r.ok()) return ToGrpcStatus(r.status());
   *response = std::move(*r);
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const ListJobsRequest* request,
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context, const ListJobsRequest* request,
                                       ListJobsResponse* response) {
+  std::string client;
+  if (grpc::Status s = Admit(*context, &client); !s.ok()) return s;
   *response = coordinator_->ListJobs(*request);
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const CancelJobRequest* request,
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context, const CancelJobRequest* request,
                                        CancelJobResponse* response) {
+  std::string client;
+  if (grpc::Status s = Admit(*context, &client); !s.ok()) return s;
   absl::StatusOr<JobInfo> r = coordinator_->CancelJob(request->job_id(), request->reason());
   if (!r.ok()) return ToGrpcStatus(r.status());
   *response->mutable_job() = std::move(*r);
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::OpenSession(grpc::ServerContext*, const OpenSessionRequest* request,
+grpc::Status JobServiceImpl::OpenSession(grpc::ServerContext* context, const OpenSessionRequest* request,
                                          OpenSessionResponse* response) {
+  std::string client;
+  if (grpc::Status s = Admit(*context, &client); !s.ok()) return s;
   absl::StatusOr<OpenSessionResponse> r = coordinator_->OpenSession(*request);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *response = std::move(*r);
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::RunSession(grpc::ServerContext*, const SessionRequest* request,
+grpc::Status JobServiceImpl::RunSession(grpc::ServerContext* context, const SessionRequest* request,
                                         SessionResponse* response) {
+  std::string client;
+  if (grpc::Status s = Admit(*context, &client); !s.ok()) return s;
   absl::StatusOr<SessionResponse> r = coordinator_->RunSession(*request);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *response = std::move(*r);
   return grpc::Status::OK;
 }
 
-grpc::Status JobServiceImpl::CloseSession(grpc::ServerContext*, const CloseSessionRequest* request,
+grpc::Status JobServiceImpl::CloseSession(grpc::ServerContext* context, const CloseSessionRequest* request,
                                           CloseSessionResponse*) {
+  std::string client;
+  if (grpc::Status s = Admit(*context, &client); !s.ok()) return s;
   return ToGrpcStatus(coordinator_->CloseSession(request->session_id()));
 }
 
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context, const WatchJobRequest* request,
                                       grpc::ServerWriter<JobEvent>* writer) {
+  std::string client;
+  if (grpc::Status s = Admit(*context, &client); !s.ok()) return s;
   int64_t version = 0;
   JobState last_state = JOB_STATE_UNSPECIFIED;
   while (!context->IsCancelled()) {
@@ -87,29 +131,33 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context, const WatchJ
   return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
 }
 
-grpc::Status CoordinatorServiceImpl::RegisterWorker(grpc::ServerContext*, const RegisterWorkerRequest* request,
+grpc::Status CoordinatorServiceImpl::RegisterWorker(grpc::ServerContext* context, const RegisterWorkerRequest* request,
                                                     RegisterWorkerResponse* response) {
+  if (grpc::Status s = Admit(*context); !s.ok()) return s;
   absl::StatusOr<RegisterWorkerResponse> r = coordinator_->RegisterWorker(*request);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *response = std::move(*r);
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorServiceImpl::Heartbeat(grpc::ServerContext*, const HeartbeatRequest* request,
+grpc::Status CoordinatorServiceImpl::Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
                                                HeartbeatResponse* response) {
+  if (grpc::Status s = Admit(*context); !s.ok()) return s;
   absl::StatusOr<HeartbeatResponse> r = coordinator_->Heartbeat(*request);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *response = std::move(*r);
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorServiceImpl::StoreSet(grpc::ServerContext*, const StoreSetRequest* request,
+grpc::Status CoordinatorServiceImpl::StoreSet(grpc::ServerContext* context, const StoreSetRequest* request,
                                               StoreSetResponse*) {
+  if (grpc::Status s = Admit(*context); !s.ok()) return s;
   return ToGrpcStatus(coordinator_->store()->Set(ScopedKey(request->scope(), request->key()), request->value()));
 }
 
-grpc::Status CoordinatorServiceImpl::StoreGet(grpc::ServerContext*, const StoreGetRequest* request,
+grpc::Status CoordinatorServiceImpl::StoreGet(grpc::ServerContext* context, const StoreGetRequest* request,
                                               StoreGetResponse* response) {
+  if (grpc::Status s = Admit(*context); !s.ok()) return s;
   absl::StatusOr<std::string> value =
       coordinator_->store()->Get(ScopedKey(request->scope(), request->key()), StoreTimeout(request->timeout_ms()));
   if (!value.ok()) return ToGrpcStatus(value.status());
@@ -117,8 +165,9 @@ grpc::Status CoordinatorServiceImpl::StoreGet(grpc::ServerContext*, const StoreG
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorServiceImpl::StoreAdd(grpc::ServerContext*, const StoreAddRequest* request,
+grpc::Status CoordinatorServiceImpl::StoreAdd(grpc::ServerContext* context, const StoreAddRequest* request,
                                               StoreAddResponse* response) {
+  if (grpc::Status s = Admit(*context); !s.ok()) return s;
   absl::StatusOr<int64_t> value =
       coordinator_->store()->Add(ScopedKey(request->scope(), request->key()), request->delta());
   if (!value.ok()) return ToGrpcStatus(value.status());
@@ -126,8 +175,9 @@ grpc::Status CoordinatorServiceImpl::StoreAdd(grpc::ServerContext*, const StoreA
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorServiceImpl::StoreWait(grpc::ServerContext*, const StoreWaitRequest* request,
+grpc::Status CoordinatorServiceImpl::StoreWait(grpc::ServerContext* context, const StoreWaitRequest* request,
                                                StoreWaitResponse*) {
+  if (grpc::Status s = Admit(*context); !s.ok()) return s;
   std::vector<std::string> keys;
   for (const std::string& k : request->keys()) keys.push_back(ScopedKey(request->scope(), k));
   return ToGrpcStatus(coordinator_->store()->Wait(keys, StoreTimeout(request->timeout_ms())));

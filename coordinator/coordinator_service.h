@@ -4,15 +4,27 @@
 #ifndef TRAINYARD_COORDINATOR_COORDINATOR_SERVICE_H_
 #define TRAINYARD_COORDINATOR_COORDINATOR_SERVICE_H_
 
+#include "common/rate_limiter.h"
+#include "common/security.h"
 #include "coordinator/coordinator.h"
 #include "proto/job_service.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"
 
 namespace trainyard {
 
+// Who may call JobService, and how often.
+struct JobServiceGuard {
+  // nullptr: no token check (loopback or trusted networks only).
+  const TokenAuthenticator* tokens = nullptr;
+  // SubmitJob per client (its token's name, else its address); nullptr:
+  // unlimited. Over the limit: RESOURCE_EXHAUSTED saying when to retry.
+  RateLimiter* submit_limiter = nullptr;
+};
+
 class JobServiceImpl final : public JobService::Service {
  public:
-  explicit JobServiceImpl(Coordinator* coordinator) : coordinator_(coordinator) {}
+  explicit JobServiceImpl(Coordinator* coordinator, JobServiceGuard guard = {})
+      : coordinator_(coordinator), guard_(guard) {}
   grpc::Status SubmitJob(grpc::ServerContext*, const SubmitJobRequest* request, SubmitJobResponse* response) override;
   grpc::Status GetJob(grpc::ServerContext*, const GetJobRequest* request, JobInfo* response) override;
   grpc::Status ListJobs(grpc::ServerContext*, const ListJobsRequest* request, ListJobsResponse* response) override;
@@ -28,12 +40,20 @@ class JobServiceImpl final : public JobService::Service {
                             CloseSessionResponse* response) override;
 
  private:
+  // UNAUTHENTICATED without a known token; sets *client to its name (or
+  // its address when tokens are off).
+  grpc::Status Admit(const grpc::ServerContext& context, std::string* client) const;
+
   Coordinator* coordinator_;
+  JobServiceGuard guard_;
 };
 
 class CoordinatorServiceImpl final : public CoordinatorService::Service {
  public:
-  explicit CoordinatorServiceImpl(Coordinator* coordinator) : coordinator_(coordinator) {}
+  // `require_client_certificate`: every call must come with a verified
+  // client certificate (mutual TLS: workers only).
+  explicit CoordinatorServiceImpl(Coordinator* coordinator, bool require_client_certificate = false)
+      : coordinator_(coordinator), require_client_certificate_(require_client_certificate) {}
   grpc::Status RegisterWorker(grpc::ServerContext*, const RegisterWorkerRequest* request,
                               RegisterWorkerResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* request, HeartbeatResponse* response) override;
@@ -43,7 +63,10 @@ class CoordinatorServiceImpl final : public CoordinatorService::Service {
   grpc::Status StoreWait(grpc::ServerContext*, const StoreWaitRequest* request, StoreWaitResponse* response) override;
 
  private:
+  grpc::Status Admit(const grpc::ServerContext& context) const;
+
   Coordinator* coordinator_;
+  bool require_client_certificate_;
 };
 
 }  // namespace trainyard

@@ -14,14 +14,17 @@ namespace {
 
 class GrpcWorkerClient : public WorkerClient {
  public:
-  explicit GrpcWorkerClient(const std::string& address) : address_(address) {
+  GrpcWorkerClient(const std::string& address, std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   const std::string& server_name)
+      : address_(address) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-    stub_ = WorkerService::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    if (!server_name.empty()) args.SetSslTargetNameOverride(server_name);
+    if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
+    stub_ = WorkerService::NewStub(grpc::CreateCustomChannel(address, credentials, args));
   }
 
   absl::StatusOr<StartJobResponse> StartJob(const StartJobRequest& request) override {
@@ -92,8 +95,10 @@ class GrpcWorkerClient : public WorkerClient {
 
 }  // namespace
 
-std::unique_ptr<WorkerClient> NewGrpcWorkerClient(const std::string& address) {
-  return std::make_unique<GrpcWorkerClient>(address);
+std::unique_ptr<WorkerClient> NewGrpcWorkerClient(const std::string& address,
+                                                  std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                                  const std::string& server_name) {
+  return std::make_unique<GrpcWorkerClient>(address, std::move(credentials), server_name);
 }
 
 }  // namespace trainyard

@@ -6,6 +6,8 @@
 #ifndef TRAINYARD_COORDINATOR_GRPC_WORKER_CLIENT_H_
 #define TRAINYARD_COORDINATOR_GRPC_WORKER_CLIENT_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
 
@@ -13,7 +15,13 @@
 
 namespace trainyard {
 
-std::unique_ptr<WorkerClient> NewGrpcWorkerClient(const std::string& address);
+// `credentials`: nullptr for plaintext; TLS credentials (common/security.h)
+// verify the worker's certificate and present the coordinator's (mutual
+// TLS). `server_name`: the name expected in the worker's certificate when
+// it is not the address's host.
+std::unique_ptr<WorkerClient> NewGrpcWorkerClient(const std::string& address,
+                                                  std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+                                                  const std::string& server_name = "");
 
 }  // namespace trainyard
 

@@ -27,17 +27,40 @@ absl::Status ServeCoordinator(const CoordinatorServerOptions& options, std::ostr
     return absl::InvalidArgumentError(
         absl::StrCat("--state-dir: cannot create '", options.coordinator.state_dir, "': ", ec.message()));
   }
+  TY_RETURN_IF_ERROR(CheckListenSecurity("--listen", listen, options.tls, options.insecure));
+  if (options.max_message_bytes < 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-message-bytes: ", options.max_message_bytes, "; must be >= 1024"));
+  }
+  // Clients (users) may come without a certificate; workers must bring one
+  // when there is a CA to check it against.
+  const bool mutual = options.tls.enabled() && !options.tls.ca_file.empty();
+  TY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> server_credentials,
+                      MakeServerCredentials(options.tls, mutual ? ClientCertificates::kOptional
+                                                                : ClientCertificates::kNotRequested));
+  std::shared_ptr<grpc::ChannelCredentials> worker_credentials;
+  if (options.tls.enabled()) {
+    TY_ASSIGN_OR_RETURN(worker_credentials, MakeChannelCredentials(options.tls, nullptr));
+  }
+  std::unique_ptr<TokenAuthenticator> tokens;
+  if (!options.auth_tokens_file.empty()) {
+    TY_ASSIGN_OR_RETURN(tokens, TokenAuthenticator::FromFile(options.auth_tokens_file));
+  }
+  RateLimiter submit_limiter(options.submit_rate, options.submit_burst);
   TY_ASSIGN_OR_RETURN(std::unique_ptr<SignalWatcher> signals, SignalWatcher::Create({SIGTERM, SIGINT}));
   TY_ASSIGN_OR_RETURN(std::unique_ptr<Coordinator> coordinator,
-                      Coordinator::Create(options.coordinator, [](const WorkerRecord& w) {
-                        return NewGrpcWorkerClient(w.address);
+                      Coordinator::Create(options.coordinator, [&](const WorkerRecord& w) {
+                        return NewGrpcWorkerClient(w.address, worker_credentials, options.tls.server_name);
                       }));
-  JobServiceImpl job_service(coordinator.get());
-  CoordinatorServiceImpl coordinator_service(coordinator.get());
+  JobServiceGuard guard;
+  guard.tokens = tokens.get();
+  guard.submit_limiter = &submit_limiter;
+  JobServiceImpl job_service(coordinator.get(), guard);
+  CoordinatorServiceImpl coordinator_service(coordinator.get(), /*require_client_certificate=*/mutual);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-  builder.SetMaxReceiveMessageSize(16 << 20);
+  builder.AddListeningPort(listen, server_credentials, &port);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.RegisterService(&job_service);
   builder.RegisterService(&coordinator_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -47,8 +70,11 @@ absl::Status ServeCoordinator(const CoordinatorServerOptions& options, std::ostr
   coordinator->Start();
   const std::string address = absl::StrCat(listen.substr(0, colon), ":", port);
   out << "listening on " << address << std::endl;
-  spdlog::info("coordinator listening on {} (state dir {}, output root {})", address,
-               options.coordinator.state_dir, options.coordinator.output_root);
+  spdlog::info("coordinator listening on {} (state dir {}, output root {}; {}{}{})", address,
+               options.coordinator.state_dir, options.coordinator.output_root,
+               options.tls.enabled() ? (mutual ? "mutual TLS with workers" : "TLS") : "plaintext",
+               tokens ? absl::StrCat(", ", tokens->size(), " token(s)") : ", no token check",
+               options.submit_rate > 0 ? absl::StrCat(", ", options.submit_rate, " submits/s per client") : "");
   absl::optional<int> signo;
   while (!(signo = signals->Wait(absl::Seconds(1)))) {
   }

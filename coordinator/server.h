@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/security.h"
 #include "coordinator/coordinator.h"
 
 namespace trainyard {
@@ -15,6 +16,22 @@ namespace trainyard {
 struct CoordinatorServerOptions {
   std::string listen = "127.0.0.1:0";  // port 0: chosen by the OS
   CoordinatorOptions coordinator;
+  // TLS for the port; with a CA, workers must present certificates it
+  // signed (CoordinatorService), and the coordinator presents its own to
+  // workers (mutual TLS). Without TLS only loopback is allowed unless
+  // `insecure`.
+  TlsConfig tls;
+  bool insecure = false;
+  // `NAME TOKEN` lines: JobService calls need one of the tokens. Empty: no
+  // token check.
+  std::string auth_tokens_file;
+  // SubmitJob calls per client and second (0: unlimited), and the burst.
+  double submit_rate = 20;
+  double submit_burst = 40;
+  int max_message_bytes = 16 << 20;  // requests larger than this are refused
+  // Prometheus text format on http://HOST:PORT/metrics (and /healthz);
+  // empty: off.
+  std::string metrics_listen;
 };
 
 // Prints `listening on HOST:PORT` (the real port) as the first line on

@@ -14,6 +14,10 @@ state; exits 0 if the job succeeded, 1 if it failed or was cancelled, 2 on
 bad input. With --predict TEXT (repeatable), then opens an interactive
 session on the job's final checkpoint (served by one of the coordinator's
 idle workers), prints a prediction for each text, and closes it.
+
+Security as the CLI: TRAINYARD_TLS_CA (and TRAINYARD_TLS_CERT/KEY for a
+client certificate) turn TLS on; TRAINYARD_TOKEN or TRAINYARD_TOKEN_FILE
+give the bearer token sent with every call.
 """
 import argparse
 import importlib
@@ -37,6 +41,30 @@ def load_generated(proto_root):
     sys.path.insert(0, out)
     return (importlib.import_module("proto.job_pb2"), importlib.import_module("proto.job_service_pb2"),
             importlib.import_module("proto.job_service_pb2_grpc"))
+
+
+def open_channel(grpc, address):
+    """TLS when TRAINYARD_TLS_CA is set (with a client certificate when
+    TRAINYARD_TLS_CERT and TRAINYARD_TLS_KEY are), else plaintext."""
+    ca = os.environ.get("TRAINYARD_TLS_CA")
+    if not ca:
+        return grpc.insecure_channel(address)
+    read = lambda var: open(os.environ[var], "rb").read() if os.environ.get(var) else None
+    creds = grpc.ssl_channel_credentials(root_certificates=read("TRAINYARD_TLS_CA"),
+                                         private_key=read("TRAINYARD_TLS_KEY"),
+                                         certificate_chain=read("TRAINYARD_TLS_CERT"))
+    options = []
+    if os.environ.get("TRAINYARD_TLS_SERVER_NAME"):
+        options.append(("grpc.ssl_target_name_override", os.environ["TRAINYARD_TLS_SERVER_NAME"]))
+    return grpc.secure_channel(address, creds, options=options)
+
+
+def auth_metadata():
+    token = os.environ.get("TRAINYARD_TOKEN")
+    if not token and os.environ.get("TRAINYARD_TOKEN_FILE"):
+        with open(os.environ["TRAINYARD_TOKEN_FILE"]) as f:
+            token = f.readline().strip()
+    return [("authorization", f"Bearer {token}")] if token else None
 
 
 def main():
@@ -71,10 +99,11 @@ def main():
         print(f"error: {args.spec}: {e}", file=sys.stderr)
         return 2
 
-    with grpc.insecure_channel(args.coordinator) as channel:
+    with open_channel(grpc, args.coordinator) as channel:
+        md = auth_metadata()
         jobs = service_grpc.JobServiceStub(channel)
         try:
-            submitted = jobs.SubmitJob(service_pb2.SubmitJobRequest(spec=spec, overrides=args.set), timeout=30)
+            submitted = jobs.SubmitJob(service_pb2.SubmitJobRequest(spec=spec, overrides=args.set), timeout=30, metadata=md)
         except grpc.RpcError as e:
             print(f"error: {e.code().name}: {e.details()}", file=sys.stderr)
             return 2 if e.code() == grpc.StatusCode.INVALID_ARGUMENT else 1
@@ -82,7 +111,7 @@ def main():
         print(job_id, flush=True)
 
         state, metrics_step = None, -1
-        for event in jobs.WatchJob(service_pb2.WatchJobRequest(job_id=job_id)):
+        for event in jobs.WatchJob(service_pb2.WatchJobRequest(job_id=job_id), metadata=md):
             job = event.job
             name = service_pb2.JobState.Name(job.state)
             if name != state:
@@ -92,18 +121,18 @@ def main():
                 metrics_step = job.metrics_step
                 print(f"step {job.step}/{job.spec.total_steps} loss {job.metrics['loss']:.4f}", flush=True)
 
-        final = jobs.GetJob(service_pb2.GetJobRequest(job_id=job_id), timeout=30)
+        final = jobs.GetJob(service_pb2.GetJobRequest(job_id=job_id), timeout=30, metadata=md)
         if args.predict and final.state == service_pb2.SUCCEEDED:
             opened = jobs.OpenSession(job_pb2.OpenSessionRequest(
-                job_id=job_id, batch_size=8, feature_lengths=final.spec.feature_lengths), timeout=600)
+                job_id=job_id, batch_size=8, feature_lengths=final.spec.feature_lengths), timeout=600, metadata=md)
             try:
                 request = job_pb2.SessionRequest(session_id=opened.session_id, op=job_pb2.SessionRequest.PREDICT,
                                                  examples=[job_pb2.SessionExample(input=t) for t in args.predict])
-                answer = jobs.RunSession(request, timeout=600)
+                answer = jobs.RunSession(request, timeout=600, metadata=md)
                 for text, prediction, score in zip(args.predict, answer.predictions, answer.scores):
                     print(f"predict {text} -> {prediction} ({score:.3f})")
             finally:
-                jobs.CloseSession(job_pb2.CloseSessionRequest(session_id=opened.session_id), timeout=30)
+                jobs.CloseSession(job_pb2.CloseSessionRequest(session_id=opened.session_id), timeout=30, metadata=md)
         print(f"final {service_pb2.JobState.Name(final.state)} step {final.step} "
               f"checkpoint {final.latest_checkpoint or '-'}")
         return 0 if final.state == service_pb2.SUCCEEDED else 1

@@ -42,6 +42,12 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
   if (advertise.empty()) {
     advertise = (listen_host == "0.0.0.0" || listen_host == "[::]") ? Hostname() : listen_host;
   }
+  TY_RETURN_IF_ERROR(CheckListenSecurity("--listen", options.listen, options.tls, options.insecure));
+  // Only the coordinator calls a worker: with a CA, it must prove it.
+  TY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> server_credentials,
+                      MakeServerCredentials(options.tls, options.tls.ca_file.empty()
+                                                             ? ClientCertificates::kNotRequested
+                                                             : ClientCertificates::kRequired));
   TY_ASSIGN_OR_RETURN(std::unique_ptr<SignalWatcher> signals, SignalWatcher::Create({SIGTERM, SIGINT}));
 
   // Reconnect within a couple of seconds when the coordinator comes back
@@ -50,8 +56,9 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.coordinator, grpc::InsecureChannelCredentials(), args);
+  TY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> channel_credentials,
+                      MakeChannelCredentials(options.tls, &args));
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options.coordinator, channel_credentials, args);
   auto coordinator = CoordinatorService::NewStub(channel);
 
   WorkerCoreOptions core_options;
@@ -64,8 +71,8 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
 
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
-  builder.SetMaxReceiveMessageSize(16 << 20);
+  builder.AddListeningPort(options.listen, server_credentials, &port);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 
 namespace trainyard {
 
@@ -26,6 +27,14 @@ struct WorkerServerOptions {
   // teardown before stopping anyway (keep it under Kubernetes'
   // terminationGracePeriodSeconds).
   absl::Duration preemption_grace = absl::Seconds(25);
+  // TLS for this worker's port and its channel to the coordinator; with a
+  // CA, only clients with a certificate it signed (the coordinator) may
+  // call WorkerService, and this worker presents its own certificate to
+  // the coordinator (mutual TLS). Without TLS only loopback is allowed
+  // unless `insecure`.
+  TlsConfig tls;
+  bool insecure = false;
+  int max_message_bytes = 16 << 20;
 };
 
 // Prints `listening on HOST:PORT` first on `out`, then runs until a signal.

@@ -45,6 +45,15 @@ MATCHER(IsOk, "is OK") {
   return status.ok();
 }
 
+// A StatusOr that is OK and whose value matches `value_matcher`.
+MATCHER_P(IsOkAndHolds, value_matcher, "is OK and holds a value that matches") {
+  if (!arg.ok()) {
+    *result_listener << "whose status is " << arg.status();
+    return false;
+  }
+  return ::testing::ExplainMatchResult(value_matcher, *arg, result_listener);
+}
+
 }  // namespace trainyard
 
 #endif  // TRAINYARD_COMMON_TESTING_STATUS_MATCHERS_H_

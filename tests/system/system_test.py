@@ -8,6 +8,7 @@ import argparse
 import glob
 import json
 import os
+import pathlib
 import selectors
 import shutil
 import signal
@@ -21,6 +22,7 @@ import numpy as np
 from safetensors.numpy import load_file
 
 TRAINYARD = None  # set in main
+REPO = os.getcwd()  # the runfiles tree: scripts/, examples/, proto/
 
 SPEC = """
 name: "sys"
@@ -53,13 +55,15 @@ def wait_for(predicate, timeout, what):
 class Cluster:
     """A coordinator and workers; every process is stopped and reaped."""
 
-    def __init__(self, root, heartbeat_timeout=10, listen="127.0.0.1:0"):
+    def __init__(self, root, heartbeat_timeout=10, listen="127.0.0.1:0", coordinator_extra=(), env=None):
         self.root = root
         self.procs = []
+        self.coordinator_extra = tuple(coordinator_extra)
+        self.env = dict(os.environ, **(env or {}))  # the CLI's (TLS, token)
         self.coordinator = self._start(
             "coordinator", [TRAINYARD, "coordinator", "--listen", listen, "--state-dir",
                             os.path.join(root, "state"), "--output-root", root,
-                            "--heartbeat-timeout", str(heartbeat_timeout)])
+                            "--heartbeat-timeout", str(heartbeat_timeout), *self.coordinator_extra])
         self.address = self.coordinator.listening
         self.workers = []
 
@@ -87,7 +91,8 @@ class Cluster:
         assert old.wait(timeout=30) == 0, f"the coordinator exited {old.returncode}"
         self.coordinator = self._start(
             "coordinator-2", [TRAINYARD, "coordinator", "--listen", self.address, "--state-dir",
-                              os.path.join(self.root, "state"), "--output-root", self.root])
+                              os.path.join(self.root, "state"), "--output-root", self.root,
+                              *self.coordinator_extra])
         return self.coordinator
 
     def add_worker(self, listen="127.0.0.1:0", prefix=(), coordinator=None, extra=()):
@@ -104,7 +109,7 @@ class Cluster:
 
     def cli(self, *args, check=True, timeout=120):
         result = subprocess.run([TRAINYARD, *args[:1], "--coordinator", self.address, *args[1:]],
-                                capture_output=True, text=True, timeout=timeout)
+                                capture_output=True, text=True, timeout=timeout, env=self.env)
         if check and result.returncode != 0:
             raise AssertionError(f"trainyard {' '.join(args)} exited {result.returncode}:\n"
                                  f"{result.stdout}\n{result.stderr}")
@@ -136,6 +141,19 @@ class Cluster:
                 raise AssertionError(f"{proc.name} ignored SIGTERM for 20 s")
             finally:
                 proc.stdout.close()
+
+
+def dev_certs(out, *names):
+    """A throwaway CA and a certificate for `names` (and loopback)."""
+    r = subprocess.run([os.path.join(REPO, "scripts", "gen-dev-certs.sh"), out, *names], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def tls_flags(certs):
+    return ("--tls-cert", os.path.join(certs, "node.pem"), "--tls-key", os.path.join(certs, "node.key"),
+            "--tls-ca", os.path.join(certs, "ca.pem"))
 
 
 class SystemTest(unittest.TestCase):
@@ -567,6 +585,139 @@ class Hosts:
         subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
 
 
+class SecurityTest(unittest.TestCase):
+    """TLS, mutual TLS between coordinator and workers, bearer tokens, and
+    the listen policy, with real processes and a throwaway CA."""
+
+    TOKEN = "alice-0123456789abcdef"
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="sec-", dir=os.environ.get("TEST_TMPDIR"))
+        self.spec = os.path.join(self.root, "job.textproto")
+        with open(self.spec, "w") as f:
+            f.write(SPEC)
+        self.certs = dev_certs(os.path.join(self.root, "certs"))
+        self.other = dev_certs(os.path.join(self.root, "other-ca"))  # a CA nobody trusts
+        self.tokens = os.path.join(self.root, "tokens")
+        with open(self.tokens, "w") as f:
+            f.write(f"# name token\nalice {self.TOKEN}\n")
+        self.cluster = None
+
+    def tearDown(self):
+        if self.cluster:
+            self.cluster.stop()
+
+    def ca(self, certs=None):
+        return os.path.join(certs or self.certs, "ca.pem")
+
+    def test_mutual_tls_and_tokens(self):
+        c = self.cluster = Cluster(self.root, coordinator_extra=(*tls_flags(self.certs), "--auth-tokens", self.tokens),
+                                   env={"TRAINYARD_TLS_CA": self.ca(), "TRAINYARD_TOKEN": self.TOKEN})
+        c.add_worker(extra=("--threads", "1", *tls_flags(self.certs)))
+        # A job end to end: the worker registered over mutual TLS, the CLI
+        # over TLS with its token.
+        job = c.submit(self.spec, "output_dir=tls", "total_steps=4", "num_workers=1")
+        s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
+        self.assertEqual(s["state"], "SUCCEEDED", s["reason"])
+
+        # The Python client over TLS with the token (and refused without).
+        client = [sys.executable, os.path.join("examples", "python_client.py"), "--coordinator", c.address,
+                  "--proto-root", ".", self.spec, "--set", "num_workers=1", "--set", "output_dir=py",
+                  "--set", "total_steps=2"]
+        r = subprocess.run(client, capture_output=True, text=True, timeout=180, env=c.env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("final SUCCEEDED step 2", r.stdout)
+        r = subprocess.run(client, capture_output=True, text=True, timeout=180,
+                           env=dict(os.environ, TRAINYARD_TLS_CA=self.ca()))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("UNAUTHENTICATED: no bearer token", r.stderr)
+
+        def cli(env, *args):
+            return subprocess.run([TRAINYARD, "list", "--coordinator", c.address, *args], capture_output=True,
+                                  text=True, timeout=60, env=dict(os.environ, **env))
+        r = cli({"TRAINYARD_TLS_CA": self.ca()})
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no bearer token: set TRAINYARD_TOKEN", r.stderr)
+        r = cli({"TRAINYARD_TLS_CA": self.ca(), "TRAINYARD_TOKEN": "mallory-0123456789abcdef"})
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("unknown bearer token", r.stderr)
+        r = cli({"TRAINYARD_TLS_CA": self.ca(self.other), "TRAINYARD_TOKEN": self.TOKEN})  # the wrong CA
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("unreachable", r.stderr)
+        self.assertIn("is TRAINYARD_TLS_CA the CA that signed its certificate", r.stderr)
+        r = cli({"TRAINYARD_TOKEN": self.TOKEN})  # plaintext to a TLS port
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("if it uses TLS, set TRAINYARD_TLS_CA", r.stderr)
+        r = cli({"TRAINYARD_TLS_CA": self.ca(), "TRAINYARD_TOKEN": self.TOKEN})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(job, r.stdout)
+
+        import grpc
+        read = lambda path: pathlib.Path(path).read_bytes()
+        ca = read(self.ca())
+
+        def call(target, method, cert_dir=None, ca_pem=ca):
+            key = cert = None
+            if cert_dir:
+                key = read(os.path.join(cert_dir, "node.key"))
+                cert = read(os.path.join(cert_dir, "node.pem"))
+            creds = grpc.ssl_channel_credentials(root_certificates=ca_pem, private_key=key, certificate_chain=cert)
+            with grpc.secure_channel(target, creds) as channel:
+                rpc = channel.unary_unary(method, request_serializer=lambda m: m, response_deserializer=lambda m: m)
+                try:
+                    rpc(b"", timeout=10)
+                    return grpc.StatusCode.OK
+                except grpc.RpcError as e:
+                    return e.code()
+        # The workers' service on the coordinator wants a worker's
+        # certificate: TLS alone (a user) is not enough.
+        self.assertEqual(call(c.address, "/trainyard.CoordinatorService/Heartbeat"),
+                         grpc.StatusCode.UNAUTHENTICATED)
+        self.assertEqual(call(c.address, "/trainyard.CoordinatorService/Heartbeat", self.certs), grpc.StatusCode.OK)
+        # A certificate from another CA is refused in the handshake.
+        self.assertEqual(call(c.address, "/trainyard.CoordinatorService/Heartbeat", self.other),
+                         grpc.StatusCode.UNAVAILABLE)
+        # A worker's port takes the coordinator's certificate only.
+        worker = c.status(job)["ranks"][0]["address"]
+        self.assertEqual(call(worker, "/trainyard.WorkerService/AbortJob"), grpc.StatusCode.UNAVAILABLE)
+        self.assertEqual(call(worker, "/trainyard.WorkerService/AbortJob", self.other), grpc.StatusCode.UNAVAILABLE)
+        self.assertEqual(call(worker, "/trainyard.WorkerService/AbortJob", self.certs), grpc.StatusCode.OK)
+        # A worker with a certificate from another CA never registers.
+        stranger = c.add_worker(extra=("--threads", "1", *tls_flags(self.other)))
+        time.sleep(3)
+        self.assertNotIn("registered with the coordinator", Cluster.log(stranger))
+
+    def test_plaintext_beyond_loopback_needs_insecure(self):
+        state = os.path.join(self.root, "state")
+        r = subprocess.run([TRAINYARD, "coordinator", "--listen", "0.0.0.0:0", "--state-dir", state],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--listen: '0.0.0.0:0' is reachable beyond this machine and TLS is off", r.stderr)
+        r = subprocess.run([TRAINYARD, "worker", "--coordinator", "127.0.0.1:1", "--listen", "0.0.0.0:0"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("TLS is off", r.stderr)
+        r = subprocess.run([TRAINYARD, "coordinator", "--listen", "127.0.0.1:0", "--state-dir", state,
+                            "--auth-tokens", os.path.join(self.root, "missing")],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--auth-tokens: cannot read", r.stderr)
+        # With --insecure it serves (and stops on SIGTERM).
+        self.cluster = Cluster(self.root, listen="0.0.0.0:0", coordinator_extra=("--insecure",))
+        self.assertEqual(self.cluster.cli("list").returncode, 0)
+
+    def test_submit_rate_limit(self):
+        c = self.cluster = Cluster(self.root, coordinator_extra=("--submit-rate", "1"))
+        codes = [c.cli("submit", self.spec, "--set", f"output_dir=r{i}", check=False) for i in range(4)]
+        # A burst of 2, then one a second: the 3rd and 4th in quick
+        # succession are refused, saying when to retry.
+        self.assertEqual([r.returncode for r in codes[:2]], [0, 0], [r.stderr for r in codes])
+        refused = [r for r in codes[2:] if r.returncode != 0]
+        self.assertTrue(refused, [r.stderr for r in codes])
+        self.assertIn("submit rate limit (1 per second) reached", refused[0].stderr)
+        self.assertIn("retry in", refused[0].stderr)
+
+
 def netns_unavailable():
     if os.geteuid() != 0:
         return "not root"
@@ -601,16 +752,24 @@ class SeparateHostsTest(unittest.TestCase):
         finally:
             self.hosts.remove()
 
-    def start(self, heartbeat_timeout):
+    def start(self, heartbeat_timeout, tls=False):
+        """Plaintext beyond loopback needs --insecure; with `tls`, every
+        process has a certificate from a throwaway CA naming its address, and
+        coordinator and workers authenticate each other (mutual TLS)."""
+        security, env = ("--insecure",), None
+        if tls:
+            certs = dev_certs(os.path.join(self.root, "certs"), f"{self.hosts.subnet}.1", *self.hosts.addresses)
+            security = tls_flags(certs)
+            env = {"TRAINYARD_TLS_CA": os.path.join(certs, "ca.pem")}
         self.cluster = Cluster(self.root, heartbeat_timeout=heartbeat_timeout,
-                               listen=f"{self.hosts.subnet}.1:0")
+                               listen=f"{self.hosts.subnet}.1:0", coordinator_extra=security, env=env)
         for i in range(2):
             self.cluster.add_worker(listen=f"{self.hosts.addresses[i]}:0", prefix=self.hosts.prefix(i),
-                                    extra=("--collective-timeout", "8"))
+                                    extra=("--collective-timeout", "8", *security))
         return self.cluster
 
     def test_workers_on_separate_hosts_train(self):
-        c = self.start(heartbeat_timeout=10)
+        c = self.start(heartbeat_timeout=10, tls=True)
         job = c.submit(self.spec, "output_dir=hosts")
         s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
         self.assertEqual(s["state"], "SUCCEEDED", s["reason"])
