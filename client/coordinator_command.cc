@@ -38,6 +38,8 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
                   "job submissions per client and second, bursts of twice that (default 20; 0: unlimited)");
   flags.AddInt("max-message-bytes", &options.max_message_bytes, "N",
                "largest request accepted (default 16777216)");
+  flags.AddString("metrics-listen", &options.metrics_listen, "HOST:PORT",
+                  "serve Prometheus /metrics and /healthz over HTTP there (default: off)");
   std::vector<std::string> positional;
   if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
   if (!positional.empty() || options.coordinator.state_dir.empty()) {

@@ -32,6 +32,8 @@ int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostr
                "a collective operation waits at most this long for its peers (default 60)");
   flags.AddString("log-level", &log_level, "LEVEL", "trace, debug, info, warn, error (default info)");
   AddTlsFlags(&flags, &options.tls, &options.insecure);
+  flags.AddString("metrics-listen", &options.metrics_listen, "HOST:PORT",
+                  "serve Prometheus /metrics and /healthz over HTTP there (default: off)");
   std::vector<std::string> positional;
   if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
   if (!positional.empty() || options.coordinator.empty()) {

@@ -101,7 +101,47 @@ Coordinator::Coordinator(CoordinatorOptions options, WorkerClientFactory factory
       client_factory_(std::move(factory)),
       db_(std::move(db)),
       workers_(options_.clock, options_.heartbeat_timeout,
-               options_.instance_id ? *options_.instance_id : RandomToken()) {}
+               options_.instance_id ? *options_.instance_id : RandomToken()) {
+  if (options_.metrics != nullptr) DefineMetrics();
+}
+
+void Coordinator::DefineMetrics() {
+  MetricsRegistry* r = options_.metrics;
+  metrics_.submitted = r->AddCounter("trainyard_jobs_submitted_total", "Jobs accepted by SubmitJob.");
+  metrics_.restarts = r->AddCounter("trainyard_job_restarts_total", "Job attempts restarted after a failure.");
+  metrics_.finished = r->AddCounter("trainyard_jobs_finished_total", "Jobs that reached a final state, by state.");
+  metrics_.tick_seconds = r->AddHistogram("trainyard_scheduler_tick_seconds", "Time of one scheduling pass.",
+                                          MetricsRegistry::LatencyBuckets());
+  metrics_.scheduling_delay =
+      r->AddHistogram("trainyard_scheduling_delay_seconds",
+                      "From PENDING or RESTARTING to RUNNING (waiting for workers, starting the gang).",
+                      MetricsRegistry::LatencyBuckets());
+  metrics_.submitted->Init();
+  metrics_.restarts->Init();
+  for (JobState s : {SUCCEEDED, FAILED, CANCELLED}) metrics_.finished->Init({{"state", JobState_Name(s)}});
+  metrics_.tick_seconds->Init();
+  metrics_.scheduling_delay->Init();
+  Gauge* jobs = r->AddGauge("trainyard_jobs", "Jobs known to the coordinator, by state.");
+  Gauge* workers = r->AddGauge("trainyard_workers", "Registered workers, by state.");
+  Gauge* sessions = r->AddGauge("trainyard_sessions", "Open interactive sessions.");
+  r->OnScrape([this, jobs, workers, sessions] {
+    std::map<std::string, int> by_state;
+    for (int s = JobState_MIN; s <= JobState_MAX; ++s) {
+      if (JobState_IsValid(s) && s != JOB_STATE_UNSPECIFIED) by_state[JobState_Name(static_cast<JobState>(s))] = 0;
+    }
+    std::map<std::string, int> worker_states = {{"IDLE", 0}, {"BUSY", 0}, {"DRAINING", 0}};
+    size_t open_sessions;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, job] : jobs_) by_state[JobState_Name(job->info.state())]++;
+      open_sessions = sessions_.size();
+    }
+    for (const WorkerRecord& w : workers_.List()) worker_states[WorkerStateName(w.state)]++;
+    for (const auto& [state, n] : by_state) jobs->Set(n, {{"state", state}});
+    for (const auto& [state, n] : worker_states) workers->Set(n, {{"state", state}});
+    sessions->Set(static_cast<double>(open_sessions));
+  });
+}
 
 Coordinator::~Coordinator() { Shutdown(); }
 
@@ -112,6 +152,7 @@ absl::Status Coordinator::Load() {
     auto job = std::make_unique<Job>();
     job->info = std::move(r.job);
     job->sequence = r.sequence;
+    job->queued_since = options_.clock->Now();
     next_sequence_ = std::max(next_sequence_, r.sequence + 1);
     const JobState state = job->info.state();
     if (!IsFinal(state) && state != PENDING && state != RESTARTING) {
@@ -187,6 +228,10 @@ void Coordinator::SchedulerLoop() {
 }
 
 void Coordinator::Tick() {
+  const absl::Time tick_start = absl::Now();
+  absl::Cleanup time_tick = [this, tick_start] {
+    if (metrics_.tick_seconds != nullptr) metrics_.tick_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - tick_start));
+  };
   std::vector<WorkerRecord> lost = workers_.Expire();
   std::vector<std::thread> finished;
   absl::Cleanup join_finished = [&finished] {
@@ -332,6 +377,17 @@ void Coordinator::PersisterLoop() {
 }
 
 void Coordinator::SetStateLocked(Job* job, JobState state, const std::string& reason) {
+  const JobState before = job->info.state();
+  if (state != before) {
+    if (state == PENDING || state == RESTARTING) job->queued_since = options_.clock->Now();
+    if (metrics_.submitted != nullptr) {
+      if (state == RUNNING) {
+        metrics_.scheduling_delay->Observe(absl::ToDoubleSeconds(options_.clock->Now() - job->queued_since));
+      }
+      if (state == RESTARTING) metrics_.restarts->Increment();
+      if (IsFinal(state)) metrics_.finished->Increment({{"state", JobState_Name(state)}});
+    }
+  }
   job->info.set_state(state);
   job->info.set_reason(reason);
   UpdateLocked(job);
@@ -640,7 +696,9 @@ absl::StatusOr<SubmitJobResponse> Coordinator::SubmitJob(const SubmitJobRequest&
   job->info.set_state(PENDING);
   job->info.set_create_time_unix_ms(UnixMillis(options_.clock));
   job->info.set_update_time_unix_ms(job->info.create_time_unix_ms());
+  job->queued_since = options_.clock->Now();
   TY_RETURN_IF_ERROR(db_->Put(job->info, job->sequence));
+  if (metrics_.submitted != nullptr) metrics_.submitted->Increment();
   SubmitJobResponse response;
   response.set_job_id(job->info.job_id());
   *response.mutable_normalized_spec() = spec;

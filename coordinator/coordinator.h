@@ -50,6 +50,7 @@
 #include "collective/store.h"
 #include "common/clock.h"
 #include "coordinator/job_store.h"
+#include "common/metrics.h"
 #include "coordinator/worker_client.h"
 #include "coordinator/worker_registry.h"
 #include "proto/job_service.pb.h"
@@ -67,6 +68,10 @@ struct CoordinatorOptions {
   // Part of every worker id (see WorkerRegistry); nullopt: random per
   // process.
   std::optional<std::string> instance_id;
+  // Where the coordinator's metrics go (not owned; outlives it); nullptr:
+  // none. jobs and workers by state, sessions, submissions, restarts,
+  // finished jobs by state, scheduler tick time and scheduling delay.
+  MetricsRegistry* metrics = nullptr;
 };
 
 bool IsFinal(JobState state);
@@ -133,6 +138,7 @@ class Coordinator {
     std::vector<std::shared_ptr<WorkerClient>> clients;
     std::thread driver;
     bool driver_done = false;  // the driver returned; Tick joins it
+    absl::Time queued_since;   // entered PENDING or RESTARTING (scheduling delay)
   };
 
   struct Session {
@@ -145,6 +151,7 @@ class Coordinator {
   };
 
   Coordinator(CoordinatorOptions options, WorkerClientFactory factory, std::unique_ptr<JobStore> db);
+  void DefineMetrics();
   // Ends a session (caller holds mu_): the worker is told to drop it (in the
   // background) and returns to the pool once it says it holds nothing.
   // (By value: callers pass ids that live in the map entry it erases.)
@@ -191,6 +198,13 @@ class Coordinator {
   std::vector<Closer> session_closers_;  // guarded by mu_: joined by Tick once done
   std::thread scheduler_;
   std::thread persister_;
+  struct Metrics {
+    Counter* submitted = nullptr;
+    Counter* restarts = nullptr;
+    Counter* finished = nullptr;
+    Histogram* tick_seconds = nullptr;
+    Histogram* scheduling_delay = nullptr;
+  } metrics_;  // all set or all null
 };
 
 }  // namespace trainyard

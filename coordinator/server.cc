@@ -7,6 +7,9 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_metrics.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
 #include "common/signals.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator_service.h"
@@ -48,8 +51,11 @@ absl::Status ServeCoordinator(const CoordinatorServerOptions& options, std::ostr
   }
   RateLimiter submit_limiter(options.submit_rate, options.submit_burst);
   TY_ASSIGN_OR_RETURN(std::unique_ptr<SignalWatcher> signals, SignalWatcher::Create({SIGTERM, SIGINT}));
+  MetricsRegistry metrics;  // outlives the coordinator and both servers
+  CoordinatorOptions coordinator_options = options.coordinator;
+  coordinator_options.metrics = &metrics;
   TY_ASSIGN_OR_RETURN(std::unique_ptr<Coordinator> coordinator,
-                      Coordinator::Create(options.coordinator, [&](const WorkerRecord& w) {
+                      Coordinator::Create(coordinator_options, [&](const WorkerRecord& w) {
                         return NewGrpcWorkerClient(w.address, worker_credentials, options.tls.server_name);
                       }));
   JobServiceGuard guard;
@@ -63,13 +69,25 @@ absl::Status ServeCoordinator(const CoordinatorServerOptions& options, std::ostr
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.RegisterService(&job_service);
   builder.RegisterService(&coordinator_service);
+  AddRpcMetrics(&metrics, &builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("--listen: cannot listen on '", listen, "'"));
   }
+  std::atomic<bool> stopping{false};
+  std::unique_ptr<HttpServer> http;
+  if (!options.metrics_listen.empty()) {
+    TY_ASSIGN_OR_RETURN(http, HttpServer::Start("--metrics-listen", options.metrics_listen,
+                                                MetricsAndHealthHandler([&metrics] { return metrics.Render(); },
+                                                                        [&stopping] { return !stopping.load(); })));
+  }
   coordinator->Start();
   const std::string address = absl::StrCat(listen.substr(0, colon), ":", port);
   out << "listening on " << address << std::endl;
+  if (http) {
+    out << "metrics on " << options.metrics_listen.substr(0, options.metrics_listen.rfind(':')) << ":" << http->port()
+        << std::endl;
+  }
   spdlog::info("coordinator listening on {} (state dir {}, output root {}; {}{}{})", address,
                options.coordinator.state_dir, options.coordinator.output_root,
                options.tls.enabled() ? (mutual ? "mutual TLS with workers" : "TLS") : "plaintext",
@@ -79,6 +97,7 @@ absl::Status ServeCoordinator(const CoordinatorServerOptions& options, std::ostr
   while (!(signo = signals->Wait(absl::Seconds(1)))) {
   }
   spdlog::info("coordinator: signal {} received, stopping", *signo);
+  stopping = true;
   coordinator->Shutdown();  // cancels calls in flight, so handlers return
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();

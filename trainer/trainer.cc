@@ -169,7 +169,9 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) 
   for (auto& [name, p] : params_) {
     grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
   }
+  const auto reduce_start = std::chrono::steady_clock::now();
   TY_RETURN_IF_ERROR(collective_->AllReduce(grads, ReduceOp::kSum));
+  allreduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
   const double lr = learning_rate_(step);
   NamedTensors old_params;
   if (options_.compute_weight_metrics) {
@@ -193,6 +195,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
   Metrics total;
   std::map<std::string, double> last_step_metrics;
   double seqs = 0, target_tokens = 0;
+  allreduce_seconds_ = 0;
   train_metrics_->StartDurationTimer();
   for (int64_t i = 0; i < num_steps; ++i) {
     const int64_t step = this->step();
@@ -223,6 +226,9 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
   for (const auto& [k, v] : last_step_metrics) summary[k] = v;
   summary["timing/seqs"] = seqs;
   summary["timing/target_tokens"] = target_tokens;
+  // This rank's time in the gradient all-reduce (not overlapped with
+  // compute), per step.
+  summary["timing/allreduce_seconds_per_step"] = allreduce_seconds_ / static_cast<double>(std::max<int64_t>(num_steps, 1));
   for (const auto& [k, v] : batches->TakeDataMetrics()) summary[k] = v;
   absl::optional<std::map<std::string, double>> written =
       train_metrics_->WriteMetricsSummary(summary, step(), num_steps);

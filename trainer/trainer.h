@@ -150,6 +150,7 @@ class Trainer {
   std::set<std::string> compiled_;  // shape keys already warmed up
   std::atomic<int64_t> progress_{0};
   int64_t abandoned_steps_ = 0;
+  double allreduce_seconds_ = 0;  // in this Train call
 };
 
 }  // namespace trainyard

@@ -9,6 +9,9 @@
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/signals.h"
+#include "common/grpc_metrics.h"
+#include "common/http_server.h"
+#include "common/metrics.h"
 #include "common/status_macros.h"
 #include "proto/worker.grpc.pb.h"
 #include "spdlog/spdlog.h"
@@ -61,7 +64,9 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options.coordinator, channel_credentials, args);
   auto coordinator = CoordinatorService::NewStub(channel);
 
+  MetricsRegistry metrics;  // outlives the core and both servers
   WorkerCoreOptions core_options;
+  core_options.metrics = &metrics;
   core_options.host_address = advertise;
   core_options.device = options.device;
   core_options.collective_timeout = options.collective_timeout;
@@ -74,12 +79,23 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
   builder.AddListeningPort(options.listen, server_credentials, &port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.RegisterService(&service);
+  AddRpcMetrics(&metrics, &builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("--listen: cannot listen on '", options.listen, "'"));
   }
+  std::unique_ptr<HttpServer> http;
+  if (!options.metrics_listen.empty()) {
+    TY_ASSIGN_OR_RETURN(http, HttpServer::Start("--metrics-listen", options.metrics_listen,
+                                                MetricsAndHealthHandler([&metrics] { return metrics.Render(); },
+                                                                        [&signals] { return !signals->AnyReceived(); })));
+  }
   const std::string address = absl::StrCat(advertise, ":", port);
   out << "listening on " << listen_host << ":" << port << std::endl;
+  if (http) {
+    out << "metrics on " << options.metrics_listen.substr(0, options.metrics_listen.rfind(':')) << ":" << http->port()
+        << std::endl;
+  }
 
   std::string worker_id;
   absl::Duration interval = absl::Seconds(1);

@@ -35,6 +35,9 @@ struct WorkerServerOptions {
   TlsConfig tls;
   bool insecure = false;
   int max_message_bytes = 16 << 20;
+  // Prometheus text format on http://HOST:PORT/metrics (and /healthz);
+  // empty: off.
+  std::string metrics_listen;
 };
 
 // Prints `listening on HOST:PORT` first on `out`, then runs until a signal.

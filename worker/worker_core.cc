@@ -120,7 +120,25 @@ absl::Status NotATrainingJob(const std::string& id, JobKind kind, const char* ca
 
 }  // namespace
 
-WorkerCore::WorkerCore(WorkerCoreOptions options) : options_(std::move(options)) {}
+WorkerCore::WorkerCore(WorkerCoreOptions options) : options_(std::move(options)) {
+  if (MetricsRegistry* r = options_.metrics) {
+    metrics_.steps = r->AddCounter("trainyard_worker_steps_total", "Train steps completed by this worker.");
+    metrics_.step_seconds = r->AddHistogram("trainyard_worker_step_seconds", "Wall time of a train step (chunk mean).",
+                                            MetricsRegistry::LatencyBuckets());
+    metrics_.tokens_per_second =
+        r->AddGauge("trainyard_worker_tokens_per_second", "Target tokens per second of the last chunk (all ranks).");
+    metrics_.allreduce_seconds = r->AddHistogram("trainyard_worker_allreduce_seconds",
+                                                 "Time per step in the gradient all-reduce (chunk mean).",
+                                                 MetricsRegistry::LatencyBuckets());
+    metrics_.checkpoint_seconds = r->AddHistogram(
+        "trainyard_worker_checkpoint_seconds", "Time to write a checkpoint (rank 0).", MetricsRegistry::LatencyBuckets());
+    metrics_.steps->Init();
+    metrics_.step_seconds->Init();
+    metrics_.tokens_per_second->Set(0);
+    metrics_.allreduce_seconds->Init();
+    metrics_.checkpoint_seconds->Init();
+  }
+}
 
 WorkerCore::~WorkerCore() {
   std::vector<std::thread> teardowns;
@@ -363,6 +381,16 @@ absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& req
     response.set_last_step(last);
     for (const auto& [k, v] : *summary) (*response.mutable_metrics())[k] = v;
     response.set_seconds_per_step(seconds / static_cast<double>(request.num_steps()));
+    if (metrics_.steps != nullptr) {
+      metrics_.steps->Increment({}, static_cast<double>(request.num_steps()));
+      metrics_.step_seconds->Observe(response.seconds_per_step());
+      if (auto it = summary->find("timing/target_tokens"); it != summary->end() && seconds > 0) {
+        metrics_.tokens_per_second->Set(it->second / seconds);
+      }
+      if (auto it = summary->find("timing/allreduce_seconds_per_step"); it != summary->end()) {
+        metrics_.allreduce_seconds->Observe(it->second);
+      }
+    }
     if (request.save_checkpoint()) {
       // The job's last chunk waits for its checkpoint to be durable.
       const bool last_chunk = last >= job->spec.total_steps();
@@ -372,6 +400,9 @@ absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& req
         (*response.mutable_metrics())["timing/checkpoint_stall_seconds"] =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         (*response.mutable_metrics())["timing/checkpoint_seconds"] = job->checkpointer.last_write_seconds();
+        if (metrics_.checkpoint_seconds != nullptr) {
+          metrics_.checkpoint_seconds->Observe(job->checkpointer.last_write_seconds());
+        }
       }
       response.set_checkpoint(durable);
     } else if (job->rank == 0) {

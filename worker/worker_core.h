@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "collective/store.h"
+#include "common/metrics.h"
 #include "proto/worker.pb.h"
 
 namespace trainyard {
@@ -45,6 +46,9 @@ struct WorkerCoreOptions {
   absl::Duration collective_timeout = absl::Seconds(60);
   // The rendezvous store for a scope ("<job id>/<attempt>").
   std::function<std::shared_ptr<Store>(const std::string& scope)> store_factory;
+  // Step time, tokens/s, all-reduce and checkpoint times, steps (not
+  // owned; outlives the core); nullptr: none.
+  MetricsRegistry* metrics = nullptr;
 };
 
 class WorkerCore {
@@ -112,6 +116,13 @@ class WorkerCore {
   mutable std::mutex mu_;
   std::shared_ptr<Job> job_;  // guarded by mu_
   struct Session;
+  struct Metrics {
+    Counter* steps = nullptr;
+    Histogram* step_seconds = nullptr;
+    Gauge* tokens_per_second = nullptr;
+    Histogram* allreduce_seconds = nullptr;
+    Histogram* checkpoint_seconds = nullptr;
+  } metrics_;  // all set or all null
   std::shared_ptr<Session> session_;  // guarded by mu_
   std::vector<std::thread> teardowns_;  // guarded by mu_
 };

@@ -81,6 +81,11 @@ class Cluster:
         if not line.startswith("listening on "):
             raise AssertionError(f"{name}: first line {line!r}; log:\n{self.log(proc)}")
         proc.listening = line[len("listening on "):]
+        if "--metrics-listen" in argv:  # then `metrics on HOST:PORT`
+            line = proc.stdout.readline().strip()
+            if not line.startswith("metrics on "):
+                raise AssertionError(f"{name}: second line {line!r}; log:\n{self.log(proc)}")
+            proc.metrics = line[len("metrics on "):]
         return proc
 
     def restart_coordinator(self):
@@ -716,6 +721,88 @@ class SecurityTest(unittest.TestCase):
         self.assertTrue(refused, [r.stderr for r in codes])
         self.assertIn("submit rate limit (1 per second) reached", refused[0].stderr)
         self.assertIn("retry in", refused[0].stderr)
+
+
+def scrape(address, path="/metrics"):
+    """(status, body) of an HTTP GET."""
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def samples(text):
+    """{(name, frozenset(labels)): value} parsed by prometheus_client."""
+    from prometheus_client.parser import text_string_to_metric_families
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+class ObservabilityTest(unittest.TestCase):
+    """/metrics on the coordinator and a worker, read with the Prometheus
+    client library's own parser, moving as a job runs."""
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="obs-", dir=os.environ.get("TEST_TMPDIR"))
+        self.spec = os.path.join(self.root, "job.textproto")
+        with open(self.spec, "w") as f:
+            f.write(SPEC)
+        self.cluster = None
+
+    def tearDown(self):
+        if self.cluster:
+            self.cluster.stop()
+
+    def test_metrics_parse_and_move_as_a_job_runs(self):
+        c = self.cluster = Cluster(self.root, coordinator_extra=("--metrics-listen", "127.0.0.1:0"))
+        worker = c.add_worker(extra=("--threads", "1", "--metrics-listen", "127.0.0.1:0"))
+        coordinator = c.coordinator.metrics
+        self.assertEqual(scrape(coordinator, "/healthz"), (200, "ok\n"))
+        self.assertEqual(scrape(worker.metrics, "/healthz"), (200, "ok\n"))
+        self.assertEqual(scrape(coordinator, "/nothing")[0], 404)
+        wait_for(lambda: samples(scrape(coordinator)[1]).get(("trainyard_workers", frozenset({("state", "IDLE")}))) == 1,
+                 30, "the worker to be IDLE")
+        before = samples(scrape(coordinator)[1])
+        self.assertEqual(before[("trainyard_jobs_submitted_total", frozenset())], 0)
+        self.assertEqual(before[("trainyard_jobs", frozenset({("state", "SUCCEEDED")}))], 0)
+
+        job = c.submit(self.spec, "output_dir=observed", "num_workers=1", "total_steps=8", "summary_period=4",
+                       "checkpoint_period=4")
+        self.assertEqual(c.wait_state(job, ["SUCCEEDED", "FAILED"], 120)["state"], "SUCCEEDED")
+        after = samples(scrape(coordinator)[1])
+        self.assertEqual(after[("trainyard_jobs_submitted_total", frozenset())], 1)
+        self.assertEqual(after[("trainyard_jobs_finished_total", frozenset({("state", "SUCCEEDED")}))], 1)
+        self.assertEqual(after[("trainyard_jobs", frozenset({("state", "SUCCEEDED")}))], 1)
+        self.assertEqual(after[("trainyard_scheduling_delay_seconds_count", frozenset())], 1)
+        self.assertGreater(after[("trainyard_scheduler_tick_seconds_count", frozenset())],
+                           before[("trainyard_scheduler_tick_seconds_count", frozenset())])
+        submit = frozenset({("method", "JobService/SubmitJob"), ("code", "OK")})
+        self.assertEqual(after[("trainyard_rpc_requests_total", submit)], 1)
+        heartbeat = ("trainyard_rpc_requests_total",
+                     frozenset({("method", "CoordinatorService/Heartbeat"), ("code", "OK")}))
+        wait_for(lambda: samples(scrape(coordinator)[1]).get(heartbeat, 0) > 0, 30, "a heartbeat to be counted")
+        self.assertEqual(after[("trainyard_rpc_duration_seconds_count",
+                                frozenset({("method", "JobService/SubmitJob")}))], 1)
+        # A refused call is counted under its code.
+        c.cli("status", "no-such-job", check=False)
+        self.assertEqual(samples(scrape(coordinator)[1])[
+            ("trainyard_rpc_requests_total", frozenset({("method", "JobService/GetJob"), ("code", "NOT_FOUND")}))], 1)
+
+        w = samples(scrape(worker.metrics)[1])
+        self.assertEqual(w[("trainyard_worker_steps_total", frozenset())], 8)
+        self.assertEqual(w[("trainyard_worker_step_seconds_count", frozenset())], 2)  # two chunks of 4
+        self.assertGreater(w[("trainyard_worker_step_seconds_sum", frozenset())], 0)
+        self.assertGreater(w[("trainyard_worker_tokens_per_second", frozenset())], 0)
+        self.assertEqual(w[("trainyard_worker_allreduce_seconds_count", frozenset())], 2)
+        self.assertGreaterEqual(w[("trainyard_worker_checkpoint_seconds_count", frozenset())], 1)
+        self.assertGreater(w[("trainyard_rpc_requests_total",
+                              frozenset({("method", "WorkerService/RunSteps"), ("code", "OK")}))], 0)
 
 
 def netns_unavailable():
