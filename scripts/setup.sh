@@ -42,6 +42,12 @@ if [ ! -f /usr/share/bazel/rules/java/WORKSPACE ]; then
   echo "setup: /usr/share/bazel/rules/java is missing (package bazel-rules-java)" >&2
   exit 1
 fi
+# TRAINYARD_SETUP_BUILD_ONLY=1 (deploy/Dockerfile's build stage): the build's
+# packages only, no test virtualenvs.
+if [ "${TRAINYARD_SETUP_BUILD_ONLY:-0}" = 1 ]; then
+  echo "setup: ok (build only)"
+  exit 0
+fi
 # Python packages for tests and baselines, in virtualenvs re-created only
 # when their requirements change:
 #   .venv      over Debian's Python and its python3-torch (transformers)
