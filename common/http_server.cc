@@ -44,11 +44,11 @@ void WriteAll(int fd, const std::string& data) {
   }
 }
 
-void Respond(int fd, const HttpResponse& r, bool head) {
+std::string Format(const HttpResponse& r, bool head) {
   std::string out = absl::StrCat("HTTP/1.1 ", r.status, " ", Reason(r.status), "\r\nContent-Type: ", r.content_type,
                                  "\r\nContent-Length: ", r.body.size(), "\r\nConnection: close\r\n\r\n");
   if (!head) out += r.body;
-  WriteAll(fd, out);
+  return out;
 }
 
 }  // namespace
@@ -163,7 +163,7 @@ void HttpServer::Serve(int fd) {
   char buf[1024];
   while (request.find("\r\n\r\n") == std::string::npos && request.find("\n\n") == std::string::npos) {
     if (request.size() > kMaxRequestBytes) {
-      Respond(fd, {431, "text/plain; charset=utf-8", "request too large\n"}, false);
+      WriteAll(fd, Format({431, "text/plain; charset=utf-8", "request too large\n"}, false));
       return;
     }
     const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
@@ -171,18 +171,18 @@ void HttpServer::Serve(int fd) {
     if (n <= 0) return;  // closed or timed out
     request.append(buf, static_cast<size_t>(n));
   }
-  const std::string line = request.substr(0, request.find_first_of("\r\n"));
+  WriteAll(fd, HandleHttpRequest(request, handler_));
+}
+
+std::string HandleHttpRequest(const std::string& raw, const HttpHandler& handler) {
+  const std::string line = raw.substr(0, raw.find_first_of("\r\n"));
   std::vector<std::string> parts = absl::StrSplit(line, ' ');
   if (parts.size() != 3 || !absl::StartsWith(parts[2], "HTTP/1.") || parts[1].empty() || parts[1][0] != '/') {
-    Respond(fd, {400, "text/plain; charset=utf-8", "bad request line\n"}, false);
-    return;
+    return Format({400, "text/plain; charset=utf-8", "bad request line\n"}, false);
   }
   const bool head = parts[0] == "HEAD";
-  if (parts[0] != "GET" && !head) {
-    Respond(fd, {405, "text/plain; charset=utf-8", "GET or HEAD only\n"}, false);
-    return;
-  }
-  Respond(fd, handler_(parts[1]), head);
+  if (parts[0] != "GET" && !head) return Format({405, "text/plain; charset=utf-8", "GET or HEAD only\n"}, false);
+  return Format(handler(parts[1]), head);
 }
 
 HttpHandler MetricsAndHealthHandler(std::function<std::string()> render, std::function<bool()> healthy) {

@@ -54,6 +54,11 @@ class HttpServer {
   std::vector<Connection> connections_;  // guarded by mu_
 };
 
+// The answer to one complete raw request (request line and headers):
+// 400 for a malformed request line, 405 for methods other than GET and
+// HEAD, else `handler`'s (without a body for HEAD). Exposed for tests.
+std::string HandleHttpRequest(const std::string& raw, const HttpHandler& handler);
+
 // The standard pages: /metrics from `render` (Prometheus text format),
 // /healthz from `healthy` (200 "ok" or 503 "unhealthy"), 404 otherwise.
 HttpHandler MetricsAndHealthHandler(std::function<std::string()> render, std::function<bool()> healthy);

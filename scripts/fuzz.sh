@@ -11,7 +11,26 @@ base="${TRAINYARD_FUZZ_OUTPUT_BASE:-$HOME/.cache/trainyard-fuzz/$(pwd | md5sum |
 bazel_fuzz() { bazel --output_base="$base" "$@"; }
 trap 'bazel_fuzz shutdown >/dev/null 2>&1 || true' EXIT
 
-targets=(//common:jobspec_fuzzer)
+targets=(//common:jobspec_fuzzer //common:security_fuzzer //common:http_request_fuzzer //data:source_fuzzer)
+
+# Seeds: real inputs of each kind.
+seed_corpus() {  # NAME DIR
+  case "$1" in
+    jobspec_fuzzer)
+      cp examples/*.textproto examples/*.json tests/bad_specs/*.textproto tests/bad_specs/*.json "$2/" ;;
+    security_fuzzer)
+      printf 'alice 0123456789abcdef-alice\n# comment\nbob\t0123456789abcdef-bob\n' >"$2/tokens"
+      printf 'Bearer 0123456789abcdef-alice' >"$2/bearer"
+      printf '127.0.0.1:7070' >"$2/listen"; printf '[::1]:0' >"$2/listen6" ;;
+    http_request_fuzzer)
+      printf 'GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n' >"$2/get"
+      printf 'HEAD /healthz?probe=1 HTTP/1.0\r\n\r\n' >"$2/head"
+      printf 'POST / HTTP/1.1\r\n\r\n' >"$2/post" ;;
+    source_fuzzer)
+      printf '{"inputs": "12", "targets": "twelve"}\n{"inputs": "\\u00e9", "targets": "x"}\n' >"$2/jsonl"
+      printf '12\ttwelve\n7\tseven\n' >"$2/tsv" ;;
+  esac
+}
 # ld.gold warns about every ASan symbol it cannot export: keep the build log
 # aside and show it only when the build fails.
 if ! bazel_fuzz build --config=fuzz "${targets[@]}" >/tmp/trainyard-fuzz-build.log 2>&1; then
@@ -25,7 +44,7 @@ for target in "${targets[@]}"; do
   name="${target##*:}"
   work="$(mktemp -d)"
   mkdir -p "$work/corpus"
-  cp examples/*.textproto examples/*.json tests/bad_specs/*.textproto tests/bad_specs/*.json "$work/corpus/"
+  seed_corpus "$name" "$work/corpus"
   echo "fuzz: $name for ${seconds}s"
   # -rss_limit_mb: a spec is at most 1 MiB, so anything near this is a leak.
   if (cd "$work" && "$bin/$(echo "${target#//}" | tr : /)" -max_total_time="$seconds" -rss_limit_mb=2048 \
