@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "common/status_macros.h"
 #include "evaluation/metric_fns.h"
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 #include "evaluation/metric_fns.h"
 #include "model/presets.h"
 #include "re2/re2.h"
@@ -402,6 +404,45 @@ absl::StatusOr<std::string> ResolveOutputDir(const std::string& field, const std
     return absl::InvalidArgumentError(message);
   }
   return spec.output_dir();
+}
+
+absl::StatusOr<OpenSessionRequest> NormalizeOpenSessionRequest(const OpenSessionRequest& original,
+                                                               const ValidationOptions& options) {
+  OpenSessionRequest request = original;
+  if (request.batch_size() == 0) request.set_batch_size(32);
+  if (request.batch_size() < 1 || request.batch_size() > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat("batch_size: ", request.batch_size(), "; allowed 1..65536"));
+  }
+  if (request.feature_lengths().inputs() == 0) request.mutable_feature_lengths()->set_inputs(64);
+  if (request.feature_lengths().targets() == 0) request.mutable_feature_lengths()->set_targets(64);
+  if (request.feature_lengths().inputs() < 1 || request.feature_lengths().targets() < 1 ||
+      request.feature_lengths().inputs() > 65536 || request.feature_lengths().targets() > 65536) {
+    return absl::InvalidArgumentError("feature_lengths: inputs and targets must be in 1..65536");
+  }
+  if (request.idle_timeout_seconds() == 0) request.set_idle_timeout_seconds(300);
+  if (request.wait_seconds() == 0) request.set_wait_seconds(10);
+  if (request.wait_seconds() < 0 || request.wait_seconds() > 600) {
+    return absl::InvalidArgumentError(absl::StrCat("wait_seconds: ", request.wait_seconds(), "; allowed 1..600"));
+  }
+  if (request.idle_timeout_seconds() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("idle_timeout_seconds: ", request.idle_timeout_seconds(), "; must be >= 1"));
+  }
+  if (!request.output_dir().empty()) {
+    TY_ASSIGN_OR_RETURN(std::string dir, ResolveOutputDir("output_dir", request.output_dir(), options));
+    request.set_output_dir(dir);
+  }
+  const int num_workers = request.num_workers() == 0 ? 1 : request.num_workers();
+  if (num_workers < 1 || num_workers > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("num_workers: ", request.num_workers(), "; allowed 1..1024"));
+  }
+  if (request.batch_size() % num_workers != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("batch_size: ", request.batch_size(),
+                                                   " is not a multiple of num_workers ", num_workers,
+                                                   " (each worker takes an equal share of a batch)"));
+  }
+  request.set_num_workers(num_workers);
+  return request;
 }
 
 void FillAdafactorDefaults(Adafactor* a) {

@@ -46,6 +46,13 @@ void FillAdamWDefaults(AdamW* adamw);
 // The factors T5X's learning-rate factor strings may contain.
 bool IsKnownLearningRateFactor(const std::string& factor);
 
+// An OpenSessionRequest with defaults filled in (batch_size 32, feature
+// lengths 64/64, idle timeout 300 s, wait 10 s, num_workers 1) and checked:
+// kInvalidArgument naming the field; output_dir resolved as a job's. The
+// checkpoint (or job id) is checked where it is resolved.
+absl::StatusOr<OpenSessionRequest> NormalizeOpenSessionRequest(const OpenSessionRequest& request,
+                                                               const ValidationOptions& options);
+
 }  // namespace trainyard
 
 #endif  // TRAINYARD_COMMON_JOBSPEC_VALIDATOR_H_

@@ -11,13 +11,16 @@ base="${TRAINYARD_FUZZ_OUTPUT_BASE:-$HOME/.cache/trainyard-fuzz/$(pwd | md5sum |
 bazel_fuzz() { bazel --output_base="$base" "$@"; }
 trap 'bazel_fuzz shutdown >/dev/null 2>&1 || true' EXIT
 
-targets=(//common:jobspec_fuzzer //common:security_fuzzer //common:http_request_fuzzer //data:source_fuzzer)
+targets=(//common:jobspec_fuzzer //common:session_request_fuzzer //common:security_fuzzer //common:http_request_fuzzer //data:source_fuzzer)
 
 # Seeds: real inputs of each kind.
 seed_corpus() {  # NAME DIR
   case "$1" in
     jobspec_fuzzer)
       cp examples/*.textproto examples/*.json tests/bad_specs/*.textproto tests/bad_specs/*.json "$2/" ;;
+    session_request_fuzzer)
+      printf 'checkpoint: "/srv/trainyard/run/checkpoint_10"\nbatch_size: 8\nnum_workers: 2\noutput_dir: "s"\n' >"$2/text"
+      printf 'job_id: "j-1"\nfeature_lengths { inputs: 16 targets: 32 }\nwait_seconds: 5\n' >"$2/job" ;;
     security_fuzzer)
       printf 'alice 0123456789abcdef-alice\n# comment\nbob\t0123456789abcdef-bob\n' >"$2/tokens"
       printf 'Bearer 0123456789abcdef-alice' >"$2/bearer"
