@@ -21,6 +21,9 @@ absl::StatusOr<std::string> FindBundledFile(const std::string& relative) {
     const std::string dir = exe.substr(0, exe.rfind('/'));
     candidates.push_back(absl::StrCat(dir, "/../share/trainyard/", relative));
     candidates.push_back(absl::StrCat(exe, ".runfiles/trainyard/data/", relative));
+    // trainyard-torch, run by `trainyard` from the same directory of a
+    // Bazel build: the data is in trainyard's runfiles.
+    candidates.push_back(absl::StrCat(dir, "/trainyard.runfiles/trainyard/data/", relative));
   }
   for (const char* var : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
     if (const char* env = std::getenv(var)) candidates.push_back(absl::StrCat(env, "/trainyard/data/", relative));

@@ -1,5 +1,7 @@
 #include "trainer/optimizer.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -112,6 +114,12 @@ class AdafactorOptimizer : public OptimizerBase {
       const int64_t reduced_d1 = s.d1 > s.d0 ? s.d1 - 1 : s.d1;
       const torch::Tensor row_factor = (s.v_row / s.v_row.mean(reduced_d1, true)).rsqrt();
       const torch::Tensor col_factor = s.v_col.rsqrt();
+      if (param.dim() == 2 && param.is_contiguous() && grad.is_contiguous() && !config_.has_beta1() &&
+          param.scalar_type() == torch::kFloat && param.device().is_cpu()) {
+        FusedFactoredUpdate(param, grad, row_factor.unsqueeze(s.d0).contiguous(),
+                            col_factor.unsqueeze(s.d1).contiguous(), lr);
+        return;
+      }
       u = grad * row_factor.unsqueeze(s.d0) * col_factor.unsqueeze(s.d1);
     } else {
       s.v.mul_(decay).add_(grad_sqr, 1.0 - decay);
@@ -130,6 +138,66 @@ class AdafactorOptimizer : public OptimizerBase {
     }
     if (config_.weight_decay_rate() > 0) u = u + config_.weight_decay_rate() * param;
     param.sub_(u);
+  }
+
+  // The factored update of a 2-D parameter after its second-moment factors:
+  // u = g * a * b (a and b the factors broadcast over rows or columns), its
+  // RMS clipping, the parameter-scale, weight decay and the update, in two
+  // passes over the elements (RMS of u and of the parameter, then the
+  // update) instead of a temporary per operation. `a` and `b` are [R, 1]
+  // and [1, C] (in either order).
+  void FusedFactoredUpdate(torch::Tensor& param, const torch::Tensor& grad, const torch::Tensor& a,
+                           const torch::Tensor& b, double lr) {
+    const int64_t rows = param.size(0), cols = param.size(1);
+    const torch::Tensor row = a.size(0) == rows ? a : b;  // [R, 1]
+    const torch::Tensor col = a.size(0) == rows ? b : a;  // [1, C]
+    const float* r = row.data_ptr<float>();
+    const float* c = col.data_ptr<float>();
+    const float* g = grad.data_ptr<float>();
+    float* p = param.data_ptr<float>();
+    // Pass 1: sums of u^2 and p^2 (double, per row, then in row order).
+    std::vector<double> u2(rows), p2(rows);
+    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        double su = 0, sp = 0;
+        const float* gi = g + i * cols;
+        const float* pi = p + i * cols;
+        for (int64_t j = 0; j < cols; ++j) {
+          const float u = gi[j] * r[i] * c[j];
+          su += static_cast<double>(u) * u;
+          sp += static_cast<double>(pi[j]) * pi[j];
+        }
+        u2[i] = su;
+        p2[i] = sp;
+      }
+    });
+    double su = 0, sp = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      su += u2[i];
+      sp += p2[i];
+    }
+    const double n = static_cast<double>(rows * cols);
+    double scale = lr;
+    if (config_.clipping_threshold() > 0) {
+      scale /= std::max(std::sqrt(su / n) / config_.clipping_threshold(), 1.0);
+    }
+    if (config_.multiply_by_parameter_scale()) {
+      scale *= std::max(std::sqrt(sp / n), static_cast<double>(config_.epsilon2()));
+    }
+    const float k = static_cast<float>(scale);
+    const float decay = static_cast<float>(config_.weight_decay_rate());
+    // Pass 2: the update.
+    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float* gi = g + i * cols;
+        float* pi = p + i * cols;
+        for (int64_t j = 0; j < cols; ++j) {
+          float u = gi[j] * r[i] * c[j] * k;
+          if (decay > 0) u += decay * pi[j];
+          pi[j] -= u;
+        }
+      }
+    });
   }
 
   std::vector<Slot> Slots() override {
@@ -172,6 +240,11 @@ class AdamWOptimizer : public OptimizerBase {
  protected:
   void Update(size_t i, torch::Tensor& param, const torch::Tensor& grad, double lr) override {
     const double b1 = config_.beta1(), b2 = config_.beta2();
+    if (param.is_contiguous() && grad.is_contiguous() && param.scalar_type() == torch::kFloat &&
+        param.device().is_cpu() && grad.device().is_cpu()) {
+      FusedUpdate(i, param, grad, lr);
+      return;
+    }
     m_[i].mul_(b1).add_(grad, 1.0 - b1);
     v_[i].mul_(b2).addcmul_(grad, grad, 1.0 - b2);
     const double t = static_cast<double>(step_ + 1);
@@ -180,6 +253,37 @@ class AdamWOptimizer : public OptimizerBase {
     torch::Tensor u = m_hat / (v_hat.sqrt() + config_.epsilon());
     if (config_.weight_decay() > 0) u = u + config_.weight_decay() * param;
     param.sub_(u * lr);
+  }
+
+  // The same update in one pass over each element (parameter, gradient and
+  // both moments read once, written once), with no temporaries: the
+  // tensor-op version makes about ten passes and as many temporaries.
+  void FusedUpdate(size_t i, torch::Tensor& param, const torch::Tensor& grad, double lr) {
+    const double b1 = config_.beta1(), b2 = config_.beta2();
+    const double t = static_cast<double>(step_ + 1);
+    const float keep1 = static_cast<float>(b1), add1 = static_cast<float>(1.0 - b1);
+    const float keep2 = static_cast<float>(b2), add2 = static_cast<float>(1.0 - b2);
+    const float correct1 = static_cast<float>(1.0 - std::pow(b1, t));
+    const float correct2 = static_cast<float>(1.0 - std::pow(b2, t));
+    const float eps = static_cast<float>(config_.epsilon());
+    const float decay = static_cast<float>(config_.weight_decay());
+    const float rate = static_cast<float>(lr);
+    float* p = param.data_ptr<float>();
+    const float* g = grad.data_ptr<float>();
+    float* m = m_[i].data_ptr<float>();
+    float* v = v_[i].data_ptr<float>();
+    at::parallel_for(0, param.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
+      for (int64_t k = begin; k < end; ++k) {
+        const float gk = g[k];
+        const float mk = keep1 * m[k] + add1 * gk;
+        const float vk = keep2 * v[k] + add2 * (gk * gk);
+        m[k] = mk;
+        v[k] = vk;
+        float u = (mk / correct1) / (std::sqrt(vk / correct2) + eps);
+        if (decay > 0) u += decay * p[k];
+        p[k] -= u * rate;
+      }
+    });
   }
 
   std::vector<Slot> Slots() override {

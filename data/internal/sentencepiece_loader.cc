@@ -33,6 +33,7 @@ std::vector<std::string> Candidates() {
     out.push_back(dir + "/" + kShim);
     out.push_back(dir + "/../data/" + kShim);
     out.push_back(exe + ".runfiles/trainyard/data/" + kShim);
+    out.push_back(dir + "/trainyard.runfiles/trainyard/data/" + kShim);  // trainyard-torch beside trainyard
   }
   for (const char* var : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
     if (const char* env = std::getenv(var)) out.push_back(std::string(env) + "/trainyard/data/" + kShim);

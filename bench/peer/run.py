@@ -1,0 +1,151 @@
+"""Trainyard (`trainyard local --workers 2`) against PyTorch DDP
+(bench/peer/ddp_peer.py) on the same machine, alternating, REPS times, in
+two configurations:
+
+  (a) recommended: Trainyard packs examples as T5X does (Adafactor); the
+      peer pads each batch to its longest example (HF Adafactor). Figure:
+      useful (non-padding) target tokens per second.
+  (b) padded: both train on batches padded to the fixed feature lengths
+      with AdamW. Figure: steps per second.
+
+Both: global batch 32 (16 per rank), 2 processes x 1 intra-op thread, the
+bundled task's examples. Trainyard's figures come from its own train
+summaries (TensorBoard events of the run: the second summary, after the
+warm-up chunk); its workers' peak RSS is read from /proc while they run.
+
+Prints every measurement as a JSON line, then the medians and ratios.
+usage: run.py --trainyard BIN --peer-python PY --examples FILE [--reps 3]
+              [--preset tiny] [--steps 20]
+"""
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SPEC = """
+name: "peer-bench"
+model {{ preset: "{preset}" }}
+task: "digits_to_words"
+feature_lengths {{ inputs: 16 targets: 32 }}
+batch_size: 32
+num_workers: 2
+total_steps: {total}
+summary_period: {steps}
+eval_period: 0
+checkpoint_period: 0
+seed: 42
+output_dir: "out"
+optimizer {{ {optimizer} {{}} }}
+learning_rate {{ factors: "constant" base_learning_rate: 0.001 }}
+data {{ pack: {pack} shuffle: true }}
+"""
+
+
+def peak_rss_of_workers(stop, peaks):
+    """Polls the worker processes' VmHWM (peak RSS) until `stop` is set."""
+    while not stop.is_set():
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+                if not argv or not argv[0].endswith(b"trainyard-torch") or b"worker" not in argv:
+                    continue
+                with open(f"/proc/{pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            peaks[pid] = max(peaks.get(pid, 0), int(line.split()[1]) / 1024.0)
+            except OSError:
+                continue
+        time.sleep(0.2)
+
+
+def run_trainyard(args, mode):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    work = tempfile.mkdtemp(prefix=f"peer-{mode}-")
+    with open(os.path.join(work, "job.textproto"), "w") as f:
+        f.write(SPEC.format(preset=args.preset, total=2 * args.steps, steps=args.steps,
+                            optimizer="adafactor" if mode == "recommended" else "adamw",
+                            pack="true" if mode == "recommended" else "false"))
+    stop, peaks = threading.Event(), {}
+    poller = threading.Thread(target=peak_rss_of_workers, args=(stop, peaks))
+    poller.start()
+    try:
+        r = subprocess.run([args.trainyard, "local", "--workers", "2", "job.textproto"], cwd=work,
+                           capture_output=True, text=True, timeout=3600)
+    finally:
+        stop.set()
+        poller.join()
+    if r.returncode != 0:
+        sys.exit(f"trainyard local failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    events = glob.glob(os.path.join(work, "out", "train", "events.out.tfevents.*"))
+    acc = EventAccumulator(os.path.dirname(events[0]))
+    acc.Reload()
+
+    def last(tag):
+        return acc.Scalars(tag)[-1].value
+
+    seconds = last("timing/seconds")
+    return {"system": "trainyard", "mode": mode, "preset": args.preset, "world": 2, "threads": 1, "batch": 32,
+            "steps": args.steps, "seconds_per_step": seconds / args.steps,
+            "steps_per_second": last("timing/steps_per_second"),
+            "target_tokens_per_second": last("timing/target_tokens_per_second"),
+            "exposed_allreduce_seconds_per_step": last("timing/allreduce_seconds_per_step"),
+            "peak_rss_mb": sorted(round(v, 1) for v in peaks.values())}
+
+
+def run_peer(args, mode):
+    r = subprocess.run([args.peer_python, os.path.join(os.path.dirname(__file__), "ddp_peer.py"),
+                        "--trainyard", args.trainyard, "--examples", args.examples, "--preset", args.preset,
+                        "--mode", mode, "--steps", str(args.steps)],
+                       capture_output=True, text=True, timeout=3600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if r.returncode != 0:
+        sys.exit(f"ddp_peer.py failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trainyard", required=True)
+    parser.add_argument("--peer-python", required=True)
+    parser.add_argument("--examples", required=True)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    results = []
+    for rep in range(args.reps):
+        for mode in ("recommended", "padded"):
+            # Alternate which system goes first.
+            order = (run_trainyard, run_peer) if rep % 2 == 0 else (run_peer, run_trainyard)
+            for run in order:
+                m = run(args, mode)
+                m["rep"] = rep
+                print(json.dumps(m), flush=True)
+                results.append(m)
+    summary = {"preset": args.preset, "reps": args.reps, "steps": args.steps}
+    for mode, figure in (("recommended", "target_tokens_per_second"), ("padded", "steps_per_second")):
+        med = {}
+        for system in ("trainyard", "pytorch_ddp"):
+            rows = [r for r in results if r["system"] == system and r["mode"] == mode]
+            med[system] = {k: statistics.median(r[k] for r in rows)
+                           for k in ("steps_per_second", "target_tokens_per_second", "seconds_per_step",
+                                     "exposed_allreduce_seconds_per_step")}
+            med[system]["peak_rss_mb_max"] = max(max(r["peak_rss_mb"]) for r in rows)
+        summary[mode] = {"figure": figure, "trainyard": med["trainyard"], "pytorch_ddp": med["pytorch_ddp"],
+                         "ratio": med["trainyard"][figure] / med["pytorch_ddp"][figure],
+                         "trainyard_exposed_allreduce_fraction":
+                             med["trainyard"]["exposed_allreduce_seconds_per_step"] /
+                             med["trainyard"]["seconds_per_step"]}
+    print(json.dumps({"summary": summary}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Trainyard against PyTorch DDP in the same run (bench/peer/run.py says
+# what is measured). Prints JSON lines: every measurement, then medians and
+# the two ratios. Results also go to .bench/peer/.
+#
+# usage: bench/peer/run.sh [REPS [PRESET [STEPS]]]   (default 3, tiny, 20)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+reps="${1:-3}"
+preset="${2:-tiny}"
+steps="${3:-20}"
+scripts/setup.sh >/dev/null
+bazel build -c opt //client:trainyard //bench:peer_examples >/dev/null 2>&1 \
+  || { bazel build -c opt //client:trainyard //bench:peer_examples; exit 1; }
+bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
+mkdir -p .bench/peer
+"$bin/bench/peer_examples" 20000 >.bench/peer/examples.jsonl
+# Both systems on the tuned BLAS (common/blas.h: trainyard-torch re-executes
+# itself with it; the peer gets it from the environment).
+core=$(grep -q avx512bw /proc/cpuinfo && echo SkylakeX || true)
+export OPENBLAS_CORETYPE="$core"
+[ -n "$core" ] || unset OPENBLAS_CORETYPE
+.venv-jax/bin/python bench/peer/run.py --trainyard "$bin/client/trainyard" --peer-python .venv/bin/python \
+  --examples .bench/peer/examples.jsonl --reps "$reps" --preset "$preset" --steps "$steps" \
+  | tee ".bench/peer/$(date +%Y%m%d-%H%M%S)-$preset.jsonl"
