@@ -164,6 +164,9 @@ int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostre
                 "the job, shows its progress, and shuts everything down when it ends (or on\n"
                 "Ctrl-C, which cancels the job first). Exits 0 if the job succeeds.");
   flags.AddInt("workers", &workers, "N", "number of workers (default: the spec's num_workers)");
+  int threads_flag = 0;
+  flags.AddInt("threads", &threads_flag, "N",
+               "compute threads per worker (default: this machine's cores divided by the workers)");
   flags.AddRepeated("set", &overrides, "PATH=VALUE", "override a field of the spec");
   flags.AddString("state-dir", &state_dir, "DIR",
                   "the coordinator's state and the processes' logs (default: a new /tmp/trainyard-local-*)");
@@ -171,6 +174,10 @@ int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
   if (positional.size() != 1) {
     err << "error: want exactly one SPEC file\n";
+    return kExitUsage;
+  }
+  if (threads_flag < 0 || threads_flag > 1024) {
+    err << "error: --threads: " << threads_flag << "; allowed 1..1024 (0: the default)\n";
     return kExitUsage;
   }
   absl::StatusOr<JobSpec> spec = LoadJobSpec(positional[0]);
@@ -224,7 +231,8 @@ int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostre
   absl::StatusOr<std::string> address = ReadListening(children[0], absl::Seconds(30));
   if (!address.ok()) return fail(address.status());
   // The workers share this machine's cores: never oversubscribe them.
-  const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / workers);
+  const int threads = threads_flag > 0 ? threads_flag
+                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / workers);
   for (int i = 0; i < workers; ++i) {
     absl::StatusOr<Child> worker = Spawn(absl::StrCat("worker ", i),
                                          {"worker", "--coordinator", *address, "--listen", "127.0.0.1:0",

@@ -60,6 +60,8 @@ done < tests/bad_specs/EXPECTED.tsv
 [ $? -eq 2 ] && grep -q 'unknown flag --bogus' "$tmp/err" && pass || fail "unknown flag"
 "$trainyard" validate /nonexistent.textproto >/dev/null 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q '/nonexistent.textproto: no such file' "$tmp/err" && pass || fail "missing file"
+"$trainyard" local --threads -1 examples/tiny_local.textproto >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] && grep -qF -- "--threads: -1; allowed 1..1024" "$tmp/err" && pass || fail "local --threads -1"
 "$trainyard" --help | grep -q '^  validate' && pass || fail "--help lists validate"
 "$trainyard" validate --help | grep -q -- '--set PATH=VALUE' && pass || fail "validate --help"
 "$trainyard" model-info --help | grep -q -- '--preset NAME' && pass || fail "model-info --help"
