@@ -34,7 +34,7 @@ model {{ preset: "{preset}" }}
 task: "digits_to_words"
 feature_lengths {{ inputs: 16 targets: 32 }}
 batch_size: 32
-num_workers: 2
+num_workers: {workers}
 total_steps: {total}
 summary_period: {steps}
 eval_period: 0
@@ -67,19 +67,23 @@ def peak_rss_of_workers(stop, peaks):
         time.sleep(0.2)
 
 
-def run_trainyard(args, mode):
+def run_trainyard(args, mode, workers=2, threads=None):
+    """One `trainyard local` run of `mode` with `workers` workers (and
+    `threads` each; default: the cores divided among them)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     work = tempfile.mkdtemp(prefix=f"peer-{mode}-")
     with open(os.path.join(work, "job.textproto"), "w") as f:
-        f.write(SPEC.format(preset=args.preset, total=2 * args.steps, steps=args.steps,
+        f.write(SPEC.format(preset=args.preset, total=2 * args.steps, steps=args.steps, workers=workers,
                             optimizer="adafactor" if mode == "recommended" else "adamw",
                             pack="true" if mode == "recommended" else "false"))
+    command = [args.trainyard, "local", "--workers", str(workers), "job.textproto"]
+    if threads:
+        command[4:4] = ["--threads", str(threads)]
     stop, peaks = threading.Event(), {}
     poller = threading.Thread(target=peak_rss_of_workers, args=(stop, peaks))
     poller.start()
     try:
-        r = subprocess.run([args.trainyard, "local", "--workers", "2", "job.textproto"], cwd=work,
-                           capture_output=True, text=True, timeout=3600)
+        r = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=3600)
     finally:
         stop.set()
         poller.join()
@@ -93,7 +97,8 @@ def run_trainyard(args, mode):
         return acc.Scalars(tag)[-1].value
 
     seconds = last("timing/seconds")
-    return {"system": "trainyard", "mode": mode, "preset": args.preset, "world": 2, "threads": 1, "batch": 32,
+    return {"system": "trainyard", "mode": mode, "preset": args.preset, "world": workers, "threads": threads,
+            "batch": 32,
             "steps": args.steps, "seconds_per_step": seconds / args.steps,
             "steps_per_second": last("timing/steps_per_second"),
             "target_tokens_per_second": last("timing/target_tokens_per_second"),

@@ -8,49 +8,20 @@ prints every measurement, then the medians and efficiencies.
 usage: run.py --trainyard BIN [--reps 3] [--preset tiny] [--steps 20]
 """
 import argparse
-import glob
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 
-SPEC = """
-name: "scaling"
-model {{ preset: "{preset}" }}
-task: "digits_to_words"
-feature_lengths {{ inputs: 16 targets: 32 }}
-batch_size: 32
-num_workers: {workers}
-total_steps: {total}
-summary_period: {steps}
-eval_period: 0
-checkpoint_period: 0
-seed: 42
-output_dir: "out"
-optimizer {{ adamw {{}} }}
-learning_rate {{ factors: "constant" base_learning_rate: 0.001 }}
-data {{ pack: false shuffle: true }}
-"""
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peer"))
+from run import run_trainyard  # noqa: E402  (bench/peer/run.py: the same job and figures)
 
 
 def run(args, workers, threads):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    work = tempfile.mkdtemp(prefix=f"scaling-{workers}x{threads}-")
-    with open(os.path.join(work, "job.textproto"), "w") as f:
-        f.write(SPEC.format(preset=args.preset, workers=workers, total=2 * args.steps, steps=args.steps))
-    r = subprocess.run([args.trainyard, "local", "--workers", str(workers), "--threads", str(threads),
-                        "job.textproto"], cwd=work, capture_output=True, text=True, timeout=3600)
-    if r.returncode != 0:
-        sys.exit(f"trainyard local failed:\n{r.stderr[-3000:]}")
-    acc = EventAccumulator(os.path.dirname(glob.glob(os.path.join(work, "out", "train", "events.*"))[0]))
-    acc.Reload()
-    last = lambda tag: acc.Scalars(tag)[-1].value
+    m = run_trainyard(args, "padded", workers=workers, threads=threads)
     return {"workers": workers, "threads": threads, "preset": args.preset,
-            "steps_per_second": last("timing/steps_per_second"),
-            "tokens_per_second": last("timing/target_tokens_per_second"),
-            "exposed_allreduce_seconds_per_step": last("timing/allreduce_seconds_per_step")}
+            "steps_per_second": m["steps_per_second"], "tokens_per_second": m["target_tokens_per_second"],
+            "exposed_allreduce_seconds_per_step": m["exposed_allreduce_seconds_per_step"]}
 
 
 def main():
