@@ -16,20 +16,27 @@ absl::Duration StoreTimeout(int64_t timeout_ms) {
   return absl::Milliseconds(std::clamp<int64_t>(timeout_ms, 0, 10 * 60 * 1000));
 }
 
+// A peer ("ipv4:10.0.0.7:51234", "ipv6:[::1]:9") without its port: every
+// connection from one host counts as one client.
+std::string PeerHost(const std::string& peer) {
+  const size_t colon = peer.rfind(':');
+  if (colon == std::string::npos || colon + 1 == peer.size() ||
+      peer.find_first_not_of("0123456789", colon + 1) != std::string::npos) {
+    return peer;
+  }
+  return peer.substr(0, colon);
+}
+
 }  // namespace
 
 grpc::Status JobServiceImpl::Admit(const grpc::ServerContext& context, std::string* client) const {
-  if (guard_.tokens == nullptr) {
-    // The client's address without its port ("ipv4:10.0.0.7:51234"):
-    // every connection of a host counts as one client.
-    const std::string peer = context.peer();
-    const size_t colon = peer.rfind(':');
-    *client = colon == std::string::npos || colon < peer.find(':') + 1 ? peer : peer.substr(0, colon);
-    return grpc::Status::OK;
+  if (guard_.tokens != nullptr) {
+    absl::StatusOr<std::string> name = guard_.tokens->Authenticate(context);
+    if (!name.ok()) return ToGrpcStatus(name.status());
+    if (client != nullptr) *client = *name;
+  } else if (client != nullptr) {
+    *client = PeerHost(context.peer());
   }
-  absl::StatusOr<std::string> name = guard_.tokens->Authenticate(context);
-  if (!name.ok()) return ToGrpcStatus(name.status());
-  *client = *name;
   return grpc::Status::OK;
 }
 
@@ -57,8 +64,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* context, const Submi
 }
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context, const GetJobRequest* request, JobInfo* response) {
-  std::string client;
-  if (grpc::Status s = Admit(*context, &client); !s.ok()) return s;
+  if (grpc::Status s = Admit(*context); !s.ok()) return s;
   absl::StatusOr<JobInfo> r = coordinator_->GetJob(request->job_id());
   if (!r.ok()) return ToGrpcStatus(r.status());
   *response = std::move(*r);
@@ -67,16 +73,14 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context, const GetJobRe
 
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context, const ListJobsRequest* request,
                                       ListJobsResponse* response) {
-  std::string client;
-  if (grpc::Status s = Admit(*context, &client); !s.ok()) return s;
+  if (grpc::Status s = Admit(*context); !s.ok()) return s;
   *response = coordinator_->ListJobs(*request);
   return grpc::Status::OK;
 }
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context, const CancelJobRequest* request,
                                        CancelJobResponse* response) {
-  std::string client;
-  if (grpc::Status s = Admit(*context, &client); !s.ok()) return s;
+  if (grpc::Status s = Admit(*context); !s.ok()) return s;
   absl::StatusOr<JobInfo> r = coordinator_->CancelJob(request->job_id(), request->reason());
   if (!r.ok()) return ToGrpcStatus(r.status());
   *response->mutable_job() = std::move(*r);
@@ -85,8 +89,7 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context, const Cance
 
 grpc::Status JobServiceImpl::OpenSession(grpc::ServerContext* context, const OpenSessionRequest* request,
                                          OpenSessionResponse* response) {
-  std::string client;
-  if (grpc::Status s = Admit(*context, &client); !s.ok()) return s;
+  if (grpc::Status s = Admit(*context); !s.ok()) return s;
   absl::StatusOr<OpenSessionResponse> r = coordinator_->OpenSession(*request);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *response = std::move(*r);
@@ -95,8 +98,7 @@ grpc::Status JobServiceImpl::OpenSession(grpc::ServerContext* context, const Ope
 
 grpc::Status JobServiceImpl::RunSession(grpc::ServerContext* context, const SessionRequest* request,
                                         SessionResponse* response) {
-  std::string client;
-  if (grpc::Status s = Admit(*context, &client); !s.ok()) return s;
+  if (grpc::Status s = Admit(*context); !s.ok()) return s;
   absl::StatusOr<SessionResponse> r = coordinator_->RunSession(*request);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *response = std::move(*r);
@@ -105,15 +107,13 @@ grpc::Status JobServiceImpl::RunSession(grpc::ServerContext* context, const Sess
 
 grpc::Status JobServiceImpl::CloseSession(grpc::ServerContext* context, const CloseSessionRequest* request,
                                           CloseSessionResponse*) {
-  std::string client;
-  if (grpc::Status s = Admit(*context, &client); !s.ok()) return s;
+  if (grpc::Status s = Admit(*context); !s.ok()) return s;
   return ToGrpcStatus(coordinator_->CloseSession(request->session_id()));
 }
 
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* context, const WatchJobRequest* request,
                                       grpc::ServerWriter<JobEvent>* writer) {
-  std::string client;
-  if (grpc::Status s = Admit(*context, &client); !s.ok()) return s;
+  if (grpc::Status s = Admit(*context); !s.ok()) return s;
   int64_t version = 0;
   JobState last_state = JOB_STATE_UNSPECIFIED;
   while (!context->IsCancelled()) {

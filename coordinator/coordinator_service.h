@@ -40,9 +40,9 @@ class JobServiceImpl final : public JobService::Service {
                             CloseSessionResponse* response) override;
 
  private:
-  // UNAUTHENTICATED without a known token; sets *client to its name (or
-  // its address when tokens are off).
-  grpc::Status Admit(const grpc::ServerContext& context, std::string* client) const;
+  // UNAUTHENTICATED without a known token; sets *client (if given) to the
+  // token's name, or to the caller's host when tokens are off.
+  grpc::Status Admit(const grpc::ServerContext& context, std::string* client = nullptr) const;
 
   Coordinator* coordinator_;
   JobServiceGuard guard_;
