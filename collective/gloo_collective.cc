@@ -83,6 +83,33 @@ absl::Status Run(const char* what, std::chrono::milliseconds timeout, F make_wor
   }
 }
 
+c10d::ReduceOp ToC10d(ReduceOp op) {
+  return op == ReduceOp::kSum ? c10d::ReduceOp::SUM : op == ReduceOp::kMax ? c10d::ReduceOp::MAX : c10d::ReduceOp::MIN;
+}
+
+class GlooWork : public CollectiveWork {
+ public:
+  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout)
+      : work_(std::move(work)), deadline_(std::chrono::steady_clock::now() + timeout) {}
+  ~GlooWork() override {
+    // Never leave an operation writing into a tensor its owner may free.
+    if (work_) Wait().IgnoreError();
+  }
+  absl::Status Wait() override {
+    if (!work_) return absl::FailedPreconditionError("the all-reduce was already waited for");
+    const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline_ - std::chrono::steady_clock::now()),
+                               std::chrono::milliseconds(1));
+    c10::intrusive_ptr<c10d::Work> work = std::move(work_);
+    work_.reset();
+    return Run("all-reduce", left, [&] { return work; });
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::chrono::steady_clock::time_point deadline_;
+};
+
 }  // namespace
 
 struct GlooCollective::Impl {
@@ -125,9 +152,7 @@ GlooCollective::~GlooCollective() = default;
 absl::Status GlooCollective::AllReduce(std::vector<torch::Tensor>& tensors, ReduceOp op) {
   if (tensors.empty()) return absl::OkStatus();
   c10d::AllreduceOptions options;
-  options.reduceOp = op == ReduceOp::kSum   ? c10d::ReduceOp::SUM
-                     : op == ReduceOp::kMax ? c10d::ReduceOp::MAX
-                                            : c10d::ReduceOp::MIN;
+  options.reduceOp = ToC10d(op);
   options.timeout = impl_->timeout;
   // c10d's list is one tensor per device, not a list of buffers: pack the
   // tensors of each dtype, in order, into flat buckets of at most
@@ -208,6 +233,20 @@ absl::Status GlooCollective::AllReduce(std::vector<torch::Tensor>& tensors, Redu
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CollectiveWork>> GlooCollective::StartAllReduce(torch::Tensor tensor,
+                                                                               ReduceOp op) {
+  if (!tensor.is_contiguous()) return absl::InvalidArgumentError("StartAllReduce takes a contiguous tensor");
+  c10d::AllreduceOptions options;
+  options.reduceOp = ToC10d(op);
+  options.timeout = impl_->timeout;
+  try {
+    std::vector<torch::Tensor> one = {tensor.view({-1})};
+    return std::unique_ptr<CollectiveWork>(new GlooWork(impl_->group->allreduce(one, options), impl_->timeout));
+  } catch (const std::exception& e) {
+    return FromTorchError("all-reduce", e);
+  }
 }
 
 absl::Status GlooCollective::AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) {

@@ -55,6 +55,8 @@ class GlooCollective : public Collective {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   absl::Status AllReduce(std::vector<torch::Tensor>& tensors, ReduceOp op) override;
+  // Asynchronous: issued to Gloo's threads; Wait observes the timeout.
+  absl::StatusOr<std::unique_ptr<CollectiveWork>> StartAllReduce(torch::Tensor tensor, ReduceOp op) override;
   absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) override;
   absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) override;
   absl::Status Barrier() override;

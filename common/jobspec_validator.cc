@@ -524,6 +524,9 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   CheckIntRange(&errors, "feature_lengths.inputs", lengths.inputs(), 1, kMaxFeatureLength);
   CheckIntRange(&errors, "feature_lengths.targets", lengths.targets(), 1, kMaxFeatureLength);
 
+  if (!spec->data_parallel().has_overlap_allreduce()) spec->mutable_data_parallel()->set_overlap_allreduce(true);
+  if (spec->data_parallel().bucket_mb() == 0) spec->mutable_data_parallel()->set_bucket_mb(4);
+  CheckIntRange(&errors, "data_parallel.bucket_mb", spec->data_parallel().bucket_mb(), 1, 1024);
   if (spec->num_microbatches() == 0) spec->set_num_microbatches(1);
   if (spec->num_workers() == 0) spec->set_num_workers(1);
   CheckIntRange(&errors, "num_workers", spec->num_workers(), 1, kMaxWorkers);

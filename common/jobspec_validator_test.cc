@@ -63,6 +63,20 @@ TEST(ValidatorTest, MinimalSpecGetsEveryDefault) {
   EXPECT_EQ(spec.inference().method(), InferenceConfig::GREEDY);
   EXPECT_EQ(spec.inference().max_decode_length(), 16);
   EXPECT_TRUE(spec.checkpoint().async());
+  EXPECT_TRUE(spec.data_parallel().overlap_allreduce());
+  EXPECT_EQ(spec.data_parallel().bucket_mb(), 4);
+}
+
+TEST(ValidatorTest, BucketSizeIsBounded) {
+  JobSpec spec = Minimal();
+  spec.mutable_data_parallel()->set_bucket_mb(2048);
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("data_parallel.bucket_mb")));
+  spec.mutable_data_parallel()->set_bucket_mb(-1);
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("data_parallel.bucket_mb")));
+  spec.mutable_data_parallel()->set_bucket_mb(1024);
+  spec.mutable_data_parallel()->set_overlap_allreduce(false);
+  ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
+  EXPECT_FALSE(spec.data_parallel().overlap_allreduce());
 }
 
 TEST(ValidatorTest, NormalizationIsIdempotent) {

@@ -46,18 +46,53 @@ std::vector<T5Batch> GlobalBatches(int steps) {
 }
 
 std::vector<torch::Tensor> Train(Collective* collective, BatchIterator* batches, int steps,
-                                 int microbatches) {
+                                 int microbatches, bool overlap = true) {
   TinyTrainerOptions options;
   options.init_seed = 3;
   options.learning_rate = 1e-3f;
   options.adamw = true;
   options.collective = collective;
   options.trainer.num_microbatches = microbatches;
+  options.trainer.overlap_allreduce = overlap;
+  options.trainer.allreduce_bucket_bytes = 64 << 10;  // several buckets for the tiny model
   std::unique_ptr<TinyTrainer> tiny = MakeTinyTrainer(options);
   EXPECT_TRUE(tiny->trainer->Train(batches, steps).ok());
   std::vector<torch::Tensor> out;
   for (const auto& p : tiny->model->parameters()) out.push_back(p.detach().clone());
   return out;
+}
+
+// Two ranks (threads, Gloo over loopback) train `global` on halves.
+std::vector<std::vector<torch::Tensor>> TrainTwoRanks(const std::vector<T5Batch>& global, int steps,
+                                                      int microbatches, bool overlap) {
+  std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();
+  std::vector<std::vector<torch::Tensor>> results(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto gloo = GlooCollective::Create(rank, 2, store, "127.0.0.1", absl::Seconds(60));
+      ASSERT_TRUE(gloo.ok()) << gloo.status();
+      SliceIterator half(global, rank * 4, 4);
+      results[rank] = Train(gloo->get(), &half, steps, microbatches, overlap);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+// The all-reduce overlapped with backward gives bit-identical parameters to
+// the one after backward: with two ranks every element is a + b either way.
+TEST(DataParallelTest, OverlappedAllReduceEqualsAllReduceAfterBackward) {
+  constexpr int kSteps = 4;
+  const std::vector<T5Batch> global = GlobalBatches(kSteps);
+  const auto after = TrainTwoRanks(global, kSteps, /*microbatches=*/2, /*overlap=*/false);
+  const auto overlapped = TrainTwoRanks(global, kSteps, /*microbatches=*/2, /*overlap=*/true);
+  ASSERT_EQ(after[0].size(), overlapped[0].size());
+  ASSERT_FALSE(after[0].empty());
+  for (size_t i = 0; i < after[0].size(); ++i) {
+    EXPECT_TRUE(torch::equal(after[0][i], overlapped[0][i])) << i;
+    EXPECT_TRUE(torch::equal(overlapped[0][i], overlapped[1][i])) << i;
+  }
 }
 
 TEST(DataParallelTest, TwoRanksEqualOneProcess) {
@@ -67,18 +102,7 @@ TEST(DataParallelTest, TwoRanksEqualOneProcess) {
   SliceIterator whole(global, 0, 8);
   const std::vector<torch::Tensor> reference = Train(&local, &whole, kSteps, 1);
 
-  std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();
-  std::vector<std::vector<torch::Tensor>> results(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto gloo = GlooCollective::Create(rank, 2, store, "127.0.0.1", absl::Seconds(60));
-      ASSERT_TRUE(gloo.ok()) << gloo.status();
-      SliceIterator half(global, rank * 4, 4);
-      results[rank] = Train(gloo->get(), &half, kSteps, /*microbatches=*/2);
-    });
-  }
-  for (auto& t : threads) t.join();
+  const auto results = TrainTwoRanks(global, kSteps, /*microbatches=*/2, /*overlap=*/true);
   ASSERT_EQ(results[0].size(), reference.size());
   for (size_t i = 0; i < reference.size(); ++i) {
     // Every rank holds identical parameters...

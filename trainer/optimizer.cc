@@ -114,7 +114,7 @@ class AdafactorOptimizer : public OptimizerBase {
       const int64_t reduced_d1 = s.d1 > s.d0 ? s.d1 - 1 : s.d1;
       const torch::Tensor row_factor = (s.v_row / s.v_row.mean(reduced_d1, true)).rsqrt();
       const torch::Tensor col_factor = s.v_col.rsqrt();
-      if (param.dim() == 2 && param.is_contiguous() && grad.is_contiguous() && !config_.has_beta1() &&
+      if (fused_updates_ && param.dim() == 2 && param.is_contiguous() && grad.is_contiguous() && !config_.has_beta1() &&
           param.scalar_type() == torch::kFloat && param.device().is_cpu()) {
         FusedFactoredUpdate(param, grad, row_factor.unsqueeze(s.d0).contiguous(),
                             col_factor.unsqueeze(s.d1).contiguous(), lr);
@@ -240,7 +240,7 @@ class AdamWOptimizer : public OptimizerBase {
  protected:
   void Update(size_t i, torch::Tensor& param, const torch::Tensor& grad, double lr) override {
     const double b1 = config_.beta1(), b2 = config_.beta2();
-    if (param.is_contiguous() && grad.is_contiguous() && param.scalar_type() == torch::kFloat &&
+    if (fused_updates_ && param.is_contiguous() && grad.is_contiguous() && param.scalar_type() == torch::kFloat &&
         param.device().is_cpu() && grad.device().is_cpu()) {
       FusedUpdate(i, param, grad, lr);
       return;

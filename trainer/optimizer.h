@@ -42,6 +42,10 @@ class Optimizer {
 
   // Updates applied so far.
   int64_t step() const { return step_; }
+  // The one-pass (fused) updates of contiguous float32 CPU parameters are on
+  // by default; off, every parameter takes the tensor-op update (references
+  // and tests).
+  void set_fused_updates(bool on) { fused_updates_ = on; }
   // "<param>/<slot>" -> tensor, plus "step".
   virtual std::map<std::string, torch::Tensor> State() const = 0;
   // Restores State(); kInvalidArgument naming a missing or mis-shaped slot.
@@ -49,6 +53,7 @@ class Optimizer {
 
  protected:
   int64_t step_ = 0;
+  bool fused_updates_ = true;
 };
 
 // kInvalidArgument for an out-of-range hyper-parameter.

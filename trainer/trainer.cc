@@ -93,6 +93,20 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
   train_metrics_ = std::make_unique<MetricsManager>("train", options_.summary_dir,
                                                     collective_->rank(), collective_->world_size());
   progress_.store(optimizer_->step());
+  if (options_.overlap_allreduce && collective_->world_size() > 1) {
+    std::vector<torch::Tensor> tensors;
+    for (const auto& [name, p] : params_) tensors.push_back(p);
+    reducer_ = std::make_unique<GradientReducer>(std::move(tensors), collective_,
+                                                 options_.allreduce_bucket_bytes);
+  }
+}
+
+void Trainer::ClearGrads() {
+  if (reducer_ != nullptr) {
+    reducer_->Abandon();
+    return;
+  }
+  for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
 }
 
 Trainer::~Trainer() { Close().IgnoreError(); }
@@ -127,6 +141,11 @@ absl::StatusOr<bool> Trainer::StopAgreed() {
 
 absl::StatusOr<Metrics> Trainer::AccumulateGradsMicrobatched(const T5Batch& batch, int64_t step,
                                                              double global_target_tokens) {
+  return AccumulateGrads(batch, step, global_target_tokens, /*overlap=*/true);
+}
+
+absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t step, double global_target_tokens,
+                                                 bool overlap) {
   const int64_t b = batch.batch_size();
   const int m = options_.num_microbatches;
   if (m < 1 || b % m != 0) {
@@ -147,30 +166,45 @@ absl::StatusOr<Metrics> Trainer::AccumulateGradsMicrobatched(const T5Batch& batc
       // an emergency checkpoint.
       TY_ASSIGN_OR_RETURN(bool stop, StopAgreed());
       if (stop) {
-        for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
+        ClearGrads();
         abandoned_steps_++;
         return PreemptionError(step);
       }
     }
-    TY_ASSIGN_OR_RETURN(LossOutput out, model_->LossFn(batch.Slice(i * size, size), loss,
-                                                       DropoutGenerator(step, i)));
+    absl::StatusOr<LossOutput> out = model_->LossFn(batch.Slice(i * size, size), loss, DropoutGenerator(step, i));
+    if (!out.ok()) {
+      ClearGrads();
+      return out.status();
+    }
+    // The last microbatch's backward pass starts the all-reduce of each
+    // bucket of gradients as soon as it is complete.
+    if (overlap && reducer_ != nullptr && i == m - 1) reducer_->Arm();
     try {
-      out.loss.backward();
+      out->loss.backward();
     } catch (const c10::Error& e) {
+      ClearGrads();
       return absl::InternalError(absl::StrCat("backward: ", e.what_without_backtrace()));
     }
-    MergeMetrics(out.metrics, /*within_step=*/true, &metrics);
+    MergeMetrics(out->metrics, /*within_step=*/true, &metrics);
   }
   return metrics;
 }
 
 absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) {
+  const auto reduce_start = std::chrono::steady_clock::now();
+  if (reducer_ != nullptr) {
+    // Waits for the buckets started during backward (and starts any left).
+    absl::Status status = reducer_->Finish();
+    if (!status.ok()) {
+      reducer_->ZeroGrads();
+      return status;
+    }
+  }
   std::vector<torch::Tensor> grads;
   for (auto& [name, p] : params_) {
     grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
   }
-  const auto reduce_start = std::chrono::steady_clock::now();
-  TY_RETURN_IF_ERROR(collective_->AllReduce(grads, ReduceOp::kSum));
+  if (reducer_ == nullptr) TY_RETURN_IF_ERROR(collective_->AllReduce(grads, ReduceOp::kSum));
   allreduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
   const double lr = learning_rate_(step);
   NamedTensors old_params;
@@ -186,7 +220,11 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) 
       metrics[k] = v;
     }
   }
-  for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
+  if (reducer_ != nullptr) {
+    reducer_->ZeroGrads();
+  } else {
+    for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
+  }
   return metrics;
 }
 
@@ -240,9 +278,9 @@ absl::StatusOr<double> Trainer::CompileTrain(const T5Batch& batch) {
   const std::string key = ShapeKey("train", batch);
   if (compiled_.count(key)) return 0.0;
   const auto start = std::chrono::steady_clock::now();
-  TY_RETURN_IF_ERROR(AccumulateGradsMicrobatched(batch, step(), batch.decoder_loss_weights.sum().item<double>())
-                         .status());
-  for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
+  TY_RETURN_IF_ERROR(
+      AccumulateGrads(batch, step(), batch.decoder_loss_weights.sum().item<double>(), /*overlap=*/false).status());
+  ClearGrads();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   compiled_.insert(key);
   train_metrics_->WriteScalar("timing/compilation_seconds", seconds, step());

@@ -34,6 +34,7 @@
 #include "collective/collective.h"
 #include "model/model.h"
 #include "trainer/actions.h"
+#include "trainer/gradient_reducer.h"
 #include "trainer/learning_rate.h"
 #include "trainer/metrics_manager.h"
 #include "trainer/optimizer.h"
@@ -75,6 +76,12 @@ struct TrainerOptions {
   // microbatches (abandoning that step), at the same point on every rank
   // (the flag is MAX-all-reduced there when world size > 1).
   const std::atomic<bool>* preemption_requested = nullptr;
+  // With more than one rank: all-reduce gradients in buckets of this size,
+  // started from gradient-ready hooks during the last microbatch's backward
+  // pass (trainer/gradient_reducer.h); false: one bucketed all-reduce after
+  // backward.
+  bool overlap_allreduce = true;
+  int64_t allreduce_bucket_bytes = 4 << 20;
 };
 
 // T5X's PreemptionError: the status Train returns when preemption was
@@ -138,6 +145,10 @@ class Trainer {
   at::Generator DropoutGenerator(int64_t step, int microbatch) const;
   // The stop request, combined across ranks (MAX) when world size > 1.
   absl::StatusOr<bool> StopAgreed();
+  // `overlap`: start the gradient all-reduce during the last backward pass.
+  absl::StatusOr<Metrics> AccumulateGrads(const T5Batch& batch, int64_t step, double global_target_tokens,
+                                          bool overlap);
+  void ClearGrads();
 
   Model* model_;
   Optimizer* optimizer_;
@@ -151,6 +162,7 @@ class Trainer {
   std::atomic<int64_t> progress_{0};
   int64_t abandoned_steps_ = 0;
   double allreduce_seconds_ = 0;  // in this Train call
+  std::unique_ptr<GradientReducer> reducer_;  // overlap_allreduce with world_size > 1
 };
 
 }  // namespace trainyard

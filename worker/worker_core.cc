@@ -292,6 +292,10 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
 
     TrainerOptions trainer;
     trainer.num_microbatches = std::max(spec.num_microbatches(), 1);
+    trainer.overlap_allreduce = !spec.data_parallel().has_overlap_allreduce() || spec.data_parallel().overlap_allreduce();
+    if (spec.data_parallel().bucket_mb() > 0) {
+      trainer.allreduce_bucket_bytes = static_cast<int64_t>(spec.data_parallel().bucket_mb()) << 20;
+    }
     trainer.loss = LossOptions::FromConfig(spec.loss());
     trainer.seed = static_cast<uint64_t>(spec.seed());
     trainer.summary_dir = spec.output_dir();  // written by rank 0 only

@@ -67,15 +67,16 @@ def peak_rss_of_workers(stop, peaks):
         time.sleep(0.2)
 
 
-def run_trainyard(args, mode, workers=2, threads=None):
+def run_trainyard(args, mode, workers=2, threads=None, extra_spec=""):
     """One `trainyard local` run of `mode` with `workers` workers (and
-    `threads` each; default: the cores divided among them)."""
+    `threads` each; default: the cores divided among them); `extra_spec` is
+    appended to the job spec."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     work = tempfile.mkdtemp(prefix=f"peer-{mode}-")
     with open(os.path.join(work, "job.textproto"), "w") as f:
         f.write(SPEC.format(preset=args.preset, total=2 * args.steps, steps=args.steps, workers=workers,
                             optimizer="adafactor" if mode == "recommended" else "adamw",
-                            pack="true" if mode == "recommended" else "false"))
+                            pack="true" if mode == "recommended" else "false") + extra_spec)
     command = [args.trainyard, "local", "--workers", str(workers), "job.textproto"]
     if threads:
         command[4:4] = ["--threads", str(threads)]
@@ -124,7 +125,12 @@ def main():
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--compare-overlap", action="store_true",
+                        help="only Trainyard, padded: the all-reduce after backward against overlapped with it")
     args = parser.parse_args()
+    if args.compare_overlap:
+        compare_overlap(args)
+        return
     results = []
     for rep in range(args.reps):
         for mode in ("recommended", "padded"):
@@ -149,6 +155,30 @@ def main():
                          "trainyard_exposed_allreduce_fraction":
                              med["trainyard"]["exposed_allreduce_seconds_per_step"] /
                              med["trainyard"]["seconds_per_step"]}
+    print(json.dumps({"summary": summary}), flush=True)
+
+
+def compare_overlap(args):
+    """Trainyard alone on identical padded batches, alternating the gradient
+    all-reduce after backward and overlapped with it."""
+    variants = {"after_backward": "data_parallel { overlap_allreduce: false }",
+                "overlapped": "data_parallel { overlap_allreduce: true }"}
+    results = []
+    for rep in range(args.reps):
+        names = list(variants) if rep % 2 == 0 else list(reversed(variants))
+        for name in names:
+            m = run_trainyard(args, "padded", extra_spec=variants[name])
+            m["variant"], m["rep"] = name, rep
+            print(json.dumps(m), flush=True)
+            results.append(m)
+    summary = {"preset": args.preset, "reps": args.reps, "steps": args.steps}
+    for name in variants:
+        rows = [r for r in results if r["variant"] == name]
+        summary[name] = {k: statistics.median(r[k] for r in rows)
+                         for k in ("steps_per_second", "seconds_per_step", "exposed_allreduce_seconds_per_step")}
+        summary[name]["exposed_allreduce_fraction"] = (summary[name]["exposed_allreduce_seconds_per_step"] /
+                                                       summary[name]["seconds_per_step"])
+    summary["speedup"] = summary["overlapped"]["steps_per_second"] / summary["after_backward"]["steps_per_second"]
     print(json.dumps({"summary": summary}), flush=True)
 
 

@@ -3,12 +3,15 @@
 # what is measured). Prints JSON lines: every measurement, then medians and
 # the two ratios. Results also go to .bench/peer/.
 #
-# usage: bench/peer/run.sh [REPS [PRESET [STEPS]]]   (default 3, tiny, 20)
+# usage: bench/peer/run.sh [REPS [PRESET [STEPS [--compare-overlap]]]]
+#        (default 3, tiny, 20; --compare-overlap: Trainyard alone, the
+#        gradient all-reduce after backward against overlapped with it)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 reps="${1:-3}"
 preset="${2:-tiny}"
 steps="${3:-20}"
+extra="${4:-}"
 scripts/setup.sh >/dev/null
 bazel build -c opt //client:trainyard //bench:peer_examples >/dev/null 2>&1 \
   || { bazel build -c opt //client:trainyard //bench:peer_examples; exit 1; }
@@ -21,5 +24,5 @@ core=$(grep -q avx512bw /proc/cpuinfo && echo SkylakeX || true)
 export OPENBLAS_CORETYPE="$core"
 [ -n "$core" ] || unset OPENBLAS_CORETYPE
 .venv-jax/bin/python bench/peer/run.py --trainyard "$bin/client/trainyard" --peer-python .venv/bin/python \
-  --examples .bench/peer/examples.jsonl --reps "$reps" --preset "$preset" --steps "$steps" \
+  --examples .bench/peer/examples.jsonl --reps "$reps" --preset "$preset" --steps "$steps" $extra \
   | tee ".bench/peer/$(date +%Y%m%d-%H%M%S)-$preset.jsonl"

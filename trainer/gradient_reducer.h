@@ -1,0 +1,99 @@
+// Data-parallel gradient all-reduce overlapped with the backward pass.
+//
+// The parameters' gradients live in a few flat buckets: every parameter's
+// .grad() is a view into its bucket, so autograd accumulates into the
+// buckets in place (microbatches included) and a bucket is all-reduced as
+// one tensor without packing or copying back. Buckets hold parameters in
+// reverse order of registration (roughly the order backward produces their
+// gradients) up to `bucket_bytes` each, one dtype and device per bucket.
+//
+// During the backward pass of a step's last microbatch (Arm), a hook on
+// each parameter's gradient accumulator marks it ready; once every
+// parameter of a bucket is ready the bucket's all-reduce is started, while
+// backward goes on computing earlier layers' gradients. Buckets are started
+// strictly in index order on every rank (a bucket that fills early waits
+// for its predecessors), so ranks always issue the same operations in the
+// same order. Finish starts what is left (parameters that got no gradient
+// in this step contribute their zeros) and waits for everything; the time
+// it blocks is the exposed, not overlapped, communication.
+//
+// Code that replaces or clears a parameter's .grad() does no harm: the
+// next Arm, Finish or ZeroGrads puts the view back, keeping the value.
+//
+// Thread-safety: hooks run on the thread that runs backward; all calls come
+// from one thread per rank.
+#ifndef TRAINYARD_TRAINER_GRADIENT_REDUCER_H_
+#define TRAINYARD_TRAINER_GRADIENT_REDUCER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "collective/collective.h"
+
+namespace trainyard {
+
+class GradientReducer {
+ public:
+  // `params` are leaf tensors that require grad; their grads are replaced by
+  // zeroed views into the buckets.
+  GradientReducer(std::vector<torch::Tensor> params, Collective* collective, int64_t bucket_bytes);
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  // The next backward pass is a step's last: start buckets as they fill.
+  void Arm();
+  // Disarms, starts the buckets not yet started, waits for all. After OK,
+  // every grad holds the sum over ranks.
+  absl::Status Finish();
+  // Disarms and waits for anything started (errors dropped), then zeroes
+  // the gradients: a step abandoned or failed part-way.
+  void Abandon();
+  // Zeroes every bucket (the gradients of the next step start from zero).
+  void ZeroGrads();
+
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  // Parameter indices (into the constructor's list) of each bucket.
+  std::vector<std::vector<int>> bucket_members() const;
+  // Buckets started from hooks during backward in the last Finish (the rest
+  // were started by Finish itself).
+  int started_during_backward() const { return started_during_backward_; }
+
+ private:
+  struct Bucket {
+    torch::Tensor buffer;
+    std::vector<int> members;
+    int pending = 0;  // members not yet ready in this backward pass
+    std::unique_ptr<CollectiveWork> work;
+    bool started = false;
+  };
+  class ReadyHook;
+
+  void MarkReady(int param);
+  void StartReadyBuckets();
+  void StartBucket(Bucket& bucket);
+  void Reset();
+  // Points every parameter's grad back at its bucket slot if something
+  // replaced or cleared it (its value is kept).
+  void AttachViews();
+
+  std::vector<torch::Tensor> params_;
+  Collective* collective_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;  // parameter index -> bucket index
+  std::vector<char> ready_;     // parameter index -> ready in this pass
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they own the hooks
+  std::vector<uintptr_t> hook_keys_;
+  bool armed_ = false;
+  int next_bucket_ = 0;  // the first bucket not yet started
+  int started_during_backward_ = 0;
+  absl::Status start_error_;  // the first failure to start a bucket
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_TRAINER_GRADIENT_REDUCER_H_

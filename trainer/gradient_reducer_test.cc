@@ -1,0 +1,179 @@
+#include "trainer/gradient_reducer.h"
+
+#include <functional>
+#include <thread>
+
+#include "collective/fake_collective.h"
+#include "collective/gloo_collective.h"
+#include "gtest/gtest.h"
+
+namespace trainyard {
+namespace {
+
+// Five parameters of a small chain y = tanh(tanh(x W0 + b0) W1 + b1) . w2,
+// plus one parameter the loss never uses.
+struct Net {
+  explicit Net(uint64_t seed) {
+    torch::manual_seed(seed);
+    params = {torch::randn({8, 16}), torch::randn({16}), torch::randn({16, 16}), torch::randn({16}),
+              torch::randn({16}), torch::randn({4})};
+    for (auto& p : params) p.set_requires_grad(true);
+  }
+  torch::Tensor Loss(const torch::Tensor& x) const {
+    torch::Tensor h = torch::tanh(x.matmul(params[0]) + params[1]);
+    h = torch::tanh(h.matmul(params[2]) + params[3]);
+    return h.matmul(params[4]).pow(2).sum();
+  }
+  std::vector<torch::Tensor> params;
+};
+
+torch::Tensor Input(int rank, int microbatch) {
+  torch::manual_seed(100 + 10 * rank + microbatch);
+  return torch::randn({5, 8});
+}
+
+// The gradients of one rank's microbatches computed alone, without a
+// reducer: what the reduced gradients must sum.
+std::vector<torch::Tensor> LocalGrads(int rank, int microbatches) {
+  Net net(7);
+  for (int m = 0; m < microbatches; ++m) net.Loss(Input(rank, m)).backward();
+  std::vector<torch::Tensor> out;
+  for (auto& p : net.params) out.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  return out;
+}
+
+// Runs `body(rank, collective)` on two ranks over Gloo in this process.
+void OnTwoGlooRanks(const std::function<void(int, Collective*)>& body) {
+  std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto gloo = GlooCollective::Create(rank, 2, store, "127.0.0.1", absl::Seconds(30));
+      ASSERT_TRUE(gloo.ok()) << gloo.status();
+      body(rank, gloo->get());
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(GradientReducerTest, BucketsHoldParametersInReverseOrderWithinTheSizeLimit) {
+  Net net(7);
+  LocalCollective local;
+  // Sizes in bytes: 512, 64, 1024, 64, 64, 16. A 1100-byte limit:
+  // [5,4,3] = 144, + 1024 > 1100 -> [2,1] = 1088, [0] = 512.
+  GradientReducer reducer(net.params, &local, 1100);
+  EXPECT_EQ(reducer.bucket_members(), (std::vector<std::vector<int>>{{5, 4, 3}, {2, 1}, {0}}));
+  // A parameter larger than the limit gets a bucket of its own.
+  GradientReducer tiny_buckets(net.params, &local, 8);
+  EXPECT_EQ(tiny_buckets.num_buckets(), 6);
+  // Every grad is a zeroed view of a bucket.
+  for (auto& p : net.params) {
+    ASSERT_TRUE(p.grad().defined());
+    EXPECT_EQ(p.grad().sizes(), p.sizes());
+    EXPECT_EQ(p.grad().abs().sum().item<float>(), 0.0f);
+  }
+}
+
+TEST(GradientReducerTest, SumsOverRanksAndStartsBucketsDuringBackward) {
+  constexpr int kMicrobatches = 3;
+  const std::vector<torch::Tensor> g0 = LocalGrads(0, kMicrobatches), g1 = LocalGrads(1, kMicrobatches);
+  std::vector<std::vector<torch::Tensor>> reduced(2);
+  std::vector<int> during(2), buckets(2);
+  OnTwoGlooRanks([&](int rank, Collective* collective) {
+    Net net(7);
+    GradientReducer reducer(net.params, collective, /*bucket_bytes=*/100);
+    for (int step = 0; step < 2; ++step) {  // the second step starts from zero again
+      for (int m = 0; m < kMicrobatches; ++m) {
+        if (m == kMicrobatches - 1) reducer.Arm();
+        net.Loss(Input(rank, m)).backward();
+      }
+      ASSERT_TRUE(reducer.Finish().ok());
+      if (step == 0) reducer.ZeroGrads();
+    }
+    for (auto& p : net.params) reduced[rank].push_back(p.grad().clone());
+    during[rank] = reducer.started_during_backward();
+    buckets[rank] = reducer.num_buckets();
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(reduced[rank].size(), g0.size());
+    for (size_t i = 0; i < g0.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(reduced[rank][i], g0[i] + g1[i], 1e-6, 1e-6)) << "rank " << rank << " param " << i;
+    }
+    // Buckets [5,4],[3],[2],[1],[0]: the unused parameter 5 keeps bucket 0
+    // from filling, so no bucket can start before Finish: the ones after it
+    // wait for it, keeping the order every rank issues them in.
+    EXPECT_EQ(buckets[rank], 5);
+    EXPECT_EQ(during[rank], 0);
+  }
+  EXPECT_EQ(reduced[0][5].abs().sum().item<float>(), 0.0f);
+}
+
+TEST(GradientReducerTest, BucketsStartAsTheyFillWhenEveryParameterIsUsed) {
+  std::vector<int> during(2), buckets(2);
+  std::vector<std::vector<torch::Tensor>> reduced(2);
+  OnTwoGlooRanks([&](int rank, Collective* collective) {
+    Net net(7);
+    net.params.pop_back();  // drop the unused parameter
+    GradientReducer reducer(net.params, collective, /*bucket_bytes=*/100);
+    reducer.Arm();
+    net.Loss(Input(rank, 0)).backward();
+    ASSERT_TRUE(reducer.Finish().ok());
+    during[rank] = reducer.started_during_backward();
+    buckets[rank] = reducer.num_buckets();
+    for (auto& p : net.params) reduced[rank].push_back(p.grad().clone());
+  });
+  const std::vector<torch::Tensor> g0 = LocalGrads(0, 1), g1 = LocalGrads(1, 1);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(buckets[rank], 5);
+    EXPECT_EQ(during[rank], 5);  // all started by hooks, none left to Finish
+    for (size_t i = 0; i < reduced[rank].size(); ++i) {
+      EXPECT_TRUE(torch::allclose(reduced[rank][i], g0[i] + g1[i], 1e-6, 1e-6)) << i;
+    }
+  }
+}
+
+TEST(GradientReducerTest, ReplacedGradientIsPutBackIntoItsBucketWithItsValue) {
+  Net net(7);
+  LocalCollective local;
+  GradientReducer reducer(net.params, &local, 1 << 20);
+  net.params[2].mutable_grad() = torch::full({16, 16}, 3.0f);
+  net.params[1].mutable_grad() = torch::Tensor();
+  reducer.Arm();
+  net.Loss(Input(0, 0)).backward();
+  ASSERT_TRUE(reducer.Finish().ok());
+  const std::vector<torch::Tensor> g = LocalGrads(0, 1);
+  EXPECT_TRUE(torch::allclose(net.params[2].grad(), g[2] + 3.0f, 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(net.params[1].grad(), g[1], 1e-6, 1e-6));
+  reducer.ZeroGrads();
+  // Back in the bucket: zeroing the buckets zeroes them.
+  EXPECT_EQ(net.params[2].grad().abs().sum().item<float>(), 0.0f);
+}
+
+TEST(GradientReducerTest, AFailedBucketFailsFinishWithItsStatus) {
+  auto group = std::make_shared<FakeGroup>(2, absl::Seconds(1));
+  group->FailOperation(1, 1, absl::UnavailableError("link down"));
+  std::vector<absl::Status> statuses(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      FakeCollective collective(group, rank);
+      Net net(7);
+      net.params.pop_back();
+      GradientReducer reducer(net.params, &collective, /*bucket_bytes=*/100);
+      reducer.Arm();
+      net.Loss(Input(rank, 0)).backward();
+      statuses[rank] = reducer.Finish();
+      // A failed step leaves zeroed gradients behind once abandoned.
+      reducer.Abandon();
+      for (auto& p : net.params) EXPECT_EQ(p.grad().abs().sum().item<float>(), 0.0f);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(statuses[1].code(), absl::StatusCode::kUnavailable) << statuses[1];
+  EXPECT_EQ(statuses[1].message(), "link down");
+  // Rank 0 met rank 1's other operations; the one rank 1 skipped times out.
+  EXPECT_EQ(statuses[0].code(), absl::StatusCode::kDeadlineExceeded) << statuses[0];
+}
+
+}  // namespace
+}  // namespace trainyard
