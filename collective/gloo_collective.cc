@@ -2,6 +2,7 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/version.h>
 
 #include <chrono>
 #include <map>
@@ -22,6 +23,15 @@ namespace {
 class StoreAdapter : public c10d::Store {
  public:
   explicit StoreAdapter(std::shared_ptr<trainyard::Store> store) : store_(std::move(store)) {}
+
+#if TORCH_VERSION_MAJOR >= 2
+  // LibTorch 2.x: a second handle on the same store (same keys).
+  c10::intrusive_ptr<c10d::Store> clone() override {
+    auto copy = c10::make_intrusive<StoreAdapter>(store_);
+    copy->setTimeout(timeout_);
+    return copy;
+  }
+#endif
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
     Check(store_->Set(key, std::string(value.begin(), value.end())));

@@ -187,36 +187,59 @@ absl::Status CheckDevice(const torch::Tensor& t, int device) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status NcclCollective::AllReduce(std::vector<torch::Tensor>& tensors, ReduceOp op) {
-  if (tensors.empty()) return absl::OkStatus();
-  const ncclRedOp_t nccl_op = op == ReduceOp::kSum ? ncclSum : op == ReduceOp::kMax ? ncclMax : ncclMin;
+// Small host tensors (step counts, stop flags, metric totals) travel
+// through the device: `staged` holds, for each tensor, the one NCCL works
+// on (a device copy of a CPU tensor, else the tensor itself); CopyBack
+// writes the results into the CPU originals.
+absl::Status Stage(std::vector<torch::Tensor>& tensors, int device, std::vector<torch::Tensor>* staged) {
+  staged->clear();
   for (const torch::Tensor& t : tensors) {
-    if (absl::Status s = CheckDevice(t, impl_->device); !s.ok()) return s;
-    if (absl::StatusOr<ncclDataType_t> type = NcclType(t); !type.ok()) return type.status();
+    if (t.device().is_cpu()) {
+      staged->push_back(t.contiguous().to(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device))));
+    } else {
+      if (absl::Status s = CheckDevice(t, device); !s.ok()) return s;
+      staged->push_back(t);
+    }
+    if (absl::StatusOr<ncclDataType_t> type = NcclType(staged->back()); !type.ok()) return type.status();
   }
-  // One group: NCCL fuses the per-tensor calls.
-  return RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted, "all-reduce",
-                  [&](cudaStream_t stream) {
-                    for (torch::Tensor& t : tensors) {
-                      ncclResult_t r = ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
-                                                     *NcclType(t), nccl_op, impl_->comm, stream);
-                      if (r != ncclSuccess && r != ncclInProgress) return NcclError("ncclAllReduce", r);
-                    }
-                    return absl::OkStatus();
-                  });
+  return absl::OkStatus();
 }
 
-absl::Status NcclCollective::Broadcast(std::vector<torch::Tensor>& tensors, int root) {
+void CopyBack(std::vector<torch::Tensor>& tensors, const std::vector<torch::Tensor>& staged) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].device().is_cpu()) tensors[i].copy_(staged[i].view(tensors[i].sizes()));
+  }
+}
+
+}  // namespace
+
+absl::Status NcclCollective::AllReduce(std::vector<torch::Tensor>& originals, ReduceOp op) {
+  if (originals.empty()) return absl::OkStatus();
+  const ncclRedOp_t nccl_op = op == ReduceOp::kSum ? ncclSum : op == ReduceOp::kMax ? ncclMax : ncclMin;
+  std::vector<torch::Tensor> tensors;
+  if (absl::Status s = Stage(originals, impl_->device, &tensors); !s.ok()) return s;
+  // One group: NCCL fuses the per-tensor calls.
+  absl::Status status =
+      RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted, "all-reduce",
+               [&](cudaStream_t stream) {
+                 for (torch::Tensor& t : tensors) {
+                   ncclResult_t r = ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                                                  *NcclType(t), nccl_op, impl_->comm, stream);
+                   if (r != ncclSuccess && r != ncclInProgress) return NcclError("ncclAllReduce", r);
+                 }
+                 return absl::OkStatus();
+               });
+  if (status.ok()) CopyBack(originals, tensors);
+  return status;
+}
+
+absl::Status NcclCollective::Broadcast(std::vector<torch::Tensor>& originals, int root) {
   if (root < 0 || root >= world_size_) {
     return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " out of range"));
   }
-  for (const torch::Tensor& t : tensors) {
-    if (absl::Status s = CheckDevice(t, impl_->device); !s.ok()) return s;
-    if (absl::StatusOr<ncclDataType_t> type = NcclType(t); !type.ok()) return type.status();
-  }
-  return RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted, "broadcast",
+  std::vector<torch::Tensor> tensors;
+  if (absl::Status s = Stage(originals, impl_->device, &tensors); !s.ok()) return s;
+  absl::Status status = RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted, "broadcast",
                   [&](cudaStream_t stream) {
                     for (torch::Tensor& t : tensors) {
                       ncclResult_t r = ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
@@ -225,10 +248,14 @@ absl::Status NcclCollective::Broadcast(std::vector<torch::Tensor>& tensors, int 
                     }
                     return absl::OkStatus();
                   });
+  if (status.ok()) CopyBack(originals, tensors);
+  return status;
 }
 
 absl::Status NcclCollective::AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) {
-  torch::Tensor in = input.contiguous();
+  const bool on_host = input.device().is_cpu();
+  torch::Tensor in = on_host ? input.contiguous().to(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(impl_->device)))
+                             : input.contiguous();
   if (absl::Status s = CheckDevice(in, impl_->device); !s.ok()) return s;
   absl::StatusOr<ncclDataType_t> type = NcclType(in);
   if (!type.ok()) return type.status();
@@ -245,6 +272,7 @@ absl::Status NcclCollective::AllGather(const torch::Tensor& input, std::vector<t
                             });
   if (!s.ok()) return s;
   outputs->clear();
+  if (on_host) gathered = gathered.to(torch::kCPU);
   for (int r = 0; r < world_size_; ++r) outputs->push_back(gathered[r]);
   return absl::OkStatus();
 }

@@ -34,8 +34,10 @@ class NcclCollective : public Collective {
   ~NcclCollective() override;
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
-  // kInvalidArgument for a tensor that is not on this rank's CUDA device or
-  // of a type NCCL does not reduce.
+  // Tensors on this rank's CUDA device are reduced in place; CPU tensors
+  // (small control values) are copied through the device and back.
+  // kInvalidArgument for a tensor on another device or of a type NCCL does
+  // not reduce.
   absl::Status AllReduce(std::vector<torch::Tensor>& tensors, ReduceOp op) override;
   absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) override;
   absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) override;

@@ -306,6 +306,7 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::CreateOnThis
                                                      " pieces"));
     }
     ModelOptions model_options;
+    model_options.device = options.device;
     model_options.compute_dtype = options.dtype == BFLOAT16 ? torch::kBFloat16 : torch::kFloat32;
     model_options.init_seed = options.init_random_seed;
     TY_ASSIGN_OR_RETURN(m->model_, EncoderDecoderModel::Create(*config, model_options));

@@ -65,6 +65,9 @@ enum class InferenceType { kScore, kPredictWithAux };
 using Postprocessor = std::function<std::string(const std::string& text, bool is_target)>;
 
 struct InteractiveModelOptions {
+  // Where the parameters live (common/device.h); examples and results stay
+  // on the host.
+  torch::Device device = torch::kCPU;
   int batch_size = 8;
   FeatureLengths task_feature_lengths;  // inputs and targets, in tokens; both required
   // Checkpoints and train summaries; may be empty for a model only used

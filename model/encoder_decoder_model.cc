@@ -4,18 +4,20 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/device.h"
 #include "common/status_macros.h"
 
 namespace trainyard {
 namespace {
 
-// Runs `f`, turning LibTorch's exceptions into a Status.
+// Runs `f`, turning LibTorch's exceptions into a Status (device out of
+// memory: kResourceExhausted).
 template <typename F>
 auto Guard(const char* what, F f) -> decltype(f()) {
   try {
     return f();
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
+    return TorchErrorStatus(what, e);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat(what, ": ", e.what()));
   }
@@ -47,8 +49,9 @@ absl::StatusOr<LossOutput> EncoderDecoderModel::LossFn(const T5Batch& batch,
     forward.train = dropout_rng.defined();
     forward.generator = dropout_rng;
     forward.compute_dtype = options_.compute_dtype;
-    const torch::Tensor logits = network_->forward(batch, forward);
-    return ComputeLoss(logits, batch.decoder_target_tokens, batch.decoder_loss_weights, options);
+    const T5Batch on = OnDevice(batch);
+    const torch::Tensor logits = network_->forward(on, forward);
+    return ComputeLoss(logits, on.decoder_target_tokens, on.decoder_loss_weights, options);
   });
 }
 
@@ -77,8 +80,8 @@ absl::StatusOr<Predictions> EncoderDecoderModel::PredictBatchWithAux(
     torch::NoGradGuard no_grad;
     DecodeOptions decode = options;
     decode.compute_dtype = options_.compute_dtype;
-    DecodeResult result = Decode(*network_, batch.encoder_input_tokens, decode);
-    return Predictions{result.tokens, result.scores};
+    DecodeResult result = Decode(*network_, OnDevice(batch).encoder_input_tokens, decode);
+    return Predictions{result.tokens.to(torch::kCPU), result.scores.to(torch::kCPU)};
   });
 }
 
@@ -88,8 +91,9 @@ absl::StatusOr<torch::Tensor> EncoderDecoderModel::ScoreBatch(const T5Batch& bat
     torch::NoGradGuard no_grad;
     ForwardOptions forward;
     forward.compute_dtype = options_.compute_dtype;
-    const torch::Tensor logits = network_->forward(batch, forward);
-    return SequenceLogLikelihood(logits, batch.decoder_target_tokens, batch.decoder_loss_weights);
+    const T5Batch on = OnDevice(batch);
+    const torch::Tensor logits = network_->forward(on, forward);
+    return SequenceLogLikelihood(logits, on.decoder_target_tokens, on.decoder_loss_weights).to(torch::kCPU);
   });
 }
 

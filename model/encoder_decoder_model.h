@@ -12,6 +12,7 @@
 namespace trainyard {
 
 struct ModelOptions {
+  // Parameters live here; every method takes host batches and moves them.
   torch::Device device = torch::kCPU;
   torch::ScalarType compute_dtype = torch::kFloat32;
   uint64_t init_seed = 0;
@@ -41,6 +42,11 @@ class EncoderDecoderModel : public Model {
  private:
   EncoderDecoderModel(T5 network, const ModelOptions& options)
       : network_(std::move(network)), options_(options) {}
+  // The batch on the parameters' device (callers pass host batches);
+  // predictions and scores come back to the host.
+  T5Batch OnDevice(const T5Batch& batch) const {
+    return options_.device.is_cpu() ? batch : batch.To(options_.device);
+  }
 
   T5 network_;
   ModelOptions options_;

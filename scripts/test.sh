@@ -7,8 +7,10 @@
 #      limiter (code without LibTorch, whose uninstrumented thread pools
 #      TSan cannot follow);
 #   4. the libFuzzer targets under ASan, TRAINYARD_FUZZ_SECONDS each (60);
-#   5. the GPU configuration compiled and linked (--config=cuda; nothing CUDA
-#      runs on a machine without a GPU).
+#   5. the GPU configuration compiled and linked (--config=cuda against the
+#      CUDA LibTorch of scripts/setup-libtorch-cuda.sh): the worker binary,
+#      the GPU tests and the GPU benchmark (nothing CUDA runs on a machine
+#      without a GPU; bench/gpu/run.sh runs them on one).
 # Ends with one line "N passed, N failed" counting every test case.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -47,7 +49,9 @@ bazel_tests tsan --config=tsan -- //coordinator:all //collective:store_test //co
   //common:metrics_test //common:rate_limiter_test
 run_step "fuzz" scripts/fuzz.sh "${TRAINYARD_FUZZ_SECONDS:-60}"
 if [ -f /usr/local/cuda/include/nccl.h ]; then
-  run_step "cuda build" bazel build --config=cuda //third_party:cuda_link_check //collective:nccl_collective //collective:nccl_collective_test
+  run_step "cuda libtorch" scripts/setup-libtorch-cuda.sh
+  run_step "cuda build" bazel build --config=cuda //third_party:cuda_link_check //client:trainyard-torch \
+    //bench:gpu_bench //collective:nccl_collective_test //trainer:device_training_test //common:device_test
 else
   echo "==> cuda build skipped: no CUDA toolkit with NCCL under /usr/local/cuda"
 fi

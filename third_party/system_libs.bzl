@@ -10,7 +10,24 @@ def _fail_missing(ctx, what, path, hint):
     fail("%s: %s not found. %s" % (ctx.name, path, hint))
 
 def _libtorch_configure_impl(ctx):
-    prefix = ctx.os.environ.get("TRAINYARD_LIBTORCH", "/usr")
+    env_var = ctx.attr.env_var
+    prefix = ctx.os.environ.get(env_var, ctx.attr.default_prefix)
+    if not prefix:
+        # The CUDA LibTorch is optional: without it the target exists but
+        # refuses to build, with the reason.
+        ctx.file("BUILD.bazel", """
+package(default_visibility = ["//visibility:public"])
+
+genrule(
+    name = "missing",
+    outs = ["missing.h"],
+    cmd = "echo '{var} is not set: run scripts/setup-libtorch-cuda.sh (it writes .bazelrc.cuda)' >&2; exit 1",
+)
+
+cc_library(name = "libtorch", hdrs = [":missing"])
+""".format(var = env_var))
+        ctx.file("WORKSPACE", "workspace(name = \"%s\")\n" % ctx.name)
+        return
     if prefix == "/usr":
         # Debian's layout: headers in /usr/include, libraries in the multiarch dir.
         inc = ["/usr/include", "/usr/include/torch/csrc/api/include"]
@@ -19,7 +36,7 @@ def _libtorch_configure_impl(ctx):
     else:
         inc = [prefix + "/include", prefix + "/include/torch/csrc/api/include"]
         libdir = prefix + "/lib"
-        hint = "TRAINYARD_LIBTORCH must name a LibTorch prefix with include/ and lib/."
+        hint = "%s must name a LibTorch prefix with include/ and lib/." % env_var
     if not ctx.path(libdir + "/libtorch_cpu.so").exists:
         _fail_missing(ctx, "LibTorch", libdir + "/libtorch_cpu.so", hint)
     has_cuda = ctx.path(libdir + "/libtorch_cuda.so").exists
@@ -28,22 +45,38 @@ def _libtorch_configure_impl(ctx):
     # prefix's include directories are linked in and their headers declared.
     # /usr/include itself is already on the compiler's system path (and
     # declaring all of it would mean every system header).
+    # A wheel's include/ also carries the third-party headers PyTorch was
+    # built with (protobuf, fmt, pybind11); those would shadow the system
+    # ones Trainyard builds against, so only the rest is linked in.
     includes = []
     for i, d in enumerate(inc):
         if d == "/usr/include":
             continue
         if not ctx.path(d).exists:
             _fail_missing(ctx, "LibTorch headers", d, hint)
-        ctx.symlink(d, "include%d" % i)
+        if i == 0 and prefix != "/usr":
+            for entry in ctx.path(d).readdir():
+                if entry.basename not in ["google", "fmt", "pybind11"]:
+                    ctx.symlink(entry, "include%d/%s" % (i, entry.basename))
+        else:
+            ctx.symlink(d, "include%d" % i)
         includes.append("include%d" % i)
 
-    # Debian's LibTorch ships c10d's Gloo process group and needs the flag to
-    # expose its headers.
-    defines = ["USE_C10D_GLOO"] if prefix == "/usr" else []
+    # c10d's Gloo process group is built into both Debian's and PyPI's
+    # LibTorch; the flag exposes its headers (Gloo's own come from
+    # libgloo-dev).
+    defines = ["USE_C10D_GLOO"]
+    cuda_libs = []
     if has_cuda:
         # Code that needs LibTorch's CUDA API (streams) checks this.
         defines.append("TRAINYARD_LIBTORCH_CUDA")
-    cuda_libs = ["-ltorch_cuda", "-lc10_cuda"] if has_cuda else []
+        cuda_libs = ["-ltorch_cuda", "-lc10_cuda"]
+
+    # The CUDA libraries libtorch_cuda needs (cuBLAS, cuDNN, NCCL, ...) are
+    # found for the link in the CUDA toolkit; at run time the GPU machine's
+    # own (LD_LIBRARY_PATH or the wheel's packages).
+    cuda_prefix = ctx.os.environ.get("TRAINYARD_CUDA", "/usr/local/cuda")
+    rpath_link = ["-Wl,-rpath-link," + cuda_prefix + "/lib64"] if has_cuda else []
     ctx.file("BUILD.bazel", """
 package(default_visibility = ["//visibility:public"])
 
@@ -60,7 +93,7 @@ cc_library(
         "-Wl,--push-state,--no-as-needed",
         "-ltorch_cpu",
         "-lc10",
-    ] + {cuda_libs} + ["-Wl,--pop-state"],
+    ] + {cuda_libs} + ["-Wl,--pop-state"] + {rpath_link},
 )
 
 """.format(
@@ -69,13 +102,31 @@ cc_library(
         defines = repr(defines),
         libdir = libdir,
         cuda_libs = repr(cuda_libs),
+        rpath_link = repr(rpath_link),
     ))
     ctx.file("WORKSPACE", "workspace(name = \"%s\")\n" % ctx.name)
     ctx.file("prefix.bzl", "LIBTORCH_PREFIX = %r\nLIBTORCH_HAS_CUDA = %s\n" % (prefix, has_cuda))
 
+# Two rules over one implementation, each re-run only when its own variable
+# changes: switching between the default and the CUDA configuration then
+# refetches (and rebuilds) nothing.
 libtorch_configure = repository_rule(
     implementation = _libtorch_configure_impl,
+    attrs = {
+        "env_var": attr.string(default = "TRAINYARD_LIBTORCH"),
+        "default_prefix": attr.string(default = "/usr"),
+    },
     environ = ["TRAINYARD_LIBTORCH"],
+    local = True,
+)
+
+libtorch_cuda_configure = repository_rule(
+    implementation = _libtorch_configure_impl,
+    attrs = {
+        "env_var": attr.string(default = "TRAINYARD_LIBTORCH_CUDA"),
+        "default_prefix": attr.string(default = ""),
+    },
+    environ = ["TRAINYARD_LIBTORCH_CUDA", "TRAINYARD_CUDA"],
     local = True,
 )
 

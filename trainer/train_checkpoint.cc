@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint_dir.h"
+#include "common/device.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -19,15 +20,18 @@ namespace {
 constexpr char kParams[] = "params.safetensors";
 constexpr char kOptimizer[] = "optimizer.safetensors";
 
-// `source` copied into `into` when it has the same shape and type, else
-// into a fresh CPU tensor.
+// `source` copied into host memory: into `into` when it has the same shape
+// and type, else into a fresh tensor. From a GPU the copy goes into pinned
+// (page-locked) memory without blocking: the caller synchronises once after
+// all copies, and the buffers are reused by the next snapshot.
 torch::Tensor CopyInto(const torch::Tensor& source, torch::Tensor into) {
-  if (into.defined() && into.sizes() == source.sizes() && into.scalar_type() == source.scalar_type() &&
-      into.device().is_cpu()) {
-    into.copy_(source.detach());
-    return into;
+  const bool from_device = !source.device().is_cpu();
+  if (!(into.defined() && into.sizes() == source.sizes() && into.scalar_type() == source.scalar_type() &&
+        into.device().is_cpu())) {
+    into = torch::empty(source.sizes(), torch::TensorOptions().dtype(source.scalar_type()).pinned_memory(from_device));
   }
-  return source.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  into.copy_(source.detach(), /*non_blocking=*/from_device);
+  return into;
 }
 
 }  // namespace
@@ -48,6 +52,11 @@ TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t st
     if (name == "step") continue;  // in metadata.json
     auto it = reuse.optimizer.find(name);
     s.optimizer[name] = CopyInto(t, it == reuse.optimizer.end() ? torch::Tensor() : it->second);
+  }
+  // The copies from a GPU were queued on its stream: wait for them (the
+  // training step that follows may overwrite the parameters).
+  if (const std::vector<torch::Tensor> params = model.parameters(); !params.empty()) {
+    SynchronizeDevice(params[0].device());
   }
   s.world_size = world_size;
   s.data_states = std::move(data_states);

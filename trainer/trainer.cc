@@ -1,12 +1,12 @@
 #include "trainer/trainer.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <chrono>
 #include <utility>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "common/device.h"
 #include "common/random.h"
 #include "common/status_macros.h"
 
@@ -90,6 +90,7 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
       collective_(collective),
       options_(std::move(options)) {
   for (const auto& item : model_->named_parameters()) params_.emplace_back(item.key(), item.value());
+  if (!params_.empty()) device_ = params_[0].second.device();
   train_metrics_ = std::make_unique<MetricsManager>("train", options_.summary_dir,
                                                     collective_->rank(), collective_->world_size());
   progress_.store(optimizer_->step());
@@ -125,7 +126,7 @@ at::Generator Trainer::DropoutGenerator(int64_t step, int microbatch) const {
                                   SplitMix64(static_cast<uint64_t>(step) ^
                                              SplitMix64(static_cast<uint64_t>(collective_->rank()) * 1000003ull +
                                                         static_cast<uint64_t>(microbatch))));
-  return at::make_generator<at::CPUGeneratorImpl>(key);
+  return MakeGenerator(device_, key);
 }
 
 absl::StatusOr<bool> Trainer::StopAgreed() {
@@ -183,7 +184,7 @@ absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t s
       out->loss.backward();
     } catch (const c10::Error& e) {
       ClearGrads();
-      return absl::InternalError(absl::StrCat("backward: ", e.what_without_backtrace()));
+      return TorchErrorStatus("backward", e);  // device out of memory: kResourceExhausted
     }
     MergeMetrics(out->metrics, /*within_step=*/true, &metrics);
   }

@@ -156,6 +156,7 @@ class Trainer {
   Collective* collective_;
   TrainerOptions options_;
   NamedTensors params_;
+  torch::Device device_ = torch::kCPU;  // the parameters' (dropout masks are drawn there)
   std::unique_ptr<MetricsManager> train_metrics_;
   std::map<std::string, std::unique_ptr<MetricsManager>> eval_metrics_;
   std::set<std::string> compiled_;  // shape keys already warmed up

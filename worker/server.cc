@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/device.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/signals.h"
@@ -32,10 +33,7 @@ std::string Hostname() {
 
 absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) {
   if (options.coordinator.empty()) return absl::InvalidArgumentError("--coordinator: required (HOST:PORT)");
-  if (options.device != "cpu") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--device: '", options.device, "' is not available in this build; allowed: cpu"));
-  }
+  TY_ASSIGN_OR_RETURN(const torch::Device device, ParseDevice("--device", options.device));
   const size_t colon = options.listen.rfind(':');
   if (colon == std::string::npos || colon == 0) {
     return absl::InvalidArgumentError(absl::StrCat("--listen: '", options.listen, "'; expected HOST:PORT"));
@@ -68,7 +66,7 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
   WorkerCoreOptions core_options;
   core_options.metrics = &metrics;
   core_options.host_address = advertise;
-  core_options.device = options.device;
+  core_options.device = device;
   core_options.collective_timeout = options.collective_timeout;
   core_options.store_factory = [channel](const std::string& scope) { return NewCoordinatorStore(channel, scope); };
   WorkerCore core(core_options);

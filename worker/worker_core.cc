@@ -11,6 +11,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "collective/gloo_collective.h"
+#ifdef TRAINYARD_WITH_NCCL
+#include "collective/nccl_collective.h"
+#endif
 #include "common/jobspec.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -262,6 +265,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
     absl::StatusOr<ModelConfig> config = ResolveModelConfig(spec.model());
     if (!config.ok()) return release(config.status());
     ModelOptions model_options;
+    model_options.device = options_.device;
     model_options.compute_dtype = spec.dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat32;
     model_options.init_seed = static_cast<uint64_t>(spec.seed());
     absl::StatusOr<std::unique_ptr<EncoderDecoderModel>> model = EncoderDecoderModel::Create(*config, model_options);
@@ -279,6 +283,19 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
 
     if (world == 1) {
       job->collective = std::make_unique<LocalCollective>();
+    } else if (options_.device.is_cuda()) {
+      if (!options_.store_factory) return release(absl::FailedPreconditionError("no rendezvous store configured"));
+#ifdef TRAINYARD_WITH_NCCL
+      NcclOptions nccl;
+      nccl.device = options_.device.index();
+      nccl.timeout = options_.collective_timeout;
+      absl::StatusOr<std::unique_ptr<NcclCollective>> collective = NcclCollective::Create(
+          rank, world, options_.store_factory(absl::StrCat(job->id, "/", request.attempt())), nccl);
+      if (!collective.ok()) return release(CollectiveFailure(collective.status()));
+      job->collective = std::move(*collective);
+#else
+      return release(absl::FailedPreconditionError("a CUDA device needs a build with NCCL (--config=cuda)"));
+#endif
     } else {
       if (!options_.store_factory) return release(absl::FailedPreconditionError("no rendezvous store configured"));
       GlooOptions gloo;
@@ -849,6 +866,7 @@ absl::StatusOr<OpenSessionResponse> WorkerCore::OpenSession(const WorkerOpenSess
     session->collective = std::move(*collective);
   }
   InteractiveModelOptions options;
+  options.device = options_.device;
   options.collective = session->collective.get();
   options.batch_size = open.batch_size();
   options.task_feature_lengths = open.feature_lengths();

@@ -29,6 +29,8 @@
 #include <thread>
 #include <vector>
 
+#include <c10/core/Device.h>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -42,7 +44,10 @@ struct WorkerCoreOptions {
   // The address the collective's connections use: this host's address as
   // the other ranks reach it.
   std::string host_address = "127.0.0.1";
-  std::string device = "cpu";
+  // Where parameters, optimizer state and batches live (common/device.h).
+  // On a CUDA device with more than one rank the collective is NCCL (CUDA
+  // builds), else Gloo.
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
   absl::Duration collective_timeout = absl::Seconds(60);
   // The rendezvous store for a scope ("<job id>/<attempt>").
   std::function<std::shared_ptr<Store>(const std::string& scope)> store_factory;

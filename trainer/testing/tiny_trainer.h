@@ -23,6 +23,8 @@ struct TinyTrainerOptions {
   float dropout = 0.0f;
   uint64_t init_seed = 0;
   bool adamw = false;  // default Adafactor
+  torch::Device device = torch::kCPU;
+  torch::ScalarType compute_dtype = torch::kFloat32;
   Collective* collective = nullptr;  // nullptr: the TinyTrainer's own local one
   TrainerOptions trainer;
 };
@@ -33,6 +35,8 @@ inline std::unique_ptr<TinyTrainer> MakeTinyTrainer(const TinyTrainerOptions& op
   config.set_dropout_rate(options.dropout);
   ModelOptions model_options;
   model_options.init_seed = options.init_seed;
+  model_options.device = options.device;
+  model_options.compute_dtype = options.compute_dtype;
   t->model = std::move(EncoderDecoderModel::Create(config, model_options)).value();
   NamedTensors params;
   for (const auto& p : t->model->named_parameters()) params.emplace_back(p.key(), p.value());

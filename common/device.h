@@ -1,0 +1,38 @@
+// Where a worker's tensors live: parsing --device, checking it against this
+// build and machine, and the pieces of LibTorch that differ by device.
+#ifndef TRAINYARD_COMMON_DEVICE_H_
+#define TRAINYARD_COMMON_DEVICE_H_
+
+#include <cstdint>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace trainyard {
+
+// Whether this binary links a CUDA LibTorch (bazel build --config=cuda).
+bool BuiltWithCuda();
+
+// "cpu", "cuda" (device 0) or "cuda:N". kInvalidArgument naming `field` for
+// anything else, for cuda in a build without CUDA, or for N beyond the
+// visible devices; kFailedPrecondition when a CUDA build sees no GPU.
+absl::StatusOr<torch::Device> ParseDevice(absl::string_view field, absl::string_view value);
+
+// A random generator on `device` seeded with `seed` (dropout masks are drawn
+// on the device that holds the activations).
+at::Generator MakeGenerator(const torch::Device& device, uint64_t seed);
+
+// A LibTorch exception as a Status: out of device memory is
+// kResourceExhausted, anything else kInternal; `what` names the operation.
+absl::Status TorchErrorStatus(absl::string_view what, const c10::Error& e);
+
+// Waits for the device's queued work (CUDA: its current stream); nothing on
+// CPU.
+void SynchronizeDevice(const torch::Device& device);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COMMON_DEVICE_H_

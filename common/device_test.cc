@@ -1,0 +1,58 @@
+#include "common/device.h"
+
+#include "common/testing/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace trainyard {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(DeviceTest, ParsesCpu) {
+  absl::StatusOr<torch::Device> d = ParseDevice("--device", "cpu");
+  ASSERT_THAT(d.status(), IsOk());
+  EXPECT_TRUE(d->is_cpu());
+}
+
+TEST(DeviceTest, RefusesWhatIsNotADevice) {
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda0", "CPU", "", "cuda:1:2"}) {
+    EXPECT_THAT(ParseDevice("--device", bad),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("allowed: cpu, cuda, cuda:N")))
+        << bad;
+  }
+}
+
+TEST(DeviceTest, CudaNeedsACudaBuildAndAVisibleDevice) {
+  absl::StatusOr<torch::Device> d = ParseDevice("--device", "cuda:0");
+  if (!BuiltWithCuda()) {
+    EXPECT_THAT(d, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs a CUDA build")));
+    return;
+  }
+  if (torch::cuda::device_count() == 0) {
+    EXPECT_THAT(d, StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no CUDA device is visible")));
+    return;
+  }
+  ASSERT_THAT(d.status(), IsOk());
+  EXPECT_TRUE(d->is_cuda());
+  EXPECT_THAT(ParseDevice("--device", "cuda:255"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("CUDA device(s)")));
+}
+
+TEST(DeviceTest, CpuGeneratorIsSeededLikeAFreshOne) {
+  at::Generator a = MakeGenerator(torch::kCPU, 42), b = MakeGenerator(torch::kCPU, 42);
+  torch::Tensor x = torch::rand({8}, a), y = torch::rand({8}, b);
+  EXPECT_TRUE(torch::equal(x, y));
+  EXPECT_FALSE(torch::equal(torch::rand({8}, MakeGenerator(torch::kCPU, 43)), y));
+}
+
+TEST(DeviceTest, OutOfMemoryIsResourceExhausted) {
+  const c10::OutOfMemoryError oom(c10::SourceLocation{"f", "file.cc", 1}, "CUDA out of memory");
+  EXPECT_THAT(TorchErrorStatus("backward", oom),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("backward: CUDA out of memory")));
+  const c10::Error other(c10::SourceLocation{"f", "file.cc", 1}, "shape mismatch");
+  EXPECT_THAT(TorchErrorStatus("forward", other),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("forward: shape mismatch")));
+}
+
+}  // namespace
+}  // namespace trainyard
