@@ -1,6 +1,7 @@
 #include "model/t5.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <string>
@@ -136,6 +137,19 @@ torch::Tensor AttentionImpl::Attend(const torch::Tensor& x, const torch::Tensor&
                                     const ForwardOptions& options) {
   const int64_t b = x.size(0), lq = x.size(1);
   torch::Tensor q = query(x).view({b, lq, num_heads, d_kv}).transpose(1, 2);
+#if TORCH_VERSION_MAJOR >= 2
+  // On a GPU, one fused kernel (LibTorch's scaled-dot-product attention:
+  // the memory-efficient kernel takes an additive bias and its gradient)
+  // instead of four. The relative-position bias and the padding masks are
+  // that bias, in the compute type; scale 1 as below. Attention dropout
+  // stays on the unfused path: its masks must come from the step's own
+  // generator.
+  if (x.is_cuda() && !(options.train && dropout_rate > 0)) {
+    torch::Tensor y = at::scaled_dot_product_attention(q, k, v, bias.to(q.scalar_type()), /*dropout_p=*/0.0,
+                                                       /*is_causal=*/false, /*scale=*/1.0);
+    return out(y.transpose(1, 2).reshape({b, lq, num_heads * d_kv}));
+  }
+#endif
   // No 1/sqrt(d_kv): T5 folds it into the query initialisation.
   torch::Tensor scores = torch::matmul(q, k.transpose(-1, -2)).to(torch::kFloat) + bias;
   torch::Tensor weights = torch::softmax(scores, -1).to(x.scalar_type());

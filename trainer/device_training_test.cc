@@ -2,6 +2,7 @@
 // where this build has no CUDA or no GPU is visible):
 //   - 20 steps of `tiny` on cuda:0 follow the CPU's float32 losses, in
 //     float32 and with bfloat16 compute (float32 master weights);
+//   - the fused multi-tensor AdamW update equals the tensor-op one;
 //   - an emergency checkpoint taken from GPU state after a preemption holds
 //     exactly the GPU's parameters and optimizer state, copied through
 //     pinned host memory.
@@ -93,6 +94,28 @@ TEST(DeviceTrainingTest, TwentyStepsOnTheGpuFollowTheCpu) {
   EXPECT_LT(cpu[kSteps - 1], cpu[0]);  // it trains
   EXPECT_LT(max_fp32, 1e-3);           // kernels' summation order only
   EXPECT_LT(max_bf16, 3e-2);           // bfloat16's 8-bit mantissa in the products
+}
+
+TEST(DeviceTrainingTest, FusedGpuAdamWEqualsTheTensorOpUpdate) {
+  if (const char* why = NoGpuReason()) GTEST_SKIP() << why;
+  const torch::Device gpu(torch::kCUDA, 0);
+  torch::manual_seed(3);
+  const torch::Tensor start = torch::randn({64, 48}).to(gpu);
+  NamedTensors fused = {{"w", start.clone()}}, plain = {{"w", start.clone()}};
+  OptimizerConfig config;
+  config.mutable_adamw()->set_weight_decay(0.01f);
+  auto a = CreateOptimizer(config, fused);
+  auto b = CreateOptimizer(config, plain);
+  ASSERT_TRUE(a.ok() && b.ok());
+  (*b)->set_fused_updates(false);
+  for (int i = 0; i < 20; ++i) {
+    const torch::Tensor g = torch::randn({64, 48}).to(gpu);
+    (*a)->Apply({g}, 1e-2);
+    (*b)->Apply({g}, 1e-2);
+  }
+  EXPECT_TRUE(torch::allclose(fused[0].second, plain[0].second, 1e-5, 1e-6));
+  EXPECT_GT((fused[0].second - start).abs().max().item<float>(), 0.1f);
+  EXPECT_TRUE(torch::allclose((*a)->State().at("w/v"), (*b)->State().at("w/v"), 1e-5, 1e-7));
 }
 
 TEST(DeviceTrainingTest, EmergencyCheckpointHoldsTheGpuState) {
