@@ -32,6 +32,7 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> params, Collective* 
   // Reverse registration order: the last layers' gradients come first.
   std::vector<int> members;
   int64_t bytes = 0;
+  views_.resize(n);
   auto close = [&] {
     if (members.empty()) return;
     Bucket b;
@@ -41,7 +42,8 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> params, Collective* 
     int64_t offset = 0;
     for (int i : members) {
       torch::Tensor& p = params_[i];
-      p.mutable_grad() = b.buffer.narrow(0, offset, p.numel()).view(p.sizes());
+      views_[i] = b.buffer.narrow(0, offset, p.numel()).view(p.sizes());
+      p.mutable_grad() = views_[i];
       offset += p.numel();
       bucket_of_[i] = static_cast<int>(buckets_.size());
     }
@@ -95,22 +97,17 @@ void GradientReducer::Reset() {
 }
 
 void GradientReducer::AttachViews() {
-  for (const Bucket& b : buckets_) {
-    int64_t offset = 0;
-    for (int i : b.members) {
-      torch::Tensor& p = params_[i];
-      torch::Tensor view = b.buffer.narrow(0, offset, p.numel()).view(p.sizes());
-      offset += p.numel();
-      const torch::Tensor& grad = p.grad();
-      if (grad.defined() && grad.data_ptr() == view.data_ptr() && grad.sizes() == view.sizes()) continue;
-      // Someone replaced or cleared the gradient: keep its value, in place.
-      if (grad.defined()) {
-        view.copy_(grad);
-      } else {
-        view.zero_();
-      }
-      p.mutable_grad() = view;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const torch::Tensor& view = views_[i];
+    const torch::Tensor& grad = params_[i].grad();
+    if (grad.defined() && grad.data_ptr() == view.data_ptr() && grad.sizes() == view.sizes()) continue;
+    // Someone replaced or cleared the gradient: keep its value, in place.
+    if (grad.defined()) {
+      view.copy_(grad);
+    } else {
+      view.zero_();
     }
+    params_[i].mutable_grad() = view;
   }
 }
 

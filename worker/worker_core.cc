@@ -283,26 +283,25 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
 
     if (world == 1) {
       job->collective = std::make_unique<LocalCollective>();
-    } else if (options_.device.is_cuda()) {
-      if (!options_.store_factory) return release(absl::FailedPreconditionError("no rendezvous store configured"));
-#ifdef TRAINYARD_WITH_NCCL
-      NcclOptions nccl;
-      nccl.device = options_.device.index();
-      nccl.timeout = options_.collective_timeout;
-      absl::StatusOr<std::unique_ptr<NcclCollective>> collective = NcclCollective::Create(
-          rank, world, options_.store_factory(absl::StrCat(job->id, "/", request.attempt())), nccl);
-      if (!collective.ok()) return release(CollectiveFailure(collective.status()));
-      job->collective = std::move(*collective);
-#else
-      return release(absl::FailedPreconditionError("a CUDA device needs a build with NCCL (--config=cuda)"));
-#endif
     } else {
       if (!options_.store_factory) return release(absl::FailedPreconditionError("no rendezvous store configured"));
-      GlooOptions gloo;
-      gloo.hostname = options_.host_address;
-      gloo.timeout = options_.collective_timeout;
-      absl::StatusOr<std::unique_ptr<GlooCollective>> collective = GlooCollective::Create(
-          rank, world, options_.store_factory(absl::StrCat(job->id, "/", request.attempt())), gloo);
+      std::shared_ptr<Store> store = options_.store_factory(absl::StrCat(job->id, "/", request.attempt()));
+      absl::StatusOr<std::unique_ptr<Collective>> collective;
+      if (options_.device.is_cuda()) {
+#ifdef TRAINYARD_WITH_NCCL
+        NcclOptions nccl;
+        nccl.device = options_.device.index();
+        nccl.timeout = options_.collective_timeout;
+        collective = NcclCollective::Create(rank, world, std::move(store), nccl);
+#else
+        return release(absl::FailedPreconditionError("a CUDA device needs a build with NCCL (--config=cuda)"));
+#endif
+      } else {
+        GlooOptions gloo;
+        gloo.hostname = options_.host_address;
+        gloo.timeout = options_.collective_timeout;
+        collective = GlooCollective::Create(rank, world, std::move(store), gloo);
+      }
       if (!collective.ok()) return release(CollectiveFailure(collective.status()));
       job->collective = std::move(*collective);
     }
