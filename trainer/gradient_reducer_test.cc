@@ -1,5 +1,7 @@
 #include "trainer/gradient_reducer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <functional>
 #include <thread>
 
@@ -13,10 +15,11 @@ namespace {
 // Five parameters of a small chain y = tanh(tanh(x W0 + b0) W1 + b1) . w2,
 // plus one parameter the loss never uses.
 struct Net {
+  // Own generators, never the global one: ranks build nets on threads.
   explicit Net(uint64_t seed) {
-    torch::manual_seed(seed);
-    params = {torch::randn({8, 16}), torch::randn({16}), torch::randn({16, 16}), torch::randn({16}),
-              torch::randn({16}), torch::randn({4})};
+    at::Generator g = at::make_generator<at::CPUGeneratorImpl>(seed);
+    params = {torch::randn({8, 16}, g), torch::randn({16}, g), torch::randn({16, 16}, g), torch::randn({16}, g),
+              torch::randn({16}, g), torch::randn({4}, g)};
     for (auto& p : params) p.set_requires_grad(true);
   }
   torch::Tensor Loss(const torch::Tensor& x) const {
@@ -28,8 +31,8 @@ struct Net {
 };
 
 torch::Tensor Input(int rank, int microbatch) {
-  torch::manual_seed(100 + 10 * rank + microbatch);
-  return torch::randn({5, 8});
+  at::Generator g = at::make_generator<at::CPUGeneratorImpl>(100 + 10 * rank + microbatch);
+  return torch::randn({5, 8}, g);
 }
 
 // The gradients of one rank's microbatches computed alone, without a
