@@ -2,54 +2,69 @@
 # The deployment as far as this machine goes: both overlays render and pass
 # Kubernetes' schemas (strict); a broken manifest is caught; the image's
 # layout (deploy/stage.sh) needs only deploy/runtime-packages.txt's
-# libraries and runs a job on its own, away from the source tree.
-set -euo pipefail
+# libraries and runs a job on its own, away from the source tree. Each check
+# is a test case (tests/testing/cases.sh).
+set -u
+source tests/testing/cases.sh
 source tests/require_python.sh
 require_python TRAINYARD_JAX_PYTHON kubernetes_validate
 validate="$(dirname "$python")/kubernetes-validate"
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
-fail() { echo "FAIL: $*" >&2; exit 1; }
 
-for overlay in cpu gpu; do
-  "$python" deploy/render.py "deploy/overlays/$overlay" >"$tmp/$overlay.yaml"
-  "$validate" --strict --quiet -k 1.37.0 "$tmp/$overlay.yaml" || fail "overlay $overlay does not validate"
-  echo "ok: overlay $overlay renders and validates ($(grep -c '^kind:' "$tmp/$overlay.yaml") objects)"
-done
-grep -q 'nvidia.com/gpu' "$tmp/gpu.yaml" || fail "the gpu overlay requests no GPU"
-grep -q 'image: registry.example.com/trainyard-cuda:latest' "$tmp/gpu.yaml" || fail "the gpu overlay's image"
-grep -q 'nvidia.com/gpu' "$tmp/cpu.yaml" && fail "the cpu overlay requests a GPU"
+overlay_validates() {  # OVERLAY
+  "$python" deploy/render.py "deploy/overlays/$1" >"$tmp/$1.yaml" || return 1
+  "$validate" --strict --quiet -k 1.37.0 "$tmp/$1.yaml" || { echo "overlay $1 does not validate"; return 1; }
+  echo "overlay $1 renders and validates ($(grep -c '^kind:' "$tmp/$1.yaml") objects)"
+}
+case_check "overlay cpu renders and validates" overlay_validates cpu
+case_check "overlay gpu renders and validates" overlay_validates gpu
+
+gpu_overlay_asks_for_gpus() {
+  grep -q 'nvidia.com/gpu' "$tmp/gpu.yaml" || { echo "the gpu overlay requests no GPU"; return 1; }
+  grep -q 'image: registry.example.com/trainyard-cuda:latest' "$tmp/gpu.yaml" || { echo "the gpu overlay's image"; return 1; }
+  if grep -q 'nvidia.com/gpu' "$tmp/cpu.yaml"; then echo "the cpu overlay requests a GPU"; return 1; fi
+}
+case_check "only the gpu overlay asks for GPUs" gpu_overlay_asks_for_gpus
 
 # The validator catches a misspelt field, and the renderer refuses what it
 # does not implement.
-sed 's/readOnlyRootFilesystem/readOnlyRootFilesytem/' "$tmp/cpu.yaml" >"$tmp/broken.yaml"
-if "$validate" --strict --quiet -k 1.37.0 "$tmp/broken.yaml" >"$tmp/broken.out" 2>&1; then
-  fail "a misspelt field passed validation"
-fi
-grep -q "readOnlyRootFilesytem" "$tmp/broken.out" || fail "the validator did not name the field"
-mkdir -p "$tmp/unsupported"
-printf 'resources: []\nconfigMapGenerator: []\n' >"$tmp/unsupported/kustomization.yaml"
-if "$python" deploy/render.py "$tmp/unsupported" 2>"$tmp/unsupported.err"; then fail "an unsupported field was ignored"; fi
-grep -q "configMapGenerator" "$tmp/unsupported.err" || fail "the renderer did not name the field"
-echo "ok: broken manifests are caught"
+broken_manifests_are_caught() {
+  sed 's/readOnlyRootFilesystem/readOnlyRootFilesytem/' "$tmp/cpu.yaml" >"$tmp/broken.yaml"
+  if "$validate" --strict --quiet -k 1.37.0 "$tmp/broken.yaml" >"$tmp/broken.out" 2>&1; then
+    echo "a misspelt field passed validation"; return 1
+  fi
+  grep -q "readOnlyRootFilesytem" "$tmp/broken.out" || { echo "the validator did not name the field"; return 1; }
+  mkdir -p "$tmp/unsupported"
+  printf 'resources: []\nconfigMapGenerator: []\n' >"$tmp/unsupported/kustomization.yaml"
+  if "$python" deploy/render.py "$tmp/unsupported" 2>"$tmp/unsupported.err"; then
+    echo "an unsupported field was ignored"; return 1
+  fi
+  grep -q "configMapGenerator" "$tmp/unsupported.err" || { echo "the renderer did not name the field"; return 1; }
+}
+case_check "broken manifests are caught" broken_manifests_are_caught
 
 # The image's layout, from this build.
 prefix="$tmp/opt/trainyard"
 rm -rf "$prefix"
-deploy/stage.sh "$prefix" .
-missing=()
-for lib in $(for f in "$prefix"/bin/*; do readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; done | sort -u); do
-  owner=$(dpkg -S "*/$lib" 2>/dev/null | grep -v i386 | head -1 | cut -d: -f1)
-  grep -qx "$owner" deploy/runtime-packages.txt || missing+=("$lib (${owner:-no package})")
-done
-[[ ${#missing[@]} -eq 0 ]] || fail "libraries not provided by deploy/runtime-packages.txt: ${missing[*]}"
-echo "ok: every linked library comes from deploy/runtime-packages.txt"
+case_check "deploy/stage.sh stages the install" deploy/stage.sh "$prefix" . || exit 1
+libraries_from_runtime_packages() {
+  local missing=() lib owner
+  for lib in $(for f in "$prefix"/bin/*; do readelf -d "$f" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; done | sort -u); do
+    owner=$(dpkg -S "*/$lib" 2>/dev/null | grep -v i386 | head -1 | cut -d: -f1)
+    grep -qx "$owner" deploy/runtime-packages.txt || missing+=("$lib (${owner:-no package})")
+  done
+  [[ ${#missing[@]} -eq 0 ]] || { echo "libraries not provided by deploy/runtime-packages.txt: ${missing[*]}"; return 1; }
+}
+case_check "every linked library comes from deploy/runtime-packages.txt" libraries_from_runtime_packages
 
 # A job run by the staged binaries alone: no runfiles, another directory.
-work="$tmp/elsewhere"
-mkdir -p "$work"
-cp examples/tiny_local.textproto "$work/job.textproto"
-(cd "$work" && env -i HOME="$work" PATH=/usr/bin:/bin "$prefix/bin/trainyard" local --workers 1 job.textproto \
-   --set num_workers=1 --set total_steps=4 --set eval_period=0 --set checkpoint_period=4 \
-   --set output_dir=runs/staged >"$work/out.txt" 2>&1) || { cat "$work/out.txt"; fail "the staged install could not run a job"; }
-[[ -f "$work/runs/staged/checkpoint_4/MANIFEST.json" ]] || { cat "$work/out.txt"; fail "no checkpoint_4"; }
-echo "ok: the staged install ran a job (checkpoint_4 written)"
+staged_install_runs_a_job() {
+  local work="$tmp/elsewhere"
+  mkdir -p "$work"
+  cp examples/tiny_local.textproto "$work/job.textproto"
+  (cd "$work" && env -i HOME="$work" PATH=/usr/bin:/bin "$prefix/bin/trainyard" local --workers 1 job.textproto \
+     --set num_workers=1 --set total_steps=4 --set eval_period=0 --set checkpoint_period=4 \
+     --set output_dir=runs/staged >"$work/out.txt" 2>&1) || { cat "$work/out.txt"; return 1; }
+  [[ -f "$work/runs/staged/checkpoint_4/MANIFEST.json" ]] || { cat "$work/out.txt"; echo "no checkpoint_4"; return 1; }
+}
+case_check "the staged install runs a job on its own" staged_install_runs_a_job

@@ -6,26 +6,39 @@
 #      coordinator, the rendezvous store, the HTTP server, metrics and rate
 #      limiter (code without LibTorch, whose uninstrumented thread pools
 #      TSan cannot follow);
-#   4. the libFuzzer targets under ASan, TRAINYARD_FUZZ_SECONDS each (60);
-#   5. the GPU configuration compiled and linked (--config=cuda against the
+#   4. the counting check: this script run on the fixtures of
+#      //tests/counting (a target that fails after writing an all-pass XML,
+#      a skip, a target that does not build, a shell test that dies, a data
+#      race under TSan, a leak under LSan) must print the closing line each
+#      deserves and exit non-zero;
+#   5. the libFuzzer targets under ASan, TRAINYARD_FUZZ_SECONDS each (60);
+#   6. the GPU configuration compiled and linked (--config=cuda against the
 #      CUDA LibTorch of scripts/setup-libtorch-cuda.sh): the worker binary,
 #      the GPU tests and the GPU benchmark (nothing CUDA runs on a machine
 #      without a GPU; bench/gpu/run.sh runs them on one).
-# Ends with one line "N passed, N failed" counting every test case.
+#
+#   scripts/test.sh [--config=NAME] PATTERN...
+# runs only those Bazel targets (e.g. //tests/system:all), counted the same
+# way, with the same exit status.
+#
+# Ends with one line "N passed, N failed, N skipped" (scripts/test_summary.py):
+# Bazel's own verdict for each test target of this run decides, test cases
+# are counted from those targets' XML, and skips are listed with their
+# reasons. Exits 1 if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh || exit 1
 
-checks=()
-logs=()
-run_step() {  # NAME COMMAND... : runs, records pass/fail
+bep_dir="$(mktemp -d)"
+trap 'rm -rf "$bep_dir"' EXIT
+summary_args=()
+
+run_step() {  # NAME COMMAND... : one case, passed if COMMAND exits 0
   local name="$1"; shift
   echo "==> $name"
-  if "$@"; then checks+=("--check" "$name=pass"); else checks+=("--check" "$name=fail"); fi
+  if "$@"; then summary_args+=("--check" "$name=pass"); else summary_args+=("--check" "$name=fail"); fi
 }
 
-# Bazel exits 3 when tests fail and 1 when the build fails; the failed test
-# cases are counted from the test logs, a failed build counts on its own.
 bazel_tests() {  # LABEL CONFIG-FLAGS... [-- TARGETS...]  (default //...)
   local label="$1"; shift
   local flags=() targets=()
@@ -33,20 +46,64 @@ bazel_tests() {  # LABEL CONFIG-FLAGS... [-- TARGETS...]  (default //...)
   [ $# -gt 0 ] && shift
   targets=("$@")
   [ ${#targets[@]} -gt 0 ] || targets=(//...)
-  set -- "${flags[@]}"
-  bazel test "$@" --keep_going "${targets[@]}"
-  local rc=$?
-  logs+=("--testlogs" "$label=$(bazel info "$@" bazel-testlogs 2>/dev/null)")
-  [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || checks+=("--check" "bazel test $label builds=fail")
+  local bep="$bep_dir/$label.json"
+  echo "==> bazel test ${flags[*]} ${targets[*]}"
+  # The exit code is not needed: the build events record it, and every
+  # verdict (test_summary.py).
+  bazel test "${flags[@]}" --keep_going --build_event_json_file="$bep" "${targets[@]}"
+  summary_args+=("--bep" "$label=$bep")
 }
 
-echo "==> bazel test //..."
+# --- A subset: scripts/test.sh [--config=NAME] PATTERN... ---
+if [ $# -gt 0 ]; then
+  flags=()
+  while [ $# -gt 0 ] && [[ "$1" == --* ]]; do flags+=("$1"); shift; done
+  if [ $# -eq 0 ]; then
+    echo "usage: scripts/test.sh [--config=NAME] PATTERN...   (no arguments: the whole suite)" >&2
+    exit 2
+  fi
+  bazel_tests subset "${flags[@]}" -- "$@"
+  python3 scripts/test_summary.py "${summary_args[@]}"
+  exit $?
+fi
+
+# --- The whole suite ---
 bazel_tests default
-echo "==> bazel test --config=asan //..."
 bazel_tests asan --config=asan
-echo "==> bazel test --config=tsan (concurrency tests)"
 bazel_tests tsan --config=tsan -- //coordinator:all //collective:store_test //common:http_server_test \
   //common:metrics_test //common:rate_limiter_test
+
+# The counting itself: each fixture run must end with the line it deserves
+# and the exit status that goes with it.
+expect_count() {  # WANT-LINE PATTERN-AND-FLAGS...
+  local want="$1"; shift
+  local out rc
+  out="$(scripts/test.sh "$@" 2>&1)"
+  rc=$?
+  local last="${out##*$'\n'}"
+  local want_failed="${want#*passed, }"
+  want_failed="${want_failed%% failed*}"
+  if [ "$last" != "$want" ]; then
+    echo "counting: scripts/test.sh $*: closing line '$last', want '$want'; its output:"
+    printf '%s\n' "$out" | tail -n 40
+    return 1
+  fi
+  if { [ "$want_failed" -eq 0 ] && [ "$rc" -ne 0 ]; } || { [ "$want_failed" -ne 0 ] && [ "$rc" -eq 0 ]; }; then
+    echo "counting: scripts/test.sh $*: exit status $rc with '$last'"
+    return 1
+  fi
+  echo "counting: scripts/test.sh $*: '$last', exit $rc, as it should"
+}
+run_step "counting: a target that fails after an all-pass XML" \
+  expect_count "0 passed, 1 failed, 0 skipped" //tests/counting:fails_after_passing_xml_test
+run_step "counting: skips, a target that does not build, a shell test that dies" \
+  expect_count "1 passed, 2 failed, 2 skipped" //tests/counting:passes_and_skips_test \
+  //tests/counting:does_not_build_test //tests/counting:script_dies_test
+run_step "counting: a data race under ThreadSanitizer" \
+  expect_count "0 passed, 1 failed, 0 skipped" --config=tsan //tests/counting:data_race_test
+run_step "counting: a leak under LeakSanitizer" \
+  expect_count "0 passed, 1 failed, 0 skipped" --config=asan //tests/counting:leak_test
+
 run_step "fuzz" scripts/fuzz.sh "${TRAINYARD_FUZZ_SECONDS:-60}"
 if [ -f /usr/local/cuda/include/nccl.h ]; then
   run_step "cuda libtorch" scripts/setup-libtorch-cuda.sh
@@ -54,6 +111,7 @@ if [ -f /usr/local/cuda/include/nccl.h ]; then
     //bench:gpu_bench //collective:nccl_collective_test //trainer:device_training_test //common:device_test
 else
   echo "==> cuda build skipped: no CUDA toolkit with NCCL under /usr/local/cuda"
+  summary_args+=("--skip" "cuda build=no CUDA toolkit with NCCL under /usr/local/cuda")
 fi
 
-python3 scripts/test_summary.py "${logs[@]}" "${checks[@]}"
+python3 scripts/test_summary.py "${summary_args[@]}"

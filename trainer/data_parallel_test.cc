@@ -28,6 +28,8 @@ class SliceIterator : public BatchIterator {
   size_t next_ = 0;
 };
 
+constexpr float kLearningRate = 1e-3f;
+
 std::vector<T5Batch> GlobalBatches(int steps) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(5);
   std::vector<T5Batch> out;
@@ -49,7 +51,7 @@ std::vector<torch::Tensor> Train(Collective* collective, BatchIterator* batches,
                                  int microbatches, bool overlap = true) {
   TinyTrainerOptions options;
   options.init_seed = 3;
-  options.learning_rate = 1e-3f;
+  options.learning_rate = kLearningRate;
   options.adamw = true;
   options.collective = collective;
   options.trainer.num_microbatches = microbatches;
@@ -104,15 +106,25 @@ TEST(DataParallelTest, TwoRanksEqualOneProcess) {
 
   const auto results = TrainTwoRanks(global, kSteps, /*microbatches=*/2, /*overlap=*/true);
   ASSERT_EQ(results[0].size(), reference.size());
+  // Every rank holds identical parameters, equal to the single process's up
+  // to float summation order, which depends on the BLAS kernels of the CPU.
+  // AdamW's early updates are ~lr * sign(g), so an element whose gradient is
+  // ~0 may move the other way: at most 2 lr per step. So nearly every
+  // element agrees to 1e-5 and none differs by more than 2 lr per step; a
+  // real error (a wrong normalisation, a missed bucket) moves most of them.
+  // Measured on 361,472 elements: OpenBLAS's Prescott kernels 0 beyond
+  // 1e-5; its Cooperlake kernels 8 beyond 1e-5, the largest 2.7e-3.
+  int64_t elements = 0, beyond = 0;
+  float worst = 0;
   for (size_t i = 0; i < reference.size(); ++i) {
-    // Every rank holds identical parameters...
     EXPECT_TRUE(torch::equal(results[0][i], results[1][i])) << i;
-    // ...equal to the single process's up to float summation order. AdamW's
-    // early updates are ~lr * sign(g), so an element whose gradient is ~0 may
-    // move differently: allow half a step (lr = 1e-3); measured max 1.4e-4.
-    EXPECT_TRUE(torch::allclose(results[0][i], reference[i], 0.0, 5e-4))
-        << i << " max diff " << (results[0][i] - reference[i]).abs().max().item<float>();
+    const torch::Tensor diff = (results[0][i] - reference[i]).abs();
+    elements += diff.numel();
+    beyond += diff.gt(1e-5).sum().item<int64_t>();
+    worst = std::max(worst, diff.max().item<float>());
   }
+  EXPECT_LE(beyond, elements / 10000) << beyond << " of " << elements << " elements differ by more than 1e-5";
+  EXPECT_LE(worst, 2 * kLearningRate * kSteps);
 }
 
 }  // namespace

@@ -107,27 +107,42 @@ TEST(FastConfigLossTest, MatchesTheFloat32ReferenceOver200Steps) {
     return sum / (to - from);
   };
   const double ref_tail = mean(reference, kSteps - 20, kSteps), fast_tail = mean(fastest[0], kSteps - 20, kSteps);
-  // Mean loss over windows of 20 steps.
+  // Mean loss over windows of 20 steps, compared on the plateau before the
+  // drop from ~1.0 to ~0.3 (while the reference's window mean is above
+  // 0.9): the drop's timing depends on rounding, so it is compared as the
+  // step where each curve's 20-step moving mean first falls below 0.6.
   double max_window_rel = 0;
   for (int from = 0; from < kSteps; from += 20) {
     const double r = mean(reference, from, from + 20), f = mean(fastest[0], from, from + 20);
     std::printf("steps %3d-%3d: %.4f vs %.4f\n", from + 1, from + 20, r, f);
-    max_window_rel = std::max(max_window_rel, std::abs(f - r) / r);
+    if (r > 0.9) max_window_rel = std::max(max_window_rel, std::abs(f - r) / r);
   }
+  auto drop_step = [&](const std::vector<double>& v) {
+    for (int end = 20; end <= kSteps; ++end) {
+      if (mean(v, end - 20, end) < 0.6) return end;
+    }
+    return kSteps + 1;
+  };
+  const int ref_drop = drop_step(reference), fast_drop = drop_step(fastest[0]);
   std::printf("loss step 1: %.6f vs %.6f; last 20 steps: %.4f vs %.4f; max relative difference: %.2e "
-              "(steps 1-50), %.2e (all); over 20-step windows: %.2e\n",
-              reference[0], fastest[0][0], ref_tail, fast_tail, max_rel_first50, max_rel, max_window_rel);
+              "(steps 1-50), %.2e (all); over 20-step windows before the drop: %.2e; moving mean below 0.6 "
+              "from step %d vs %d\n",
+              reference[0], fastest[0][0], ref_tail, fast_tail, max_rel_first50, max_rel, max_window_rel, ref_drop,
+              fast_drop);
   // The first step sees identical parameters: only summation order differs.
   EXPECT_NEAR(fastest[0][0], reference[0], 1e-5 * reference[0]);
-  // The stated tolerances, measured values in brackets: every loss of steps
-  // 1-50 within 1e-3 relative (4.8e-5); past that the curves may drift
-  // apart step by step as rounding compounds (single-batch losses differ by
-  // up to 71 % late in training, around the drop from ~1.0 to ~0.3 whose
-  // timing shifts by a few steps), so the rest is compared as mean loss
-  // over 20-step windows: each within 15 % (7 %).
+  // The stated tolerances, measured values in brackets for OpenBLAS's
+  // Prescott / Haswell / SkylakeX and Cooperlake kernels: every loss of
+  // steps 1-50 within 1e-3 relative (4.8e-5 / 8.2e-5 / 4.6e-5); past that
+  // the curves drift apart step by step as rounding compounds (single-batch
+  // losses differ by up to 71 % late in training), so the plateau is
+  // compared as 20-step window means, each within 10 % (2.0e-2 / 1.0e-2 /
+  // 6.8e-3), and the drop as the step it happens, within 40 steps (175 vs
+  // 172 / 178 vs 175 / 173 vs 176).
   EXPECT_LT(max_rel_first50, 1e-3);
-  EXPECT_LT(max_window_rel, 0.15);
-  // Both learn the task: the last 20 steps' mean loss (0.28 and 0.26).
+  EXPECT_LT(max_window_rel, 0.10);
+  EXPECT_LE(std::abs(fast_drop - ref_drop), 40);
+  // Both learn the task: the last 20 steps' mean loss (0.26 to 0.33).
   EXPECT_LT(ref_tail, 0.4);
   EXPECT_LT(fast_tail, 0.4);
 }

@@ -4,10 +4,14 @@ no stemming) on corpora with punctuation, numbers, dashes, quotes, entities,
 non-ASCII text and empty predictions."""
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
 import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
+import junit  # noqa: E402  (tests/testing: each test a case in $XML_OUTPUT_FILE)
 
 import sacrebleu
 from rouge_score import rouge_scorer
@@ -74,7 +78,7 @@ def main():
     parser.add_argument("--tool", required=True)
     args, rest = parser.parse_known_args()
     TOOL = args.tool
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    junit.main([sys.argv[0], *rest])
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ import sys
 import tempfile
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
+import junit  # noqa: E402  (tests/testing: each test a case in $XML_OUTPUT_FILE)
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "system"))
 import system_test  # noqa: E402
 from system_test import Cluster  # noqa: E402
@@ -90,7 +93,7 @@ def main():
     EXPORT = os.path.abspath(args.export)
     TRAIN_PREDICT = os.path.abspath(args.train_predict)
     EVALUATE = os.path.abspath(args.evaluate)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    junit.main([sys.argv[0], *rest])
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
+import junit  # noqa: E402  (tests/testing: each test a case in $XML_OUTPUT_FILE)
+
 import numpy as np
 from safetensors.numpy import load_file
 
@@ -823,8 +826,8 @@ class SeparateHostsTest(unittest.TestCase):
     def setUp(self):
         reason = netns_unavailable()
         if reason:
-            print(f"SKIPPED: network namespaces unavailable here ({reason})")
-            self.skipTest(reason)
+            self.skipTest(f"network namespaces unavailable here ({reason}): separate hosts need "
+                          "root and `ip netns`")
         self.root = tempfile.mkdtemp(prefix="hosts-", dir=os.environ.get("TEST_TMPDIR"))
         self.spec = os.path.join(self.root, "job.textproto")
         with open(self.spec, "w") as f:
@@ -894,7 +897,7 @@ def main():
     parser.add_argument("--trainyard", required=True)
     args, rest = parser.parse_known_args()
     TRAINYARD = os.path.abspath(args.trainyard)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    junit.main([sys.argv[0], *rest])
 
 
 if __name__ == "__main__":
