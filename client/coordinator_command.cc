@@ -6,6 +6,7 @@
 
 #include "client/commands.h"
 #include "absl/strings/numbers.h"
+#include "absl/time/time.h"
 #include "client/flags.h"
 #include "common/logging.h"
 #include "coordinator/server.h"
@@ -40,6 +41,14 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
                "largest request accepted (default 16777216)");
   flags.AddString("metrics-listen", &options.metrics_listen, "HOST:PORT",
                   "serve Prometheus /metrics and /healthz over HTTP there (default: off)");
+  int keep_finished_jobs = 10000;
+  std::string keep_finished_for = "0";
+  flags.AddInt("keep-finished-jobs", &keep_finished_jobs, "N",
+               "keep the records of the newest N finished jobs; older ones are deleted\n"
+               "(memory and jobs.db; default 10000; 0: no limit by count)");
+  flags.AddString("keep-finished-for", &keep_finished_for, "DURATION",
+                  "delete a finished job's record this long after it finished, e.g. 72h\n"
+                  "(default 0: no limit by age)");
   std::vector<std::string> positional;
   if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
   if (!positional.empty() || options.coordinator.state_dir.empty()) {
@@ -55,6 +64,19 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
     return kExitUsage;
   }
   options.submit_burst = std::max(1.0, 2 * options.submit_rate);
+  if (keep_finished_jobs < 0) {
+    err << "error: --keep-finished-jobs: " << keep_finished_jobs << "; want N >= 0 (0: no limit)\n";
+    return kExitUsage;
+  }
+  absl::Duration keep_for;
+  if (!absl::ParseDuration(keep_finished_for, &keep_for) || keep_for < absl::ZeroDuration() ||
+      keep_for == absl::InfiniteDuration()) {
+    err << "error: --keep-finished-for: '" << keep_finished_for
+        << "'; want a duration such as 90m, 72h or 0 (no limit)\n";
+    return kExitUsage;
+  }
+  options.coordinator.keep_finished_jobs = keep_finished_jobs;
+  options.coordinator.keep_finished_for = keep_for;
   if (absl::optional<int> code = SetUpLogging(log_level, err)) return *code;
   if (output_root.empty()) {
     char cwd[PATH_MAX] = {};

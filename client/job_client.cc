@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -77,11 +78,18 @@ absl::StatusOr<JobInfo> JobClient::Get(const std::string& job_id) {
 }
 
 absl::StatusOr<std::vector<JobInfo>> JobClient::List(int limit) {
+  std::vector<JobInfo> jobs;
   ListJobsRequest request;
-  request.set_limit(limit);
-  ListJobsResponse response;
-  TY_CALL(ListJobs, request, response);
-  return std::vector<JobInfo>(response.jobs().begin(), response.jobs().end());
+  while (true) {
+    constexpr int kPage = 1000;  // the coordinator's largest page
+    request.set_page_size(limit > 0 ? std::min<int64_t>(kPage, limit - static_cast<int64_t>(jobs.size())) : kPage);
+    ListJobsResponse response;
+    TY_CALL(ListJobs, request, response);
+    jobs.insert(jobs.end(), response.jobs().begin(), response.jobs().end());
+    if (response.next_page_token().empty() || (limit > 0 && static_cast<int64_t>(jobs.size()) >= limit)) break;
+    request.set_page_token(response.next_page_token());
+  }
+  return jobs;
 }
 
 absl::StatusOr<JobInfo> JobClient::Cancel(const std::string& job_id, const std::string& reason) {

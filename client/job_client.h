@@ -28,6 +28,7 @@ class JobClient {
 
   absl::StatusOr<SubmitJobResponse> Submit(const JobSpec& spec, const std::vector<std::string>& overrides);
   absl::StatusOr<JobInfo> Get(const std::string& job_id);
+  // Jobs newest first, fetched a page at a time: at most `limit` (0: all).
   absl::StatusOr<std::vector<JobInfo>> List(int limit);
   absl::StatusOr<JobInfo> Cancel(const std::string& job_id, const std::string& reason);
   // Calls `on_event` for every event until the job ends (returns its final

@@ -1,11 +1,14 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
-#include <random>
+#include <iterator>
+#include <limits>
 #include <optional>
+#include <random>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -147,7 +150,9 @@ Coordinator::~Coordinator() { Shutdown(); }
 
 absl::Status Coordinator::Load() {
   TY_ASSIGN_OR_RETURN(std::vector<JobStore::Record> records, db_->LoadAll());
+  TY_ASSIGN_OR_RETURN(int64_t recorded_next, db_->RecordedNextSequence());
   std::lock_guard<std::mutex> lock(mu_);
+  next_sequence_ = std::max(next_sequence_, recorded_next);
   for (JobStore::Record& r : records) {
     auto job = std::make_unique<Job>();
     job->info = std::move(r.job);
@@ -174,9 +179,16 @@ absl::Status Coordinator::Load() {
       job->info.set_update_time_unix_ms(UnixMillis(options_.clock));
       TY_RETURN_IF_ERROR(db_->Put(job->info, job->sequence));
     }
+    if (IsFinal(job->info.state())) {
+      // Records written before end times were kept: their last update.
+      if (job->info.end_time_unix_ms() == 0) job->info.set_end_time_unix_ms(job->info.update_time_unix_ms());
+      finished_.insert({job->info.end_time_unix_ms(), job->sequence});
+    }
+    by_sequence_[job->sequence] = job.get();
     const std::string id = job->info.job_id();
     jobs_[id] = std::move(job);
   }
+  RetainLocked();
   return absl::OkStatus();
 }
 
@@ -215,6 +227,12 @@ void Coordinator::Shutdown() {
     }
   }
   dirty_.clear();
+  if (!to_delete_.empty()) {
+    if (absl::Status s = db_->Delete(to_delete_, next_sequence_); !s.ok()) {
+      spdlog::error("cannot delete {} finished job record(s): {}", to_delete_.size(), s.ToString());
+    }
+    to_delete_.clear();
+  }
 }
 
 void Coordinator::SchedulerLoop() {
@@ -242,6 +260,7 @@ void Coordinator::Tick() {
   for (auto& [id, job] : jobs_) {
     if (job->driver_done && job->driver.joinable()) finished.push_back(std::move(job->driver));
   }
+  RetainLocked();
   for (auto it = session_closers_.begin(); it != session_closers_.end();) {
     if (it->done->load()) {
       finished.push_back(std::move(it->thread));
@@ -364,11 +383,21 @@ void Coordinator::PersisterLoop() {
     std::vector<std::pair<JobInfo, int64_t>> batch;
     for (const std::string& id : dirty_) batch.emplace_back(jobs_[id]->info, jobs_[id]->sequence);
     dirty_.clear();
+    // Deletions after this pass's writes (a record snapshotted before its
+    // job was deleted is written, then deleted).
+    std::vector<std::string> deletions;
+    deletions.swap(to_delete_);
+    const int64_t next_sequence = next_sequence_;
     const bool last = shutting_down_;
     lock.unlock();
     for (const auto& [info, sequence] : batch) {
       if (absl::Status s = db_->Put(info, sequence); !s.ok()) {
         spdlog::error("job {}: cannot persist its progress: {}", info.job_id(), s.ToString());
+      }
+    }
+    if (!deletions.empty()) {
+      if (absl::Status s = db_->Delete(deletions, next_sequence); !s.ok()) {
+        spdlog::error("cannot delete {} finished job record(s): {}", deletions.size(), s.ToString());
       }
     }
     lock.lock();
@@ -390,7 +419,61 @@ void Coordinator::SetStateLocked(Job* job, JobState state, const std::string& re
   }
   job->info.set_state(state);
   job->info.set_reason(reason);
+  const bool finishes = IsFinal(state) && !IsFinal(before);
+  if (finishes) job->info.set_end_time_unix_ms(UnixMillis(options_.clock));
   UpdateLocked(job);
+  if (finishes) {
+    finished_.insert({job->info.end_time_unix_ms(), job->sequence});
+    RetainLocked();
+  }
+}
+
+void Coordinator::RetainLocked() {
+  const int64_t keep = options_.keep_finished_jobs;
+  const int64_t max_age_ms = absl::ToInt64Milliseconds(options_.keep_finished_for);
+  if (keep <= 0 && max_age_ms <= 0) return;
+  const int64_t now_ms = UnixMillis(options_.clock);
+  bool deleted = false;
+  while (!finished_.empty()) {
+    const auto [end_ms, sequence] = *finished_.begin();
+    const bool over_count = keep > 0 && static_cast<int64_t>(finished_.size()) > keep;
+    const bool too_old = max_age_ms > 0 && now_ms - end_ms > max_age_ms;
+    if (!over_count && !too_old) break;
+    auto indexed = by_sequence_.find(sequence);
+    if (indexed == by_sequence_.end()) {  // cannot happen: every finished job is indexed
+      finished_.erase(finished_.begin());
+      continue;
+    }
+    Job* job = indexed->second;
+    // Its driver is still tearing it down, or done but not yet joined: the
+    // scheduler's next tick joins it, then this runs again.
+    if (job->driver.joinable()) break;
+    const std::string id = job->info.job_id();
+    spdlog::info("job {}: record deleted ({})", id,
+                 over_count ? absl::StrCat("only the newest ", keep, " finished jobs are kept")
+                            : absl::StrCat("finished more than ", absl::FormatDuration(options_.keep_finished_for),
+                                           " ago"));
+    dirty_.erase(id);
+    to_delete_.push_back(id);
+    finished_.erase(finished_.begin());
+    by_sequence_.erase(indexed);
+    jobs_.erase(id);
+    deleted = true;
+  }
+  if (deleted) changed_.notify_all();  // watchers of a deleted job learn it is gone
+}
+
+absl::Status Coordinator::UnknownJob(const std::string& job_id) const {
+  std::string kept;
+  if (options_.keep_finished_jobs > 0) {
+    kept = absl::StrCat("the newest ", options_.keep_finished_jobs);
+  }
+  if (options_.keep_finished_for > absl::ZeroDuration()) {
+    absl::StrAppend(&kept, kept.empty() ? "" : ", and ", "those that finished within the last ",
+                    absl::FormatDuration(options_.keep_finished_for));
+  }
+  return absl::NotFoundError(absl::StrCat("no job '", job_id, "'",
+                                          kept.empty() ? "" : absl::StrCat(" (finished jobs are kept: ", kept, ")")));
 }
 
 void Coordinator::StopLocked(Job* job, JobState state, const std::string& reason) {
@@ -497,9 +580,23 @@ void Coordinator::Drive(Job* job) {
         &started));
     int64_t step = started[0].start_step();
     {
+      // What the workers restored (a restart whose newest checkpoint turned
+      // out damaged restores an older one): the job's newest checkpoint now,
+      // and the reason while it runs says what was passed over.
+      std::string note;
+      if (started[0].passed_over_size() > 0) {
+        note = absl::StrCat("restored ",
+                            started[0].restored_checkpoint().empty() ? "nothing (from scratch)"
+                                                                     : started[0].restored_checkpoint(),
+                            "; passed over ", absl::StrJoin(started[0].passed_over(), "; "));
+        spdlog::warn("job {}: {}", job_id, note);
+      }
       std::lock_guard<std::mutex> lock(mu_);
       job->info.set_step(step);
-      SetStateLocked(job, RUNNING, "");
+      if (!started[0].restored_checkpoint().empty() || started[0].passed_over_size() > 0) {
+        job->info.set_latest_checkpoint(started[0].restored_checkpoint());
+      }
+      SetStateLocked(job, RUNNING, note);
     }
     if (spec.kind() == EVALUATION || spec.kind() == INFERENCE) {
       spdlog::info("job {}: {} of the checkpoint at step {} on {} split {}", job_id, JobKind_Name(spec.kind()), step,
@@ -704,6 +801,7 @@ absl::StatusOr<SubmitJobResponse> Coordinator::SubmitJob(const SubmitJobRequest&
   *response.mutable_normalized_spec() = spec;
   spdlog::info("job {}: submitted ({} worker(s), {} steps)", job->info.job_id(), spec.num_workers(),
            spec.total_steps());
+  by_sequence_[job->sequence] = job.get();
   jobs_[job->info.job_id()] = std::move(job);
   changed_.notify_all();
   return response;
@@ -712,24 +810,39 @@ absl::StatusOr<SubmitJobResponse> Coordinator::SubmitJob(const SubmitJobRequest&
 absl::StatusOr<JobInfo> Coordinator::GetJob(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+  if (it == jobs_.end()) return UnknownJob(job_id);
   return it->second->info;
 }
 
-ListJobsResponse Coordinator::ListJobs(const ListJobsRequest& request) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<const Job*> jobs;
-  for (const auto& [id, job] : jobs_) {
-    if (request.states().empty() ||
-        std::find(request.states().begin(), request.states().end(), job->info.state()) != request.states().end()) {
-      jobs.push_back(job.get());
-    }
+absl::StatusOr<ListJobsResponse> Coordinator::ListJobs(const ListJobsRequest& request) {
+  constexpr int kDefaultPageSize = 100;
+  constexpr int kMaxPageSize = 1000;
+  if (request.page_size() < 0 || request.page_size() > kMaxPageSize) {
+    return absl::InvalidArgumentError(absl::StrCat("page_size: ", request.page_size(), "; allowed 0..", kMaxPageSize,
+                                                   " (0: ", kDefaultPageSize, ")"));
   }
-  std::sort(jobs.begin(), jobs.end(), [](const Job* a, const Job* b) { return a->sequence > b->sequence; });
+  const int page_size = request.page_size() == 0 ? kDefaultPageSize : request.page_size();
+  // The token is the sequence number of the last job of the previous page.
+  int64_t below = std::numeric_limits<int64_t>::max();
+  if (!request.page_token().empty() && (!absl::SimpleAtoi(request.page_token(), &below) || below <= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_token: '", request.page_token(), "' is not a next_page_token from ListJobs"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   ListJobsResponse response;
-  for (const Job* job : jobs) {
-    if (request.limit() > 0 && response.jobs_size() >= request.limit()) break;
+  int64_t last_sequence = 0;
+  for (auto it = std::make_reverse_iterator(by_sequence_.lower_bound(below)); it != by_sequence_.rend(); ++it) {
+    const Job* job = it->second;
+    if (!request.states().empty() &&
+        std::find(request.states().begin(), request.states().end(), job->info.state()) == request.states().end()) {
+      continue;
+    }
+    if (response.jobs_size() == page_size) {  // another one exists: there is a next page
+      response.set_next_page_token(absl::StrCat(last_sequence));
+      break;
+    }
     *response.add_jobs() = job->info;
+    last_sequence = it->first;
   }
   return response;
 }
@@ -740,7 +853,7 @@ absl::StatusOr<JobInfo> Coordinator::CancelJob(const std::string& job_id, const 
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
+    if (it == jobs_.end()) return UnknownJob(job_id);
     Job* job = it->second.get();
     if (IsFinal(job->info.state())) {
       return absl::FailedPreconditionError(
@@ -917,13 +1030,20 @@ void Coordinator::CloseSessionLocked(std::string session_id, const std::string& 
 absl::StatusOr<JobInfo> Coordinator::WaitForChange(const std::string& job_id, int64_t* version,
                                                    absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job '", job_id, "'"));
-  Job* job = it->second.get();
+  // The job may be deleted (retention) while this waits: look it up again.
+  auto find = [&]() -> Job* {
+    auto it = jobs_.find(job_id);
+    return it == jobs_.end() ? nullptr : it->second.get();
+  };
+  if (find() == nullptr) return UnknownJob(job_id);
   if (*version > 0) {
-    changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
-                      [&] { return job->version > *version || shutting_down_; });
+    changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout), [&] {
+      const Job* job = find();
+      return job == nullptr || job->version > *version || shutting_down_;
+    });
   }
+  const Job* job = find();
+  if (job == nullptr) return UnknownJob(job_id);
   *version = job->version;
   return job->info;
 }

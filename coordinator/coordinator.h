@@ -68,6 +68,12 @@ struct CoordinatorOptions {
   // Part of every worker id (see WorkerRegistry); nullopt: random per
   // process.
   std::optional<std::string> instance_id;
+  // Retention of finished jobs' records, in memory and in jobs.db: a
+  // finished job is deleted once `keep_finished_jobs` jobs have finished
+  // after it, or `keep_finished_for` after it finished. 0 (either): no limit
+  // of that kind. Running and queued jobs are always kept.
+  int64_t keep_finished_jobs = 10000;
+  absl::Duration keep_finished_for = absl::ZeroDuration();
   // Where the coordinator's metrics go (not owned; outlives it); nullptr:
   // none. jobs and workers by state, sessions, submissions, restarts,
   // finished jobs by state, scheduler tick time and scheduling delay.
@@ -96,7 +102,9 @@ class Coordinator {
   // kInvalidArgument listing every problem of the spec.
   absl::StatusOr<SubmitJobResponse> SubmitJob(const SubmitJobRequest& request);
   absl::StatusOr<JobInfo> GetJob(const std::string& job_id);
-  ListJobsResponse ListJobs(const ListJobsRequest& request);
+  // A page of jobs, newest first. kInvalidArgument for a page_size out of
+  // range or a page_token that no ListJobs returned.
+  absl::StatusOr<ListJobsResponse> ListJobs(const ListJobsRequest& request);
   // kFailedPrecondition if the job already ended.
   absl::StatusOr<JobInfo> CancelJob(const std::string& job_id, const std::string& reason);
   // Blocks until the job changes after `*version` (0 = return at once) or
@@ -172,6 +180,13 @@ class Coordinator {
   void UpdateLocked(Job* job, bool durable = true);
   void PersisterLoop();
   void SetStateLocked(Job* job, JobState state, const std::string& reason);
+  // Deletes the finished jobs past the retention policy (caller holds mu_);
+  // their records leave jobs.db on the persister's next pass. A job whose
+  // driver has not been joined yet is kept until it has.
+  void RetainLocked();
+  // kNotFound for a job id this coordinator does not know (saying how long
+  // finished jobs are kept, when that is limited).
+  absl::Status UnknownJob(const std::string& job_id) const;
   // Requests the driver to stop with a final state (failure or cancel).
   void StopLocked(Job* job, JobState state, const std::string& reason);
   std::string RankName(const Job& job, int rank) const;
@@ -185,6 +200,10 @@ class Coordinator {
   std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;  // guarded by mu_
+  std::map<int64_t, Job*> by_sequence_;               // guarded by mu_: jobs_ by sequence
+  // Finished jobs by (end time, sequence): the retention order.
+  std::set<std::pair<int64_t, int64_t>> finished_;    // guarded by mu_
+  std::vector<std::string> to_delete_;                // guarded by mu_: for the persister
   int64_t next_sequence_ = 1;                         // guarded by mu_
   bool shutting_down_ = false;                        // guarded by mu_
   std::set<std::string> dirty_;                       // guarded by mu_: to persist

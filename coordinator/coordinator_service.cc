@@ -74,7 +74,9 @@ grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* context, const GetJobRe
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* context, const ListJobsRequest* request,
                                       ListJobsResponse* response) {
   if (grpc::Status s = Admit(*context); !s.ok()) return s;
-  *response = coordinator_->ListJobs(*request);
+  absl::StatusOr<ListJobsResponse> r = coordinator_->ListJobs(*request);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *response = std::move(*r);
   return grpc::Status::OK;
 }
 

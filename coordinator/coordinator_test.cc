@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -34,6 +35,9 @@ struct FakeWorker {
   int64_t preempt_eval_step = -1;       // Evaluate at this step reports a preemption
   int rank = -1;
   std::vector<std::string> restored;    // StartJob's restore_checkpoint, per attempt
+  // StartJob reports it restored this instead of the named checkpoint, having
+  // passed over the named one (a damaged newest checkpoint).
+  std::string restores_instead;
 };
 
 class FakeClient : public WorkerClient {
@@ -46,7 +50,13 @@ class FakeClient : public WorkerClient {
     w_->rank = r.rank();
     StartJobResponse response;
     // A restart resumes at the checkpoint's step ("ckpt_<step>").
-    if (!r.restore_checkpoint().empty()) response.set_start_step(std::stoll(r.restore_checkpoint().substr(5)));
+    std::string restored = r.restore_checkpoint();
+    if (!restored.empty() && !w_->restores_instead.empty()) {
+      response.add_passed_over(absl::StrCat(restored, " passed over: params.safetensors: SHA-256 mismatch"));
+      restored = w_->restores_instead;
+    }
+    if (!restored.empty()) response.set_start_step(std::stoll(restored.substr(5)));
+    response.set_restored_checkpoint(restored);
     return response;
   }
   absl::StatusOr<RunStepsResponse> RunSteps(const RunStepsRequest& r) override {
@@ -637,7 +647,7 @@ TEST_F(CoordinatorTest, BadSpecsAreRefusedListingTheFields) {
   request = Spec(1, 10);
   request.add_overrides("no_such_field=1");
   EXPECT_THAT(c->SubmitJob(request).status(), StatusCodeIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_EQ(c->ListJobs({}).jobs_size(), 0);
+  EXPECT_EQ(c->ListJobs({})->jobs_size(), 0);
 }
 
 TEST_F(CoordinatorTest, ARestartedCoordinatorKnowsEveryJob) {
@@ -655,7 +665,7 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorKnowsEveryJob) {
     c->Shutdown();
   }
   auto c = Make();
-  ListJobsResponse all = c->ListJobs({});
+  ListJobsResponse all = *c->ListJobs({});
   ASSERT_EQ(all.jobs_size(), 3);
   EXPECT_EQ(all.jobs(0).job_id(), pending);  // newest first
   EXPECT_EQ(c->GetJob(pending)->state(), PENDING);
@@ -670,7 +680,7 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorKnowsEveryJob) {
   EXPECT_EQ(c->SubmitJob(Spec(1, 10))->job_id(), "test-job-4");
   ListJobsRequest only_pending;
   only_pending.add_states(PENDING);
-  EXPECT_EQ(c->ListJobs(only_pending).jobs_size(), 2);
+  EXPECT_EQ(c->ListJobs(only_pending)->jobs_size(), 2);
 }
 
 TEST_F(CoordinatorTest, WaitForChangeWakesOnChangesAndTimesOut) {
@@ -689,6 +699,196 @@ TEST_F(CoordinatorTest, WaitForChangeWakesOnChangesAndTimesOut) {
   EXPECT_EQ(info->state(), CANCELLED);
   EXPECT_THAT(c->WaitForChange("nope", &version, absl::Seconds(1)).status(),
               StatusCodeIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(CoordinatorTest, ListJobsPagesNewestFirst) {
+  auto c = Make();
+  for (int i = 0; i < 7; ++i) ASSERT_THAT(c->SubmitJob(Spec(1, 10)).status(), IsOk());
+  ASSERT_THAT(c->CancelJob("test-job-2", "").status(), IsOk());
+  ASSERT_THAT(c->CancelJob("test-job-5", "").status(), IsOk());
+  std::vector<std::string> seen;
+  ListJobsRequest request;
+  request.set_page_size(3);
+  std::vector<int> page_sizes;
+  while (true) {
+    absl::StatusOr<ListJobsResponse> page = c->ListJobs(request);
+    ASSERT_THAT(page.status(), IsOk());
+    page_sizes.push_back(page->jobs_size());
+    for (const JobInfo& j : page->jobs()) seen.push_back(j.job_id());
+    if (page->next_page_token().empty()) break;
+    request.set_page_token(page->next_page_token());
+  }
+  EXPECT_EQ(page_sizes, (std::vector<int>{3, 3, 1}));
+  EXPECT_EQ(seen, (std::vector<std::string>{"test-job-7", "test-job-6", "test-job-5", "test-job-4", "test-job-3",
+                                            "test-job-2", "test-job-1"}));
+  // A filter pages over the matching jobs only; a full last page has no
+  // next token.
+  ListJobsRequest cancelled;
+  cancelled.add_states(CANCELLED);
+  cancelled.set_page_size(1);
+  absl::StatusOr<ListJobsResponse> first = c->ListJobs(cancelled);
+  ASSERT_THAT(first.status(), IsOk());
+  ASSERT_EQ(first->jobs_size(), 1);
+  EXPECT_EQ(first->jobs(0).job_id(), "test-job-5");
+  cancelled.set_page_token(first->next_page_token());
+  absl::StatusOr<ListJobsResponse> second = c->ListJobs(cancelled);
+  ASSERT_EQ(second->jobs_size(), 1);
+  EXPECT_EQ(second->jobs(0).job_id(), "test-job-2");
+  EXPECT_EQ(second->next_page_token(), "");
+  // The default page is 100; bad sizes and tokens are refused by name.
+  EXPECT_EQ(c->ListJobs({})->jobs_size(), 7);
+  ListJobsRequest bad;
+  bad.set_page_size(1001);
+  EXPECT_THAT(c->ListJobs(bad).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("page_size: 1001; allowed 0..1000")));
+  bad.set_page_size(0);
+  bad.set_page_token("yesterday");
+  EXPECT_THAT(c->ListJobs(bad).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("page_token: 'yesterday'")));
+}
+
+TEST_F(CoordinatorTest, FinishedJobsAreKeptByCountInMemoryAndInTheDatabase) {
+  options_.keep_finished_jobs = 2;
+  {
+    auto c = Make();
+    for (int i = 0; i < 5; ++i) ASSERT_THAT(c->SubmitJob(Spec(1, 10)).status(), IsOk());
+    // Jobs 1..4 finish in the order 3, 1, 4, 2; job 5 stays queued.
+    for (const char* id : {"test-job-3", "test-job-1", "test-job-4", "test-job-2"}) {
+      ASSERT_THAT(c->CancelJob(id, "").status(), IsOk());
+      clock_.AdvanceTime(absl::Seconds(1));
+    }
+    // The two that finished last are kept, and the queued one.
+    std::vector<std::string> ids;
+    const ListJobsResponse all = *c->ListJobs({});
+    for (const JobInfo& j : all.jobs()) ids.push_back(j.job_id());
+    EXPECT_EQ(ids, (std::vector<std::string>{"test-job-5", "test-job-4", "test-job-2"}));
+    EXPECT_THAT(c->GetJob("test-job-3").status(),
+                StatusIs(absl::StatusCode::kNotFound,
+                         HasSubstr("no job 'test-job-3' (finished jobs are kept: the newest 2)")));
+    EXPECT_GT(c->GetJob("test-job-4")->end_time_unix_ms(), 0);
+    EXPECT_EQ(c->GetJob("test-job-5")->end_time_unix_ms(), 0);
+    c->Shutdown();
+  }
+  // jobs.db kept the same three; new ids never reuse deleted ones.
+  {
+    options_.keep_finished_jobs = 0;  // no limit: whatever is left in jobs.db shows
+    auto c = Make();
+    std::vector<std::string> ids;
+    const ListJobsResponse all = *c->ListJobs({});
+    for (const JobInfo& j : all.jobs()) ids.push_back(j.job_id());
+    EXPECT_EQ(ids, (std::vector<std::string>{"test-job-5", "test-job-4", "test-job-2"}));
+    ASSERT_THAT(c->CancelJob("test-job-5", "").status(), IsOk());
+    c->Shutdown();
+  }
+  {
+    options_.keep_finished_jobs = 1;  // applied when the coordinator loads
+    auto c = Make();
+    ASSERT_EQ(c->ListJobs({})->jobs_size(), 1);
+    EXPECT_EQ(c->ListJobs({})->jobs(0).job_id(), "test-job-5");
+    c->Shutdown();
+  }
+  {
+    auto c = Make();
+    ASSERT_THAT(c->CancelJob("test-job-5", "").status(), StatusCodeIs(absl::StatusCode::kFailedPrecondition));
+    c->Shutdown();
+  }
+  // Every record gone, then a new job: its id is still the 6th.
+  {
+    options_.keep_finished_jobs = 1;
+    auto c = Make();
+    EXPECT_EQ(c->SubmitJob(Spec(1, 10))->job_id(), "test-job-6");
+    ASSERT_THAT(c->CancelJob("test-job-6", "").status(), IsOk());  // deletes test-job-5
+    c->Shutdown();
+  }
+  {
+    auto c = Make();
+    EXPECT_EQ(c->SubmitJob(Spec(1, 10))->job_id(), "test-job-7");
+  }
+}
+
+TEST_F(CoordinatorTest, FinishedJobsAreKeptByAge) {
+  options_.keep_finished_jobs = 0;
+  options_.keep_finished_for = absl::Hours(1);
+  auto c = Make();
+  const std::string old_job = c->SubmitJob(Spec(1, 10))->job_id();
+  const std::string queued = c->SubmitJob(Spec(1, 10))->job_id();
+  ASSERT_THAT(c->CancelJob(old_job, "").status(), IsOk());
+  clock_.AdvanceTime(absl::Minutes(59));
+  const std::string recent = c->SubmitJob(Spec(1, 10))->job_id();
+  ASSERT_THAT(c->CancelJob(recent, "").status(), IsOk());
+  c->Tick();
+  EXPECT_EQ(c->ListJobs({})->jobs_size(), 3);
+  clock_.AdvanceTime(absl::Minutes(2));  // old_job finished 61 minutes ago
+  c->Tick();
+  EXPECT_THAT(c->GetJob(old_job).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("those that finished within the last 1h")));
+  EXPECT_THAT(c->GetJob(recent).status(), IsOk());
+  EXPECT_EQ(c->GetJob(queued)->state(), PENDING);  // queued jobs are never deleted
+  clock_.AdvanceTime(absl::Hours(10));
+  c->Tick();
+  EXPECT_EQ(c->ListJobs({})->jobs_size(), 1);
+  EXPECT_EQ(c->GetJob(queued)->state(), PENDING);
+}
+
+TEST_F(CoordinatorTest, AJobDeletedWhileWatchedEndsTheWatch) {
+  options_.keep_finished_jobs = 1;
+  auto c = Make();
+  const std::string first = c->SubmitJob(Spec(1, 10))->job_id();
+  ASSERT_THAT(c->CancelJob(first, "").status(), IsOk());
+  int64_t version = 0;
+  ASSERT_THAT(c->WaitForChange(first, &version, absl::Seconds(1)).status(), IsOk());
+  std::thread deleter([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    const std::string second = c->SubmitJob(Spec(1, 10))->job_id();
+    ASSERT_THAT(c->CancelJob(second, "").status(), IsOk());  // deletes `first`
+  });
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(c->WaitForChange(first, &version, absl::Seconds(30)).status(),
+              StatusCodeIs(absl::StatusCode::kNotFound));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  deleter.join();
+}
+
+TEST_F(CoordinatorTest, ARestartRecordsTheCheckpointTheWorkersRestored) {
+  auto c = Make();
+  const std::string a = AddWorker(c.get(), "a");
+  Worker("a")->fail_step = 40;
+  Worker("a")->fail_run_at_step = absl::UnavailableError("connection reset");
+  Worker("a")->restores_instead = "ckpt_20";  // ckpt_40 turns out damaged
+  SubmitJobRequest request = Spec(1, 60);
+  request.mutable_spec()->set_checkpoint_period(20);
+  const std::string id = c->SubmitJob(request)->job_id();
+  c->Start();
+  // The first attempt fails at step 40 with ckpt_40 recorded; the restart
+  // names ckpt_40, the worker passes over it and restores ckpt_20.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (c->GetJob(id)->restarts() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+  {
+    std::lock_guard<std::mutex> lock(Worker("a")->mu);
+    Worker("a")->fail_step = -1;
+  }
+  JobInfo running;
+  while (absl::Now() < deadline + absl::Seconds(10)) {
+    running = *c->GetJob(id);
+    if (running.state() == RUNNING && running.restarts() == 1) break;
+    HeartbeatRequest hb;  // the drained worker says it holds no job
+    hb.set_worker_id(a);
+    ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_THAT(running.reason(),
+              HasSubstr("restored ckpt_20; passed over ckpt_40 passed over: params.safetensors: SHA-256 mismatch"));
+  JobInfo done = WaitForState(c.get(), id, SUCCEEDED);
+  EXPECT_EQ(done.latest_checkpoint(), "ckpt_60");
+  std::lock_guard<std::mutex> lock(Worker("a")->mu);
+  EXPECT_EQ(Worker("a")->restored, (std::vector<std::string>{"", "ckpt_40"}));
+  std::vector<std::string> runs;
+  for (const std::string& call : Worker("a")->calls) {
+    if (call.rfind("run ", 0) == 0) runs.push_back(call);
+  }
+  // The second attempt runs from step 20, not 40.
+  EXPECT_EQ(runs, (std::vector<std::string>{"run 0+20 ckpt", "run 20+20 ckpt", "run 40+20 ckpt", "run 20+20 ckpt",
+                                            "run 40+20 ckpt"}));
 }
 
 }  // namespace

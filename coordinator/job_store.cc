@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace trainyard {
 namespace {
@@ -34,7 +35,10 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
                           "  job_id TEXT PRIMARY KEY,"
                           "  sequence INTEGER NOT NULL,"
                           "  state INTEGER NOT NULL,"
-                          "  info BLOB NOT NULL)"}) {
+                          "  info BLOB NOT NULL)",
+                          "CREATE TABLE IF NOT EXISTS counters ("
+                          "  name TEXT PRIMARY KEY,"
+                          "  value INTEGER NOT NULL)"}) {
     if (absl::Status s = store->Exec(sql); !s.ok()) return s;
   }
   // The table may exist with another shape (another program's database).
@@ -105,6 +109,56 @@ absl::StatusOr<std::vector<JobStore::Record>> JobStore::LoadAll() {
   sqlite3_finalize(stmt);
   if (rc != SQLITE_DONE) return SqliteError(db_, path_, "reading jobs");
   return out;
+}
+
+absl::Status JobStore::Delete(const std::vector<std::string>& job_ids, int64_t next_sequence) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TY_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  auto rollback = [this](absl::Status s) {
+    Exec("ROLLBACK").IgnoreError();
+    return s;
+  };
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(db_, "DELETE FROM jobs WHERE job_id = ?", -1, &stmt, nullptr) != SQLITE_OK) {
+    return rollback(SqliteError(db_, path_, "prepare"));
+  }
+  for (const std::string& id : job_ids) {
+    sqlite3_bind_text(stmt, 1, id.data(), static_cast<int>(id.size()), SQLITE_TRANSIENT);
+    const int rc = sqlite3_step(stmt);
+    sqlite3_reset(stmt);
+    if (rc != SQLITE_DONE) {
+      absl::Status s = SqliteError(db_, path_, absl::StrCat("deleting job ", id));
+      sqlite3_finalize(stmt);
+      return rollback(s);
+    }
+  }
+  sqlite3_finalize(stmt);
+  if (sqlite3_prepare_v2(db_,
+                         "INSERT INTO counters (name, value) VALUES ('next_sequence', ?) "
+                         "ON CONFLICT(name) DO UPDATE SET value = MAX(value, excluded.value)",
+                         -1, &stmt, nullptr) != SQLITE_OK) {
+    return rollback(SqliteError(db_, path_, "prepare"));
+  }
+  sqlite3_bind_int64(stmt, 1, next_sequence);
+  const int rc = sqlite3_step(stmt);
+  sqlite3_finalize(stmt);
+  if (rc != SQLITE_DONE) return rollback(SqliteError(db_, path_, "recording next_sequence"));
+  return Exec("COMMIT");
+}
+
+absl::StatusOr<int64_t> JobStore::RecordedNextSequence() {
+  std::lock_guard<std::mutex> lock(mu_);
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(db_, "SELECT value FROM counters WHERE name = 'next_sequence'", -1, &stmt, nullptr) !=
+      SQLITE_OK) {
+    return SqliteError(db_, path_, "prepare");
+  }
+  int64_t value = 0;
+  const int rc = sqlite3_step(stmt);
+  if (rc == SQLITE_ROW) value = sqlite3_column_int64(stmt, 0);
+  sqlite3_finalize(stmt);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return SqliteError(db_, path_, "reading next_sequence");
+  return value;
 }
 
 }  // namespace trainyard

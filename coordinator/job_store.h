@@ -40,6 +40,14 @@ class JobStore {
   // not parse.
   absl::StatusOr<std::vector<Record>> LoadAll();
 
+  // Deletes the records of `job_ids` (finished jobs past the retention
+  // policy) and records `next_sequence` in the same transaction, so that a
+  // coordinator restarted after the newest jobs were deleted never reuses
+  // their sequence numbers (nor their ids).
+  absl::Status Delete(const std::vector<std::string>& job_ids, int64_t next_sequence);
+  // The next_sequence last recorded by Delete; 0 if none.
+  absl::StatusOr<int64_t> RecordedNextSequence();
+
  private:
   JobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   absl::Status Exec(const char* sql);

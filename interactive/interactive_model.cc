@@ -345,9 +345,9 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::CreateOnThis
       return absl::FailedPreconditionError(
           absl::StrCat("output_dir: cannot create ", options.output_dir, ": ", ec.message()));
     }
-    std::vector<std::string> skipped;
+    std::vector<SkippedCheckpoint> skipped;
     absl::StatusOr<std::string> path = ChooseCheckpoint(options.restore, options.output_dir, &skipped);
-    for (const std::string& why : skipped) spdlog::warn("interactive: skipping a checkpoint: {}", why);
+    for (const SkippedCheckpoint& s : skipped) spdlog::warn("interactive: skipping a checkpoint: {}", s.why);
     if (!path.ok()) return path.status();
     if (!path->empty()) {
       absl::StatusOr<TrainCheckpoint> ckpt = ReadTrainCheckpoint(*path);

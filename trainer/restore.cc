@@ -1,5 +1,7 @@
 #include "trainer/restore.h"
 
+#include <map>
+
 #include "absl/strings/str_cat.h"
 #include "model/weights.h"
 #include "re2/re2.h"
@@ -7,23 +9,39 @@
 namespace trainyard {
 
 absl::StatusOr<std::string> ChooseCheckpoint(const RestoreConfig& restore, const std::string& output_dir,
-                                             std::vector<std::string>* skipped) {
+                                             std::vector<SkippedCheckpoint>* skipped) {
   if (restore.mode() == RestoreConfig::SPECIFIC) {
     return !restore.path().empty() ? restore.path() : absl::StrCat(output_dir, "/checkpoint_", restore.step());
   }
   if (restore.mode() != RestoreConfig::LATEST) return std::string();
   const std::string where = restore.path().empty() ? output_dir : restore.path();
-  std::vector<std::string> local;
-  std::vector<std::string>* why = skipped != nullptr ? skipped : &local;
+  std::vector<SkippedCheckpoint> local;
+  std::vector<SkippedCheckpoint>* why = skipped != nullptr ? skipped : &local;
   const size_t before = why->size();
   absl::StatusOr<std::string> latest = LatestGoodCheckpoint(where, why);
   if (latest.ok()) return *latest;
   if (why->size() > before && !restore.fallback_to_scratch()) {
     return absl::DataLossError(absl::StrCat("restore: every checkpoint under ", where,
-                                            " is damaged or incomplete (", (*why)[before],
+                                            " is damaged or incomplete (", (*why)[before].why,
                                             "); set restore.fallback_to_scratch to start over"));
   }
   return std::string();
+}
+
+absl::StatusOr<TrainCheckpoint> ReadRestartCheckpoint(const std::string& preferred, const std::string& output_dir,
+                                                      std::vector<SkippedCheckpoint>* skipped) {
+  std::vector<std::string> candidates = {preferred};
+  const std::map<int64_t, std::string> all = ListCheckpoints(output_dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (it->second != preferred) candidates.push_back(it->second);
+  }
+  for (const std::string& dir : candidates) {
+    absl::StatusOr<TrainCheckpoint> ckpt = ReadTrainCheckpoint(dir);
+    if (ckpt.ok()) return ckpt;
+    if (!absl::IsDataLoss(ckpt.status()) && !absl::IsNotFound(ckpt.status())) return ckpt.status();
+    if (skipped != nullptr) skipped->push_back({dir, std::string(ckpt.status().message())});
+  }
+  return absl::NotFoundError(absl::StrCat("no checkpoint under ", output_dir, " reads back whole"));
 }
 
 absl::StatusOr<bool> ApplyCheckpoint(const TrainCheckpoint& ckpt, const RestoreConfig& restore, T5Impl* network,

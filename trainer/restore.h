@@ -23,7 +23,18 @@ namespace trainyard {
 // each damaged one skipped with its reason in `skipped`; kDataLoss when
 // every one is damaged, unless fallback_to_scratch.
 absl::StatusOr<std::string> ChooseCheckpoint(const RestoreConfig& restore, const std::string& output_dir,
-                                             std::vector<std::string>* skipped);
+                                             std::vector<SkippedCheckpoint>* skipped);
+
+// A restart's checkpoint, read: `preferred` (the job's newest, as the
+// coordinator recorded it) if it reads back whole, else the newest
+// checkpoint_<step> under `output_dir` that does. Each one passed over
+// because it is damaged (kDataLoss: a file altered, truncated or missing) or
+// incomplete (kNotFound: no manifest, or gone) is added to `skipped`.
+// kNotFound when none reads back; any other error (an unreadable disk) is
+// returned, not skipped: a job must not quietly go back to older state
+// because storage is briefly unavailable.
+absl::StatusOr<TrainCheckpoint> ReadRestartCheckpoint(const std::string& preferred, const std::string& output_dir,
+                                                      std::vector<SkippedCheckpoint>* skipped);
 
 // Assigns the checkpoint's parameters to `network`, renamed by the
 // assignment map (the first full match wins; an empty replacement drops the

@@ -9,6 +9,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "common/device.h"
 #include "common/status_macros.h"
@@ -150,14 +152,24 @@ std::vector<std::string> RemoveUnfinishedCheckpoints(const std::string& dir) {
   return removed;
 }
 
-absl::StatusOr<std::string> LatestGoodCheckpoint(const std::string& dir, std::vector<std::string>* skipped) {
+absl::StatusOr<std::string> LatestGoodCheckpoint(const std::string& dir, std::vector<SkippedCheckpoint>* skipped) {
   const std::map<int64_t, std::string> all = ListCheckpoints(dir);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     absl::StatusOr<CheckpointContents> verified = VerifyCheckpoint(it->second);
     if (verified.ok()) return it->second;
-    if (skipped != nullptr) skipped->push_back(std::string(verified.status().message()));
+    if (skipped != nullptr) skipped->push_back({it->second, std::string(verified.status().message())});
   }
   return absl::NotFoundError(absl::StrCat("no complete checkpoint_<step> under ", dir));
+}
+
+absl::StatusOr<std::string> SetAsideDamagedCheckpoint(const std::string& dir) {
+  const int64_t now = absl::ToUnixSeconds(absl::Now());
+  std::string target = absl::StrCat(dir, ".damaged-", now);
+  std::error_code ec;
+  for (int n = 1; std::filesystem::exists(target, ec); ++n) target = absl::StrCat(dir, ".damaged-", now, "-", n);
+  std::filesystem::rename(dir, target, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot move the damaged ", dir, " aside: ", ec.message()));
+  return target;
 }
 
 namespace {

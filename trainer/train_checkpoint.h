@@ -83,9 +83,20 @@ std::map<int64_t, std::string> ListCheckpoints(const std::string& dir);
 // are never read as checkpoints; this only reclaims their space.
 std::vector<std::string> RemoveUnfinishedCheckpoints(const std::string& dir);
 
+// A checkpoint passed over because it does not read back whole.
+struct SkippedCheckpoint {
+  std::string dir;
+  std::string why;  // the status message: which file, what is wrong
+};
+
 // The newest checkpoint under `dir` whose manifest verifies; those that do
 // not are skipped, each with its reason in `skipped`. kNotFound if none.
-absl::StatusOr<std::string> LatestGoodCheckpoint(const std::string& dir, std::vector<std::string>* skipped);
+absl::StatusOr<std::string> LatestGoodCheckpoint(const std::string& dir, std::vector<SkippedCheckpoint>* skipped);
+
+// Moves a damaged checkpoint directory aside, to DIR.damaged-<unix seconds>
+// (kept for inspection; never listed, restored or deleted by retention), so
+// that its step can be saved again. Returns the new path.
+absl::StatusOr<std::string> SetAsideDamagedCheckpoint(const std::string& dir);
 
 // Keep-best (T5X's SaveBestCheckpointer): the metric of each evaluated
 // checkpoint is recorded in DIR/checkpoint_metrics.json ({"<step>": value},

@@ -94,13 +94,15 @@ TEST_F(TrainCheckpointTest, LatestGoodSkipsDamagedAndIncompleteOnes) {
     f.put('\x7f');
   }
   std::filesystem::create_directories(dir_ + "/checkpoint_40");
-  std::vector<std::string> skipped;
+  std::vector<SkippedCheckpoint> skipped;
   absl::StatusOr<std::string> latest = LatestGoodCheckpoint(dir_, &skipped);
   ASSERT_THAT(latest.status(), IsOk());
   EXPECT_EQ(*latest, dir_ + "/checkpoint_20");
   ASSERT_EQ(skipped.size(), 2u);
-  EXPECT_THAT(skipped[0], HasSubstr("checkpoint_40"));
-  EXPECT_THAT(skipped[1], HasSubstr("optimizer.safetensors"));
+  EXPECT_EQ(skipped[0].dir, dir_ + "/checkpoint_40");
+  EXPECT_THAT(skipped[0].why, HasSubstr("checkpoint_40"));
+  EXPECT_EQ(skipped[1].dir, dir_ + "/checkpoint_30");
+  EXPECT_THAT(skipped[1].why, HasSubstr("optimizer.safetensors"));
   EXPECT_THAT(ReadTrainCheckpoint(dir_ + "/checkpoint_30").status(),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("optimizer.safetensors")));
   EXPECT_THAT(LatestGoodCheckpoint(dir_ + "/empty", nullptr).status(),

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -106,6 +107,8 @@ struct WorkerCore::Job {
   AsyncCheckpointer checkpointer;  // rank 0
   std::string last_save_started;   // rank 0: the directory of the last Save
   int64_t restored_step = 0;       // the restored checkpoint's step
+  std::string restored_dir;        // "" from scratch
+  std::vector<std::string> restore_notes;  // checkpoints passed over, and why
 
   ~Job() {
     // The trainer (and its metric writers) go before the model and the
@@ -343,6 +346,8 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
                seconds, rows);
   StartJobResponse response;
   response.set_start_step(job->trainer ? job->trainer->step() : job->restored_step);
+  response.set_restored_checkpoint(job->restored_dir);
+  for (const std::string& note : job->restore_notes) response.add_passed_over(note);
   return response;
 }
 
@@ -739,15 +744,31 @@ absl::StatusOr<std::string> WorkerCore::SaveCheckpoint(Job& job, bool wait) {
 absl::Status WorkerCore::Restore(Job& job, const std::string& named) {
   const JobSpec& spec = job.spec;
   const RestoreConfig& restore = spec.restore();
-  // Which checkpoint: the coordinator's (a restart of this job), else the
-  // spec's choice.
-  std::string path = named;
+  // Which checkpoint. A restart of this job (the coordinator names the
+  // job's newest): that one, or if it does not read back whole the newest
+  // one under output_dir that does. Otherwise (or if none of the job's own
+  // reads back) the spec's choice.
+  std::vector<SkippedCheckpoint> skipped;
+  absl::StatusOr<TrainCheckpoint> ckpt = absl::NotFoundError("no checkpoint");
+  std::string path;
+  if (!named.empty()) {
+    ckpt = ReadRestartCheckpoint(named, spec.output_dir(), &skipped);
+    if (ckpt.ok()) {
+      path = ckpt->dir;
+    } else if (!absl::IsNotFound(ckpt.status())) {
+      return absl::Status(ckpt.status().code(), absl::StrCat("restore: ", ckpt.status().message()));
+    }
+  }
   if (path.empty()) {
-    std::vector<std::string> skipped;
     absl::StatusOr<std::string> chosen = ChooseCheckpoint(restore, spec.output_dir(), &skipped);
-    for (const std::string& why : skipped) spdlog::warn("job {}: skipping a checkpoint: {}", job.id, why);
     if (!chosen.ok()) return chosen.status();
     path = *chosen;
+    if (!path.empty()) {
+      ckpt = ReadTrainCheckpoint(path);
+      if (!ckpt.ok()) {
+        return absl::Status(ckpt.status().code(), absl::StrCat("restore: ", ckpt.status().message()));
+      }
+    }
   }
   const bool needs_checkpoint = spec.kind() == FINETUNING || spec.kind() == EVALUATION || spec.kind() == INFERENCE;
   if (path.empty() && needs_checkpoint && !restore.fallback_to_scratch()) {
@@ -757,15 +778,7 @@ absl::Status WorkerCore::Restore(Job& job, const std::string& named) {
   }
   // Every rank must restore the same step: the output_dir has to be on a
   // filesystem every worker sees.
-  int64_t step = -1;
-  absl::StatusOr<TrainCheckpoint> ckpt;
-  if (!path.empty()) {
-    ckpt = ReadTrainCheckpoint(path);
-    if (!ckpt.ok()) {
-      return absl::Status(ckpt.status().code(), absl::StrCat("restore: ", ckpt.status().message()));
-    }
-    step = ckpt->step;
-  }
+  const int64_t step = path.empty() ? -1 : ckpt->step;
   if (job.world_size > 1) {
     std::vector<torch::Tensor> hi = {torch::tensor({step}, torch::kLong)}, lo = {torch::tensor({step}, torch::kLong)};
     TY_RETURN_IF_ERROR(CollectiveFailure(job.collective->AllReduce(hi, ReduceOp::kMax)));
@@ -776,8 +789,30 @@ absl::Status WorkerCore::Restore(Job& job, const std::string& named) {
           hi[0].item<int64_t>(), "); output_dir must be on a filesystem every worker shares"));
     }
   }
+  // The job's own checkpoints that were passed over: every rank has read
+  // what it needs, so rank 0 moves the damaged ones aside (a training job
+  // saves those steps again, and a save never overwrites a directory).
+  std::set<std::string> seen;
+  const bool trains = spec.kind() != EVALUATION && spec.kind() != INFERENCE;
+  for (const SkippedCheckpoint& s : skipped) {
+    if (!seen.insert(s.dir).second) continue;
+    std::string note = absl::StrCat(s.dir, " passed over: ", s.why);
+    spdlog::warn("job {}: {}", job.id, note);
+    if (job.rank == 0 && trains && std::filesystem::path(s.dir).parent_path() == std::filesystem::path(spec.output_dir()) &&
+        std::filesystem::exists(s.dir)) {
+      absl::StatusOr<std::string> moved = SetAsideDamagedCheckpoint(s.dir);
+      if (moved.ok()) {
+        absl::StrAppend(&note, " (moved aside to ", *moved, ")");
+        spdlog::warn("job {}: moved {} aside to {}", job.id, s.dir, *moved);
+      } else {
+        spdlog::error("job {}: {}", job.id, std::string(moved.status().message()));
+      }
+    }
+    job.restore_notes.push_back(std::move(note));
+  }
   if (path.empty()) return absl::OkStatus();  // from scratch
 
+  job.restored_dir = path;
   job.restored_step = ckpt->step;
   TY_ASSIGN_OR_RETURN(bool with_optimizer,
                       ApplyCheckpoint(*ckpt, restore, job.model->network().get(), job.optimizer.get()));

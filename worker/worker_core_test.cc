@@ -157,6 +157,57 @@ TEST_F(WorkerCoreTest, RestoreOptions) {
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("FINETUNING job starts from a checkpoint")));
 }
 
+TEST_F(WorkerCoreTest, ARestartNamingADamagedCheckpointRestoresTheOneBeforeAndSavesItsStepAgain) {
+  WorkerCore core(WorkerCoreOptions{});
+  JobSpec spec = Spec("a");
+  spec.set_total_steps(30);
+  ASSERT_THAT(Start(core, "a", spec).status(), IsOk());
+  ASSERT_THAT(Run(core, "a", 0, 30, 10), IsOk());
+  End(core, "a");
+  const std::string damaged = root_ + "/a/checkpoint_30";
+  {
+    std::fstream f(damaged + "/optimizer.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(300);
+    f.put('\x01');
+  }
+  // The coordinator names the job's newest checkpoint, as a restart does.
+  StartJobRequest start;
+  start.set_job_id("b");
+  *start.mutable_spec() = spec;
+  start.set_world_size(1);
+  start.set_restore_checkpoint(damaged);
+  absl::StatusOr<StartJobResponse> started = core.StartJob(start);
+  ASSERT_THAT(started.status(), IsOk());
+  EXPECT_EQ(started->start_step(), 20);
+  EXPECT_EQ(started->restored_checkpoint(), root_ + "/a/checkpoint_20");
+  ASSERT_EQ(started->passed_over_size(), 1);
+  EXPECT_THAT(started->passed_over(0), HasSubstr(damaged + " passed over: " + damaged +
+                                                 "/optimizer.safetensors: SHA-256 mismatch"));
+  EXPECT_THAT(started->passed_over(0), HasSubstr("(moved aside to " + damaged + ".damaged-"));
+  // Moved aside: the job saves step 30 again, and the set-aside copy stays.
+  EXPECT_FALSE(std::filesystem::exists(damaged));
+  ASSERT_THAT(Run(core, "b", 20, 10, 10), IsOk());
+  End(core, "b");
+  EXPECT_THAT(ReadTrainCheckpoint(damaged).status(), IsOk());
+  int aside = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(root_ + "/a")) {
+    aside += entry.path().filename().string().rfind("checkpoint_30.damaged-", 0) == 0;
+  }
+  EXPECT_EQ(aside, 1);
+  // Nothing of the job's own reads back: the spec's choice (LATEST in
+  // output_dir) finds only damaged ones and says so.
+  for (const char* step : {"10", "20", "30"}) {
+    std::fstream f(root_ + "/a/checkpoint_" + step + "/params.safetensors",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(300);
+    f.put('\x02');
+  }
+  start.set_job_id("c");
+  start.set_restore_checkpoint(damaged);
+  EXPECT_THAT(core.StartJob(start).status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("is damaged or incomplete")));
+}
+
 TEST_F(WorkerCoreTest, ADifferentNumberOfWorkersStartsTheNextEpoch) {
   {
     WorkerCore core(WorkerCoreOptions{});

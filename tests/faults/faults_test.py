@@ -11,6 +11,9 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
+import junit  # noqa: E402  (tests/testing: each test a case in $XML_OUTPUT_FILE)
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "system"))
 import system_test  # noqa: E402
 from system_test import SPEC, Cluster, wait_for  # noqa: E402
@@ -99,53 +102,50 @@ class FaultsTest(unittest.TestCase):
         self.assertIn("(no restarts left: max_restarts 1)", s["reason"])
 
 
-class KillDuringAsyncSaveTest(unittest.TestCase):
-    """(d): rank 0 is SIGKILLed while its background thread writes a
-    checkpoint (held there by TRAINYARD_FAULT_HOLD_AT, after the metadata
-    file and before the manifest); the job restarts from the previous
-    checkpoint, the half-written directory is never read and is removed, and
-    the final state equals an uninterrupted run's."""
+class HeldSaveTest(unittest.TestCase):
+    """Two workers; the first to register takes rank 0 (the only writer) and
+    its background writer holds inside its HOLD_SAVE-th save, after the
+    metadata file and before the manifest (TRAINYARD_FAULT_HOLD_AT)."""
+    HOLD_SAVE = None
 
     def setUp(self):
-        self.root = tempfile.mkdtemp(prefix="faults-save-", dir=os.environ.get("TEST_TMPDIR"))
+        self.root = tempfile.mkdtemp(prefix="faults-held-", dir=os.environ.get("TEST_TMPDIR"))
         self.spec = os.path.join(self.root, "job.textproto")
         with open(self.spec, "w") as f:
             f.write(SPEC)
         self.cluster = Cluster(self.root)
-        # The first worker to register takes rank 0 (the only writer); it
-        # holds inside its second save (checkpoint_20's).
-        self.cluster.add_worker(prefix=("env", "TRAINYARD_FAULT_HOLD_AT=checkpoint: metadata written#2"))
+        self.cluster.add_worker(
+            prefix=("env", f"TRAINYARD_FAULT_HOLD_AT=checkpoint: metadata written#{self.HOLD_SAVE}"))
         self.cluster.add_worker()
 
     def tearDown(self):
         self.cluster.stop()
 
-    def test_sigkill_during_an_async_save_restores_the_previous_checkpoint(self):
+    def start_and_hold(self, out):
+        """Submits the job; returns once rank 0 holds inside its save."""
+        job = self.cluster.submit(self.spec, f"output_dir={out}", *COMMON)
+        wait_for(lambda: "fault hold: checkpoint: metadata written" in Cluster.log(self.cluster.workers[0]), 60,
+                 f"rank 0 to stop inside the save of checkpoint_{10 * self.HOLD_SAVE}")
+        return job
+
+    def kill_the_holder(self):
         c = self.cluster
-        out = os.path.join(self.root, "killed-saving")
-        job = c.submit(self.spec, "output_dir=killed-saving", *COMMON)
-        holder = c.workers[0]
-        wait_for(lambda: "fault hold: checkpoint: metadata written" in Cluster.log(holder), 60,
-                 "rank 0 to stop inside the save of checkpoint_20")
-        leftovers = [n for n in os.listdir(out) if n.startswith("checkpoint_20.tmp-")]
-        self.assertEqual(len(leftovers), 1, os.listdir(out))
-        self.assertIn("metadata.json", os.listdir(os.path.join(out, leftovers[0])))
-        self.assertNotIn("MANIFEST.json", os.listdir(os.path.join(out, leftovers[0])))
+        holder = c.workers.pop(0)
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=10)
-        c.workers.pop(0)
         c.add_worker()
-        s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
-        self.assertEqual((s["state"], s["restarts"]), ("SUCCEEDED", 1), s["reason"])
+
+    def worker_logs(self):
         logs = ""
-        for w in c.workers:
-            with open(w.log) as f:
-                logs += f.read()
-        self.assertIn(f"restored {out}/checkpoint_10 (step 10)", logs)
-        self.assertIn(f"removed {out}/{leftovers[0]}, left by a save that did not finish", logs)
-        self.assertEqual(sorted(n for n in os.listdir(out) if n.startswith("checkpoint_")),
-                         ["checkpoint_10", "checkpoint_20", "checkpoint_30"])
-        # The reference runs on the two workers that never held.
+        for w in self.cluster.procs:
+            if w.name.startswith("worker-"):
+                with open(w.log) as f:
+                    logs += f.read()
+        return logs
+
+    def assert_equal_to_an_uninterrupted_run(self, out):
+        """The reference runs on the two workers that never held."""
+        c = self.cluster
         ref = c.submit(self.spec, "output_dir=reference", *COMMON)
         self.assertEqual(c.wait_state(ref, ["SUCCEEDED", "FAILED"], 120)["state"], "SUCCEEDED")
         for name in ("params.safetensors", "optimizer.safetensors"):
@@ -156,12 +156,75 @@ class KillDuringAsyncSaveTest(unittest.TestCase):
                 self.assertTrue(np.array_equal(a[k], b[k]), f"{name}: {k} differs")
 
 
+class KillDuringAsyncSaveTest(HeldSaveTest):
+    """(d): rank 0 is SIGKILLed while its background thread writes
+    checkpoint_20; the job restarts from the previous checkpoint, the
+    half-written directory is never read and is removed, and the final state
+    equals an uninterrupted run's."""
+    HOLD_SAVE = 2
+
+    def test_sigkill_during_an_async_save_restores_the_previous_checkpoint(self):
+        c = self.cluster
+        out = os.path.join(self.root, "killed-saving")
+        job = self.start_and_hold("killed-saving")
+        leftovers = [n for n in os.listdir(out) if n.startswith("checkpoint_20.tmp-")]
+        self.assertEqual(len(leftovers), 1, os.listdir(out))
+        self.assertIn("metadata.json", os.listdir(os.path.join(out, leftovers[0])))
+        self.assertNotIn("MANIFEST.json", os.listdir(os.path.join(out, leftovers[0])))
+        self.kill_the_holder()
+        s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
+        self.assertEqual((s["state"], s["restarts"]), ("SUCCEEDED", 1), s["reason"])
+        logs = self.worker_logs()
+        self.assertIn(f"restored {out}/checkpoint_10 (step 10)", logs)
+        self.assertIn(f"removed {out}/{leftovers[0]}, left by a save that did not finish", logs)
+        self.assertEqual(sorted(n for n in os.listdir(out) if n.startswith("checkpoint_")),
+                         ["checkpoint_10", "checkpoint_20", "checkpoint_30"])
+        self.assert_equal_to_an_uninterrupted_run(out)
+
+
+class DamagedCheckpointTest(HeldSaveTest):
+    """A restart whose newest checkpoint turns out damaged restores the
+    newest good one instead of failing: rank 0 is held inside the save of
+    checkpoint_30 (so the job is still running with checkpoint_20 recorded
+    as its newest), checkpoint_20's parameters are corrupted on disk, and
+    rank 0 is SIGKILLed. The restart must pass over checkpoint_20 (moved
+    aside, named in the coordinator's log and the job's reason), restore
+    checkpoint_10, and end bitwise equal to an uninterrupted run."""
+    HOLD_SAVE = 3
+
+    def test_a_damaged_newest_checkpoint_restores_the_one_before(self):
+        c = self.cluster
+        out = os.path.join(self.root, "damaged")
+        job = self.start_and_hold("damaged")
+        s = c.status(job)
+        self.assertEqual((s["state"], s["latest_checkpoint"]), ("RUNNING", f"{out}/checkpoint_20"), s)
+        params = os.path.join(out, "checkpoint_20", "params.safetensors")
+        with open(params, "r+b") as f:
+            f.seek(300)
+            byte = f.read(1)
+            f.seek(300)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        self.kill_the_holder()
+        s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
+        self.assertEqual((s["state"], s["restarts"]), ("SUCCEEDED", 1), s["reason"])
+        logs = self.worker_logs()
+        self.assertIn(f"restored {out}/checkpoint_10 (step 10)", logs)
+        self.assertIn(f"{out}/checkpoint_20 passed over: {params}: SHA-256 mismatch", logs)
+        with open(os.path.join(self.root, "coordinator.log")) as f:
+            self.assertIn(f"restored {out}/checkpoint_10; passed over {out}/checkpoint_20 passed over", f.read())
+        aside = [n for n in os.listdir(out) if n.startswith("checkpoint_20.damaged-")]
+        self.assertEqual(len(aside), 1, os.listdir(out))
+        self.assertEqual(sorted(n for n in os.listdir(out) if n.startswith("checkpoint_") and "." not in n),
+                         ["checkpoint_10", "checkpoint_20", "checkpoint_30"])
+        self.assert_equal_to_an_uninterrupted_run(out)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--trainyard", required=True)
     args, rest = parser.parse_known_args()
     system_test.TRAINYARD = os.path.abspath(args.trainyard)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    junit.main([sys.argv[0], *rest])
 
 
 if __name__ == "__main__":
