@@ -28,6 +28,9 @@ struct FakeWorker {
   int64_t fail_step = -1;               // RunSteps with this first_step fails
   bool block_runs = false;              // RunSteps blocks until cancelled
   bool cancelled = false;
+  int runs = 0;                         // RunSteps calls so far
+  int hold_run = -1;                    // the RunSteps call (1-based) that waits for `released`
+  bool held = false, released = false;
   double loss_at_end = 0;               // reported loss: 100 / last_step unless NaN asked
   bool nan_loss = false;
   int64_t preempt_step = -1;            // RunSteps from this step reports a preemption
@@ -62,6 +65,11 @@ class FakeClient : public WorkerClient {
   absl::StatusOr<RunStepsResponse> RunSteps(const RunStepsRequest& r) override {
     Record(absl::StrCat("run ", r.first_step(), "+", r.num_steps(), r.save_checkpoint() ? " ckpt" : ""));
     std::unique_lock<std::mutex> lock(w_->mu);
+    if (++w_->runs == w_->hold_run) {
+      w_->held = true;
+      w_->cv.notify_all();
+      w_->cv.wait(lock, [&] { return w_->released; });
+    }
     if (r.first_step() == w_->fail_step) return w_->fail_run_at_step;
     if (r.first_step() == w_->preempt_step) {
       w_->preempt_step = -1;
@@ -855,29 +863,41 @@ TEST_F(CoordinatorTest, ARestartRecordsTheCheckpointTheWorkersRestored) {
   Worker("a")->fail_step = 40;
   Worker("a")->fail_run_at_step = absl::UnavailableError("connection reset");
   Worker("a")->restores_instead = "ckpt_20";  // ckpt_40 turns out damaged
+  // The first attempt fails at step 40 with ckpt_40 recorded; the restart
+  // names ckpt_40, the worker passes over it and restores ckpt_20. The
+  // restart's first chunk (the 4th RunSteps) waits while the test looks.
+  Worker("a")->hold_run = 4;
   SubmitJobRequest request = Spec(1, 60);
   request.mutable_spec()->set_checkpoint_period(20);
   const std::string id = c->SubmitJob(request)->job_id();
   c->Start();
-  // The first attempt fails at step 40 with ckpt_40 recorded; the restart
-  // names ckpt_40, the worker passes over it and restores ckpt_20.
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (c->GetJob(id)->restarts() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
   {
     std::lock_guard<std::mutex> lock(Worker("a")->mu);
     Worker("a")->fail_step = -1;
   }
-  JobInfo running;
   while (absl::Now() < deadline + absl::Seconds(10)) {
-    running = *c->GetJob(id);
-    if (running.state() == RUNNING && running.restarts() == 1) break;
+    {
+      std::lock_guard<std::mutex> lock(Worker("a")->mu);
+      if (Worker("a")->held) break;
+    }
     HeartbeatRequest hb;  // the drained worker says it holds no job
     hb.set_worker_id(a);
     ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
     absl::SleepFor(absl::Milliseconds(2));
   }
+  JobInfo running = *c->GetJob(id);
+  EXPECT_EQ(running.state(), RUNNING);
+  EXPECT_EQ(running.step(), 20);
+  EXPECT_EQ(running.latest_checkpoint(), "ckpt_20");
   EXPECT_THAT(running.reason(),
               HasSubstr("restored ckpt_20; passed over ckpt_40 passed over: params.safetensors: SHA-256 mismatch"));
+  {
+    std::lock_guard<std::mutex> lock(Worker("a")->mu);
+    Worker("a")->released = true;
+    Worker("a")->cv.notify_all();
+  }
   JobInfo done = WaitForState(c.get(), id, SUCCEEDED);
   EXPECT_EQ(done.latest_checkpoint(), "ckpt_60");
   std::lock_guard<std::mutex> lock(Worker("a")->mu);
