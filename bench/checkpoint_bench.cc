@@ -17,7 +17,7 @@
 #include "common/blas.h"
 #include "client/flags.h"
 #include "model/encoder_decoder_model.h"
-#include "model/presets.h"
+#include "spec/presets.h"
 #include "trainer/optimizer.h"
 #include "trainer/train_checkpoint.h"
 

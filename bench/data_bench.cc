@@ -15,7 +15,7 @@
 #include "client/flags.h"
 #include "data/iterator.h"
 #include "model/encoder_decoder_model.h"
-#include "model/presets.h"
+#include "spec/presets.h"
 #include "trainer/task_batches.h"
 
 namespace trainyard {

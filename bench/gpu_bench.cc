@@ -28,7 +28,7 @@
 #include "client/flags.h"
 #include "common/device.h"
 #include "model/encoder_decoder_model.h"
-#include "model/presets.h"
+#include "spec/presets.h"
 #include "trainer/trainer.h"
 
 namespace trainyard {

@@ -15,7 +15,7 @@
 #include "client/flags.h"
 #include "common/blas.h"
 #include "model/encoder_decoder_model.h"
-#include "model/presets.h"
+#include "spec/presets.h"
 #include "trainer/optimizer.h"
 
 int main(int argc, char** argv) {

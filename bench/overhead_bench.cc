@@ -21,8 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "client/flags.h"
 #include "client/job_client.h"
-#include "common/jobspec.h"
-#include "common/jobspec_validator.h"
+#include "spec/jobspec.h"
+#include "spec/jobspec_validator.h"
 #include "worker/worker_core.h"
 
 namespace trainyard {

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "checkpoint/crash_points.h"
+#include "common/durable_file.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -23,21 +24,6 @@ namespace {
 
 absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
   return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
-absl::Status FsyncPath(const std::string& path, bool directory) {
-  const int fd = open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("cannot open", path);
-  const int rc = fsync(fd);
-  close(fd);
-  if (rc != 0) return ErrnoStatus("cannot fsync", path);
-  return absl::OkStatus();
-}
-
-std::string Parent(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
 }
 
 absl::StatusOr<std::vector<std::string>> ListFiles(const std::string& dir) {
@@ -61,6 +47,8 @@ void RemoveTree(const std::string& dir) {
   rmdir(dir.c_str());
 }
 
+// A file inside the temporary directory: written and fsynced (the
+// directory's rename makes it visible, so it needs no rename of its own).
 absl::Status WriteFileDurably(const std::string& path, const std::string& content) {
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -150,7 +138,7 @@ absl::Status CheckpointWriter::Commit(const std::string& metadata_json) {
   CrashPoint("checkpoint: directory fsynced, not renamed");
   if (rename(tmp_dir_.c_str(), final_dir_.c_str()) != 0) return ErrnoStatus("cannot rename to", final_dir_);
   CrashPoint("checkpoint: renamed, parent not fsynced");
-  return FsyncPath(Parent(final_dir_), true);
+  return FsyncPath(ParentDirectory(final_dir_), true);
 }
 
 void CheckpointWriter::Abort() { RemoveTree(tmp_dir_); }

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "checkpoint/crash_points.h"
+#include "common/durable_file.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -50,20 +51,6 @@ absl::Status Corrupt(const std::string& path, absl::string_view what) {
 
 absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
   return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
-bool WriteAll(int fd, const void* data, size_t size) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
 }
 
 }  // namespace
@@ -241,41 +228,28 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<SafeTen
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(json.size()) >> (8 * i));
 
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("cannot create", tmp);
-  bool ok = WriteAll(fd, len, sizeof(len)) && WriteAll(fd, json.data(), json.size());
-  for (const SafeTensorView& t : tensors) {
-    if (!ok) break;
-    uint64_t numel = 1;
-    for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
-    ok = WriteAll(fd, t.data, numel * SafeDtypeSize(t.dtype));
-  }
-  CrashPoint("safetensors: data written, not fsynced");
-  ok = ok && fsync(fd) == 0;
-  const int saved_errno = errno;
-  close(fd);
-  CrashPoint("safetensors: fsynced, not renamed");
-  if (!ok) {
-    unlink(tmp.c_str());
-    errno = saved_errno;
-    return ErrnoStatus("cannot write", tmp);
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    const absl::Status status = ErrnoStatus("cannot rename to", path);
-    unlink(tmp.c_str());
-    return status;
-  }
-  CrashPoint("safetensors: renamed");
-  // Make the rename itself durable.
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    fsync(dir_fd);
-    close(dir_fd);
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(
+      path,
+      [&](int fd) {
+        bool ok = WriteFully(fd, len, sizeof(len)) && WriteFully(fd, json.data(), json.size());
+        for (const SafeTensorView& t : tensors) {
+          if (!ok) break;
+          uint64_t numel = 1;
+          for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
+          ok = WriteFully(fd, t.data, numel * SafeDtypeSize(t.dtype));
+        }
+        return ok;
+      },
+      [](DurableWritePoint point) {
+        switch (point) {
+          case DurableWritePoint::kWrittenNotSynced:
+            return CrashPoint("safetensors: data written, not fsynced");
+          case DurableWritePoint::kSyncedNotRenamed:
+            return CrashPoint("safetensors: fsynced, not renamed");
+          case DurableWritePoint::kRenamed:
+            return CrashPoint("safetensors: renamed");
+        }
+      });
 }
 
 }  // namespace trainyard

@@ -14,7 +14,7 @@
 #include "client/flags.h"
 #include "client/job_client.h"
 #include "client/job_format.h"
-#include "common/jobspec.h"
+#include "spec/jobspec.h"
 #include "nlohmann/json.hpp"
 
 namespace trainyard {

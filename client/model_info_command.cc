@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "client/commands.h"
 #include "client/flags.h"
-#include "model/presets.h"
+#include "spec/presets.h"
 #include "nlohmann/json.hpp"
 
 namespace trainyard {

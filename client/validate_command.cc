@@ -5,9 +5,9 @@
 #include "absl/strings/str_split.h"
 #include "client/commands.h"
 #include "client/flags.h"
-#include "common/jobspec.h"
-#include "common/jobspec_validator.h"
-#include "common/overrides.h"
+#include "spec/jobspec.h"
+#include "spec/jobspec_validator.h"
+#include "spec/overrides.h"
 
 namespace trainyard {
 namespace {

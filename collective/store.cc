@@ -1,7 +1,5 @@
 #include "collective/store.h"
 
-#include <chrono>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -10,20 +8,20 @@ namespace trainyard {
 
 absl::Status InMemoryStore::Set(const std::string& key, const std::string& value) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     values_[key] = value;
   }
-  changed_.notify_all();
+  changed_.SignalAll();
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> InMemoryStore::Get(const std::string& key, absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(timeout);
+  MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     auto it = values_.find(key);
     if (it != values_.end()) return it->second;
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && !values_.count(key)) {
+    if (changed_.WaitWithDeadline(&mu_, deadline) && !values_.count(key)) {
       return absl::DeadlineExceededError(
           absl::StrCat("store key '", key, "' did not appear within ", absl::FormatDuration(timeout)));
     }
@@ -33,7 +31,7 @@ absl::StatusOr<std::string> InMemoryStore::Get(const std::string& key, absl::Dur
 absl::StatusOr<int64_t> InMemoryStore::Add(const std::string& key, int64_t delta) {
   int64_t value = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = values_.find(key);
     if (it != values_.end() && !absl::SimpleAtoi(it->second, &value)) {
       return absl::FailedPreconditionError(absl::StrCat("store key '", key, "' does not hold an integer"));
@@ -41,20 +39,20 @@ absl::StatusOr<int64_t> InMemoryStore::Add(const std::string& key, int64_t delta
     value += delta;
     values_[key] = absl::StrCat(value);
   }
-  changed_.notify_all();
+  changed_.SignalAll();
   return value;
 }
 
 absl::Status InMemoryStore::Wait(const std::vector<std::string>& keys, absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(timeout);
+  MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     std::vector<std::string> missing;
     for (const std::string& k : keys) {
       if (!values_.count(k)) missing.push_back(k);
     }
     if (missing.empty()) return absl::OkStatus();
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+    if (changed_.WaitWithDeadline(&mu_, deadline)) {  // timed out
       bool all = true;
       for (const std::string& k : missing) all = all && values_.count(k);
       if (all) return absl::OkStatus();
@@ -66,7 +64,7 @@ absl::Status InMemoryStore::Wait(const std::vector<std::string>& keys, absl::Dur
 }
 
 absl::StatusOr<bool> InMemoryStore::Check(const std::vector<std::string>& keys) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const std::string& k : keys) {
     if (!values_.count(k)) return false;
   }
@@ -74,7 +72,7 @@ absl::StatusOr<bool> InMemoryStore::Check(const std::vector<std::string>& keys) 
 }
 
 void InMemoryStore::ErasePrefix(const std::string& prefix) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = values_.lower_bound(prefix);
   while (it != values_.end() && it->first.compare(0, prefix.size(), prefix) == 0) {
     it = values_.erase(it);
@@ -82,7 +80,7 @@ void InMemoryStore::ErasePrefix(const std::string& prefix) {
 }
 
 size_t InMemoryStore::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return values_.size();
 }
 

@@ -10,7 +10,6 @@
 #ifndef TRAINYARD_COLLECTIVE_STORE_H_
 #define TRAINYARD_COLLECTIVE_STORE_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -20,6 +19,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 
 namespace trainyard {
 
@@ -51,9 +52,9 @@ class InMemoryStore : public Store {
   size_t size() const;
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> values_;  // guarded by mu_
+  mutable Mutex mu_;
+  CondVar changed_;
+  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
 };
 
 // A view of `base` where every key is prefixed with `prefix` (one job

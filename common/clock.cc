@@ -19,33 +19,33 @@ Clock* Clock::Real() {
 }
 
 absl::Time SimulatedClock::Now() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return now_;
 }
 
 void SimulatedClock::SleepFor(absl::Duration d) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const absl::Time deadline = now_ + d;
   ++sleepers_;
-  cv_.notify_all();  // num_sleepers() changed
-  cv_.wait(lock, [&] { return now_ >= deadline; });
+  cv_.SignalAll();  // num_sleepers() changed
+  while (now_ < deadline) cv_.Wait(&mu_);
   --sleepers_;
 }
 
 void SimulatedClock::AdvanceTime(absl::Duration d) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   now_ += d;
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void SimulatedClock::SetTime(absl::Time t) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (t > now_) now_ = t;
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 int SimulatedClock::num_sleepers() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return sleepers_;
 }
 

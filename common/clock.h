@@ -6,10 +6,10 @@
 #ifndef TRAINYARD_COMMON_CLOCK_H_
 #define TRAINYARD_COMMON_CLOCK_H_
 
-#include <condition_variable>
-#include <mutex>
 
 #include "absl/time/time.h"
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 
 namespace trainyard {
 
@@ -40,10 +40,10 @@ class SimulatedClock : public Clock {
   int num_sleepers();
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  absl::Time now_;      // guarded by mu_
-  int sleepers_ = 0;    // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  absl::Time now_ ABSL_GUARDED_BY(mu_);
+  int sleepers_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace trainyard

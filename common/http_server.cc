@@ -110,7 +110,7 @@ HttpServer::~HttpServer() {
   if (acceptor_.joinable()) acceptor_.join();
   std::vector<Connection> connections;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     connections.swap(connections_);
   }
   for (Connection& c : connections) c.thread.join();  // each ends within its timeout
@@ -130,7 +130,7 @@ void HttpServer::AcceptLoop() {
     if ((fds[0].revents & POLLIN) == 0) continue;
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // Finished connections are joined here; beyond the cap, new ones are
     // closed unanswered.
     for (auto it = connections_.begin(); it != connections_.end();) {

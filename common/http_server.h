@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 
 namespace trainyard {
 
@@ -46,12 +48,12 @@ class HttpServer {
   int wake_fd_[2] = {-1, -1};  // a pipe: written to stop the accept loop
   int port_ = 0;
   std::thread acceptor_;
-  std::mutex mu_;
+  Mutex mu_;
   struct Connection {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;
   };
-  std::vector<Connection> connections_;  // guarded by mu_
+  std::vector<Connection> connections_ ABSL_GUARDED_BY(mu_);
 };
 
 // The answer to one complete raw request (request line and headers):

@@ -58,27 +58,27 @@ std::string WithLabel(const std::string& key, const std::string& extra) {
 
 void Counter::Increment(const MetricLabels& labels, double delta) {
   if (delta < 0) return;  // counters only go up
-  std::lock_guard<std::mutex> lock(registry_->mu_);
+  MutexLock lock(&registry_->mu_);
   registry_->families_[index_].series[MetricsRegistry::LabelKey(labels)].value += delta;
 }
 
 void Gauge::Set(double value, const MetricLabels& labels) {
-  std::lock_guard<std::mutex> lock(registry_->mu_);
+  MutexLock lock(&registry_->mu_);
   registry_->families_[index_].series[MetricsRegistry::LabelKey(labels)].value = value;
 }
 
 void Gauge::Add(double delta, const MetricLabels& labels) {
-  std::lock_guard<std::mutex> lock(registry_->mu_);
+  MutexLock lock(&registry_->mu_);
   registry_->families_[index_].series[MetricsRegistry::LabelKey(labels)].value += delta;
 }
 
 void Gauge::Clear() {
-  std::lock_guard<std::mutex> lock(registry_->mu_);
+  MutexLock lock(&registry_->mu_);
   registry_->families_[index_].series.clear();
 }
 
 void Histogram::Observe(double value, const MetricLabels& labels) {
-  std::lock_guard<std::mutex> lock(registry_->mu_);
+  MutexLock lock(&registry_->mu_);
   MetricsRegistry::Family& f = registry_->families_[index_];
   MetricsRegistry::Series& s = f.series[MetricsRegistry::LabelKey(labels)];
   if (s.counts.empty()) s.counts.assign(f.bounds.size() + 1, 0);
@@ -89,7 +89,7 @@ void Histogram::Observe(double value, const MetricLabels& labels) {
 }
 
 void Histogram::Init(const MetricLabels& labels) {
-  std::lock_guard<std::mutex> lock(registry_->mu_);
+  MutexLock lock(&registry_->mu_);
   MetricsRegistry::Family& f = registry_->families_[index_];
   MetricsRegistry::Series& s = f.series[MetricsRegistry::LabelKey(labels)];
   if (s.counts.empty()) s.counts.assign(f.bounds.size() + 1, 0);
@@ -119,7 +119,7 @@ size_t MetricsRegistry::Add(const std::string& name, const std::string& help, Ty
 }
 
 Counter* MetricsRegistry::AddCounter(const std::string& name, const std::string& help) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const size_t index = Add(name, help, Type::kCounter, {});
   for (const auto& c : counters_) {
     if (c->index_ == index) return c.get();
@@ -129,7 +129,7 @@ Counter* MetricsRegistry::AddCounter(const std::string& name, const std::string&
 }
 
 Gauge* MetricsRegistry::AddGauge(const std::string& name, const std::string& help) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const size_t index = Add(name, help, Type::kGauge, {});
   for (const auto& g : gauges_) {
     if (g->index_ == index) return g.get();
@@ -142,7 +142,7 @@ Histogram* MetricsRegistry::AddHistogram(const std::string& name, const std::str
                                          std::vector<double> bounds) {
   std::sort(bounds.begin(), bounds.end());
   bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const size_t index = Add(name, help, Type::kHistogram, std::move(bounds));
   for (const auto& h : histograms_) {
     if (h->index_ == index) return h.get();
@@ -152,7 +152,7 @@ Histogram* MetricsRegistry::AddHistogram(const std::string& name, const std::str
 }
 
 void MetricsRegistry::OnScrape(std::function<void()> refresh) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   refreshers_.push_back(std::move(refresh));
 }
 
@@ -163,11 +163,11 @@ std::vector<double> MetricsRegistry::LatencyBuckets() {
 std::string MetricsRegistry::Render() {
   std::vector<std::function<void()>> refreshers;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     refreshers = refreshers_;
   }
   for (const auto& refresh : refreshers) refresh();  // they take the lock themselves
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::string out;
   for (const Family& f : families_) {
     const char* type = f.type == Type::kCounter ? "counter" : f.type == Type::kGauge ? "gauge" : "histogram";

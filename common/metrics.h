@@ -15,10 +15,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 
 namespace trainyard {
 
@@ -106,14 +108,15 @@ class MetricsRegistry {
     std::map<std::string, Series> series;  // by rendered label set
   };
   static std::string LabelKey(const MetricLabels& labels);
-  size_t Add(const std::string& name, const std::string& help, Type type, std::vector<double> bounds);
+  size_t Add(const std::string& name, const std::string& help, Type type, std::vector<double> bounds)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  std::mutex mu_;
-  std::vector<Family> families_;                      // guarded by mu_
-  std::vector<std::unique_ptr<Counter>> counters_;    // guarded by mu_
-  std::vector<std::unique_ptr<Gauge>> gauges_;        // guarded by mu_
-  std::vector<std::unique_ptr<Histogram>> histograms_;  // guarded by mu_
-  std::vector<std::function<void()>> refreshers_;     // guarded by mu_
+  Mutex mu_;
+  std::vector<Family> families_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Counter>> counters_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Gauge>> gauges_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Histogram>> histograms_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void()>> refreshers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace trainyard

@@ -10,7 +10,7 @@ RateLimiter::RateLimiter(double rate, double burst, Clock* clock)
 bool RateLimiter::Allow(const std::string& key, absl::Duration* retry_after) {
   if (rate_ <= 0) return true;
   const absl::Time now = clock_->Now();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // Full buckets carry no information: dropping them bounds the map by the
   // clients active in the last burst / rate seconds.
   if (buckets_.size() > 4096) {

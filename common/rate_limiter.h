@@ -4,11 +4,12 @@
 #define TRAINYARD_COMMON_RATE_LIMITER_H_
 
 #include <map>
-#include <mutex>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 
 namespace trainyard {
 
@@ -30,8 +31,8 @@ class RateLimiter {
   };
   const double rate_, burst_;
   Clock* clock_;
-  std::mutex mu_;
-  std::map<std::string, Bucket> buckets_;  // guarded by mu_
+  Mutex mu_;
+  std::map<std::string, Bucket> buckets_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace trainyard

@@ -13,48 +13,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/jobspec_validator.h"
+#include "spec/jobspec_validator.h"
 #include "spdlog/spdlog.h"
-#include "common/overrides.h"
+#include "spec/overrides.h"
 #include "common/status_macros.h"
 #include "coordinator/scheduler.h"
-#include "trainer/actions.h"
 
 namespace trainyard {
 namespace {
-
-// Runs call(rank) for every rank at once and returns the results in rank
-// order.
-template <typename Response, typename Call>
-std::vector<absl::StatusOr<Response>> CallAll(int n, Call call) {
-  std::vector<absl::StatusOr<Response>> results(n, absl::UnknownError("not run"));
-  if (n == 1) {
-    results[0] = call(0);
-    return results;
-  }
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < n; ++rank) threads.emplace_back([&, rank] { results[rank] = call(rank); });
-  for (std::thread& t : threads) t.join();
-  return results;
-}
-
-// OK when every rank succeeded; otherwise the root cause, naming the rank
-// and worker: the first error that is not kAborted (a peer reporting that
-// another rank failed), else the first error.
-template <typename Response>
-absl::Status GroupStatus(const std::vector<absl::StatusOr<Response>>& results,
-                         const std::vector<std::string>& worker_ids) {
-  int chosen = -1;
-  for (int r = 0; r < static_cast<int>(results.size()); ++r) {
-    if (results[r].ok()) continue;
-    if (chosen < 0) chosen = r;
-    if (!absl::IsAborted(results[r].status()) && absl::IsAborted(results[chosen].status())) chosen = r;
-  }
-  if (chosen < 0) return absl::OkStatus();
-  const absl::Status& s = results[chosen].status();
-  if (results.size() == 1) return absl::Status(s.code(), absl::StrCat("worker ", worker_ids[0], ": ", s.message()));
-  return absl::Status(s.code(), absl::StrCat("rank ", chosen, " (worker ", worker_ids[chosen], "): ", s.message()));
-}
 
 }  // namespace
 namespace {
@@ -71,12 +37,6 @@ std::string JobIdFor(const std::string& name, int64_t sequence) {
   if (base.empty()) base = "job";
   if (base.size() > 48) base.resize(48);
   return absl::StrCat(base, "-", sequence);
-}
-
-// An error from the transport (the worker could not be reached or vanished)
-// is the root cause of errors other ranks report about their peers.
-bool IsTransportError(const absl::Status& status) {
-  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
 }
 
 // Four random hex digits: tell this coordinator's worker ids from a
@@ -104,7 +64,9 @@ Coordinator::Coordinator(CoordinatorOptions options, WorkerClientFactory factory
       client_factory_(std::move(factory)),
       db_(std::move(db)),
       workers_(options_.clock, options_.heartbeat_timeout,
-               options_.instance_id ? *options_.instance_id : RandomToken()) {
+               options_.instance_id ? *options_.instance_id : RandomToken()),
+      sessions_(SessionManagerOptions{options_.output_root, options_.clock, &workers_, client_factory_, &store_,
+                                      [this](const std::string& job_id) { return JobCheckpoint(job_id); }}) {
   if (options_.metrics != nullptr) DefineMetrics();
 }
 
@@ -133,12 +95,11 @@ void Coordinator::DefineMetrics() {
       if (JobState_IsValid(s) && s != JOB_STATE_UNSPECIFIED) by_state[JobState_Name(static_cast<JobState>(s))] = 0;
     }
     std::map<std::string, int> worker_states = {{"IDLE", 0}, {"BUSY", 0}, {"DRAINING", 0}};
-    size_t open_sessions;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       for (const auto& [id, job] : jobs_) by_state[JobState_Name(job->info.state())]++;
-      open_sessions = sessions_.size();
     }
+    const size_t open_sessions = sessions_.open_sessions();
     for (const WorkerRecord& w : workers_.List()) worker_states[WorkerStateName(w.state)]++;
     for (const auto& [state, n] : by_state) jobs->Set(n, {{"state", state}});
     for (const auto& [state, n] : worker_states) workers->Set(n, {{"state", state}});
@@ -151,11 +112,12 @@ Coordinator::~Coordinator() { Shutdown(); }
 absl::Status Coordinator::Load() {
   TY_ASSIGN_OR_RETURN(std::vector<JobStore::Record> records, db_->LoadAll());
   TY_ASSIGN_OR_RETURN(int64_t recorded_next, db_->RecordedNextSequence());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   next_sequence_ = std::max(next_sequence_, recorded_next);
   for (JobStore::Record& r : records) {
     auto job = std::make_unique<Job>();
     job->info = std::move(r.job);
+    job->id = job->info.job_id();
     job->sequence = r.sequence;
     job->queued_since = options_.clock->Now();
     next_sequence_ = std::max(next_sequence_, r.sequence + 1);
@@ -193,7 +155,7 @@ absl::Status Coordinator::Load() {
 }
 
 void Coordinator::Start() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (scheduler_.joinable() || shutting_down_) return;
   scheduler_ = std::thread([this] { SchedulerLoop(); });
   persister_ = std::thread([this] { PersisterLoop(); });
@@ -202,25 +164,22 @@ void Coordinator::Start() {
 void Coordinator::Shutdown() {
   std::vector<std::thread> drivers;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     shutting_down_ = true;
     for (auto& [id, job] : jobs_) {
-      if (job->driver.joinable()) drivers.push_back(std::move(job->driver));
+      if (job->driver.joinable()) {
+        job->attempt->ShutDown();
+        drivers.push_back(std::move(job->driver));
+      }
     }
   }
-  changed_.notify_all();
+  changed_.SignalAll();
   if (scheduler_.joinable()) scheduler_.join();
   for (std::thread& t : drivers) t.join();
-  std::vector<Closer> closers;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = sessions_.begin(); it != sessions_.end();) CloseSessionLocked((it++)->first, "the coordinator stopped");
-    closers.swap(session_closers_);
-  }
-  for (Closer& c : closers) c.thread.join();
+  sessions_.Shutdown();
   if (persister_.joinable()) persister_.join();
   // Progress recorded after the persister's last pass (or without one).
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const std::string& id : dirty_) {
     if (absl::Status s = db_->Put(jobs_[id]->info, jobs_[id]->sequence); !s.ok()) {
       spdlog::error("job {}: cannot persist its progress: {}", id, s.ToString());
@@ -236,12 +195,13 @@ void Coordinator::Shutdown() {
 }
 
 void Coordinator::SchedulerLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!shutting_down_) {
-    lock.unlock();
+  while (true) {
     Tick();
-    lock.lock();
-    changed_.wait_for(lock, absl::ToChronoMilliseconds(options_.tick), [this] { return shutting_down_; });
+    MutexLock lock(&mu_);
+    const absl::Time next = absl::Now() + options_.tick;
+    while (!shutting_down_ && !changed_.WaitWithDeadline(&mu_, next)) {
+    }
+    if (shutting_down_) return;
   }
 }
 
@@ -251,37 +211,21 @@ void Coordinator::Tick() {
     if (metrics_.tick_seconds != nullptr) metrics_.tick_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - tick_start));
   };
   std::vector<WorkerRecord> lost = workers_.Expire();
+  for (const WorkerRecord& w : lost) {
+    spdlog::warn("worker {} ({} at {}) stopped heartbeating; removed from the pool", w.worker_id, w.host, w.address);
+  }
+  sessions_.Tick(lost);
   std::vector<std::thread> finished;
   absl::Cleanup join_finished = [&finished] {
     for (std::thread& t : finished) t.join();
   };
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (shutting_down_) return;
   for (auto& [id, job] : jobs_) {
     if (job->driver_done && job->driver.joinable()) finished.push_back(std::move(job->driver));
   }
   RetainLocked();
-  for (auto it = session_closers_.begin(); it != session_closers_.end();) {
-    if (it->done->load()) {
-      finished.push_back(std::move(it->thread));
-      it = session_closers_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  const absl::Time now = options_.clock->Now();
-  std::vector<std::pair<std::string, absl::Duration>> idle_sessions;
-  for (const auto& [id, session] : sessions_) {
-    if (session.in_flight == 0 && now - session.last_used > session.idle_timeout) {
-      idle_sessions.emplace_back(id, session.idle_timeout);
-    }
-  }
-  for (const auto& [id, timeout] : idle_sessions) {
-    CloseSessionLocked(id, absl::StrCat("idle for more than ", absl::FormatDuration(timeout)));
-  }
   for (const WorkerRecord& w : lost) {
-    spdlog::warn("worker {} ({} at {}) stopped heartbeating; removed from the pool", w.worker_id, w.host, w.address);
-    if (sessions_.count(w.job_id)) CloseSessionLocked(w.job_id, absl::StrCat("its worker ", w.worker_id, " was lost"));
     if (w.job_id.empty()) continue;
     auto it = jobs_.find(w.job_id);
     if (it == jobs_.end() || IsFinal(it->second->info.state())) continue;
@@ -291,8 +235,8 @@ void Coordinator::Tick() {
     StopLocked(job, FAILED,
                absl::StrCat(RankName(*job, static_cast<int>(rank - job->worker_ids.begin())),
                             " stopped heartbeating (nothing heard for more than ",
-                            absl::FormatDuration(options_.heartbeat_timeout), ")"));
-    job->stop_retryable = true;
+                            absl::FormatDuration(options_.heartbeat_timeout), ")"),
+               /*retryable=*/true);
   }
   // Oldest pending jobs first.
   std::vector<Job*> pending;
@@ -331,12 +275,16 @@ void Coordinator::StartJobLocked(Job* job, const std::vector<std::string>& worke
     return;
   }
   job->worker_ids = worker_ids;
-  job->clients.clear();
   job->stop = false;
-  job->stop_retryable = false;
-  job->stop_reason.clear();
   job->driver_done = false;
   job->info.clear_ranks();
+  AttemptPlan plan;
+  plan.job_id = job->info.job_id();
+  plan.spec = job->info.spec();
+  plan.restarts = job->info.restarts();
+  // A restart resumes from the job's own newest checkpoint.
+  if (plan.restarts > 0) plan.restore_from = job->info.latest_checkpoint();
+  plan.latest_checkpoint = job->info.latest_checkpoint();
   for (size_t r = 0; r < worker_ids.size(); ++r) {
     absl::StatusOr<WorkerRecord> w = workers_.Get(worker_ids[r]);
     RankInfo* rank = job->info.add_ranks();
@@ -346,14 +294,21 @@ void Coordinator::StartJobLocked(Job* job, const std::vector<std::string>& worke
       rank->set_host(w->host);
       rank->set_address(w->address);
       rank->set_device(w->device);
-      job->clients.push_back(client_factory_(*w));
+      plan.clients.push_back(client_factory_(*w));
     } else {
-      job->clients.push_back(nullptr);
+      plan.clients.push_back(nullptr);
     }
+    plan.rank_names.push_back(RankName(*job, static_cast<int>(r)));
   }
   SetStateLocked(job, STARTING, "");
   spdlog::info("job {}: starting on {} worker(s)", job->info.job_id(), worker_ids.size());
+  job->attempt = std::make_shared<JobDriver>(std::move(plan), static_cast<JobDriverHost*>(this));
   job->driver = std::thread([this, job] { Drive(job); });
+}
+
+Coordinator::Job* Coordinator::FindLocked(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : it->second.get();
 }
 
 std::string Coordinator::RankName(const Job& job, int rank) const {
@@ -373,23 +328,28 @@ void Coordinator::UpdateLocked(Job* job, bool durable) {
   } else {
     dirty_.insert(job->info.job_id());
   }
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 void Coordinator::PersisterLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    changed_.wait_for(lock, std::chrono::seconds(1), [this] { return shutting_down_; });
     std::vector<std::pair<JobInfo, int64_t>> batch;
-    for (const std::string& id : dirty_) batch.emplace_back(jobs_[id]->info, jobs_[id]->sequence);
-    dirty_.clear();
-    // Deletions after this pass's writes (a record snapshotted before its
-    // job was deleted is written, then deleted).
     std::vector<std::string> deletions;
-    deletions.swap(to_delete_);
-    const int64_t next_sequence = next_sequence_;
-    const bool last = shutting_down_;
-    lock.unlock();
+    int64_t next_sequence;
+    bool last;
+    {
+      MutexLock lock(&mu_);
+      const absl::Time next = absl::Now() + absl::Seconds(1);
+      while (!shutting_down_ && !changed_.WaitWithDeadline(&mu_, next)) {
+      }
+      for (const std::string& id : dirty_) batch.emplace_back(jobs_[id]->info, jobs_[id]->sequence);
+      dirty_.clear();
+      // Deletions after this pass's writes (a record snapshotted before its
+      // job was deleted is written, then deleted).
+      deletions.swap(to_delete_);
+      next_sequence = next_sequence_;
+      last = shutting_down_;
+    }
     for (const auto& [info, sequence] : batch) {
       if (absl::Status s = db_->Put(info, sequence); !s.ok()) {
         spdlog::error("job {}: cannot persist its progress: {}", info.job_id(), s.ToString());
@@ -400,7 +360,6 @@ void Coordinator::PersisterLoop() {
         spdlog::error("cannot delete {} finished job record(s): {}", deletions.size(), s.ToString());
       }
     }
-    lock.lock();
     if (last) return;
   }
 }
@@ -460,7 +419,7 @@ void Coordinator::RetainLocked() {
     jobs_.erase(id);
     deleted = true;
   }
-  if (deleted) changed_.notify_all();  // watchers of a deleted job learn it is gone
+  if (deleted) changed_.SignalAll();  // watchers of a deleted job learn it is gone
 }
 
 absl::Status Coordinator::UnknownJob(const std::string& job_id) const {
@@ -476,305 +435,37 @@ absl::Status Coordinator::UnknownJob(const std::string& job_id) const {
                                           kept.empty() ? "" : absl::StrCat(" (finished jobs are kept: ", kept, ")")));
 }
 
-void Coordinator::StopLocked(Job* job, JobState state, const std::string& reason) {
+void Coordinator::StopLocked(Job* job, JobState state, const std::string& reason, bool retryable) {
   if (job->stop || IsFinal(job->info.state())) return;
   job->stop = true;
-  job->stop_state = state;
-  job->stop_reason = reason;
-  changed_.notify_all();
-}
-
-template <typename Response, typename Call>
-absl::Status Coordinator::OnAllRanks(Job* job, const char* what, Call call, std::vector<Response>* responses) {
-  const int world = static_cast<int>(job->clients.size());
-  struct Shared {
-    std::vector<std::optional<absl::StatusOr<Response>>> results;
-    int done = 0;
-    bool failed = false;
-  };
-  auto shared = std::make_shared<Shared>();
-  shared->results.resize(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([this, shared, call, r] {
-      absl::StatusOr<Response> result = call(r);
-      std::lock_guard<std::mutex> lock(mu_);
-      shared->failed = shared->failed || !result.ok();
-      shared->results[r] = std::move(result);
-      shared->done++;
-      changed_.notify_all();
-    });
-  }
-  bool all_ok;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    changed_.wait(lock, [&] { return shared->done == world || shared->failed || job->stop || shutting_down_; });
-    if (shared->failed && shared->done < world) {
-      // Give the other ranks a moment to report: the rank whose worker is
-      // gone is the root cause, not its peers' collective errors.
-      changed_.wait_for(lock, std::chrono::seconds(2), [&] { return shared->done == world || shutting_down_; });
-    }
-    all_ok = shared->done == world && !shared->failed;
-  }
-  if (!all_ok) {
-    for (auto& c : job->clients) {
-      if (c) c->CancelInFlight();
-    }
-  }
-  for (std::thread& t : threads) t.join();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (shutting_down_) return absl::AbortedError("the coordinator is shutting down");
-  if (job->stop) return absl::AbortedError(job->stop_reason);
-  if (!all_ok) {
-    int culprit = -1;
-    for (int r = 0; r < world; ++r) {
-      const auto& result = shared->results[r];
-      if (!result || result->ok() || absl::IsCancelled(result->status())) continue;
-      if (culprit < 0 || (IsTransportError(result->status()) &&
-                          !IsTransportError(shared->results[culprit]->status()))) {
-        culprit = r;
-      }
-    }
-    if (culprit < 0) return absl::AbortedError(absl::StrCat(what, " was cancelled"));
-    const absl::Status& s = shared->results[culprit]->status();
-    return absl::Status(s.code(), absl::StrCat(RankName(*job, culprit), ": ", what, " failed: ", s.message()));
-  }
-  responses->clear();
-  for (int r = 0; r < world; ++r) responses->push_back(**shared->results[r]);
-  return absl::OkStatus();
+  if (job->attempt) job->attempt->Stop(state, reason, retryable);
+  changed_.SignalAll();
 }
 
 void Coordinator::Drive(Job* job) {
-  JobSpec spec;
-  std::string job_id, restore_from;
-  int attempt;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    spec = job->info.spec();
-    job_id = job->info.job_id();
-    attempt = job->info.restarts();
-    // A restart resumes from the job's own newest checkpoint.
-    if (attempt > 0) restore_from = job->info.latest_checkpoint();
-  }
-  const int world = static_cast<int>(job->clients.size());
-  std::string final_reason;
-  JobState final_state = SUCCEEDED;
-
-  absl::Status status = [&]() -> absl::Status {
-    for (const auto& c : job->clients) {
-      if (!c) return absl::UnavailableError("a worker of the gang left before the job started");
-    }
-    std::vector<StartJobResponse> started;
-    TY_RETURN_IF_ERROR(OnAllRanks<StartJobResponse>(
-        job, "StartJob",
-        [&](int r) {
-          StartJobRequest request;
-          request.set_job_id(job_id);
-          *request.mutable_spec() = spec;
-          request.set_rank(r);
-          request.set_world_size(world);
-          request.set_attempt(attempt);
-          request.set_restore_checkpoint(restore_from);
-          return job->clients[r]->StartJob(request);
-        },
-        &started));
-    int64_t step = started[0].start_step();
-    {
-      // What the workers restored (a restart whose newest checkpoint turned
-      // out damaged restores an older one): the job's newest checkpoint now,
-      // and the reason while it runs says what was passed over.
-      std::string note;
-      if (started[0].passed_over_size() > 0) {
-        note = absl::StrCat("restored ",
-                            started[0].restored_checkpoint().empty() ? "nothing (from scratch)"
-                                                                     : started[0].restored_checkpoint(),
-                            "; passed over ", absl::StrJoin(started[0].passed_over(), "; "));
-        spdlog::warn("job {}: {}", job_id, note);
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      job->info.set_step(step);
-      if (!started[0].restored_checkpoint().empty() || started[0].passed_over_size() > 0) {
-        job->info.set_latest_checkpoint(started[0].restored_checkpoint());
-      }
-      SetStateLocked(job, RUNNING, note);
-    }
-    if (spec.kind() == EVALUATION || spec.kind() == INFERENCE) {
-      spdlog::info("job {}: {} of the checkpoint at step {} on {} split {}", job_id, JobKind_Name(spec.kind()), step,
-                   spec.task(), spec.inference().split());
-      std::vector<InferResponse> inferred;
-      TY_RETURN_IF_ERROR(OnAllRanks<InferResponse>(
-          job, "Infer",
-          [&](int r) {
-            InferRequest request;
-            request.set_job_id(job_id);
-            return job->clients[r]->Infer(request);
-          },
-          &inferred));
-      int64_t examples = 0;
-      for (const InferResponse& r : inferred) examples += r.examples();
-      std::lock_guard<std::mutex> lock(mu_);
-      job->info.mutable_metrics()->clear();
-      for (const auto& [k, v] : inferred[0].metrics()) (*job->info.mutable_metrics())[k] = v;
-      job->info.set_metrics_step(step);
-      final_reason = absl::StrCat(examples, " example(s) decoded; predictions in ", inferred[0].output());
-      return absl::OkStatus();
-    }
-    spdlog::info("job {}: running from step {} to {}", job_id, step, spec.total_steps());
-    TY_ASSIGN_OR_RETURN(ActionsByMode actions, CreateActions(spec));
-    ChunkPeriods periods;
-    periods.total_steps = spec.total_steps();
-    periods.summary_period = spec.summary_period();
-    periods.eval_period = spec.eval_period();
-    periods.checkpoint_period = spec.checkpoint_period();
-    auto run_actions = [&](ActionModeKind mode, const MetricsByTask& metrics) -> bool {
-      for (const auto& action : actions[mode]) {
-        if (action->Run(step, metrics)) {
-          final_reason = action->reason();
-          final_state = dynamic_cast<TerminateOnNanAction*>(action.get()) ? FAILED : SUCCEEDED;
-          return true;
-        }
-      }
-      return false;
-    };
-    // A worker was asked to stop: every rank stopped after the same step
-    // and rank 0 wrote the emergency checkpoint.
-    auto preempted = [&](const std::vector<bool>& asked, int64_t last_step, const std::string& checkpoint,
-                         const google::protobuf::Map<std::string, double>& metrics, const std::string& during) {
-      int r = 0;
-      while (r < world && !asked[r]) ++r;
-      if (r == world) r = 0;
-      std::lock_guard<std::mutex> lock(mu_);
-      job->info.set_step(last_step);
-      if (!checkpoint.empty()) job->info.set_latest_checkpoint(checkpoint);
-      for (const auto& [k, v] : metrics) (*job->info.mutable_metrics())[k] = v;
-      final_state = PREEMPTED;
-      final_reason = absl::StrCat(RankName(*job, r), " was asked to stop; emergency checkpoint at step ", last_step,
-                                  during, checkpoint.empty() ? "" : ": " + checkpoint);
-    };
-    while (step < spec.total_steps()) {
-      const int64_t n = NextChunk(step, periods);
-      const bool last = step + n == spec.total_steps();
-      std::vector<RunStepsResponse> ran;
-      TY_RETURN_IF_ERROR(OnAllRanks<RunStepsResponse>(
-          job, "RunSteps",
-          [&](int r) {
-            RunStepsRequest request;
-            request.set_job_id(job_id);
-            request.set_first_step(step);
-            request.set_num_steps(n);
-            request.set_write_summary(true);
-            request.set_save_checkpoint(last || AtBoundary(step + n, spec.checkpoint_period()));
-            return job->clients[r]->RunSteps(request);
-          },
-          &ran));
-      if (ran[0].preempted()) {
-        std::vector<bool> asked;
-        for (const auto& r : ran) asked.push_back(r.asked_to_stop());
-        preempted(asked, ran[0].last_step(), ran[0].checkpoint(), ran[0].metrics(), "");
-        return absl::OkStatus();
-      }
-      step += n;
-      MetricsByTask train;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        job->info.set_step(step);
-        job->info.mutable_metrics()->clear();
-        for (const auto& [k, v] : ran[0].metrics()) (*job->info.mutable_metrics())[k] = v;
-        job->info.set_metrics_step(step);
-        if (!ran[0].checkpoint().empty()) job->info.set_latest_checkpoint(ran[0].checkpoint());
-        for (int r = 0; r < world && r < job->info.ranks_size(); ++r) {
-          job->info.mutable_ranks(r)->set_last_step_seconds(ran[r].seconds_per_step());
-        }
-        UpdateLocked(job, /*durable=*/false);
-        train["train"] = std::map<std::string, double>(ran[0].metrics().begin(), ran[0].metrics().end());
-      }
-      if (run_actions(ActionModeKind::kTrain, train)) break;
-      if (spec.eval_period() > 0 && (AtBoundary(step, spec.eval_period()) || last)) {
-        std::vector<EvaluateResponse> evaluated;
-        TY_RETURN_IF_ERROR(OnAllRanks<EvaluateResponse>(
-            job, "Evaluate",
-            [&](int r) {
-              EvaluateRequest request;
-              request.set_job_id(job_id);
-              request.set_step(step);
-              return job->clients[r]->Evaluate(request);
-            },
-            &evaluated));
-        if (evaluated[0].preempted()) {
-          std::vector<bool> asked;
-          for (const auto& r : evaluated) asked.push_back(r.asked_to_stop());
-          preempted(asked, step, evaluated[0].checkpoint(), {},
-                    absl::StrCat(" (during the evaluation of step ", step, ", which is not repeated)"));
-          return absl::OkStatus();
-        }
-        MetricsByTask eval;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          for (const auto& [k, v] : evaluated[0].metrics()) {
-            (*job->info.mutable_metrics())["training_eval/" + k] = v;
-            std::vector<std::string> parts = absl::StrSplit(k, absl::MaxSplits('/', 1));
-            if (parts.size() == 2) eval[parts[0]][parts[1]] = v;
-          }
-          UpdateLocked(job, /*durable=*/false);
-        }
-        if (run_actions(ActionModeKind::kTrainEval, eval)) break;
-      }
-    }
-    return absl::OkStatus();
-  }();
-
-  bool shutting_down;
-  bool retryable = final_state == PREEMPTED;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    shutting_down = shutting_down_;
-    if (job->stop) {
-      final_state = job->stop_state;
-      final_reason = job->stop_reason;
-      retryable = job->stop_retryable;
-    } else if (!status.ok()) {
-      final_state = FAILED;
-      final_reason = status.ToString();
-      // A lost worker or a broken collective: another attempt may succeed.
-      // Bad specs, divergence or a NaN will fail again.
-      retryable = absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) || absl::IsAborted(status);
-    }
-  }
-  if (!shutting_down) {
-    // Final before the teardown: watchers learn the outcome at once, even if
-    // an unreachable rank makes its AbortJob wait for its deadline.
-    std::lock_guard<std::mutex> lock(mu_);
-    if (final_state == PREEMPTED) SetStateLocked(job, PREEMPTED, final_reason);
-    const int max_restarts = job->info.spec().max_restarts();  // normalised: set, default 3
-    if (retryable && job->info.restarts() < max_restarts) {
-      job->info.set_restarts(job->info.restarts() + 1);
-      final_state = RESTARTING;
-      final_reason = absl::StrCat(final_reason, "; restart ", job->info.restarts(), " of ", max_restarts, " from ",
-                                  job->info.latest_checkpoint().empty() ? "scratch" : job->info.latest_checkpoint());
-    } else if (retryable) {
-      final_state = FAILED;
-      final_reason = absl::StrCat(final_reason, " (no restarts left: max_restarts ", max_restarts, ")");
-    }
-    SetStateLocked(job, final_state, final_reason);
-  }
-  spdlog::info("job {}: {} {}", job_id, JobState_Name(final_state), final_reason);
-  // Tear the job down on every rank (also after success: the workers free
-  // the model and close the collective), then return the gang to the pool.
+  job->attempt->Run();
   // A worker is handed out again only once it reports it let go of the job.
-  AbortJobRequest abort;
-  abort.set_job_id(job_id);
-  abort.set_reason(shutting_down ? "the coordinator is shutting down"
-                                 : absl::StrCat("the job is ", JobState_Name(final_state),
-                                                final_reason.empty() ? "" : ": " + final_reason));
-  std::vector<std::thread> aborts;
-  for (auto& c : job->clients) {
-    if (c) aborts.emplace_back([c, abort] { c->AbortJob(abort).IgnoreError(); });
-  }
-  for (std::thread& t : aborts) t.join();
   workers_.Release(job->worker_ids);
-  store_.ErasePrefix(absl::StrCat(job_id, "/"));
-  std::lock_guard<std::mutex> lock(mu_);
+  store_.ErasePrefix(absl::StrCat(job->id, "/"));
+  MutexLock lock(&mu_);
   job->driver_done = true;
+}
+
+void Coordinator::RecordProgress(const std::string& job_id, const std::function<void(JobInfo*)>& edit) {
+  MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  edit(&it->second->info);
+  UpdateLocked(it->second.get(), /*durable=*/false);
+}
+
+void Coordinator::ChangeState(const std::string& job_id, JobState state, const std::string& reason,
+                              const std::function<void(JobInfo*)>& edit) {
+  MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  if (edit) edit(&it->second->info);
+  SetStateLocked(it->second.get(), state, reason);
 }
 
 absl::StatusOr<SubmitJobResponse> Coordinator::SubmitJob(const SubmitJobRequest& request) {
@@ -784,11 +475,12 @@ absl::StatusOr<SubmitJobResponse> Coordinator::SubmitJob(const SubmitJobRequest&
   ValidationOptions validation;
   validation.output_root = options_.output_root;
   TY_RETURN_IF_ERROR(ValidateAndNormalize(&spec, validation));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
   auto job = std::make_unique<Job>();
   job->sequence = next_sequence_++;
-  job->info.set_job_id(JobIdFor(spec.name(), job->sequence));
+  job->id = JobIdFor(spec.name(), job->sequence);
+  job->info.set_job_id(job->id);
   *job->info.mutable_spec() = spec;
   job->info.set_state(PENDING);
   job->info.set_create_time_unix_ms(UnixMillis(options_.clock));
@@ -803,12 +495,12 @@ absl::StatusOr<SubmitJobResponse> Coordinator::SubmitJob(const SubmitJobRequest&
            spec.total_steps());
   by_sequence_[job->sequence] = job.get();
   jobs_[job->info.job_id()] = std::move(job);
-  changed_.notify_all();
+  changed_.SignalAll();
   return response;
 }
 
 absl::StatusOr<JobInfo> Coordinator::GetJob(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return UnknownJob(job_id);
   return it->second->info;
@@ -828,7 +520,7 @@ absl::StatusOr<ListJobsResponse> Coordinator::ListJobs(const ListJobsRequest& re
     return absl::InvalidArgumentError(
         absl::StrCat("page_token: '", request.page_token(), "' is not a next_page_token from ListJobs"));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ListJobsResponse response;
   int64_t last_sequence = 0;
   for (auto it = std::make_reverse_iterator(by_sequence_.lower_bound(below)); it != by_sequence_.rend(); ++it) {
@@ -851,7 +543,7 @@ absl::StatusOr<JobInfo> Coordinator::CancelJob(const std::string& job_id, const 
   std::vector<std::shared_ptr<WorkerClient>> clients;
   JobInfo info;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = jobs_.find(job_id);
     if (it == jobs_.end()) return UnknownJob(job_id);
     Job* job = it->second.get();
@@ -866,7 +558,7 @@ absl::StatusOr<JobInfo> Coordinator::CancelJob(const std::string& job_id, const 
       job->stop = true;
       SetStateLocked(job, CANCELLED, why);
     } else {
-      StopLocked(job, CANCELLED, why);
+      StopLocked(job, CANCELLED, why, /*retryable=*/false);
     }
     info = job->info;
   }
@@ -874,175 +566,41 @@ absl::StatusOr<JobInfo> Coordinator::CancelJob(const std::string& job_id, const 
   return info;
 }
 
-absl::StatusOr<OpenSessionResponse> Coordinator::OpenSession(const OpenSessionRequest& original) {
-  ValidationOptions paths;
-  paths.output_root = options_.output_root;
-  TY_ASSIGN_OR_RETURN(OpenSessionRequest request, NormalizeOpenSessionRequest(original, paths));
-  const int num_workers = request.num_workers();
-  std::string session_id;
+absl::StatusOr<OpenSessionResponse> Coordinator::OpenSession(const OpenSessionRequest& request) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
-    if (!request.job_id().empty()) {
-      auto it = jobs_.find(request.job_id());
-      if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job_id: no job '", request.job_id(), "'"));
-      if (it->second->info.latest_checkpoint().empty()) {
-        return absl::FailedPreconditionError(absl::StrCat("job_id: job '", request.job_id(), "' has no checkpoint yet"));
-      }
-      request.set_checkpoint(it->second->info.latest_checkpoint());
-    }
-    if (request.checkpoint().empty()) return absl::InvalidArgumentError("checkpoint: required (or job_id)");
-    // A random suffix: ids never repeat across coordinator restarts.
-    session_id = absl::StrCat("session-", next_session_++, ".", absl::Hex(std::random_device()() & 0xffff));
   }
-  // Idle workers, waiting a little for them (a worker that has just
-  // finished a job becomes idle at its next heartbeat).
-  std::vector<std::string> worker_ids;
-  const absl::Time give_up = absl::Now() + absl::Seconds(request.wait_seconds());
-  while (true) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
-      std::vector<std::string> idle = workers_.Idle();
-      if (static_cast<int>(idle.size()) >= num_workers) {
-        idle.resize(num_workers);
-        if (workers_.Assign(idle, session_id).ok()) worker_ids = idle;
-      }
-    }
-    if (!worker_ids.empty()) break;
-    if (absl::Now() >= give_up) {
-      return absl::UnavailableError(absl::StrCat("no ", num_workers, " idle worker(s) for a session within ",
-                                                 request.wait_seconds(), " s; try again when a job has finished"));
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  Session session;
-  session.id = session_id;
-  session.worker_ids = worker_ids;
-  session.idle_timeout = absl::Seconds(request.idle_timeout_seconds());
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const std::string& id : worker_ids) {
-      absl::StatusOr<WorkerRecord> record = workers_.Get(id);
-      if (!record.ok()) {
-        workers_.Release(worker_ids);
-        return absl::UnavailableError(absl::StrCat("worker ", id, " left"));
-      }
-      session.clients.push_back(client_factory_(*record));
-    }
-  }
-  // Every worker at once: with several, they meet in the store under the
-  // session's id before loading the model.
-  std::vector<absl::StatusOr<OpenSessionResponse>> opened =
-      CallAll<OpenSessionResponse>(num_workers, [&](int rank) {
-        WorkerOpenSessionRequest open;
-        open.set_session_id(session_id);
-        *open.mutable_request() = request;
-        open.set_rank(rank);
-        open.set_world_size(num_workers);
-        return session.clients[rank]->OpenSession(open);
-      });
-  std::lock_guard<std::mutex> lock(mu_);
-  if (absl::Status failed = GroupStatus(opened, worker_ids); !failed.ok()) {
-    // Those that opened let go again; all return to the pool.
-    sessions_[session_id] = session;
-    CloseSessionLocked(session_id, "it could not be opened");
-    return absl::Status(failed.code(), absl::StrCat("opening the session: ", failed.message()));
-  }
-  session.last_used = options_.clock->Now();
-  sessions_[session_id] = session;
-  OpenSessionResponse response = *opened[0];
-  response.set_worker_id(worker_ids[0]);
-  for (const std::string& id : worker_ids) response.add_worker_ids(id);
-  spdlog::info("session {}: opened on worker(s) {} ({}, step {})", session_id, absl::StrJoin(worker_ids, ", "),
-               request.checkpoint(), response.step());
-  return response;
+  return sessions_.Open(request);
 }
 
 absl::StatusOr<SessionResponse> Coordinator::RunSession(const SessionRequest& request) {
-  std::vector<std::shared_ptr<WorkerClient>> clients;
-  std::vector<std::string> worker_ids;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = sessions_.find(request.session_id());
-    if (it == sessions_.end()) {
-      auto closed = closed_sessions_.find(request.session_id());
-      return absl::NotFoundError(absl::StrCat("no session '", request.session_id(), "'",
-                                              closed == closed_sessions_.end() ? "" : ": closed, " + closed->second));
-    }
-    it->second.in_flight++;
-    clients = it->second.clients;
-    worker_ids = it->second.worker_ids;
-  }
-  std::vector<absl::StatusOr<SessionResponse>> responses = CallAll<SessionResponse>(
-      static_cast<int>(clients.size()), [&](int rank) { return clients[rank]->RunSession(request); });
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = sessions_.find(request.session_id());
-  if (it != sessions_.end()) {
-    it->second.in_flight--;
-    it->second.last_used = options_.clock->Now();
-  }
-  absl::Status status = GroupStatus(responses, worker_ids);
-  if (status.ok()) return std::move(*responses[0]);
-  if (clients.size() == 1) return responses[0].status();
-  bool same = true;
-  for (const auto& r : responses) same = same && r.status().code() == responses[0].status().code();
-  if (same) return responses[0].status();  // e.g. bad examples: every rank refused them alike
-  // The workers no longer agree (one failed or is gone): the group is
-  // broken.
-  if (it != sessions_.end()) CloseSessionLocked(request.session_id(), absl::StrCat("a worker failed: ", status.message()));
-  return absl::Status(status.code(), absl::StrCat(status.message(), "; the session is closed"));
+  return sessions_.Run(request);
 }
 
-absl::Status Coordinator::CloseSession(const std::string& session_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!sessions_.count(session_id)) return absl::NotFoundError(absl::StrCat("no session '", session_id, "'"));
-  CloseSessionLocked(session_id, "by its client");
-  return absl::OkStatus();
-}
+absl::Status Coordinator::CloseSession(const std::string& session_id) { return sessions_.Close(session_id); }
 
-void Coordinator::CloseSessionLocked(std::string session_id, const std::string& why) {
-  auto it = sessions_.find(session_id);
-  if (it == sessions_.end()) return;
-  Session session = it->second;
-  sessions_.erase(it);
-  closed_sessions_[session_id] = why;
-  workers_.Release(session.worker_ids);  // DRAINING until each worker says it let go
-  store_.ErasePrefix(absl::StrCat(session_id, "/"));
-  spdlog::info("session {}: closed ({})", session_id, why);
-  auto done = std::make_shared<std::atomic<bool>>(false);
-  std::thread closer([session, why, done] {
-    AbortJobRequest abort;
-    abort.set_job_id(session.id);
-    abort.set_reason(absl::StrCat("the session is closed: ", why));
-    CallAll<bool>(static_cast<int>(session.clients.size()), [&](int rank) -> absl::StatusOr<bool> {
-      if (absl::Status s = session.clients[rank]->AbortJob(abort); !s.ok()) {
-        spdlog::warn("session {}: worker {} did not confirm the close: {}", session.id, session.worker_ids[rank],
-                     s.ToString());
-      }
-      return true;
-    });
-    *done = true;
-  });
-  session_closers_.push_back(Closer{std::move(closer), done});
+absl::StatusOr<std::string> Coordinator::JobCheckpoint(const std::string& job_id) {
+  MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return UnknownJob(job_id);
+  return it->second->info.latest_checkpoint();
 }
 
 absl::StatusOr<JobInfo> Coordinator::WaitForChange(const std::string& job_id, int64_t* version,
                                                    absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // The job may be deleted (retention) while this waits: look it up again.
-  auto find = [&]() -> Job* {
-    auto it = jobs_.find(job_id);
-    return it == jobs_.end() ? nullptr : it->second.get();
-  };
-  if (find() == nullptr) return UnknownJob(job_id);
+  if (FindLocked(job_id) == nullptr) return UnknownJob(job_id);
   if (*version > 0) {
-    changed_.wait_for(lock, absl::ToChronoMilliseconds(timeout), [&] {
-      const Job* job = find();
-      return job == nullptr || job->version > *version || shutting_down_;
-    });
+    const absl::Time deadline = absl::Now() + timeout;
+    while (true) {
+      const Job* job = FindLocked(job_id);
+      if (job == nullptr || job->version > *version || shutting_down_) break;
+      if (changed_.WaitWithDeadline(&mu_, deadline)) break;  // timed out
+    }
   }
-  const Job* job = find();
+  const Job* job = FindLocked(job_id);
   if (job == nullptr) return UnknownJob(job_id);
   *version = job->version;
   return job->info;
@@ -1056,7 +614,7 @@ absl::StatusOr<RegisterWorkerResponse> Coordinator::RegisterWorker(const Registe
   RegisterWorkerResponse response;
   response.set_worker_id(id);
   response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
-  changed_.notify_all();
+  changed_.SignalAll();
   return response;
 }
 
@@ -1069,14 +627,14 @@ absl::StatusOr<HeartbeatResponse> Coordinator::Heartbeat(const HeartbeatRequest&
   }
   TY_RETURN_IF_ERROR(s);
   if (!request.job_id().empty()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = jobs_.find(request.job_id());
     // Rank 0's step inside a chunk: live progress for watchers.
     if (it != jobs_.end() && it->second->info.state() == RUNNING && !it->second->worker_ids.empty() &&
         it->second->worker_ids[0] == request.worker_id() && request.step() > it->second->info.step()) {
       it->second->info.set_step(request.step());
       it->second->version++;
-      changed_.notify_all();
+      changed_.SignalAll();
     }
   }
   return response;

@@ -33,7 +33,6 @@
 #define TRAINYARD_COORDINATOR_COORDINATOR_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -46,10 +45,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "collective/store.h"
 #include "common/clock.h"
+#include "common/mutex.h"
+#include "coordinator/job_driver.h"
 #include "coordinator/job_store.h"
+#include "coordinator/session_manager.h"
 #include "common/metrics.h"
 #include "coordinator/worker_client.h"
 #include "coordinator/worker_registry.h"
@@ -82,7 +85,7 @@ struct CoordinatorOptions {
 
 bool IsFinal(JobState state);
 
-class Coordinator {
+class Coordinator : private JobDriverHost {
  public:
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(CoordinatorOptions options,
                                                              WorkerClientFactory client_factory);
@@ -135,60 +138,52 @@ class Coordinator {
 
  private:
   struct Job {
+    std::string id;  // never changes (readable without the lock)
     JobInfo info;
     int64_t sequence = 0;
     int64_t version = 1;
-    bool stop = false;         // cancel or failure: the driver winds down
-    bool stop_retryable = false;  // a lost worker: restart if restarts are left
-    std::string stop_reason;
-    JobState stop_state = JOB_STATE_UNSPECIFIED;
+    bool stop = false;         // cancel or failure requested (its attempt winds down)
     std::vector<std::string> worker_ids;
-    std::vector<std::shared_ptr<WorkerClient>> clients;
-    std::thread driver;
+    std::shared_ptr<JobDriver> attempt;  // the current or last attempt
+    std::thread driver;        // runs `attempt`
     bool driver_done = false;  // the driver returned; Tick joins it
     absl::Time queued_since;   // entered PENDING or RESTARTING (scheduling delay)
   };
 
-  struct Session {
-    std::string id;
-    std::vector<std::string> worker_ids;  // in rank order
-    std::vector<std::shared_ptr<WorkerClient>> clients;
-    absl::Duration idle_timeout;
-    absl::Time last_used;
-    int in_flight = 0;  // calls running: never idle while one runs
-  };
-
   Coordinator(CoordinatorOptions options, WorkerClientFactory factory, std::unique_ptr<JobStore> db);
   void DefineMetrics();
-  // Ends a session (caller holds mu_): the worker is told to drop it (in the
-  // background) and returns to the pool once it says it holds nothing.
-  // (By value: callers pass ids that live in the map entry it erases.)
-  void CloseSessionLocked(std::string session_id, const std::string& why);
-  absl::Status Load();
+  // A job's newest checkpoint, for sessions opened by job id.
+  absl::StatusOr<std::string> JobCheckpoint(const std::string& job_id);
+  absl::Status Load() ABSL_LOCKS_EXCLUDED(mu_);
   void SchedulerLoop();
-  void StartJobLocked(Job* job, const std::vector<std::string>& worker_ids);
+  void StartJobLocked(Job* job, const std::vector<std::string>& worker_ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job of that id; nullptr if there is none (or no longer: retention).
+  Job* FindLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The driver thread of an attempt: runs it, then returns the gang to the
+  // pool.
   void Drive(Job* job);
-  // Runs `call(rank)` on every rank in parallel; returns once all succeed,
-  // or at the first failure or stop (then cancels the calls still in
-  // flight). The returned status names the rank that failed.
-  template <typename Response, typename Call>
-  absl::Status OnAllRanks(Job* job, const char* what, Call call, std::vector<Response>* responses);
+  // JobDriverHost.
+  void RecordProgress(const std::string& job_id, const std::function<void(JobInfo*)>& edit) override;
+  void ChangeState(const std::string& job_id, JobState state, const std::string& reason,
+                   const std::function<void(JobInfo*)>& edit) override;
   // Records a change (caller holds mu_): bumps the version, wakes watchers,
   // and persists: at once when `durable` (state changes), else soon, by the
   // persister thread (progress: steps and metrics, so that a chunk boundary
   // never waits for an fsync).
-  void UpdateLocked(Job* job, bool durable = true);
+  void UpdateLocked(Job* job, bool durable = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersisterLoop();
-  void SetStateLocked(Job* job, JobState state, const std::string& reason);
+  void SetStateLocked(Job* job, JobState state, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes the finished jobs past the retention policy (caller holds mu_);
   // their records leave jobs.db on the persister's next pass. A job whose
   // driver has not been joined yet is kept until it has.
-  void RetainLocked();
+  void RetainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // kNotFound for a job id this coordinator does not know (saying how long
   // finished jobs are kept, when that is limited).
   absl::Status UnknownJob(const std::string& job_id) const;
-  // Requests the driver to stop with a final state (failure or cancel).
-  void StopLocked(Job* job, JobState state, const std::string& reason);
+  // Requests the job's attempt to stop in `state` (a cancel; a lost
+  // worker, `retryable`: restarted if restarts are left).
+  void StopLocked(Job* job, JobState state, const std::string& reason, bool retryable)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string RankName(const Job& job, int rank) const;
 
   CoordinatorOptions options_;
@@ -197,24 +192,20 @@ class Coordinator {
   WorkerRegistry workers_;
   InMemoryStore store_;
 
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::map<std::string, std::unique_ptr<Job>> jobs_;  // guarded by mu_
-  std::map<int64_t, Job*> by_sequence_;               // guarded by mu_: jobs_ by sequence
+  // The job table. A Job's fields are read and written under mu_ too,
+  // except `id` (immutable) and `attempt` and `driver`, which only the
+  // scheduler and Shutdown touch, also under mu_.
+  Mutex mu_;
+  CondVar changed_;  // a job changed, or shutting down
+  std::map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, Job*> by_sequence_ ABSL_GUARDED_BY(mu_);  // jobs_ by sequence
   // Finished jobs by (end time, sequence): the retention order.
-  std::set<std::pair<int64_t, int64_t>> finished_;    // guarded by mu_
-  std::vector<std::string> to_delete_;                // guarded by mu_: for the persister
-  int64_t next_sequence_ = 1;                         // guarded by mu_
-  bool shutting_down_ = false;                        // guarded by mu_
-  std::set<std::string> dirty_;                       // guarded by mu_: to persist
-  std::map<std::string, Session> sessions_;           // guarded by mu_
-  std::map<std::string, std::string> closed_sessions_;  // guarded by mu_: id -> why
-  int64_t next_session_ = 1;                          // guarded by mu_
-  struct Closer {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-  std::vector<Closer> session_closers_;  // guarded by mu_: joined by Tick once done
+  std::set<std::pair<int64_t, int64_t>> finished_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> to_delete_ ABSL_GUARDED_BY(mu_);  // for the persister
+  int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);  // to persist
+  SessionManager sessions_;
   std::thread scheduler_;
   std::thread persister_;
   struct Metrics {

@@ -1,6 +1,8 @@
 // The coordinator's logic against fake workers (no sockets): job life
 // cycle, chunking, queueing, cancel, failures, heartbeat expiry with an
-// injected clock, and restarts over the SQLite store.
+// injected clock, and restarts over the SQLite store. One file (longer
+// than most) because every case shares the fake worker and the fixture
+// above, and together they are the coordinator's behaviour as specified.
 #include "coordinator/coordinator.h"
 
 #include <condition_variable>

@@ -25,6 +25,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
   }
   sqlite3_busy_timeout(db, 5000);
   std::unique_ptr<JobStore> store(new JobStore(db, path));
+  MutexLock lock(&store->mu_);
   // A file that is not a database fails here, on the first read.
   if (absl::Status s = store->Exec("PRAGMA journal_mode=WAL"); !s.ok()) {
     return absl::InvalidArgumentError(
@@ -69,7 +70,7 @@ absl::Status JobStore::Exec(const char* sql) {
 absl::Status JobStore::Put(const JobInfo& job, int64_t sequence) {
   std::string blob;
   if (!job.SerializeToString(&blob)) return absl::InternalError("cannot serialise JobInfo " + job.job_id());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   sqlite3_stmt* stmt = nullptr;
   if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO jobs (job_id, sequence, state, info) VALUES (?, ?, ?, ?)",
                          -1, &stmt, nullptr) != SQLITE_OK) {
@@ -86,7 +87,7 @@ absl::Status JobStore::Put(const JobInfo& job, int64_t sequence) {
 }
 
 absl::StatusOr<std::vector<JobStore::Record>> JobStore::LoadAll() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   sqlite3_stmt* stmt = nullptr;
   if (sqlite3_prepare_v2(db_, "SELECT job_id, sequence, info FROM jobs ORDER BY sequence", -1, &stmt, nullptr) !=
       SQLITE_OK) {
@@ -112,9 +113,10 @@ absl::StatusOr<std::vector<JobStore::Record>> JobStore::LoadAll() {
 }
 
 absl::Status JobStore::Delete(const std::vector<std::string>& job_ids, int64_t next_sequence) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   TY_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   auto rollback = [this](absl::Status s) {
+    mu_.AssertHeld();
     Exec("ROLLBACK").IgnoreError();
     return s;
   };
@@ -147,7 +149,7 @@ absl::Status JobStore::Delete(const std::vector<std::string>& job_ids, int64_t n
 }
 
 absl::StatusOr<int64_t> JobStore::RecordedNextSequence() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   sqlite3_stmt* stmt = nullptr;
   if (sqlite3_prepare_v2(db_, "SELECT value FROM counters WHERE name = 'next_sequence'", -1, &stmt, nullptr) !=
       SQLITE_OK) {

@@ -10,12 +10,13 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 #include "proto/job_service.pb.h"
 
 struct sqlite3;
@@ -50,10 +51,10 @@ class JobStore {
 
  private:
   JobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
-  absl::Status Exec(const char* sql);
-  std::mutex mu_;
-  sqlite3* db_;
-  std::string path_;
+  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Mutex mu_;
+  sqlite3* const db_ ABSL_GUARDED_BY(mu_);  // one connection, one caller at a time
+  const std::string path_;
 };
 
 }  // namespace trainyard

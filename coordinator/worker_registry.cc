@@ -22,7 +22,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const std::string& host, co
                                                      const std::string& device, int32_t pid,
                                                      const std::string& held_job_id) {
   if (address.empty()) return absl::InvalidArgumentError("RegisterWorker.address: empty; expected HOST:PORT");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   WorkerRecord record;
   record.sequence = next_sequence_++;
   record.worker_id = absl::StrCat("w", record.sequence, "-", host.empty() ? "host" : host,
@@ -42,7 +42,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const std::string& host, co
 }
 
 absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id, const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id));
   it->second.last_heartbeat = clock_->Now();
@@ -57,7 +57,7 @@ absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id, const std::
 }
 
 std::vector<std::string> WorkerRegistry::Idle() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<const WorkerRecord*> idle;
   for (const auto& [id, w] : workers_) {
     if (w.state == WorkerRecord::State::kIdle) idle.push_back(&w);
@@ -69,7 +69,7 @@ std::vector<std::string> WorkerRegistry::Idle() const {
 }
 
 absl::Status WorkerRegistry::Assign(const std::vector<std::string>& worker_ids, const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const std::string& id : worker_ids) {
     auto it = workers_.find(id);
     if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", id));
@@ -85,7 +85,7 @@ absl::Status WorkerRegistry::Assign(const std::vector<std::string>& worker_ids, 
 }
 
 void WorkerRegistry::Release(const std::vector<std::string>& worker_ids) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const std::string& id : worker_ids) {
     auto it = workers_.find(id);
     if (it != workers_.end() && it->second.state == WorkerRecord::State::kBusy) {
@@ -95,7 +95,7 @@ void WorkerRegistry::Release(const std::vector<std::string>& worker_ids) {
 }
 
 std::vector<WorkerRecord> WorkerRegistry::Expire() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   std::vector<WorkerRecord> out;
   for (auto it = workers_.begin(); it != workers_.end();) {
@@ -110,14 +110,14 @@ std::vector<WorkerRecord> WorkerRegistry::Expire() {
 }
 
 absl::StatusOr<WorkerRecord> WorkerRegistry::Get(const std::string& worker_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id));
   return it->second;
 }
 
 std::vector<WorkerRecord> WorkerRegistry::List() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<WorkerRecord> out;
   for (const auto& [id, w] : workers_) out.push_back(w);
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.sequence < b.sequence; });

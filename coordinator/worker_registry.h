@@ -21,7 +21,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/base/thread_annotations.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 
 namespace trainyard {
 
@@ -79,9 +81,9 @@ class WorkerRegistry {
   Clock* clock_;
   const absl::Duration heartbeat_timeout_;
   const std::string instance_;
-  mutable std::mutex mu_;
-  std::map<std::string, WorkerRecord> workers_;  // guarded by mu_
-  int64_t next_sequence_ = 1;                    // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::string, WorkerRecord> workers_ ABSL_GUARDED_BY(mu_);
+  int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace trainyard

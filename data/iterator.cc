@@ -1,5 +1,6 @@
 #include "data/iterator.h"
 
+#include <algorithm>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -121,21 +122,40 @@ absl::StatusOr<ConvertedBatch> TaskIterator::Next() {
   }
 }
 
-std::string TaskIterator::State() const { return absl::StrCat(epoch_, " ", position_); }
+std::string TaskIterator::State() const { return FormatIteratorState({epoch_, position_}); }
 
 absl::Status TaskIterator::Restore(const std::string& state) {
-  std::istringstream in(state);
-  int64_t epoch = -1, position = -1;
-  std::string rest;
-  if (!(in >> epoch >> position) || (in >> rest) || epoch < 0 || position < 0 ||
-      position > shard_size()) {
+  absl::StatusOr<IteratorPosition> p = ParseIteratorState(state);
+  if (!p.ok() || p->position > shard_size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("iterator state \"", state, "\": want \"EPOCH POSITION\" with 0 <= POSITION <= ",
                      shard_size()));
   }
-  StartEpoch(epoch);
-  position_ = loaded_ = position;
+  StartEpoch(p->epoch);
+  position_ = loaded_ = p->position;
   return absl::OkStatus();
+}
+
+std::string FormatIteratorState(const IteratorPosition& p) { return absl::StrCat(p.epoch, " ", p.position); }
+
+absl::StatusOr<IteratorPosition> ParseIteratorState(absl::string_view state) {
+  std::istringstream in{std::string(state)};
+  IteratorPosition p{-1, -1};
+  std::string rest;
+  if (!(in >> p.epoch >> p.position) || (in >> rest) || p.epoch < 0 || p.position < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("iterator state \"", state, "\": want \"EPOCH POSITION\", two integers >= 0"));
+  }
+  return p;
+}
+
+IteratorPosition ResumeAfterFurthestEpoch(const std::vector<std::string>& states) {
+  int64_t furthest = 0;
+  for (const std::string& state : states) {
+    absl::StatusOr<IteratorPosition> p = ParseIteratorState(state);
+    if (p.ok()) furthest = std::max(furthest, p->epoch);
+  }
+  return {furthest + 1, 0};
 }
 
 }  // namespace trainyard

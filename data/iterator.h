@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "data/feature_converter.h"
 #include "data/task.h"
 
@@ -49,7 +50,7 @@ class TaskIterator {
   // The next batch; kOutOfRange at the end of a non-repeating iterator.
   absl::StatusOr<ConvertedBatch> Next();
 
-  // "epoch position" of the next unconsumed example.
+  // "epoch position" of the next unconsumed example (FormatIteratorState).
   std::string State() const;
   // kInvalidArgument for a malformed or out-of-range state.
   absl::Status Restore(const std::string& state);
@@ -83,6 +84,23 @@ class TaskIterator {
   int64_t loaded_ = 0;          // next shard position to load into buffer_
   int64_t dropped_ = 0;
 };
+
+// An iterator's position, as State() writes it and checkpoints record it
+// (one per rank): "EPOCH POSITION".
+struct IteratorPosition {
+  int64_t epoch = 0;
+  int64_t position = 0;  // the next unconsumed example of the shard
+};
+std::string FormatIteratorState(const IteratorPosition& p);
+// kInvalidArgument naming the text unless it is two non-negative integers.
+absl::StatusOr<IteratorPosition> ParseIteratorState(absl::string_view state);
+
+// Where every rank starts when the positions were recorded by a different
+// number of ranks (the shards differ, so no position carries over): the
+// beginning of the epoch after the furthest one recorded, so no example is
+// seen twice (the rest of the interrupted epoch is skipped). States that do
+// not parse count as epoch 0.
+IteratorPosition ResumeAfterFurthestEpoch(const std::vector<std::string>& states);
 
 }  // namespace trainyard
 

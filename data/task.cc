@@ -110,7 +110,7 @@ absl::Status TaskRegistry::Add(Task task) {
     return absl::InvalidArgumentError(
         absl::StrCat("task \"", task.name, "\" needs a name, a source and a vocabulary"));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (tasks_.count(task.name)) {
     return absl::AlreadyExistsError(absl::StrCat("task \"", task.name, "\" is already registered"));
   }
@@ -120,7 +120,7 @@ absl::Status TaskRegistry::Add(Task task) {
 }
 
 absl::StatusOr<const Task*> TaskRegistry::Get(const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = tasks_.find(name);
   if (it == tasks_.end()) {
     std::vector<std::string> names;
@@ -132,7 +132,7 @@ absl::StatusOr<const Task*> TaskRegistry::Get(const std::string& name) const {
 }
 
 std::vector<std::string> TaskRegistry::Names() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<std::string> names;
   for (const auto& [n, t] : tasks_) names.push_back(n);
   return names;

@@ -10,15 +10,16 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/optional.h"
+#include "common/mutex.h"
 #include "data/feature_converter.h"
 #include "data/source.h"
 #include "data/vocabulary.h"
@@ -85,8 +86,8 @@ class TaskRegistry {
                           const std::vector<std::pair<std::string, double>>& rates);
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::string, std::unique_ptr<Task>> tasks_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::map<std::string, std::unique_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
 };
 
 // Registers the bundled digits_to_words task (its vocabulary at

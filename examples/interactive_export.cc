@@ -11,7 +11,7 @@
 #include <fstream>
 #include <string>
 
-#include "common/jobspec.h"
+#include "spec/jobspec.h"
 #include "data/bundled.h"
 #include "interactive/interactive_model.h"
 #include "nlohmann/json.hpp"

@@ -1,31 +1,23 @@
 #include "interactive/interactive_model.h"
 
-#include <algorithm>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <numeric>
-#include <random>
+#include "interactive/examples.h"
 
-#include "absl/strings/ascii.h"
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "collective/agreement.h"
 #include "common/status_macros.h"
 #include "data/bundled.h"
-#include "data/feature_converter.h"
-#include "data/task_definition.h"
-#include "google/protobuf/util/json_util.h"
-#include "model/presets.h"
-#include "model/weights.h"
-#include "nlohmann/json.hpp"
+#include "spec/presets.h"
 #include "spdlog/spdlog.h"
-#include "trainer/learning_rate.h"
-#include "trainer/restore.h"
-#include "trainer/task_batches.h"
-#include "trainer/train_checkpoint.h"
 
 namespace trainyard {
 namespace {
+
+using interactive_internal::ApplyPreprocessors;
+using interactive_internal::CheckExamples;
+using interactive_internal::DataMetrics;
+using interactive_internal::TokenizeAndBatch;
 
 // One batch (this rank's rows), once, with the data counts of the whole
 // batch.
@@ -45,33 +37,6 @@ class OneBatch : public BatchIterator {
   std::map<std::string, double> data_metrics_;
   bool used_ = false;
 };
-
-std::map<std::string, double> DataMetrics(const T5Batch& batch, int64_t truncated) {
-  const double inputs = static_cast<double>(batch.encoder_input_tokens.numel());
-  const double targets = static_cast<double>(batch.decoder_target_tokens.numel());
-  return {{"data/examples", static_cast<double>(batch.batch_size())},
-          {"data/truncated_examples", static_cast<double>(truncated)},
-          {"non_padding_fraction/inputs", batch.encoder_input_tokens.gt(0).sum().item<double>() / inputs},
-          {"non_padding_fraction/targets", batch.decoder_target_tokens.gt(0).sum().item<double>() / targets}};
-}
-
-// Every rank's verdict on a step that each ran alone: OK when all
-// succeeded; else this rank's own error, or kAborted naming the ranks that
-// failed. A collective failure is returned as is.
-absl::Status AgreeAcrossRanks(Collective* collective, const absl::Status& mine, const std::string& what) {
-  if (collective->world_size() == 1) return mine;
-  std::vector<torch::Tensor> failed = {torch::zeros({collective->world_size()}, torch::kFloat)};
-  if (!mine.ok()) failed[0][collective->rank()] = 1.0f;
-  TY_RETURN_IF_ERROR(collective->AllReduce(failed, ReduceOp::kSum));
-  if (!mine.ok()) return mine;
-  std::vector<std::string> ranks;
-  for (int r = 0; r < collective->world_size(); ++r) {
-    if (failed[0][r].item<float>() > 0) ranks.push_back(absl::StrCat(r));
-  }
-  if (ranks.empty()) return absl::OkStatus();
-  return absl::AbortedError(absl::StrCat(what, " failed on rank(s) ", absl::StrJoin(ranks, ", "),
-                                         " (their errors are in their logs)"));
-}
 
 absl::Status CheckOptions(const InteractiveModelOptions& o) {
   if (o.batch_size < 1) return absl::InvalidArgumentError(absl::StrCat("batch_size: ", o.batch_size, "; must be >= 1"));
@@ -97,165 +62,28 @@ absl::Status CheckOptions(const InteractiveModelOptions& o) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> CheckExamples(const std::vector<NaturalExample>& examples, bool need_targets) {
-  if (examples.empty()) return absl::InvalidArgumentError("no examples given");
-  for (size_t i = 0; i < examples.size(); ++i) {
-    if (examples[i].input.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("example ", i, ": the input is empty"));
-    }
-    if (need_targets && !examples[i].target.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat("example ", i, " (\"", examples[i].input,
-                                                     "\"): a target is needed here; give {input, target}"));
-    }
-  }
-  return static_cast<int64_t>(examples.size());
-}
-
-// Tokenised, truncated, unpacked rows of `examples`, in order.
-absl::StatusOr<T5Batch> TokenizeAndBatch(const std::vector<NaturalExample>& examples, bool need_targets,
-                                         const Vocabulary& vocabulary, bool add_eos, const FeatureLengths& lengths,
-                                         int64_t* truncated) {
-  TY_RETURN_IF_ERROR(CheckExamples(examples, need_targets).status());
-  std::vector<TokenizedExample> tokenized;
-  for (size_t i = 0; i < examples.size(); ++i) {
-    TokenizedExample t;
-    absl::StatusOr<std::vector<int>> inputs = vocabulary.Encode(examples[i].input);
-    if (!inputs.ok()) return absl::InvalidArgumentError(absl::StrCat("example ", i, ": ", inputs.status().message()));
-    t.inputs.assign(inputs->begin(), inputs->end());
-    if (examples[i].target.has_value()) {
-      absl::StatusOr<std::vector<int>> targets = vocabulary.Encode(*examples[i].target);
-      if (!targets.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("example ", i, ": ", targets.status().message()));
-      }
-      t.targets.assign(targets->begin(), targets->end());
-      if (add_eos) t.targets.push_back(Vocabulary::kEosId);
-    }
-    if (add_eos) t.inputs.push_back(Vocabulary::kEosId);
-    tokenized.push_back(std::move(t));
-  }
-  FeatureConverter converter(lengths.inputs(), lengths.targets(), /*pack=*/false);
-  const ConvertedBatch converted = converter.Convert(tokenized);
-  if (truncated != nullptr) *truncated = converted.truncated_examples;
-  return ToT5Batch(converted);
-}
-
-// Text preprocessors over natural examples; dropped ones are left out.
-absl::StatusOr<std::vector<NaturalExample>> ApplyPreprocessors(const std::vector<NaturalExample>& examples,
-                                                               const std::vector<Preprocessor>& preprocessors) {
-  if (preprocessors.empty()) return examples;
-  std::vector<NaturalExample> out;
-  for (size_t i = 0; i < examples.size(); ++i) {
-    Example ex = {{"inputs", examples[i].input}};
-    if (examples[i].target.has_value()) ex["targets"] = *examples[i].target;
-    bool dropped = false;
-    for (const Preprocessor& preprocess : preprocessors) {
-      absl::StatusOr<absl::optional<Example>> next = preprocess(std::move(ex));
-      if (!next.ok()) {
-        return absl::Status(next.status().code(),
-                            absl::StrCat("example ", i, ": a preprocessor failed: ", next.status().message()));
-      }
-      if (!next->has_value()) {
-        dropped = true;
-        break;
-      }
-      ex = std::move(**next);
-    }
-    if (dropped) continue;
-    auto inputs = ex.find("inputs");
-    if (inputs == ex.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("example ", i, ": no \"inputs\" after the preprocessors"));
-    }
-    auto targets = ex.find("targets");
-    out.push_back(targets == ex.end() ? NaturalExample(inputs->second)
-                                      : NaturalExample(inputs->second, targets->second));
-  }
-  return out;
-}
-
-// Ready batches, one after another.
-class BatchList : public BatchIterator {
- public:
-  explicit BatchList(std::vector<std::pair<T5Batch, int64_t>> batches) : batches_(std::move(batches)) {}
-  absl::StatusOr<T5Batch> Next() override {
-    if (next_ == batches_.size()) return absl::OutOfRangeError("the examples are used up");
-    examples_ += batches_[next_].first.encoder_input_tokens.size(0);
-    truncated_ += batches_[next_].second;
-    return batches_[next_++].first;
-  }
-  std::map<std::string, double> TakeDataMetrics() override {
-    std::map<std::string, double> m = {{"data/examples", static_cast<double>(examples_)},
-                                       {"data/truncated_examples", static_cast<double>(truncated_)}};
-    examples_ = truncated_ = 0;
-    return m;
-  }
-
- private:
-  std::vector<std::pair<T5Batch, int64_t>> batches_;
-  size_t next_ = 0;
-  int64_t examples_ = 0, truncated_ = 0;
-};
-
 }  // namespace
 
-std::string DecodeRow(const Vocabulary& vocab, const torch::Tensor& row) {
-  const torch::Tensor ids = row.to(torch::kInt).contiguous();
-  absl::StatusOr<std::string> text = vocab.Decode(absl::MakeConstSpan(ids.data_ptr<int>(), ids.numel()));
-  return text.ok() ? *text : "";
-}
-
-absl::StatusOr<std::unique_ptr<BatchIterator>> GetDatasetFromNaturalTextExamples(
-    const std::vector<NaturalExample>& examples, const std::vector<Preprocessor>& preprocessors,
-    const FeatureLengths& task_feature_lengths, const Vocabulary& vocabulary, int batch_size, bool add_eos,
-    bool need_targets) {
-  if (batch_size < 1) return absl::InvalidArgumentError(absl::StrCat("batch_size: ", batch_size, "; must be >= 1"));
-  if (task_feature_lengths.inputs() < 1 || task_feature_lengths.targets() < 1) {
-    return absl::InvalidArgumentError("task_feature_lengths: inputs and targets must be >= 1");
-  }
-  TY_ASSIGN_OR_RETURN(std::vector<NaturalExample> prepared, ApplyPreprocessors(examples, preprocessors));
-  TY_RETURN_IF_ERROR(CheckExamples(prepared, need_targets).status());
-  std::vector<std::pair<T5Batch, int64_t>> batches;
-  try {
-    for (size_t start = 0; start < prepared.size(); start += static_cast<size_t>(batch_size)) {
-      const size_t end = std::min(prepared.size(), start + static_cast<size_t>(batch_size));
-      int64_t truncated = 0;
-      TY_ASSIGN_OR_RETURN(T5Batch batch,
-                          TokenizeAndBatch({prepared.begin() + start, prepared.begin() + end}, need_targets,
-                                           vocabulary, add_eos, task_feature_lengths, &truncated));
-      batches.emplace_back(std::move(batch), truncated);
-    }
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("batching the examples: ", e.what()));
-  }
-  return std::unique_ptr<BatchIterator>(new BatchList(std::move(batches)));
-}
-
-InteractiveModel::~InteractiveModel() {
-  if (trainer_) trainer_->Close().IgnoreError();
-}
+InteractiveModel::~InteractiveModel() = default;
 
 absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::Create(InteractiveModelOptions options) {
   Collective* collective = options.collective;
   absl::StatusOr<std::unique_ptr<InteractiveModel>> m = CreateOnThisRank(std::move(options));
+  if (collective != nullptr && collective->world_size() > 1) {
+    TY_RETURN_IF_ERROR(AgreeOnOutcome(collective, m.status(), "creating the interactive model"));
+  } else if (!m.ok()) {
+    return m.status();
+  }
+  // The spec's checkpoint, on every rank the same step.
+  absl::StatusOr<RestoreOutcome> restored = (*m)->job_->Restore("");
+  if (!restored.ok()) return restored.status();
   if (collective == nullptr || collective->world_size() == 1) return m;
-  TY_RETURN_IF_ERROR(AgreeAcrossRanks(collective, m.status(), "creating the interactive model"));
   // Rank 0's parameters everywhere (what a checkpoint or the seed gave it).
   try {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> params;
-    for (const auto& p : (*m)->model_->named_parameters()) params.push_back(p.value());
+    for (const auto& p : (*m)->job_->model()->named_parameters()) params.push_back(p.value());
     TY_RETURN_IF_ERROR(collective->Broadcast(params, 0));
-    // The optimizer state is each rank's own restore: it must be the same
-    // checkpoint everywhere.
-    std::vector<torch::Tensor> steps = {torch::full({1}, static_cast<double>((*m)->step()), torch::kDouble),
-                                        torch::full({1}, -static_cast<double>((*m)->step()), torch::kDouble)};
-    TY_RETURN_IF_ERROR(collective->AllReduce(steps, ReduceOp::kMax));
-    const int64_t highest = static_cast<int64_t>(steps[0].item<double>());
-    const int64_t lowest = static_cast<int64_t>(-steps[1].item<double>());
-    if (highest != lowest) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the ranks restored different steps (", lowest, " to ", highest,
-          "): the checkpoint (restore.path or output_dir) must be the same files on every rank"));
-    }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("broadcasting the parameters: ", e.what()));
   }
@@ -297,7 +125,6 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::CreateOnThis
       return absl::Status(vocab.status().code(), absl::StrCat("vocabulary_path: ", vocab.status().message()));
     }
     m->vocabulary_ = std::move(*vocab);
-
     absl::StatusOr<ModelConfig> config = ResolveModelConfig(options.model);
     if (!config.ok()) return absl::Status(config.status().code(), absl::StrCat("model: ", config.status().message()));
     if (config->vocab_size() < m->vocabulary_->size()) {
@@ -305,15 +132,6 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::CreateOnThis
                                                      " is smaller than the vocabulary's ", m->vocabulary_->size(),
                                                      " pieces"));
     }
-    ModelOptions model_options;
-    model_options.device = options.device;
-    model_options.compute_dtype = options.dtype == BFLOAT16 ? torch::kBFloat16 : torch::kFloat32;
-    model_options.init_seed = options.init_random_seed;
-    TY_ASSIGN_OR_RETURN(m->model_, EncoderDecoderModel::Create(*config, model_options));
-    NamedTensors params;
-    for (const auto& p : m->model_->named_parameters()) params.emplace_back(p.key(), p.value());
-    TY_ASSIGN_OR_RETURN(m->optimizer_, CreateOptimizer(options.optimizer, params));
-    TY_ASSIGN_OR_RETURN(LearningRateCallable lr, LearningRateCallable::Create(options.learning_rate));
     if (options.collective != nullptr) {
       m->collective_ = options.collective;
     } else {
@@ -321,7 +139,8 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::CreateOnThis
       m->collective_ = m->own_collective_.get();
     }
 
-    // The equivalent job spec (recorded in checkpoints).
+    // The equivalent job spec (recorded in checkpoints), which builds the
+    // model, optimizer and trainer as a batch job would.
     JobSpec& spec = m->spec_;
     spec.set_name("interactive");
     *spec.mutable_model() = options.model;
@@ -345,33 +164,21 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::CreateOnThis
       return absl::FailedPreconditionError(
           absl::StrCat("output_dir: cannot create ", options.output_dir, ": ", ec.message()));
     }
-    std::vector<SkippedCheckpoint> skipped;
-    absl::StatusOr<std::string> path = ChooseCheckpoint(options.restore, options.output_dir, &skipped);
-    for (const SkippedCheckpoint& s : skipped) spdlog::warn("interactive: skipping a checkpoint: {}", s.why);
-    if (!path.ok()) return path.status();
-    if (!path->empty()) {
-      absl::StatusOr<TrainCheckpoint> ckpt = ReadTrainCheckpoint(*path);
-      if (!ckpt.ok()) return absl::Status(ckpt.status().code(), absl::StrCat("restore: ", ckpt.status().message()));
-      TY_ASSIGN_OR_RETURN(bool with_optimizer, ApplyCheckpoint(*ckpt, options.restore, m->model_->network().get(),
-                                                               m->optimizer_.get()));
-      spdlog::info("interactive: restored {} (step {}){}", *path, ckpt->step,
-                   with_optimizer ? "" : " (parameters only: a fresh optimizer)");
-    }
-    TrainerOptions trainer;
-    trainer.num_microbatches = options.num_microbatches;
-    trainer.loss = LossOptions::FromConfig(options.loss);
-    trainer.seed = options.init_random_seed;
-    trainer.summary_dir = options.output_dir;
-    trainer.preemption_requested = options.preemption_requested;
-    m->trainer_ = std::make_unique<Trainer>(m->model_.get(), m->optimizer_.get(), std::move(lr),
-                                            m->collective_, trainer);
+    TrainingJobOptions job;
+    job.id = "interactive";
+    job.device = options.device;
+    // A stop request is a preemption: the emergency checkpoint.
+    job.stop = options.preemption_requested;
+    job.preempted = options.preemption_requested;
+    job.task_data = false;  // batches come from the caller's examples
+    TY_ASSIGN_OR_RETURN(m->job_, TrainingJob::Create(spec, m->collective_, job));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("building the interactive model: ", e.what()));
   }
   return m;
 }
 
-int64_t InteractiveModel::step() const { return trainer_->step(); }
+int64_t InteractiveModel::step() const { return job_->step(); }
 
 absl::StatusOr<std::vector<NaturalExample>> InteractiveModel::Preprocess(
     const std::vector<NaturalExample>& examples, const std::vector<Preprocessor>& preprocessors) const {
@@ -387,7 +194,7 @@ absl::StatusOr<T5Batch> InteractiveModel::MakeBatch(const std::vector<NaturalExa
 absl::StatusOr<MetricResults> InteractiveModel::TrainOnBatch(BatchIterator* batches) {
   absl::StatusOr<std::map<std::string, double>> summary;
   try {
-    summary = trainer_->Train(batches, 1);
+    summary = job_->trainer()->Train(batches, 1);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("train step: ", e.what()));
   }
@@ -475,10 +282,10 @@ absl::Status InteractiveModel::InferBatch(const T5Batch& batch, bool score, cons
   };
   if (world_size() == 1) {
     if (score) {
-      TY_ASSIGN_OR_RETURN(torch::Tensor scores, model_->ScoreBatch(batch));
+      TY_ASSIGN_OR_RETURN(torch::Tensor scores, job_->model()->ScoreBatch(batch));
       append(scores, &out->scores);
     } else {
-      TY_ASSIGN_OR_RETURN(Predictions predicted, model_->PredictBatchWithAux(batch, options));
+      TY_ASSIGN_OR_RETURN(Predictions predicted, job_->model()->PredictBatchWithAux(batch, options));
       for (int64_t r = 0; r < predicted.tokens.size(0); ++r) {
         out->predictions.push_back(DecodeRow(*vocabulary_, predicted.tokens[r]));
       }
@@ -498,9 +305,9 @@ absl::Status InteractiveModel::InferBatch(const T5Batch& batch, bool score, cons
   const T5Batch local = batch.SelectRows(torch::tensor(mine, torch::kLong));
   torch::Tensor scores, tokens;
   if (score) {
-    TY_ASSIGN_OR_RETURN(scores, model_->ScoreBatch(local));
+    TY_ASSIGN_OR_RETURN(scores, job_->model()->ScoreBatch(local));
   } else {
-    TY_ASSIGN_OR_RETURN(Predictions predicted, model_->PredictBatchWithAux(local, options));
+    TY_ASSIGN_OR_RETURN(Predictions predicted, job_->model()->PredictBatchWithAux(local, options));
     scores = predicted.scores;
     tokens = predicted.tokens.to(torch::kLong);
     if (tokens.size(1) < options.max_decode_length) {  // the same width on every rank
@@ -613,159 +420,13 @@ absl::StatusOr<std::string> InteractiveModel::SaveCheckpoint() {
   }
   const std::string dir = absl::StrCat(options_.output_dir, "/checkpoint_", step());
   if (dir == last_saved_) return dir;
-  absl::Status written;
-  if (rank() == 0) {  // every rank holds the same state
-    std::string spec_json;
-    (void)google::protobuf::util::MessageToJsonString(spec_, &spec_json);
-    try {
-      TrainSnapshot snapshot = MakeSnapshot(*model_->network(), *optimizer_, step(), /*world_size=*/1,
-                                            /*data_states=*/{}, spec_json, "trainyard interactive model");
-      written = WriteTrainCheckpoint(dir, snapshot, torch::kFloat);
-    } catch (const std::exception& e) {
-      written = absl::InternalError(absl::StrCat("saving ", dir, ": ", e.what()));
-    }
-  }
-  TY_RETURN_IF_ERROR(AgreeAcrossRanks(collective_, written, absl::StrCat("saving ", dir)));
+  // Every rank holds the same state; rank 0 writes it, and every rank
+  // learns whether that worked.
+  absl::StatusOr<std::string> written = job_->SaveCheckpoint(/*wait=*/true);
+  TY_RETURN_IF_ERROR(AgreeOnOutcome(collective_, written.status(), absl::StrCat("saving ", dir)));
   last_saved_ = dir;
   spdlog::info("interactive: saved {}", dir);
   return dir;
-}
-
-absl::StatusOr<InteractiveModel::Batches> GetBatchesFromTask(const TaskRegistry& registry,
-                                                             const std::string& task_or_mixture,
-                                                             const std::string& split, int batch_size,
-                                                             int num_batches, bool pretokenized,
-                                                             const FeatureLengths* sequence_length,
-                                                             std::optional<uint64_t> shuffle_seed) {
-  if (batch_size < 1 || num_batches < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch_size ", batch_size, " and num_batches ", num_batches, " must be >= 1"));
-  }
-  if (!pretokenized && sequence_length == nullptr) {
-    return absl::InvalidArgumentError("sequence_length: required when pretokenized is false");
-  }
-  TY_ASSIGN_OR_RETURN(const Task* task, registry.Get(task_or_mixture));
-  TY_ASSIGN_OR_RETURN(std::unique_ptr<ExampleSource> source, task->source(split));
-  const int64_t wanted = static_cast<int64_t>(batch_size) * num_batches;
-  InteractiveModel::Batches out(num_batches);
-  std::vector<int64_t> order(source->size());
-  std::iota(order.begin(), order.end(), 0);
-  if (shuffle_seed.has_value()) {
-    std::mt19937_64 gen(*shuffle_seed);
-    std::shuffle(order.begin(), order.end(), gen);
-  }
-  int64_t taken = 0;
-  for (size_t k = 0; k < order.size() && taken < wanted; ++k) {
-    TY_ASSIGN_OR_RETURN(Example ex, source->Get(order[k]));
-    bool dropped = false;
-    for (const Preprocessor& preprocess : task->preprocessors) {
-      TY_ASSIGN_OR_RETURN(absl::optional<Example> next, preprocess(std::move(ex)));
-      if (!next.has_value()) {
-        dropped = true;
-        break;
-      }
-      ex = std::move(*next);
-    }
-    if (dropped) continue;
-    std::string input = ex["inputs"], target = ex["targets"];
-    if (!pretokenized) {
-      // What the model sees: tokens cut to the sequence lengths, as text.
-      for (auto [text, length] : {std::pair<std::string*, int>{&input, sequence_length->inputs()},
-                                  std::pair<std::string*, int>{&target, sequence_length->targets()}}) {
-        TY_ASSIGN_OR_RETURN(std::vector<int> ids, task->vocabulary->Encode(*text));
-        if (static_cast<int>(ids.size()) > length) ids.resize(std::max(length, 0));
-        TY_ASSIGN_OR_RETURN(*text, task->vocabulary->Decode(ids));
-      }
-    }
-    out[taken / batch_size].emplace_back(std::move(input), std::move(target));
-    ++taken;
-  }
-  if (taken < wanted) {
-    return absl::OutOfRangeError(absl::StrCat("task ", task_or_mixture, " split ", split, " has ", taken,
-                                              " examples; ", num_batches, " batches of ", batch_size, " need ",
-                                              wanted));
-  }
-  return out;
-}
-
-absl::StatusOr<TaskDefinition> GetTaskFromExamples(const std::string& name, const InteractiveModel& model,
-                                                   const std::vector<NaturalExample>& examples,
-                                                   const std::vector<Preprocessor>& preprocessors,
-                                                   const std::vector<std::string>& metric_fns,
-                                                   TaskRegistry* add_to_registry) {
-  if (name.empty() || name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
-                          std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("task name \"", name, "\": use 1 or more of [A-Za-z0-9_.-]"));
-  }
-  for (const std::string& fn : metric_fns) TY_RETURN_IF_ERROR(BuiltinMetricFn(fn).status());
-  TY_ASSIGN_OR_RETURN(std::vector<NaturalExample> prepared, model.Preprocess(examples, preprocessors));
-  TY_RETURN_IF_ERROR(CheckExamples(prepared, /*need_targets=*/true).status());
-  const std::string dir = model.options().output_dir + "/tasks";
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  const std::string path = absl::StrCat(dir, "/", name, ".jsonl");
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    for (const NaturalExample& e : prepared) {
-      out << nlohmann::json({{"inputs", e.input}, {"targets", *e.target}}).dump() << "\n";
-    }
-    out.flush();
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return absl::InternalError(absl::StrCat("cannot rename to ", path));
-  TaskDefinition def;
-  def.set_name(name);
-  const std::string absolute = std::filesystem::absolute(path).string();
-  for (const char* split : {"train", "validation", "test"}) (*def.mutable_splits())[split] = absolute;
-  if (!model.options().vocabulary_path.empty()) {
-    def.set_vocabulary(std::filesystem::absolute(model.options().vocabulary_path).string());
-  }
-  def.set_add_eos(model.options().add_eos);
-  for (const std::string& fn : metric_fns) def.add_metric_fns(fn);
-  if (add_to_registry != nullptr) TY_RETURN_IF_ERROR(RegisterTaskDefinition(def, add_to_registry));
-  return def;
-}
-
-absl::StatusOr<JobSpec> ExportJobSpec(const InteractiveModel& model, JobKind kind, const std::string& task,
-                                      int64_t train_steps, const TaskDefinition* definition) {
-  if (kind != PRETRAINING && kind != FINETUNING && kind != EVALUATION && kind != INFERENCE) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kind: ", JobKind_Name(kind), "; one of PRETRAINING, FINETUNING, EVALUATION, INFERENCE"));
-  }
-  const bool training = kind == PRETRAINING || kind == FINETUNING;
-  if (!training) train_steps = 1;  // not used by EVALUATION and INFERENCE jobs
-  if (train_steps < 1) return absl::InvalidArgumentError(absl::StrCat("train_steps: ", train_steps, "; must be >= 1"));
-  if (task.empty()) return absl::InvalidArgumentError("task: required");
-  JobSpec spec = model.job_spec();
-  spec.set_kind(kind);
-  spec.set_name(absl::StrCat("interactive-", absl::AsciiStrToLower(JobKind_Name(kind))));
-  spec.set_task(task);
-  if (definition != nullptr) *spec.add_task_definitions() = *definition;
-  spec.set_total_steps(train_steps);
-  spec.mutable_data()->set_pack(false);
-  spec.mutable_data()->set_shuffle(false);
-  spec.set_output_dir(absl::StrCat(model.options().output_dir, "/", absl::AsciiStrToLower(JobKind_Name(kind))));
-  RestoreConfig* restore = spec.mutable_restore();
-  restore->Clear();
-  if (kind == PRETRAINING) {
-    restore->set_mode(RestoreConfig::NONE);
-  } else {
-    absl::StatusOr<std::string> latest = LatestGoodCheckpoint(model.options().output_dir, nullptr);
-    if (!latest.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(JobKind_Name(kind),
-                                                        " starts from a checkpoint and there is none under ",
-                                                        model.options().output_dir, "; call SaveCheckpoint first"));
-    }
-    restore->set_mode(RestoreConfig::SPECIFIC);
-    restore->set_path(std::filesystem::absolute(*latest).string());
-  }
-  if (!training) {
-    spec.mutable_inference()->set_split("validation");
-    spec.mutable_inference()->set_max_decode_length(static_cast<int32_t>(model.options().decode.max_decode_length));
-  }
-  return spec;
 }
 
 }  // namespace trainyard

@@ -40,10 +40,12 @@
 #include "data/task.h"
 #include "data/vocabulary.h"
 #include "evaluation/metric_fns.h"
+#include "job/training_job.h"
 #include "model/decoding.h"
 #include "model/encoder_decoder_model.h"
 #include "proto/job.pb.h"
 #include "trainer/optimizer.h"
+#include "trainer/task_batches.h"  // DecodeRow
 #include "trainer/trainer.h"
 
 namespace trainyard {
@@ -181,7 +183,7 @@ class InteractiveModel {
   const JobSpec& job_spec() const { return spec_; }
   const InteractiveModelOptions& options() const { return options_; }
   const Vocabulary& vocabulary() const { return *vocabulary_; }
-  EncoderDecoderModel& model() { return *model_; }
+  EncoderDecoderModel& model() { return *job_->model(); }
 
   // Tokenised, truncated, batched examples (exposed for tests and for the
   // batch iterator helpers): rows in the examples' order.
@@ -204,17 +206,11 @@ class InteractiveModel {
   InteractiveModelOptions options_;
   JobSpec spec_;
   std::shared_ptr<const Vocabulary> vocabulary_;
-  std::unique_ptr<EncoderDecoderModel> model_;
-  std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LocalCollective> own_collective_;  // without options.collective
   Collective* collective_ = nullptr;
-  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<TrainingJob> job_;  // the model, optimizer and trainer; after the collective it uses
   std::string last_saved_;
 };
-
-// The text of one row of token ids (up to EOS, padding skipped); "" if the
-// vocabulary cannot decode it.
-std::string DecodeRow(const Vocabulary& vocab, const torch::Tensor& row);
 
 // Helpers of T5X's interactive_model module.
 

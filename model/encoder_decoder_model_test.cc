@@ -7,7 +7,7 @@
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/presets.h"
+#include "spec/presets.h"
 
 namespace trainyard {
 namespace {

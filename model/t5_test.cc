@@ -6,7 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/presets.h"
+#include "spec/presets.h"
 
 namespace trainyard {
 namespace {

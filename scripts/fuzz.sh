@@ -11,7 +11,7 @@ base="${TRAINYARD_FUZZ_OUTPUT_BASE:-$HOME/.cache/trainyard-fuzz/$(pwd | md5sum |
 bazel_fuzz() { bazel --output_base="$base" "$@"; }
 trap 'bazel_fuzz shutdown >/dev/null 2>&1 || true' EXIT
 
-targets=(//common:jobspec_fuzzer //common:session_request_fuzzer //common:security_fuzzer //common:http_request_fuzzer //data:source_fuzzer)
+targets=(//spec:jobspec_fuzzer //spec:session_request_fuzzer //common:security_fuzzer //common:http_request_fuzzer //data:source_fuzzer)
 
 # Seeds: real inputs of each kind.
 seed_corpus() {  # NAME DIR
@@ -36,7 +36,7 @@ seed_corpus() {  # NAME DIR
 }
 # ld.gold warns about every ASan symbol it cannot export: keep the build log
 # aside and show it only when the build fails.
-if ! bazel_fuzz build --config=fuzz "${targets[@]}" >/tmp/trainyard-fuzz-build.log 2>&1; then
+if ! bazel_fuzz build --symlink_prefix=/ --config=fuzz "${targets[@]}" >/tmp/trainyard-fuzz-build.log 2>&1; then
   tail -60 /tmp/trainyard-fuzz-build.log >&2
   exit 1
 fi

@@ -6,13 +6,17 @@
 #      coordinator, the rendezvous store, the HTTP server, metrics and rate
 #      limiter (code without LibTorch, whose uninstrumented thread pools
 #      TSan cannot follow);
-#   4. the counting check: this script run on the fixtures of
+#   4. the layering of BUILD.bazel (tools/check_layering.sh: no forbidden
+#      dependency, transitive or on third-party libraries);
+#   5. the counting check: this script run on the fixtures of
 #      //tests/counting (a target that fails after writing an all-pass XML,
 #      a skip, a target that does not build, a shell test that dies, a data
 #      race under TSan, a leak under LSan) must print the closing line each
 #      deserves and exit non-zero;
-#   5. the libFuzzer targets under ASan, TRAINYARD_FUZZ_SECONDS each (60);
-#   6. the GPU configuration compiled and linked (--config=cuda against the
+#   6. the annotated lock discipline, built with clang -Werror=thread-safety
+#      (scripts/thread_safety.sh);
+#   7. the libFuzzer targets under ASan, TRAINYARD_FUZZ_SECONDS each (60);
+#   8. the GPU configuration compiled and linked (--config=cuda against the
 #      CUDA LibTorch of scripts/setup-libtorch-cuda.sh): the worker binary,
 #      the GPU tests and the GPU benchmark (nothing CUDA runs on a machine
 #      without a GPU; bench/gpu/run.sh runs them on one).
@@ -73,6 +77,21 @@ bazel_tests asan --config=asan
 bazel_tests tsan --config=tsan -- //coordinator:all //collective:store_test //common:http_server_test \
   //common:metrics_test //common:rate_limiter_test
 
+# The layering (BUILD.bazel): one case per rule of tools/check_layering.sh.
+echo "==> layering (tools/check_layering.sh)"
+layering="$(tools/check_layering.sh)"
+layering_rc=$?
+printf '%s\n' "$layering"
+while IFS= read -r line; do
+  case "$line" in
+    "ok: "*) summary_args+=("--check" "layering: ${line#ok: }=pass") ;;
+    "FAIL: "*) rule="${line#FAIL: }"; summary_args+=("--check" "layering: ${rule%%;*}=fail") ;;
+  esac
+done <<<"$layering"
+if [ "$layering_rc" -ne 0 ] && ! grep -q '^FAIL: ' <<<"$layering"; then
+  summary_args+=("--check" "layering: tools/check_layering.sh exited $layering_rc=fail")
+fi
+
 # The counting itself: each fixture run must end with the line it deserves
 # and the exit status that goes with it.
 expect_count() {  # WANT-LINE PATTERN-AND-FLAGS...
@@ -104,6 +123,7 @@ run_step "counting: a data race under ThreadSanitizer" \
 run_step "counting: a leak under LeakSanitizer" \
   expect_count "0 passed, 1 failed, 0 skipped" --config=asan //tests/counting:leak_test
 
+run_step "thread safety (clang -Werror=thread-safety)" scripts/thread_safety.sh
 run_step "fuzz" scripts/fuzz.sh "${TRAINYARD_FUZZ_SECONDS:-60}"
 if [ -f /usr/local/cuda/include/nccl.h ]; then
   run_step "cuda libtorch" scripts/setup-libtorch-cuda.sh

@@ -1,4 +1,4 @@
-#include "trainer/actions.h"
+#include "spec/actions.h"
 
 #include <cmath>
 

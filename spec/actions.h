@@ -1,13 +1,14 @@
 // Actions (T5X's BaseAction): decisions taken after a train summary or an
 // evaluation, from the metrics of each task. Run returns true to halt
-// training (the trainer then saves a checkpoint and stops).
+// training (the trainer then saves a checkpoint and stops). Tensor-free: the
+// coordinator runs them on rank 0's metrics.
 //
 // T5X passes the train state too; these actions only read metrics and the
 // step, so the state is reduced to the step here.
 //
 // Thread-safety: not thread-safe (actions keep history).
-#ifndef TRAINYARD_TRAINER_ACTIONS_H_
-#define TRAINYARD_TRAINER_ACTIONS_H_
+#ifndef TRAINYARD_SPEC_ACTIONS_H_
+#define TRAINYARD_SPEC_ACTIONS_H_
 
 #include <cstdint>
 #include <map>
@@ -34,6 +35,9 @@ class BaseAction {
   virtual bool Run(int64_t step, const MetricsByTask& metrics_by_task) = 0;
   // Why the last Run returned true.
   virtual std::string reason() const = 0;
+  // Whether halting for this action's reason fails the job (a NaN loss) or
+  // ends it successfully (early stopping).
+  virtual bool halts_as_failure() const { return false; }
 };
 
 // Halts when `task`/`metric` has not improved on its best value by more than
@@ -62,6 +66,7 @@ class TerminateOnNanAction : public BaseAction {
   explicit TerminateOnNanAction(std::string task, std::string metric = "loss");
   bool Run(int64_t step, const MetricsByTask& metrics_by_task) override;
   std::string reason() const override { return reason_; }
+  bool halts_as_failure() const override { return true; }
 
  private:
   std::string task_, metric_;
@@ -74,4 +79,4 @@ absl::StatusOr<ActionsByMode> CreateActions(const JobSpec& spec);
 
 }  // namespace trainyard
 
-#endif  // TRAINYARD_TRAINER_ACTIONS_H_
+#endif  // TRAINYARD_SPEC_ACTIONS_H_

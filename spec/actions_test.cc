@@ -1,4 +1,4 @@
-#include "trainer/actions.h"
+#include "spec/actions.h"
 
 #include <cmath>
 #include <limits>
@@ -69,6 +69,9 @@ TEST(CreateActionsTest, GroupsByMode) {
   ASSERT_TRUE(actions.ok()) << actions.status();
   EXPECT_EQ(actions->at(ActionModeKind::kTrain).size(), 1u);
   EXPECT_EQ(actions->at(ActionModeKind::kTrainEval).size(), 1u);
+  // A NaN fails the job; early stopping ends it successfully.
+  EXPECT_TRUE(actions->at(ActionModeKind::kTrain)[0]->halts_as_failure());
+  EXPECT_FALSE(actions->at(ActionModeKind::kTrainEval)[0]->halts_as_failure());
 }
 
 }  // namespace

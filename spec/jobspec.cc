@@ -1,4 +1,4 @@
-#include "common/jobspec.h"
+#include "spec/jobspec.h"
 
 #include <cerrno>
 #include <cstring>

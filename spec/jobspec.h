@@ -3,8 +3,8 @@
 // The job-file format is protobuf text format (.textproto); JSON (protobuf's
 // JSON mapping) is accepted too. Parse errors name the file, line and column.
 // Thread-safety: all functions are thread-safe.
-#ifndef TRAINYARD_COMMON_JOBSPEC_H_
-#define TRAINYARD_COMMON_JOBSPEC_H_
+#ifndef TRAINYARD_SPEC_JOBSPEC_H_
+#define TRAINYARD_SPEC_JOBSPEC_H_
 
 #include <string>
 
@@ -37,4 +37,4 @@ std::string FormatJobSpecJson(const JobSpec& spec, bool compact = false);
 
 }  // namespace trainyard
 
-#endif  // TRAINYARD_COMMON_JOBSPEC_H_
+#endif  // TRAINYARD_SPEC_JOBSPEC_H_

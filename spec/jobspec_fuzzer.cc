@@ -8,9 +8,9 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "common/jobspec.h"
-#include "common/jobspec_validator.h"
-#include "common/overrides.h"
+#include "spec/jobspec.h"
+#include "spec/jobspec_validator.h"
+#include "spec/overrides.h"
 #include "google/protobuf/util/message_differencer.h"
 
 namespace {

@@ -1,4 +1,8 @@
-#include "common/jobspec_validator.h"
+// Validation and normalisation of a JobSpec: one rule (or a few) per field,
+// in the order of proto/job.proto. Longer than most files on purpose: every
+// constraint a user can meet when writing a spec is in this one place, next
+// to the defaults it fills in.
+#include "spec/jobspec_validator.h"
 
 #include <filesystem>
 
@@ -18,7 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "evaluation/metric_fns.h"
-#include "model/presets.h"
+#include "spec/presets.h"
 #include "re2/re2.h"
 
 namespace trainyard {

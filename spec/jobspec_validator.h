@@ -7,8 +7,8 @@
 // nothing.
 //
 // Thread-safety: thread-compatible.
-#ifndef TRAINYARD_COMMON_JOBSPEC_VALIDATOR_H_
-#define TRAINYARD_COMMON_JOBSPEC_VALIDATOR_H_
+#ifndef TRAINYARD_SPEC_JOBSPEC_VALIDATOR_H_
+#define TRAINYARD_SPEC_JOBSPEC_VALIDATOR_H_
 
 #include <string>
 
@@ -55,4 +55,4 @@ absl::StatusOr<OpenSessionRequest> NormalizeOpenSessionRequest(const OpenSession
 
 }  // namespace trainyard
 
-#endif  // TRAINYARD_COMMON_JOBSPEC_VALIDATOR_H_
+#endif  // TRAINYARD_SPEC_JOBSPEC_VALIDATOR_H_

@@ -1,8 +1,8 @@
-#include "common/jobspec_validator.h"
+#include "spec/jobspec_validator.h"
 
 #include <filesystem>
 
-#include "common/jobspec.h"
+#include "spec/jobspec.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -1,4 +1,4 @@
-#include "common/overrides.h"
+#include "spec/overrides.h"
 
 #include <cmath>
 #include <cstdint>

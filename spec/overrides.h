@@ -13,8 +13,8 @@
 // 1/0), enum names, strings (surrounding quotes optional).
 //
 // Thread-safety: thread-compatible (mutates only its argument).
-#ifndef TRAINYARD_COMMON_OVERRIDES_H_
-#define TRAINYARD_COMMON_OVERRIDES_H_
+#ifndef TRAINYARD_SPEC_OVERRIDES_H_
+#define TRAINYARD_SPEC_OVERRIDES_H_
 
 #include <string>
 #include <vector>
@@ -35,4 +35,4 @@ absl::Status ApplyOverrides(const std::vector<std::string>& assignments,
 
 }  // namespace trainyard
 
-#endif  // TRAINYARD_COMMON_OVERRIDES_H_
+#endif  // TRAINYARD_SPEC_OVERRIDES_H_

@@ -1,4 +1,4 @@
-#include "common/overrides.h"
+#include "spec/overrides.h"
 
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"

@@ -1,4 +1,4 @@
-#include "model/presets.h"
+#include "spec/presets.h"
 
 #include <string>
 #include <vector>

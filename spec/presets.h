@@ -7,8 +7,8 @@
 // can use it without linking LibTorch.
 //
 // Thread-safety: all functions are pure and thread-safe.
-#ifndef TRAINYARD_MODEL_PRESETS_H_
-#define TRAINYARD_MODEL_PRESETS_H_
+#ifndef TRAINYARD_SPEC_PRESETS_H_
+#define TRAINYARD_SPEC_PRESETS_H_
 
 #include <cstdint>
 #include <string>
@@ -40,4 +40,4 @@ int64_t CountParameters(const ModelConfig& config);
 
 }  // namespace trainyard
 
-#endif  // TRAINYARD_MODEL_PRESETS_H_
+#endif  // TRAINYARD_SPEC_PRESETS_H_

@@ -1,4 +1,4 @@
-#include "model/presets.h"
+#include "spec/presets.h"
 
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/jobspec_validator.h"
+#include "spec/jobspec_validator.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
 

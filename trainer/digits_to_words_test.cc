@@ -8,7 +8,7 @@
 #include "data/iterator.h"
 #include "gtest/gtest.h"
 #include "model/encoder_decoder_model.h"
-#include "model/presets.h"
+#include "spec/presets.h"
 #include "trainer/task_batches.h"
 #include "trainer/testing/tiny_trainer.h"
 

@@ -27,18 +27,18 @@ void MetricsManager::StartDurationTimer() { timer_start_ = clock_->Now(); }
 
 void MetricsManager::Enqueue(std::function<absl::Status()> work) {
   if (!enabled_) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (closing_) return;
   queue_.push_back(std::move(work));
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 void MetricsManager::Run() {
   while (true) {
     std::function<absl::Status()> work;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return closing_ || !queue_.empty(); });
+      MutexLock lock(&mu_);
+      while (!closing_ && queue_.empty()) cv_.Wait(&mu_);
       if (queue_.empty()) return;  // closing and drained
       work = std::move(queue_.front());
       queue_.pop_front();
@@ -46,7 +46,7 @@ void MetricsManager::Run() {
     absl::Status status = work();
     if (!status.ok()) {
       spdlog::error("metrics {}: {}", name_, status.ToString());
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (first_error_.ok()) first_error_ = status;
     }
   }
@@ -102,12 +102,12 @@ absl::optional<std::map<std::string, double>> MetricsManager::WriteMetricsSummar
 
 absl::Status MetricsManager::Close() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     closing_ = true;
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   if (thread_.joinable()) thread_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return first_error_;
 }
 

@@ -16,20 +16,20 @@
 #ifndef TRAINYARD_TRAINER_METRICS_MANAGER_H_
 #define TRAINYARD_TRAINER_METRICS_MANAGER_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/optional.h"
+#include "absl/base/thread_annotations.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 
 namespace trainyard {
 
@@ -71,11 +71,11 @@ class MetricsManager {
   const absl::Time created_;
   absl::Time timer_start_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<absl::Status()>> queue_;  // guarded by mu_
-  bool closing_ = false;                              // guarded by mu_
-  absl::Status first_error_;                          // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<std::function<absl::Status()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status first_error_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
   std::unique_ptr<EventFileWriter> writer_;  // writer thread only
 };

@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "common/jobspec_validator.h"
+#include "spec/jobspec_validator.h"
 
 namespace trainyard {
 namespace {
@@ -92,8 +92,9 @@ class AdafactorOptimizer : public OptimizerBase {
         // The two largest dimensions (ties: the earlier one counts smaller).
         std::vector<int64_t> order(p.dim());
         std::iota(order.begin(), order.end(), 0);
+        const torch::Tensor& param = p;  // (a lambda cannot capture a structured binding before C++20)
         std::stable_sort(order.begin(), order.end(),
-                         [&](int64_t a, int64_t b) { return p.size(a) < p.size(b); });
+                         [&param](int64_t a, int64_t b) { return param.size(a) < param.size(b); });
         const int64_t d1 = order[order.size() - 2], d0 = order.back();
         if (p.size(d1) >= c.min_dim_size_to_factor()) {
           s.factored = true;

@@ -53,4 +53,10 @@ std::map<std::string, double> TaskBatchIterator::TakeDataMetrics() {
   return m;
 }
 
+std::string DecodeRow(const Vocabulary& vocab, const torch::Tensor& row) {
+  const torch::Tensor ids = row.to(torch::kInt).contiguous();
+  absl::StatusOr<std::string> text = vocab.Decode(absl::MakeConstSpan(ids.data_ptr<int>(), ids.numel()));
+  return text.ok() ? *text : "";
+}
+
 }  // namespace trainyard

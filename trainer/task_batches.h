@@ -4,14 +4,20 @@
 #define TRAINYARD_TRAINER_TASK_BATCHES_H_
 
 #include <memory>
+#include <string>
 
 #include "data/iterator.h"
+#include "data/vocabulary.h"
 #include "model/batch.h"
 #include "trainer/trainer.h"
 
 namespace trainyard {
 
 T5Batch ToT5Batch(const ConvertedBatch& batch);
+
+// The text of one row of token ids (up to EOS, padding skipped); "" if the
+// vocabulary cannot decode it.
+std::string DecodeRow(const Vocabulary& vocab, const torch::Tensor& row);
 
 class TaskBatchIterator : public BatchIterator {
  public:

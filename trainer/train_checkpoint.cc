@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "common/device.h"
+#include "common/durable_file.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -197,18 +198,7 @@ absl::Status RecordCheckpointMetric(const std::string& dir, int64_t step, double
   metrics[step] = value;
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [s, v] : metrics) j[absl::StrCat(s)] = v;
-  const std::string path = dir + "/checkpoint_metrics.json";
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump(2) << "\n";
-    out.flush();
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot replace ", path, ": ", ec.message()));
-  return absl::OkStatus();
+  return WriteFileAtomically(dir + "/checkpoint_metrics.json", j.dump(2) + "\n");
 }
 
 void ApplyRetention(const std::string& dir, int keep, int keep_best, bool maximize) {
@@ -239,7 +229,7 @@ absl::StatusOr<double> AsyncCheckpointer::Save(std::string dir, TrainSnapshot sn
   absl::Status previous = Wait();
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     writing_ = true;
   }
   writer_ = std::thread([this, dir = std::move(dir), snapshot = std::move(snapshot), save_dtype,
@@ -248,7 +238,7 @@ absl::StatusOr<double> AsyncCheckpointer::Save(std::string dir, TrainSnapshot sn
     absl::Status s = WriteTrainCheckpoint(dir, snapshot, save_dtype);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s.ok() && after) after();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     status_ = s;
     if (s.ok()) {
       last_written_ = dir;
@@ -263,7 +253,7 @@ absl::StatusOr<double> AsyncCheckpointer::Save(std::string dir, TrainSnapshot sn
 
 absl::Status AsyncCheckpointer::Wait() {
   if (writer_.joinable()) writer_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   absl::Status s = status_;
   status_ = absl::OkStatus();
   return s;
@@ -271,21 +261,21 @@ absl::Status AsyncCheckpointer::Wait() {
 
 TrainSnapshot AsyncCheckpointer::TakeBuffers() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (writing_) return {};  // a write in flight still reads them
   }
   if (writer_.joinable()) writer_.join();  // finished: joins at once
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return std::move(buffers_);
 }
 
 std::string AsyncCheckpointer::last_written() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return last_written_;
 }
 
 double AsyncCheckpointer::last_write_seconds() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return last_seconds_;
 }
 

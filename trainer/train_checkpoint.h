@@ -18,7 +18,6 @@
 #ifndef TRAINYARD_TRAINER_TRAIN_CHECKPOINT_H_
 #define TRAINYARD_TRAINER_TRAIN_CHECKPOINT_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -29,6 +28,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
 #include "model/t5.h"
 #include "model/weights.h"
 #include "trainer/optimizer.h"
@@ -132,13 +133,13 @@ class AsyncCheckpointer {
   double last_write_seconds() const;
 
  private:
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::thread writer_;
-  absl::Status status_;       // guarded by mu_: the last finished write's
-  std::string last_written_;  // guarded by mu_
-  double last_seconds_ = 0;   // guarded by mu_
-  TrainSnapshot buffers_;     // guarded by mu_: the finished write's snapshot
-  bool writing_ = false;      // guarded by mu_
+  absl::Status status_ ABSL_GUARDED_BY(mu_);  // the last finished write's
+  std::string last_written_ ABSL_GUARDED_BY(mu_);
+  double last_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  TrainSnapshot buffers_ ABSL_GUARDED_BY(mu_);  // the finished write's snapshot
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace trainyard

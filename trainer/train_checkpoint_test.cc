@@ -10,7 +10,7 @@
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 #include "model/encoder_decoder_model.h"
-#include "model/presets.h"
+#include "spec/presets.h"
 
 namespace trainyard {
 namespace {

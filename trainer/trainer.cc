@@ -6,6 +6,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "collective/agreement.h"
 #include "common/device.h"
 #include "common/random.h"
 #include "common/status_macros.h"
@@ -131,13 +132,7 @@ at::Generator Trainer::DropoutGenerator(int64_t step, int microbatch) const {
 
 absl::StatusOr<bool> Trainer::StopAgreed() {
   if (options_.preemption_requested == nullptr) return false;
-  bool stop = options_.preemption_requested->load();
-  if (collective_->world_size() > 1) {
-    std::vector<torch::Tensor> flag = {torch::full({1}, stop ? 1.0f : 0.0f)};
-    TY_RETURN_IF_ERROR(collective_->AllReduce(flag, ReduceOp::kMax));
-    stop = flag[0].item<float>() > 0;
-  }
-  return stop;
+  return AnyRank(collective_, options_.preemption_requested->load());
 }
 
 absl::StatusOr<Metrics> Trainer::AccumulateGradsMicrobatched(const T5Batch& batch, int64_t step,
@@ -326,15 +321,9 @@ absl::StatusOr<MetricsByTask> Trainer::Eval(const std::map<std::string, BatchIte
       const bool exhausted = absl::IsOutOfRange(batch.status());
       if (!exhausted) TY_RETURN_IF_ERROR(batch.status());
       const bool stop = options_.preemption_requested != nullptr && options_.preemption_requested->load();
-      bool any_stop = stop, any_batch = !exhausted;
-      if (collective_->world_size() > 1) {
-        std::vector<torch::Tensor> flags = {torch::tensor({stop ? 1.0f : 0.0f, exhausted ? 0.0f : 1.0f})};
-        TY_RETURN_IF_ERROR(collective_->AllReduce(flags, ReduceOp::kMax));
-        any_stop = flags[0][0].item<float>() > 0;
-        any_batch = flags[0][1].item<float>() > 0;
-      }
-      if (any_stop) return PreemptionError(step());  // eval iterators are per call: nothing to rewind
-      if (!any_batch) break;
+      TY_ASSIGN_OR_RETURN(std::vector<bool> any, AnyRank(collective_, {stop, !exhausted}));
+      if (any[0]) return PreemptionError(step());  // eval iterators are per call: nothing to rewind
+      if (!any[1]) break;
       if (exhausted) continue;
       TY_ASSIGN_OR_RETURN(Metrics m, model_->EvalFn(*batch, options_.loss));
       MergeMetrics(m, /*within_step=*/false, &total);

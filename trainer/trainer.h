@@ -33,7 +33,7 @@
 #include "absl/status/statusor.h"
 #include "collective/collective.h"
 #include "model/model.h"
-#include "trainer/actions.h"
+#include "spec/actions.h"
 #include "trainer/gradient_reducer.h"
 #include "trainer/learning_rate.h"
 #include "trainer/metrics_manager.h"

@@ -1,14 +1,15 @@
-// What a worker does for the coordinator, free of gRPC: builds a job's
-// model, optimizer, data and trainer from its JobSpec, joins the job's
-// collective, runs the chunks of steps it is told to run, evaluates, saves
-// checkpoints (rank 0), and tears the job down. worker_service.h adapts it
-// to WorkerService.
+// What a worker does for the coordinator, free of gRPC: holds one job (or
+// one interactive session) at a time, joins the job's collective (Gloo, or
+// NCCL on a CUDA device), and runs the job's TrainingJob (job/training_job.h:
+// the model, data, trainer, checkpoints) as the coordinator's calls say,
+// translating to and from the WorkerService messages and recording the
+// worker's metrics. worker_service.h adapts it to WorkerService.
 //
-// Checkpoints (trainer/train_checkpoint.h): StartJob restores the one the
-// coordinator names (a restart) or the one the spec's `restore` selects;
-// RunSteps writes one when asked (rank 0 writes, in the background when
-// checkpoint.async; every rank contributes its data position), and the
-// emergency one when a preemption was agreed.
+// Checkpoints: StartJob restores the one the coordinator names (a restart)
+// or the one the spec's `restore` selects; RunSteps writes one when asked
+// (rank 0 writes, in the background when checkpoint.async; every rank
+// contributes its data position), and the emergency one when a preemption
+// was agreed.
 //
 // One job at a time. RunSteps/Evaluate of a job run one at a time; AbortJob
 // returns at once: it raises the job's stop flag (the trainer stops at the
@@ -34,8 +35,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/base/thread_annotations.h"
 #include "collective/store.h"
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "proto/worker.pb.h"
 
 namespace trainyard {
@@ -80,6 +83,10 @@ class WorkerCore {
   // written as TensorBoard scalars under output_dir/inference_eval/<task>/
   // at the checkpoint's step and as output_dir/inference_eval/<task>-<split>.json.
   absl::StatusOr<InferResponse> Infer(const InferRequest& request);
+  // Every rank of a training job calls it between chunks: rank 0 writes
+  // checkpoint_<step> (proto/worker.proto). kFailedPrecondition when `step`
+  // is not the job's step or the job does not train.
+  absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& request);
   absl::Status AbortJob(const AbortJobRequest& request);
 
   // Interactive sessions: an InteractiveModel on a checkpoint, held instead
@@ -100,26 +107,10 @@ class WorkerCore {
  private:
   struct Job;
   absl::StatusOr<std::shared_ptr<Job>> Find(const std::string& job_id);
-  // Restores `named` or the spec's choice (every rank the same step).
-  absl::Status Restore(Job& job, const std::string& named);
-  // Every rank's data position, in rank order (a collective).
-  absl::StatusOr<std::vector<std::string>> GatherDataStates(Job& job);
-  // Every rank calls; rank 0 writes checkpoint_<step> (waiting for it when
-  // `wait`) and returns the newest durable checkpoint; others return "".
-  absl::StatusOr<std::string> SaveCheckpoint(Job& job, bool wait);
-  // After the ranks stopped together (a step, between microbatches, or an
-  // evaluation): kAborted unless a rank was preempted; else puts the
-  // abandoned step's batch back (`abandoned`) and writes the emergency
-  // checkpoint of the current step, synchronously.
-  struct EmergencyCheckpoint {
-    std::string path;  // rank 0; "" elsewhere
-    double seconds = 0;
-  };
-  absl::StatusOr<EmergencyCheckpoint> WriteEmergencyCheckpoint(Job& job, bool abandoned);
 
   WorkerCoreOptions options_;
-  mutable std::mutex mu_;
-  std::shared_ptr<Job> job_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::shared_ptr<Job> job_ ABSL_GUARDED_BY(mu_);
   struct Session;
   struct Metrics {
     Counter* steps = nullptr;
@@ -128,8 +119,8 @@ class WorkerCore {
     Histogram* allreduce_seconds = nullptr;
     Histogram* checkpoint_seconds = nullptr;
   } metrics_;  // all set or all null
-  std::shared_ptr<Session> session_;  // guarded by mu_
-  std::vector<std::thread> teardowns_;  // guarded by mu_
+  std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> teardowns_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace trainyard

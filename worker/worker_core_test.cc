@@ -9,7 +9,7 @@
 #include <fstream>
 #include <thread>
 
-#include "common/jobspec_validator.h"
+#include "spec/jobspec_validator.h"
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 #include "interactive/interactive_model.h"
@@ -206,6 +206,35 @@ TEST_F(WorkerCoreTest, ARestartNamingADamagedCheckpointRestoresTheOneBeforeAndSa
   start.set_restore_checkpoint(damaged);
   EXPECT_THAT(core.StartJob(start).status(),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("is damaged or incomplete")));
+}
+
+TEST_F(WorkerCoreTest, SaveCheckpointBetweenChunksWritesTheCurrentStep) {
+  WorkerCore core(WorkerCoreOptions{});
+  ASSERT_THAT(Start(core, "a", Spec("a")).status(), IsOk());
+  RunStepsRequest run;
+  run.set_job_id("a");
+  run.set_first_step(0);
+  run.set_num_steps(3);
+  ASSERT_THAT(core.RunSteps(run).status(), IsOk());
+  SaveCheckpointRequest save;
+  save.set_job_id("a");
+  save.set_step(2);
+  EXPECT_THAT(core.SaveCheckpoint(save).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("this rank is at step 3")));
+  save.set_step(3);
+  save.set_wait(true);
+  absl::StatusOr<SaveCheckpointResponse> saved = core.SaveCheckpoint(save);
+  ASSERT_THAT(saved.status(), IsOk());
+  EXPECT_EQ(saved->path(), root_ + "/a/checkpoint_3");
+  absl::StatusOr<TrainCheckpoint> read = ReadTrainCheckpoint(saved->path());
+  ASSERT_THAT(read.status(), IsOk());
+  EXPECT_EQ(read->step, 3);
+  EXPECT_EQ(read->data_states.size(), 1u);
+  // The same step again: the checkpoint it has, not a second write.
+  EXPECT_EQ(core.SaveCheckpoint(save)->path(), root_ + "/a/checkpoint_3");
+  save.set_job_id("nope");
+  EXPECT_THAT(core.SaveCheckpoint(save).status(), StatusCodeIs(absl::StatusCode::kFailedPrecondition));
+  End(core, "a");
 }
 
 TEST_F(WorkerCoreTest, ADifferentNumberOfWorkersStartsTheNextEpoch) {

@@ -43,12 +43,9 @@ grpc::Status WorkerServiceImpl::Infer(grpc::ServerContext*, const InferRequest* 
   return Reply(core_->Infer(*request), response);
 }
 
-grpc::Status WorkerServiceImpl::SaveCheckpoint(grpc::ServerContext*, const SaveCheckpointRequest*,
-                                               SaveCheckpointResponse*) {
-  // Checkpoints are written at the end of the RunSteps chunk that asks for
-  // them (RunStepsRequest.save_checkpoint).
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "SaveCheckpoint: ask for a checkpoint with RunStepsRequest.save_checkpoint");
+grpc::Status WorkerServiceImpl::SaveCheckpoint(grpc::ServerContext*, const SaveCheckpointRequest* request,
+                                               SaveCheckpointResponse* response) {
+  return Reply(core_->SaveCheckpoint(*request), response);
 }
 
 grpc::Status WorkerServiceImpl::AbortJob(grpc::ServerContext*, const AbortJobRequest* request, AbortJobResponse*) {

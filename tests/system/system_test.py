@@ -3,6 +3,10 @@
 Each test starts its own coordinator (port chosen by the OS, read from its
 first stdout line) and workers, drives them through the `trainyard` CLI (and
 the Python client example), and stops and reaps every process it started.
+
+One file (longer than most): the tests share one harness (Cluster, Hosts,
+the certificates) and run as one Bazel target, `exclusive`, so that their
+heartbeats and timings never compete with each other for the machine.
 """
 import argparse
 import glob

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "model/encoder_decoder_model.h"
-#include "model/presets.h"
+#include "spec/presets.h"
 #include "trainer/trainer.h"
 
 namespace trainyard {

@@ -1,0 +1,341 @@
+#include "coordinator/job_driver.h"
+
+#include <filesystem>
+#include <map>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "coordinator/scheduler.h"
+#include "spdlog/spdlog.h"
+#include "spec/actions.h"
+
+namespace trainyard {
+namespace {
+
+// An error from the transport (the worker could not be reached or vanished)
+// is the root cause of errors other ranks report about their peers.
+bool IsTransportError(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+}
+
+// How much a failed rank's error explains the failure: a transport error
+// (its worker is gone) most, a peer's report of another rank's failure
+// (kAborted) least.
+int Blame(const absl::Status& status) {
+  if (IsTransportError(status)) return 2;
+  return absl::IsAborted(status) ? 0 : 1;
+}
+
+}  // namespace
+
+JobDriver::JobDriver(AttemptPlan plan, JobDriverHost* host)
+    : plan_(std::move(plan)), host_(host), latest_checkpoint_(plan_.latest_checkpoint) {}
+
+void JobDriver::Stop(JobState state, std::string reason, bool retryable) {
+  {
+    MutexLock lock(&mu_);
+    if (stop_) return;
+    stop_ = StopRequest{state, std::move(reason), retryable, /*shutdown=*/false};
+  }
+  changed_.SignalAll();
+}
+
+void JobDriver::ShutDown() {
+  {
+    MutexLock lock(&mu_);
+    if (stop_ && stop_->shutdown) return;
+    // A shutdown overrides a pending stop: the job's state stays as it is.
+    stop_ = StopRequest{JOB_STATE_UNSPECIFIED, "the coordinator is shutting down", false, /*shutdown=*/true};
+  }
+  changed_.SignalAll();
+}
+
+std::optional<JobDriver::StopRequest> JobDriver::stop_request() {
+  MutexLock lock(&mu_);
+  return stop_;
+}
+
+template <typename Response, typename Call>
+absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Response>* responses) {
+  const int world = static_cast<int>(plan_.clients.size());
+  struct Shared {
+    std::vector<std::optional<absl::StatusOr<Response>>> results;
+    int done = 0;
+    bool failed = false;
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->results.resize(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([this, shared, call, r] {
+      absl::StatusOr<Response> result = call(r);
+      MutexLock lock(&mu_);
+      shared->failed = shared->failed || !result.ok();
+      shared->results[r] = std::move(result);
+      shared->done++;
+      changed_.SignalAll();
+    });
+  }
+  bool all_ok;
+  {
+    MutexLock lock(&mu_);
+    while (!(shared->done == world || shared->failed || stop_.has_value())) changed_.Wait(&mu_);
+    if (shared->failed && shared->done < world) {
+      // Give the other ranks a moment to report: the rank whose worker is
+      // gone is the root cause, not its peers' collective errors.
+      const absl::Time deadline = absl::Now() + absl::Seconds(2);
+      while (!(shared->done == world || stop_.has_value())) {
+        if (changed_.WaitWithDeadline(&mu_, deadline)) break;
+      }
+    }
+    all_ok = shared->done == world && !shared->failed;
+  }
+  if (!all_ok) {
+    for (auto& c : plan_.clients) {
+      if (c) c->CancelInFlight();
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  if (std::optional<StopRequest> stop = stop_request()) return absl::AbortedError(stop->reason);
+  if (!all_ok) {
+    int culprit = -1;
+    for (int r = 0; r < world; ++r) {
+      const auto& result = shared->results[r];
+      if (!result || result->ok() || absl::IsCancelled(result->status())) continue;
+      if (culprit < 0 || Blame(result->status()) > Blame(shared->results[culprit]->status())) culprit = r;
+    }
+    if (culprit < 0) return absl::AbortedError(absl::StrCat(what, " was cancelled"));
+    const absl::Status& s = shared->results[culprit]->status();
+    const std::string name =
+        culprit < static_cast<int>(plan_.rank_names.size()) ? plan_.rank_names[culprit] : absl::StrCat("rank ", culprit);
+    return absl::Status(s.code(), absl::StrCat(name, ": ", what, " failed: ", s.message()));
+  }
+  responses->clear();
+  for (int r = 0; r < world; ++r) responses->push_back(**shared->results[r]);
+  return absl::OkStatus();
+}
+
+absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) {
+  const JobSpec& spec = plan_.spec;
+  const std::string& job_id = plan_.job_id;
+  const int world = static_cast<int>(plan_.clients.size());
+  for (const auto& c : plan_.clients) {
+    if (!c) return absl::UnavailableError("a worker of the gang left before the job started");
+  }
+  std::vector<StartJobResponse> started;
+  TY_RETURN_IF_ERROR(OnAllRanks<StartJobResponse>(
+      "StartJob",
+      [&](int r) {
+        StartJobRequest request;
+        request.set_job_id(job_id);
+        *request.mutable_spec() = spec;
+        request.set_rank(r);
+        request.set_world_size(world);
+        request.set_attempt(plan_.restarts);
+        request.set_restore_checkpoint(plan_.restore_from);
+        return plan_.clients[r]->StartJob(request);
+      },
+      &started));
+  int64_t step = started[0].start_step();
+  {
+    // What the workers restored: a restart whose newest checkpoint turned
+    // out damaged restores an older one, which becomes the job's newest; the
+    // reason while it runs says what was passed over.
+    const StartJobResponse& first = started[0];
+    std::string note;
+    if (first.passed_over_size() > 0) {
+      note = absl::StrCat("restored ",
+                          first.restored_checkpoint().empty() ? "nothing (from scratch)" : first.restored_checkpoint(),
+                          "; passed over ", absl::StrJoin(first.passed_over(), "; "));
+      spdlog::warn("job {}: {}", job_id, note);
+    }
+    const bool own = !first.restored_checkpoint().empty() &&
+                     std::filesystem::path(first.restored_checkpoint()).parent_path() ==
+                         std::filesystem::path(spec.output_dir());
+    if (own || first.passed_over_size() > 0) latest_checkpoint_ = first.restored_checkpoint();
+    host_->ChangeState(job_id, RUNNING, note, [&](JobInfo* info) {
+      info->set_step(step);
+      info->set_latest_checkpoint(latest_checkpoint_);
+    });
+  }
+  if (spec.kind() == EVALUATION || spec.kind() == INFERENCE) {
+    spdlog::info("job {}: {} of the checkpoint at step {} on {} split {}", job_id, JobKind_Name(spec.kind()), step,
+                 spec.task(), spec.inference().split());
+    std::vector<InferResponse> inferred;
+    TY_RETURN_IF_ERROR(OnAllRanks<InferResponse>(
+        "Infer",
+        [&](int r) {
+          InferRequest request;
+          request.set_job_id(job_id);
+          return plan_.clients[r]->Infer(request);
+        },
+        &inferred));
+    int64_t examples = 0;
+    for (const InferResponse& r : inferred) examples += r.examples();
+    host_->RecordProgress(job_id, [&](JobInfo* info) {
+      info->mutable_metrics()->clear();
+      for (const auto& [k, v] : inferred[0].metrics()) (*info->mutable_metrics())[k] = v;
+      info->set_metrics_step(step);
+    });
+    *final_reason = absl::StrCat(examples, " example(s) decoded; predictions in ", inferred[0].output());
+    return absl::OkStatus();
+  }
+  spdlog::info("job {}: running from step {} to {}", job_id, step, spec.total_steps());
+  TY_ASSIGN_OR_RETURN(ActionsByMode actions, CreateActions(spec));
+  ChunkPeriods periods;
+  periods.total_steps = spec.total_steps();
+  periods.summary_period = spec.summary_period();
+  periods.eval_period = spec.eval_period();
+  periods.checkpoint_period = spec.checkpoint_period();
+  auto run_actions = [&](ActionModeKind mode, const MetricsByTask& metrics) -> bool {
+    for (const auto& action : actions[mode]) {
+      if (action->Run(step, metrics)) {
+        *final_reason = action->reason();
+        *final_state = action->halts_as_failure() ? FAILED : SUCCEEDED;
+        return true;
+      }
+    }
+    return false;
+  };
+  // A worker was asked to stop: every rank stopped after the same step and
+  // rank 0 wrote the emergency checkpoint.
+  auto preempted = [&](const std::vector<bool>& asked, int64_t last_step, const std::string& checkpoint,
+                       const google::protobuf::Map<std::string, double>& metrics, const std::string& during) {
+    int r = 0;
+    while (r < world && !asked[r]) ++r;
+    if (r == world) r = 0;
+    if (!checkpoint.empty()) latest_checkpoint_ = checkpoint;
+    host_->RecordProgress(job_id, [&](JobInfo* info) {
+      info->set_step(last_step);
+      info->set_latest_checkpoint(latest_checkpoint_);
+      for (const auto& [k, v] : metrics) (*info->mutable_metrics())[k] = v;
+    });
+    *final_state = PREEMPTED;
+    *final_reason = absl::StrCat(plan_.rank_names[r], " was asked to stop; emergency checkpoint at step ", last_step,
+                                 during, checkpoint.empty() ? "" : ": " + checkpoint);
+  };
+  while (step < spec.total_steps()) {
+    const int64_t n = NextChunk(step, periods);
+    const bool last = step + n == spec.total_steps();
+    std::vector<RunStepsResponse> ran;
+    TY_RETURN_IF_ERROR(OnAllRanks<RunStepsResponse>(
+        "RunSteps",
+        [&](int r) {
+          RunStepsRequest request;
+          request.set_job_id(job_id);
+          request.set_first_step(step);
+          request.set_num_steps(n);
+          request.set_save_checkpoint(last || AtBoundary(step + n, spec.checkpoint_period()));
+          return plan_.clients[r]->RunSteps(request);
+        },
+        &ran));
+    if (ran[0].preempted()) {
+      std::vector<bool> asked;
+      for (const auto& r : ran) asked.push_back(r.asked_to_stop());
+      preempted(asked, ran[0].last_step(), ran[0].checkpoint(), ran[0].metrics(), "");
+      return absl::OkStatus();
+    }
+    step += n;
+    if (!ran[0].checkpoint().empty()) latest_checkpoint_ = ran[0].checkpoint();
+    host_->RecordProgress(job_id, [&](JobInfo* info) {
+      info->set_step(step);
+      info->mutable_metrics()->clear();
+      for (const auto& [k, v] : ran[0].metrics()) (*info->mutable_metrics())[k] = v;
+      info->set_metrics_step(step);
+      info->set_latest_checkpoint(latest_checkpoint_);
+      for (int r = 0; r < world && r < info->ranks_size(); ++r) {
+        info->mutable_ranks(r)->set_last_step_seconds(ran[r].seconds_per_step());
+      }
+    });
+    MetricsByTask train;
+    train["train"] = std::map<std::string, double>(ran[0].metrics().begin(), ran[0].metrics().end());
+    if (run_actions(ActionModeKind::kTrain, train)) break;
+    if (spec.eval_period() > 0 && (AtBoundary(step, spec.eval_period()) || last)) {
+      std::vector<EvaluateResponse> evaluated;
+      TY_RETURN_IF_ERROR(OnAllRanks<EvaluateResponse>(
+          "Evaluate",
+          [&](int r) {
+            EvaluateRequest request;
+            request.set_job_id(job_id);
+            request.set_step(step);
+            return plan_.clients[r]->Evaluate(request);
+          },
+          &evaluated));
+      if (evaluated[0].preempted()) {
+        std::vector<bool> asked;
+        for (const auto& r : evaluated) asked.push_back(r.asked_to_stop());
+        preempted(asked, step, evaluated[0].checkpoint(), {},
+                  absl::StrCat(" (during the evaluation of step ", step, ", which is not repeated)"));
+        return absl::OkStatus();
+      }
+      MetricsByTask eval;
+      for (const auto& [k, v] : evaluated[0].metrics()) {
+        std::vector<std::string> parts = absl::StrSplit(k, absl::MaxSplits('/', 1));
+        if (parts.size() == 2) eval[parts[0]][parts[1]] = v;
+      }
+      host_->RecordProgress(job_id, [&](JobInfo* info) {
+        for (const auto& [k, v] : evaluated[0].metrics()) (*info->mutable_metrics())["training_eval/" + k] = v;
+      });
+      if (run_actions(ActionModeKind::kTrainEval, eval)) break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void JobDriver::Run() {
+  const std::string& job_id = plan_.job_id;
+  JobState final_state = SUCCEEDED;
+  std::string final_reason;
+  const absl::Status status = Drive(&final_state, &final_reason);
+
+  bool retryable = final_state == PREEMPTED;
+  const std::optional<StopRequest> stop = stop_request();
+  const bool shutting_down = stop && stop->shutdown;
+  if (stop && !stop->shutdown) {
+    final_state = stop->state;
+    final_reason = stop->reason;
+    retryable = stop->retryable;
+  } else if (!status.ok()) {
+    final_state = FAILED;
+    final_reason = status.ToString();
+    // A lost worker or a broken collective: another attempt may succeed.
+    // Bad specs, divergence or a NaN will fail again.
+    retryable = absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) || absl::IsAborted(status);
+  }
+  if (!shutting_down) {
+    // Final before the teardown: watchers learn the outcome at once, even if
+    // an unreachable rank makes its AbortJob wait for its deadline.
+    if (final_state == PREEMPTED) host_->ChangeState(job_id, PREEMPTED, final_reason);
+    const int max_restarts = plan_.spec.max_restarts();  // normalised: set, default 3
+    std::function<void(JobInfo*)> edit;
+    if (retryable && plan_.restarts < max_restarts) {
+      final_state = RESTARTING;
+      final_reason = absl::StrCat(final_reason, "; restart ", plan_.restarts + 1, " of ", max_restarts, " from ",
+                                  latest_checkpoint_.empty() ? "scratch" : latest_checkpoint_);
+      edit = [this](JobInfo* info) { info->set_restarts(plan_.restarts + 1); };
+    } else if (retryable) {
+      final_state = FAILED;
+      final_reason = absl::StrCat(final_reason, " (no restarts left: max_restarts ", max_restarts, ")");
+    }
+    host_->ChangeState(job_id, final_state, final_reason, edit);
+  }
+  spdlog::info("job {}: {} {}", job_id, shutting_down ? "left as it is:" : JobState_Name(final_state), final_reason);
+  // Tear the job down on every rank (also after success: the workers free
+  // the model and close the collective).
+  AbortJobRequest abort;
+  abort.set_job_id(job_id);
+  abort.set_reason(shutting_down ? "the coordinator is shutting down"
+                                 : absl::StrCat("the job is ", JobState_Name(final_state),
+                                                final_reason.empty() ? "" : ": " + final_reason));
+  std::vector<std::thread> aborts;
+  for (auto& c : plan_.clients) {
+    if (c) aborts.emplace_back([c, abort] { c->AbortJob(abort).IgnoreError(); });
+  }
+  for (std::thread& t : aborts) t.join();
+}
+
+}  // namespace trainyard

@@ -1,0 +1,109 @@
+// One attempt of one job, driven from the coordinator on a thread of its
+// own: StartJob on every rank; then, for training jobs, RunSteps in chunks up
+// to the next summary, eval or checkpoint boundary, Evaluate at eval periods
+// and the job's actions on rank 0's metrics; for EVALUATION and INFERENCE
+// jobs one Infer. It ends the attempt with the job's final state, or with
+// RESTARTING when it was preempted or lost a worker and restarts are left,
+// tells every rank to let go (AbortJob, also after success), and returns.
+//
+// The driver owns no job record: it reports progress and state changes
+// through its JobDriverHost (the Coordinator, which keeps the job table, the
+// store and the watchers), and learns of a cancel, a lost worker or a
+// shutdown through Stop/ShutDown.
+//
+// A rank's failure ends the attempt at once: calls still in flight to the
+// others are cancelled, and the reason names the rank that caused it (a rank
+// whose worker could not be reached, rather than its peers' collective
+// errors; an error of its own rather than a peer's report of it).
+//
+// Thread-safety: Run on one thread; Stop and ShutDown from any thread.
+#ifndef TRAINYARD_COORDINATOR_JOB_DRIVER_H_
+#define TRAINYARD_COORDINATOR_JOB_DRIVER_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
+#include "coordinator/worker_client.h"
+#include "proto/job_service.pb.h"
+#include "proto/worker.pb.h"
+
+namespace trainyard {
+
+// What the coordinator knows when it starts an attempt.
+struct AttemptPlan {
+  std::string job_id;
+  JobSpec spec;                  // normalised
+  int restarts = 0;              // attempts restarted so far (scopes the rendezvous)
+  std::string restore_from;      // a restart: the job's newest checkpoint; "" first attempt
+  std::string latest_checkpoint; // the job's newest checkpoint so far ("" none)
+  std::vector<std::shared_ptr<WorkerClient>> clients;  // rank order; nullptr: the worker left
+  std::vector<std::string> rank_names;  // "rank 1 (worker w2-b on host b, b)", for messages
+};
+
+// The coordinator's side: the job's record.
+class JobDriverHost {
+ public:
+  virtual ~JobDriverHost() = default;
+  // Progress (step, metrics, checkpoint, ranks): applied to the job's record
+  // under the coordinator's lock, visible to watchers at once, persisted
+  // within a second.
+  virtual void RecordProgress(const std::string& job_id, const std::function<void(JobInfo*)>& edit) = 0;
+  // A state change, after `edit` (if any): written to the job store before
+  // it is visible.
+  virtual void ChangeState(const std::string& job_id, JobState state, const std::string& reason,
+                           const std::function<void(JobInfo*)>& edit = nullptr) = 0;
+};
+
+class JobDriver {
+ public:
+  JobDriver(AttemptPlan plan, JobDriverHost* host);
+
+  // Runs the attempt to its end (see above) and tears it down on every rank.
+  // After a ShutDown the job's state is left as it is: the next coordinator
+  // restarts it from its newest checkpoint.
+  void Run();
+
+  // Ends the attempt at the next opportunity (calls in flight are
+  // cancelled) in `state` with `reason`; `retryable`: another attempt may
+  // follow if restarts are left (a lost worker), else the state is final (a
+  // cancel). The first request wins.
+  void Stop(JobState state, std::string reason, bool retryable);
+  // The coordinator is stopping: end the attempt without a state change.
+  void ShutDown();
+
+ private:
+  struct StopRequest {
+    JobState state;
+    std::string reason;
+    bool retryable;
+    bool shutdown;
+  };
+  // Runs call(rank) on every rank in parallel; returns once all succeed, or
+  // at the first failure or stop (cancelling the calls still in flight). The
+  // status names the rank that failed.
+  template <typename Response, typename Call>
+  absl::Status OnAllRanks(const char* what, Call call, std::vector<Response>* responses);
+  // The attempt's body; sets *final_state/*final_reason (when it ends the
+  // job itself: success, an action, a preemption).
+  absl::Status Drive(JobState* final_state, std::string* final_reason);
+  std::optional<StopRequest> stop_request() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const AttemptPlan plan_;
+  JobDriverHost* const host_;
+  std::string latest_checkpoint_;  // the newest durable checkpoint this attempt knows
+
+  Mutex mu_;
+  CondVar changed_;  // a rank answered, or a stop was requested
+  std::optional<StopRequest> stop_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COORDINATOR_JOB_DRIVER_H_

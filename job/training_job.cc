@@ -1,0 +1,587 @@
+#include "job/training_job.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "collective/agreement.h"
+#include "common/durable_file.h"
+#include "common/status_macros.h"
+#include "data/bundled.h"
+#include "data/iterator.h"
+#include "data/task_definition.h"
+#include "evaluation/metric_fns.h"
+#include "google/protobuf/util/json_util.h"
+#include "model/decoding.h"
+#include "spec/presets.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+#include "trainer/learning_rate.h"
+#include "trainer/metrics_manager.h"
+#include "trainer/restore.h"
+
+namespace trainyard {
+namespace {
+
+// At most `limit` batches of `base` (0 = all).
+class LimitedIterator : public BatchIterator {
+ public:
+  LimitedIterator(std::unique_ptr<BatchIterator> base, int64_t limit) : base_(std::move(base)), limit_(limit) {}
+  absl::StatusOr<T5Batch> Next() override {
+    if (limit_ > 0 && taken_ >= limit_) return absl::OutOfRangeError("batch limit reached");
+    ++taken_;
+    return base_->Next();
+  }
+
+ private:
+  std::unique_ptr<BatchIterator> base_;
+  int64_t limit_;
+  int64_t taken_ = 0;
+};
+
+// A collective's failure seen by a live rank is a consequence (a peer died
+// or stalled), not a reason to blame this rank's transport.
+absl::Status CollectiveFailure(const absl::Status& s) {
+  if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
+    return absl::AbortedError(absl::StrCat("collective failed (a peer left or stalled): ", s.message()));
+  }
+  return s;
+}
+
+bool Raised(const std::atomic<bool>* flag) { return flag != nullptr && flag->load(); }
+
+}  // namespace
+
+// The train batches, remembering the data position before the batch taken
+// last, so that a step abandoned between microbatches (a preemption) can
+// put its batch back before the emergency checkpoint records the position.
+class TrainingJob::RewindableBatches : public BatchIterator {
+ public:
+  explicit RewindableBatches(TaskBatchIterator* base) : base_(base) {}
+  absl::StatusOr<T5Batch> Next() override {
+    before_ = base_->task_iterator()->State();
+    return base_->Next();
+  }
+  std::map<std::string, double> TakeDataMetrics() override { return base_->TakeDataMetrics(); }
+  absl::Status PutBackLast() { return before_.empty() ? absl::OkStatus() : base_->task_iterator()->Restore(before_); }
+
+ private:
+  TaskBatchIterator* base_;
+  std::string before_;
+};
+
+TrainingJob::TrainingJob(JobSpec spec, Collective* collective, TrainingJobOptions options)
+    : spec_(std::move(spec)), collective_(collective), options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& spec, Collective* collective,
+                                                                 TrainingJobOptions options) {
+  const int world = collective->world_size();
+  const int rank = collective->rank();
+  switch (spec.kind()) {
+    case JOB_KIND_UNSPECIFIED:  // TRAIN, as validation normalises it
+    case TRAIN:
+    case PRETRAINING:
+    case FINETUNING:
+    case EVALUATION:
+    case INFERENCE:
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("kind: ", JobKind_Name(spec.kind()), " is not a job kind"));
+  }
+  if (spec.batch_size() % world != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("batch_size: ", spec.batch_size(), " does not split over ", world,
+                                                   " workers; use a multiple of num_workers"));
+  }
+  std::unique_ptr<TrainingJob> job(new TrainingJob(spec, collective, std::move(options)));
+  const bool inference = !job->trains();
+  const int64_t rows = spec.batch_size() / world;
+  if (!inference && rows % std::max(spec.num_microbatches(), 1) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_microbatches: ", spec.num_microbatches(),
+                                                   " does not divide the per-worker batch of ", rows, " rows"));
+  }
+  try {
+    // Data first: a bad task name fails before any expensive work.
+    if (job->options_.task_data) {
+      TY_RETURN_IF_ERROR(RegisterBundledTasks(&job->registry_));
+      for (const TaskDefinition& def : spec.task_definitions()) {
+        if (absl::Status s = RegisterTaskDefinition(def, &job->registry_); !s.ok()) {
+          return absl::Status(s.code(), absl::StrCat("task_definitions: ", s.message()));
+        }
+      }
+      absl::StatusOr<const Task*> task = job->registry_.Get(spec.task());
+      if (!task.ok()) return absl::InvalidArgumentError(absl::StrCat("task: ", task.status().message()));
+      if (!inference) {  // EVALUATION and INFERENCE read their split in Infer
+        IteratorOptions data;
+        data.split = spec.data().train_split();
+        data.rows = rows;
+        data.inputs_length = spec.feature_lengths().inputs();
+        data.targets_length = spec.feature_lengths().targets();
+        data.pack = spec.data().pack();
+        data.shuffle = spec.data().shuffle();
+        data.seed = static_cast<uint64_t>(spec.seed());
+        data.rank = rank;
+        data.world_size = world;
+        TY_ASSIGN_OR_RETURN(std::unique_ptr<TaskIterator> it, TaskIterator::Create(**task, data));
+        job->train_batches_ = std::make_unique<TaskBatchIterator>(std::move(it));
+        job->batches_ = std::make_unique<RewindableBatches>(job->train_batches_.get());
+      }
+    }
+
+    TY_ASSIGN_OR_RETURN(ModelConfig config, ResolveModelConfig(spec.model()));
+    ModelOptions model_options;
+    model_options.device = job->options_.device;
+    model_options.compute_dtype = spec.dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat32;
+    model_options.init_seed = static_cast<uint64_t>(spec.seed());
+    TY_ASSIGN_OR_RETURN(job->model_, EncoderDecoderModel::Create(config, model_options));
+    TY_ASSIGN_OR_RETURN(LearningRateCallable lr, LearningRateCallable::Create(spec.learning_rate()));
+    if (!inference) {
+      NamedTensors params;
+      for (const auto& p : job->model_->named_parameters()) params.emplace_back(p.key(), p.value());
+      TY_ASSIGN_OR_RETURN(job->optimizer_, CreateOptimizer(spec.optimizer(), params));
+      TrainerOptions trainer;
+      trainer.num_microbatches = std::max(spec.num_microbatches(), 1);
+      trainer.overlap_allreduce =
+          !spec.data_parallel().has_overlap_allreduce() || spec.data_parallel().overlap_allreduce();
+      if (spec.data_parallel().bucket_mb() > 0) {
+        trainer.allreduce_bucket_bytes = static_cast<int64_t>(spec.data_parallel().bucket_mb()) << 20;
+      }
+      trainer.loss = LossOptions::FromConfig(spec.loss());
+      trainer.seed = static_cast<uint64_t>(spec.seed());
+      trainer.summary_dir = spec.output_dir();  // written by rank 0 only
+      trainer.preemption_requested = job->options_.stop;
+      job->trainer_ = std::make_unique<Trainer>(job->model_.get(), job->optimizer_.get(), std::move(lr), collective,
+                                                trainer);
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("building the job: ", e.what()));
+  }
+  return job;
+}
+
+TrainingJob::~TrainingJob() {
+  Close();
+  trainer_.reset();  // the trainer (and its metric writers) go before the model
+}
+
+void TrainingJob::Close() {
+  if (closed_) return;
+  closed_ = true;
+  if (trainer_) trainer_->Close().IgnoreError();
+  // A checkpoint still being written completes (or fails) first.
+  if (absl::Status s = checkpointer_.Wait(); !s.ok()) {
+    spdlog::error("job {}: the last checkpoint write failed: {}", id(), s.ToString());
+  }
+}
+
+int64_t TrainingJob::step() const { return trainer_ ? trainer_->step() : restored_step_; }
+
+int64_t TrainingJob::progress() const { return trainer_ ? trainer_->progress() : restored_step_; }
+
+absl::StatusOr<RestoreOutcome> TrainingJob::Restore(const std::string& named) {
+  const RestoreConfig& restore = spec_.restore();
+  if (rank() == 0 && trains() && !spec_.output_dir().empty()) {
+    for (const std::string& name : RemoveUnfinishedCheckpoints(spec_.output_dir())) {
+      spdlog::warn("job {}: removed {}/{}, left by a save that did not finish", id(), spec_.output_dir(), name);
+    }
+  }
+  // Which checkpoint, read on this rank. A restart of this job (the
+  // coordinator names the job's newest): that one, or if it does not read
+  // back whole the newest one under output_dir that does. Otherwise (or if
+  // none of the job's own reads back) the spec's choice.
+  std::vector<SkippedCheckpoint> skipped;
+  absl::StatusOr<TrainCheckpoint> ckpt = absl::NotFoundError("no checkpoint");
+  std::string path;
+  absl::Status read = [&]() -> absl::Status {
+    if (!named.empty()) {
+      ckpt = ReadRestartCheckpoint(named, spec_.output_dir(), &skipped);
+      if (ckpt.ok()) {
+        path = ckpt->dir;
+        return absl::OkStatus();
+      }
+      if (!absl::IsNotFound(ckpt.status())) {
+        return absl::Status(ckpt.status().code(), absl::StrCat("restore: ", ckpt.status().message()));
+      }
+    }
+    TY_ASSIGN_OR_RETURN(path, ChooseCheckpoint(restore, spec_.output_dir(), &skipped));
+    if (!path.empty()) {
+      ckpt = ReadTrainCheckpoint(path);
+      if (!ckpt.ok()) return absl::Status(ckpt.status().code(), absl::StrCat("restore: ", ckpt.status().message()));
+    }
+    const bool needs_checkpoint =
+        spec_.kind() == FINETUNING || spec_.kind() == EVALUATION || spec_.kind() == INFERENCE;
+    if (path.empty() && needs_checkpoint && !restore.fallback_to_scratch()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "restore: a ", JobKind_Name(spec_.kind()), " job starts from a checkpoint, and none was found under ",
+          restore.path().empty() ? spec_.output_dir() : restore.path()));
+    }
+    return absl::OkStatus();
+  }();
+  // Every rank reads the checkpoint itself; they must all have one, and the
+  // same step (the output_dir has to be on a filesystem every rank sees).
+  TY_RETURN_IF_ERROR(CollectiveFailure(AgreeOnOutcome(collective_, read, "restoring the checkpoint")));
+  const int64_t step = path.empty() ? -1 : ckpt->step;
+  absl::StatusOr<int64_t> agreed = AgreeOnValue(collective_, step, "restore: the step of the checkpoint (-1: none)");
+  if (absl::IsFailedPrecondition(agreed.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        agreed.status().message(), ": the ranks found different checkpoints; output_dir must be on a filesystem "
+                                   "every worker shares"));
+  }
+  TY_RETURN_IF_ERROR(CollectiveFailure(agreed.status()));
+
+  RestoreOutcome out;
+  // The job's own checkpoints that were passed over: every rank has read
+  // what it needs, so rank 0 moves the damaged ones aside (a training job
+  // saves those steps again, and a save never overwrites a directory).
+  std::set<std::string> seen;
+  for (const SkippedCheckpoint& s : skipped) {
+    if (!seen.insert(s.dir).second) continue;
+    std::string note = absl::StrCat(s.dir, " passed over: ", s.why);
+    spdlog::warn("job {}: {}", id(), note);
+    if (rank() == 0 && trains() && std::filesystem::path(s.dir).parent_path() == std::filesystem::path(spec_.output_dir()) &&
+        std::filesystem::exists(s.dir)) {
+      absl::StatusOr<std::string> moved = SetAsideDamagedCheckpoint(s.dir);
+      if (moved.ok()) {
+        absl::StrAppend(&note, " (moved aside to ", *moved, ")");
+        spdlog::warn("job {}: moved {} aside to {}", id(), s.dir, *moved);
+      } else {
+        spdlog::error("job {}: {}", id(), std::string(moved.status().message()));
+      }
+    }
+    out.passed_over.push_back(std::move(note));
+  }
+  if (path.empty()) return out;  // from scratch
+  try {
+    TY_RETURN_IF_ERROR(Apply(*ckpt));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("restore: ", path, ": ", e.what()));
+  }
+  restored_step_ = ckpt->step;
+  out.step = ckpt->step;
+  out.checkpoint = path;
+  spdlog::info("job {}: restored {} (step {}){}", id(), path, ckpt->step,
+               ckpt->optimizer.empty() ? " (parameters only: a fresh optimizer)" : "");
+  return out;
+}
+
+absl::Status TrainingJob::Apply(const TrainCheckpoint& ckpt) {
+  TY_ASSIGN_OR_RETURN(bool with_optimizer,
+                      ApplyCheckpoint(ckpt, spec_.restore(), model_->network().get(), optimizer_.get()));
+  if (!with_optimizer || !train_batches_) return absl::OkStatus();
+  // Data positions: exact when the world size is the same; otherwise every
+  // rank starts at the epoch after the furthest one recorded.
+  if (ckpt.world_size == world_size() && static_cast<int>(ckpt.data_states.size()) == world_size()) {
+    return train_batches_->task_iterator()->Restore(ckpt.data_states[rank()]);
+  }
+  const IteratorPosition resume = ResumeAfterFurthestEpoch(ckpt.data_states);
+  spdlog::warn("job {}: {} has data positions for {} workers, this job has {}: every rank starts epoch {}", id(),
+               ckpt.dir, ckpt.world_size, world_size(), resume.epoch);
+  return train_batches_->task_iterator()->Restore(FormatIteratorState(resume));
+}
+
+absl::StatusOr<TrainChunk> TrainingJob::Train(int64_t num_steps) {
+  if (!trainer_ || !batches_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id(), " is an ", JobKind_Name(spec_.kind()), " job: it runs Infer, not RunSteps"));
+  }
+  TrainChunk chunk;
+  try {
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t abandoned_before = trainer_->abandoned_steps();
+    absl::StatusOr<std::map<std::string, double>> summary = trainer_->Train(batches_.get(), num_steps);
+    if (!summary.ok()) {
+      if (!IsPreemptionError(summary.status())) return CollectiveFailure(summary.status());
+      // Stopped between microbatches: the abandoned step's batch goes back.
+      const bool abandoned = trainer_->abandoned_steps() > abandoned_before;
+      TY_ASSIGN_OR_RETURN(chunk.emergency_checkpoint, WriteEmergencyCheckpoint(abandoned, &chunk.emergency_seconds));
+      chunk.preempted = true;
+      chunk.asked_to_stop = Raised(options_.preempted);
+      return chunk;
+    }
+    chunk.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    chunk.summary = std::move(*summary);
+    // Every rank must hold the same parameters: compare per-parameter sums
+    // (bitwise: identical tensors give identical sums).
+    if (world_size() > 1) {
+      std::vector<torch::Tensor> sums;
+      for (const auto& p : model_->parameters()) sums.push_back(p.detach().sum().to(torch::kDouble).reshape({1}));
+      absl::StatusOr<std::optional<Disagreement>> diverged = FindDisagreement(collective_, torch::cat(sums));
+      TY_RETURN_IF_ERROR(CollectiveFailure(diverged.status()));
+      if (diverged->has_value()) {
+        const Disagreement& d = **diverged;
+        return absl::InternalError(absl::StrCat("parameters diverged across ranks at step ", trainer_->step(),
+                                                ": parameter #", d.index, " sums to ", d.lowest, " .. ", d.highest));
+      }
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("step ", trainer_->step(), ": ", e.what()));
+  }
+  return chunk;
+}
+
+absl::StatusOr<EvalOutcome> TrainingJob::Evaluate() {
+  if (!trainer_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id(), " is an ", JobKind_Name(spec_.kind()), " job: it runs Infer, not Evaluate"));
+  }
+  spdlog::info("job {}: evaluating step {} on {} task(s)", id(), trainer_->step(), spec_.eval().tasks_size());
+  EvalOutcome out;
+  try {
+    std::map<std::string, std::unique_ptr<BatchIterator>> owned;
+    std::map<std::string, BatchIterator*> iterators;
+    for (const std::string& name : spec_.eval().tasks()) {
+      TY_ASSIGN_OR_RETURN(const Task* task, registry_.Get(name));
+      IteratorOptions data;
+      data.split = spec_.eval().split();
+      data.rows = spec_.batch_size() / world_size();
+      data.inputs_length = spec_.feature_lengths().inputs();
+      data.targets_length = spec_.feature_lengths().targets();
+      data.pack = false;
+      // With num_batches, a fixed random sample of the split (the same at
+      // every eval of the job), not its first rows, which may be atypical.
+      data.shuffle = spec_.eval().num_batches() > 0;
+      data.seed = static_cast<uint64_t>(spec_.seed());
+      data.repeat = false;
+      data.rank = rank();
+      data.world_size = world_size();
+      TY_ASSIGN_OR_RETURN(std::unique_ptr<TaskIterator> it, TaskIterator::Create(*task, data));
+      owned[name] = std::make_unique<LimitedIterator>(std::make_unique<TaskBatchIterator>(std::move(it)),
+                                                      spec_.eval().num_batches());
+      iterators[name] = owned[name].get();
+    }
+    absl::StatusOr<MetricsByTask> metrics = trainer_->Eval(iterators);
+    if (IsPreemptionError(metrics.status())) {
+      double seconds = 0;
+      TY_ASSIGN_OR_RETURN(out.emergency_checkpoint, WriteEmergencyCheckpoint(/*abandoned=*/false, &seconds));
+      out.preempted = true;
+      out.asked_to_stop = Raised(options_.preempted);
+      return out;
+    }
+    if (!metrics.ok()) return CollectiveFailure(metrics.status());
+    if (rank() != 0) return out;
+    for (const auto& [task, values] : *metrics) {
+      for (const auto& [k, v] : values) out.metrics[task + "/" + k] = v;
+    }
+    // Keep-best: this eval's metric belongs to the checkpoint of this step.
+    const CheckpointConfig& ckpt = spec_.checkpoint();
+    auto best = out.metrics.find(ckpt.best_metric());
+    if (ckpt.keep_best() > 0 && best != out.metrics.end()) {
+      if (absl::Status s = RecordCheckpointMetric(spec_.output_dir(), trainer_->step(), best->second); !s.ok()) {
+        spdlog::error("job {}: {}", id(), s.ToString());
+      }
+      ApplyRetention(spec_.output_dir(), spec_.keep_checkpoints(), ckpt.keep_best(),
+                     ckpt.best_mode() == EarlyStopping::MAX);
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("evaluation: ", e.what()));
+  }
+  return out;
+}
+
+absl::StatusOr<InferOutcome> TrainingJob::Infer() {
+  if (trains()) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id(), " is a ", JobKind_Name(spec_.kind()),
+                                                      " job: Infer runs EVALUATION and INFERENCE jobs"));
+  }
+  const InferenceConfig& config = spec_.inference();
+  InferOutcome out;
+  try {
+    TY_ASSIGN_OR_RETURN(const Task* task, registry_.Get(spec_.task()));
+    IteratorOptions data;
+    data.split = config.split();
+    data.rows = spec_.batch_size() / world_size();
+    data.inputs_length = spec_.feature_lengths().inputs();
+    data.targets_length = spec_.feature_lengths().targets();
+    data.pack = false;
+    data.shuffle = false;  // the split in its order: shard r holds examples r, r+W, ...
+    data.repeat = false;
+    data.rank = rank();
+    data.world_size = world_size();
+    TY_ASSIGN_OR_RETURN(std::unique_ptr<TaskIterator> it, TaskIterator::Create(*task, data));
+    DecodeOptions decode;
+    switch (config.method()) {
+      case InferenceConfig::BEAM:
+        decode.method = DecodeOptions::Method::kBeam;
+        break;
+      case InferenceConfig::SAMPLE:
+        decode.method = DecodeOptions::Method::kSample;
+        break;
+      default:
+        decode.method = DecodeOptions::Method::kGreedy;
+    }
+    decode.max_decode_length = config.max_decode_length();
+    if (config.beam_size() > 0) decode.beam_size = config.beam_size();
+    if (config.has_alpha()) decode.alpha = config.alpha();
+    if (config.has_temperature()) decode.temperature = config.temperature();
+    decode.top_k = config.top_k();
+    decode.top_p = config.top_p();
+    decode.seed = static_cast<uint64_t>(spec_.seed()) + static_cast<uint64_t>(rank());
+    decode.compute_dtype = spec_.dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat32;
+    const Vocabulary& vocab = *task->vocabulary;
+    auto text = [&](const torch::Tensor& row) { return DecodeRow(vocab, row); };
+    // This rank's shard, written as JSON lines with each example's index in
+    // the split.
+    const std::string dir = spec_.output_dir() + "/inference";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return absl::FailedPreconditionError(absl::StrCat("output_dir: cannot create ", dir, ": ", ec.message()));
+    const std::string base = absl::StrCat(dir, "/", spec_.task(), "-", config.split());
+    auto shard_path = [&](int r) { return absl::StrCat(base, ".shard-", r, "-of-", world_size(), ".jsonl"); };
+    std::string lines;
+    int64_t k = 0;
+    for (int b = 0; config.num_batches() == 0 || b < config.num_batches(); ++b) {
+      if (Raised(options_.stop)) return absl::AbortedError(absl::StrCat("job ", id(), " was stopped"));
+      absl::StatusOr<ConvertedBatch> converted = it->Next();
+      if (absl::IsOutOfRange(converted.status())) break;
+      TY_RETURN_IF_ERROR(converted.status());
+      const T5Batch batch = ToT5Batch(*converted);
+      TY_ASSIGN_OR_RETURN(Predictions predicted, model_->PredictBatchWithAux(batch, decode));
+      TY_ASSIGN_OR_RETURN(torch::Tensor scores, model_->ScoreBatch(batch));
+      for (int64_t r = 0; r < converted->rows; ++r, ++k) {
+        nlohmann::ordered_json line = {{"index", k * world_size() + rank()},
+                                       {"input", text(batch.encoder_input_tokens[r])},
+                                       {"target", text(batch.decoder_target_tokens[r])},
+                                       {"prediction", text(predicted.tokens[r])},
+                                       {"prediction_score", predicted.scores[r].item<double>()},
+                                       {"target_score", scores[r].item<double>()}};
+        absl::StrAppend(&lines, line.dump(), "\n");
+      }
+    }
+    TY_RETURN_IF_ERROR(WriteFileAtomically(shard_path(rank()), lines));
+    out.examples = k;
+    spdlog::info("job {}: rank {} wrote {} prediction(s) to {}", id(), rank(), k, shard_path(rank()));
+    // Every shard is written before rank 0 reads them.
+    TY_RETURN_IF_ERROR(CollectiveFailure(collective_->Barrier()));
+    if (rank() != 0) return out;
+
+    std::vector<nlohmann::json> all;
+    for (int r = 0; r < world_size(); ++r) {
+      const std::string path = shard_path(r);
+      std::ifstream in(path);
+      if (!in) return absl::DataLossError(absl::StrCat(path, ": cannot read (is output_dir shared by the workers?)"));
+      std::string line;
+      while (std::getline(in, line)) all.push_back(nlohmann::json::parse(line));
+    }
+    std::sort(all.begin(), all.end(),
+              [](const nlohmann::json& a, const nlohmann::json& b) { return a["index"] < b["index"]; });
+    const std::string merged = base + ".jsonl";
+    std::string merged_lines;
+    for (const auto& line : all) absl::StrAppend(&merged_lines, line.dump(), "\n");
+    TY_RETURN_IF_ERROR(WriteFileAtomically(merged, merged_lines));
+    for (int r = 0; r < world_size(); ++r) std::remove(shard_path(r).c_str());
+    out.output = merged;
+    if (spec_.kind() == INFERENCE) return out;
+
+    // EVALUATION: the task's metric functions over every example.
+    std::vector<std::string> targets, predictions;
+    std::vector<double> target_scores;
+    AuxValues aux;
+    for (const auto& line : all) {
+      targets.push_back(line["target"].get<std::string>());
+      predictions.push_back(line["prediction"].get<std::string>());
+      target_scores.push_back(line["target_score"].get<double>());
+      aux["scores"].push_back(line["prediction_score"].get<double>());
+    }
+    std::vector<MetricFn> fns;
+    for (const std::string& name : task->metric_fns) {
+      absl::StatusOr<MetricFn> fn = BuiltinMetricFn(name);
+      if (!fn.ok()) {
+        return absl::Status(fn.status().code(), absl::StrCat("task ", task->name, ": ", fn.status().message()));
+      }
+      fns.push_back(*fn);
+    }
+    fns.push_back(*BuiltinMetricFn("mean_log_likelihood"));
+    TY_ASSIGN_OR_RETURN(MetricResults metrics, ComputeMetrics(fns, targets, &predictions, &aux, &target_scores));
+    metrics["examples"] = static_cast<double>(all.size());
+    MetricsManager writer("inference_eval/" + spec_.task(), spec_.output_dir(), 0, 1);
+    writer.WriteScalars(restored_step_, std::map<std::string, double>(metrics.begin(), metrics.end()));
+    nlohmann::ordered_json summary = {{"task", spec_.task()},
+                                      {"split", config.split()},
+                                      {"checkpoint_step", restored_step_},
+                                      {"metrics", metrics}};
+    std::filesystem::create_directories(spec_.output_dir() + "/inference_eval", ec);
+    TY_RETURN_IF_ERROR(WriteFileAtomically(
+        absl::StrCat(spec_.output_dir(), "/inference_eval/", spec_.task(), "-", config.split(), ".json"),
+        summary.dump(2) + "\n"));
+    for (const auto& [name, v] : metrics) out.metrics[spec_.task() + "/" + name] = v;
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("inference: ", e.what()));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> TrainingJob::GatherDataStates() {
+  if (!train_batches_) return std::vector<std::string>();
+  const TaskIterator* it = train_batches_->task_iterator();
+  std::vector<torch::Tensor> all;
+  TY_RETURN_IF_ERROR(
+      CollectiveFailure(collective_->AllGather(torch::tensor({it->epoch(), it->position()}, torch::kLong), &all)));
+  std::vector<std::string> states;
+  for (const torch::Tensor& t : all) states.push_back(FormatIteratorState({t[0].item<int64_t>(), t[1].item<int64_t>()}));
+  return states;
+}
+
+absl::StatusOr<std::string> TrainingJob::WriteEmergencyCheckpoint(bool abandoned, double* seconds) {
+  // Every rank stopped at the same point; was it a preemption on any of
+  // them (then write the emergency checkpoint), or an abort?
+  absl::StatusOr<bool> preempted = AnyRank(collective_, Raised(options_.preempted));
+  TY_RETURN_IF_ERROR(CollectiveFailure(preempted.status()));
+  if (!*preempted) return absl::AbortedError(absl::StrCat("job ", id(), " was aborted at step ", step()));
+  if (abandoned) {
+    TY_RETURN_IF_ERROR(batches_->PutBackLast());
+    spdlog::info("job {}: stopped between microbatches of step {}; its batch was put back", id(), step());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  TY_ASSIGN_OR_RETURN(std::string path, SaveCheckpoint(/*wait=*/true));
+  *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  spdlog::warn("job {}: preempted after step {}; emergency checkpoint {} written in {:.2f} s", id(), step(),
+               path.empty() ? "(rank 0's)" : path, *seconds);
+  return path;
+}
+
+absl::StatusOr<std::string> TrainingJob::SaveCheckpoint(bool wait) {
+  if (!trainer_) return absl::FailedPreconditionError(absl::StrCat("job ", id(), " does not train: nothing to save"));
+  if (spec_.output_dir().empty()) return absl::FailedPreconditionError("SaveCheckpoint: the job has no output_dir");
+  TY_ASSIGN_OR_RETURN(std::vector<std::string> states, GatherDataStates());
+  if (rank() != 0) return std::string();
+  const int64_t step = trainer_->step();
+  const std::string dir = absl::StrCat(spec_.output_dir(), "/checkpoint_", step);
+  if (checkpointer_.last_written() == dir) return dir;  // already written (e.g. preempted at a boundary)
+  if (last_save_started_ == dir) {
+    // This step's save is in flight (a stop right after a boundary): wait
+    // for it rather than write the same directory twice.
+    if (!wait) return checkpointer_.last_written();
+    absl::Status written = checkpointer_.Wait();
+    if (written.ok()) return dir;
+    spdlog::error("job {}: the save of {} failed ({}); writing it again", id(), dir, written.ToString());
+  }
+  std::string spec_json;
+  (void)google::protobuf::util::MessageToJsonString(spec_, &spec_json);
+  TrainSnapshot snapshot = MakeSnapshot(*model_->network(), *optimizer_, step, world_size(), std::move(states),
+                                        spec_json, "trainyard job " + id(), checkpointer_.TakeBuffers());
+  const torch::ScalarType dtype = spec_.checkpoint().save_dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat;
+  const std::string output_dir = spec_.output_dir();
+  const int keep = spec_.keep_checkpoints();
+  const int keep_best = spec_.checkpoint().keep_best();
+  const bool maximize = spec_.checkpoint().best_mode() == EarlyStopping::MAX;
+  last_save_started_ = dir;
+  absl::StatusOr<double> waited =
+      checkpointer_.Save(dir, std::move(snapshot), dtype, [output_dir, keep, keep_best, maximize] {
+        ApplyRetention(output_dir, keep, keep_best, maximize);
+      });
+  if (!waited.ok()) {
+    // The previous write failed; the previous good checkpoint stays.
+    spdlog::error("job {}: a checkpoint write failed: {}", id(), waited.status().ToString());
+  }
+  if (wait) {
+    TY_RETURN_IF_ERROR(checkpointer_.Wait());
+    return dir;
+  }
+  return checkpointer_.last_written();
+}
+
+absl::Status TrainingJob::WaitForSaves() { return checkpointer_.Wait(); }
+
+}  // namespace trainyard

@@ -1,0 +1,217 @@
+// TrainingJob with its ranks as threads of this process (FakeCollective):
+// the protocols that keep ranks together — a preemption on one rank stops
+// every rank at the same step with one emergency checkpoint, an abort is no
+// preemption, the restored step is agreed (and a rank that cannot read its
+// checkpoint fails every rank at once), and diverged parameters are caught.
+#include "job/training_job.h"
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "collective/fake_collective.h"
+#include "spec/jobspec_validator.h"
+#include "common/testing/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace trainyard {
+namespace {
+
+using ::testing::HasSubstr;
+
+class TrainingJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = ::testing::TempDir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(root_);
+    std::filesystem::create_directories(root_);
+  }
+
+  JobSpec Spec(const std::string& out, int workers) {
+    JobSpec spec;
+    spec.set_name("job");
+    spec.mutable_model()->set_preset("tiny");
+    spec.mutable_model()->set_dropout_rate(0.0f);
+    spec.set_task("digits_to_words");
+    spec.mutable_feature_lengths()->set_inputs(16);
+    spec.mutable_feature_lengths()->set_targets(32);
+    spec.set_batch_size(4);
+    spec.set_num_workers(workers);
+    spec.set_total_steps(100);
+    spec.set_seed(5);
+    spec.set_output_dir(root_ + "/" + out);
+    spec.mutable_checkpoint()->set_async(false);
+    EXPECT_THAT(ValidateAndNormalize(&spec), IsOk());
+    return spec;
+  }
+
+  // One rank's job and the flags its owner raises.
+  struct Rank {
+    std::atomic<bool> stop{false};
+    std::atomic<bool> preempted{false};
+    std::unique_ptr<FakeCollective> collective;
+    std::unique_ptr<TrainingJob> job;
+  };
+
+  // Runs body(rank) on `world` threads, each with its own Rank built from
+  // spec_for(rank) (nullptr job when Create failed: its status in created).
+  void OnRanks(int world, const std::function<JobSpec(int)>& spec_for, const std::function<void(int, Rank&)>& body) {
+    auto group = std::make_shared<FakeGroup>(world, absl::Seconds(30));
+    std::vector<Rank> ranks(world);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        Rank& rank = ranks[r];
+        rank.collective = std::make_unique<FakeCollective>(group, r);
+        TrainingJobOptions options;
+        options.id = "job";
+        options.stop = &rank.stop;
+        options.preempted = &rank.preempted;
+        absl::StatusOr<std::unique_ptr<TrainingJob>> job =
+            TrainingJob::Create(spec_for(r), rank.collective.get(), options);
+        ASSERT_THAT(job.status(), IsOk());
+        rank.job = std::move(*job);
+        body(r, rank);
+        rank.job.reset();
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+
+  std::string root_;
+};
+
+TEST_F(TrainingJobTest, APreemptionOnOneRankStopsEveryRankAtTheSameStepWithOneEmergencyCheckpoint) {
+  const JobSpec spec = Spec("preempted", 2);
+  OnRanks(2, [&](int) { return spec; }, [&](int r, Rank& rank) {
+    ASSERT_THAT(rank.job->Restore("").status(), IsOk());
+    ASSERT_THAT(rank.job->Train(3).status(), IsOk());
+    if (r == 1) {  // rank 1's worker got SIGTERM
+      rank.preempted = true;
+      rank.stop = true;
+    }
+    absl::StatusOr<TrainChunk> chunk = rank.job->Train(5);
+    ASSERT_THAT(chunk.status(), IsOk());
+    EXPECT_TRUE(chunk->preempted) << r;
+    EXPECT_EQ(chunk->asked_to_stop, r == 1);
+    EXPECT_EQ(rank.job->step(), 3) << r;  // both stopped at the first boundary
+    EXPECT_EQ(chunk->emergency_checkpoint, r == 0 ? spec.output_dir() + "/checkpoint_3" : "");
+  });
+  absl::StatusOr<TrainCheckpoint> saved = ReadTrainCheckpoint(spec.output_dir() + "/checkpoint_3");
+  ASSERT_THAT(saved.status(), IsOk());
+  EXPECT_EQ(saved->step, 3);
+  EXPECT_EQ(saved->data_states.size(), 2u);  // every rank's data position
+  EXPECT_EQ(ListCheckpoints(spec.output_dir()).size(), 1u);
+}
+
+TEST_F(TrainingJobTest, AStopWithoutAPreemptionIsAnAbortOnEveryRank) {
+  const JobSpec spec = Spec("aborted", 2);
+  OnRanks(2, [&](int) { return spec; }, [&](int r, Rank& rank) {
+    ASSERT_THAT(rank.job->Restore("").status(), IsOk());
+    if (r == 0) rank.stop = true;
+    EXPECT_THAT(rank.job->Train(4).status(),
+                StatusIs(absl::StatusCode::kAborted, HasSubstr("job job was aborted at step 0")));
+  });
+  EXPECT_TRUE(ListCheckpoints(root_ + "/aborted").empty());
+}
+
+TEST_F(TrainingJobTest, RanksThatFindDifferentCheckpointsAgreeToFail) {
+  // Rank 0's output_dir has checkpoint_2; rank 1's (a disk of its own) none.
+  OnRanks(1, [&](int) { return Spec("a", 1); }, [&](int, Rank& rank) {
+    ASSERT_THAT(rank.job->Restore("").status(), IsOk());
+    ASSERT_THAT(rank.job->Train(2).status(), IsOk());
+    ASSERT_THAT(rank.job->SaveCheckpoint(true).status(), IsOk());
+  });
+  OnRanks(2, [&](int r) { return Spec(r == 0 ? "a" : "b", 2); }, [&](int, Rank& rank) {
+    EXPECT_THAT(rank.job->Restore("").status(),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         HasSubstr("the ranks hold different values (-1 to 2): the ranks found different "
+                                   "checkpoints; output_dir must be on a filesystem every worker shares")));
+  });
+}
+
+TEST_F(TrainingJobTest, ARankThatCannotReadTheCheckpointFailsEveryRankAtOnce) {
+  OnRanks(1, [&](int) { return Spec("a", 1); }, [&](int, Rank& rank) {
+    ASSERT_THAT(rank.job->Restore("").status(), IsOk());
+    ASSERT_THAT(rank.job->Train(2).status(), IsOk());
+    ASSERT_THAT(rank.job->SaveCheckpoint(true).status(), IsOk());
+  });
+  // Rank 1 is told to restore a SPECIFIC checkpoint that is not there.
+  OnRanks(
+      2,
+      [&](int r) {
+        JobSpec spec = Spec("a", 2);
+        spec.mutable_restore()->set_mode(RestoreConfig::SPECIFIC);
+        spec.mutable_restore()->set_path(root_ + (r == 1 ? "/missing/checkpoint_2" : "/a/checkpoint_2"));
+        return spec;
+      },
+      [&](int r, Rank& rank) {
+        const absl::Status s = rank.job->Restore("").status();
+        if (r == 1) {
+          EXPECT_THAT(s, StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing/checkpoint_2"))) << s;
+        } else {
+          EXPECT_THAT(s, StatusIs(absl::StatusCode::kAborted,
+                                  HasSubstr("restoring the checkpoint failed on rank(s) 1")));
+        }
+      });
+}
+
+TEST_F(TrainingJobTest, ARestartAgreesOnTheStepAndResumesExactly) {
+  const JobSpec spec = Spec("resume", 2);
+  std::vector<std::vector<torch::Tensor>> straight(2), resumed(2);
+  OnRanks(2, [&](int) { return spec; }, [&](int r, Rank& rank) {
+    ASSERT_THAT(rank.job->Restore("").status(), IsOk());
+    ASSERT_THAT(rank.job->Train(2).status(), IsOk());
+    ASSERT_THAT(rank.job->SaveCheckpoint(true).status(), IsOk());
+    ASSERT_THAT(rank.job->Train(2).status(), IsOk());
+    for (const auto& p : rank.job->model()->parameters()) straight[r].push_back(p.detach().clone());
+  });
+  OnRanks(2, [&](int) { return spec; }, [&](int r, Rank& rank) {
+    absl::StatusOr<RestoreOutcome> restored = rank.job->Restore(spec.output_dir() + "/checkpoint_2");
+    ASSERT_THAT(restored.status(), IsOk());
+    EXPECT_EQ(restored->step, 2);
+    EXPECT_TRUE(restored->passed_over.empty());
+    ASSERT_THAT(rank.job->Train(2).status(), IsOk());
+    for (const auto& p : rank.job->model()->parameters()) resumed[r].push_back(p.detach().clone());
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(straight[r].size(), resumed[r].size());
+    for (size_t i = 0; i < straight[r].size(); ++i) EXPECT_TRUE(torch::equal(straight[r][i], resumed[r][i])) << i;
+  }
+}
+
+TEST_F(TrainingJobTest, DivergedParametersAreCaughtOnEveryRankNamingTheParameter) {
+  const JobSpec spec = Spec("diverged", 2);
+  OnRanks(2, [&](int) { return spec; }, [&](int r, Rank& rank) {
+    ASSERT_THAT(rank.job->Restore("").status(), IsOk());
+    ASSERT_THAT(rank.job->Train(1).status(), IsOk());
+    if (r == 1) {
+      torch::NoGradGuard no_grad;
+      rank.job->model()->parameters()[3].add_(1e-3);  // a bit flip, a bad host
+    }
+    EXPECT_THAT(rank.job->Train(1).status(),
+                StatusIs(absl::StatusCode::kInternal,
+                         HasSubstr("parameters diverged across ranks at step 2: parameter #3 sums to")));
+  });
+}
+
+TEST_F(TrainingJobTest, BadSpecsAreRefusedByField) {
+  LocalCollective local;
+  JobSpec spec = Spec("bad", 1);
+  spec.set_task("no_such_task");
+  EXPECT_THAT(TrainingJob::Create(spec, &local, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("task: ")));
+  spec = Spec("bad", 1);
+  spec.set_num_microbatches(3);
+  EXPECT_THAT(TrainingJob::Create(spec, &local, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("num_microbatches: 3 does not divide the per-worker batch of 4 rows")));
+  auto group = std::make_shared<FakeGroup>(3, absl::Seconds(1));
+  FakeCollective three(group, 0);
+  EXPECT_THAT(TrainingJob::Create(Spec("bad", 1), &three, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batch_size: 4 does not split over 3 workers")));
+}
+
+}  // namespace
+}  // namespace trainyard
