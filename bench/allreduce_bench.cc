@@ -49,7 +49,8 @@ double Duplex(int fd, std::vector<char>& out, std::vector<char>& in, size_t byte
   std::thread sender([&] {
     size_t sent = 0;
     while (sent < bytes) {
-      const ssize_t n = send(fd, out.data() + sent % out.size(), std::min(out.size() - sent % out.size(), bytes - sent), 0);
+      const ssize_t n =
+          send(fd, out.data() + sent % out.size(), std::min(out.size() - sent % out.size(), bytes - sent), 0);
       if (n <= 0) std::abort();
       sent += static_cast<size_t>(n);
     }
@@ -140,7 +141,8 @@ int Rank(int rank, int port_in, int port_out, int max_mb, int iters, int bucket_
       const double busbw = static_cast<double>(bytes) / g / 1e9;  // x 2(n-1)/n = 1
       const double raw = static_cast<double>(bytes) / r / 1e9;
       std::printf(
-          "{\"bench\":\"allreduce\",\"backend\":\"gloo\",\"ranks\":2,\"bucket_mb\":%d,\"size_bytes\":%zu,\"gloo_seconds\":%.6f,"
+          "{\"bench\":\"allreduce\",\"backend\":\"gloo\",\"ranks\":2,\"bucket_mb\":%d,\"size_bytes\":%zu,\"gloo_"
+          "seconds\":%.6f,"
           "\"busbw_GBps\":%.3f,\"raw_tcp_duplex_GBps_per_direction\":%.3f,\"ratio\":%.3f}\n",
           bucket_mb, bytes, g, busbw, raw, busbw / raw);
       std::fflush(stdout);
@@ -161,8 +163,8 @@ int main(int argc, char** argv) {
   flags.AddInt("bucket-mb", &bucket_mb, "N", "the collective's bucket size in MB (default 25, the default)");
   flags.AddInt("iters", &iters, "N", "timed repetitions per size, after a warm-up (default 5)");
   std::vector<std::string> positional;
-  if (auto code = flags.ParseCommand(std::vector<std::string>(argv + 1, argv + argc), &positional, std::cout,
-                                     std::cerr)) {
+  if (auto code =
+          flags.ParseCommand(std::vector<std::string>(argv + 1, argv + argc), &positional, std::cout, std::cerr)) {
     return *code;
   }
   int port_pipe[2];

@@ -143,8 +143,8 @@ int main(int argc, char** argv) {
     int status = 0;
     waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      std::printf("{\"config\":\"%s\",\"error\":\"the measuring process ended with status %d\"}\n",
-                  config.name.c_str(), status);
+      std::printf("{\"config\":\"%s\",\"error\":\"the measuring process ended with status %d\"}\n", config.name.c_str(),
+                  status);
     }
   }
   return 0;

@@ -14,8 +14,8 @@
 #include <filesystem>
 #include <iostream>
 
-#include "common/blas.h"
 #include "client/flags.h"
+#include "common/blas.h"
 #include "model/encoder_decoder_model.h"
 #include "spec/presets.h"
 #include "trainer/optimizer.h"
@@ -37,8 +37,8 @@ int main(int argc, char** argv) {
   flags.AddString("preset", &preset, "NAME", "model preset (default t5_1_1_small)");
   flags.AddString("dir", &dir, "DIR", "where to write (default /tmp/checkpoint-bench; emptied)");
   std::vector<std::string> positional;
-  if (auto code = flags.ParseCommand(std::vector<std::string>(argv + 1, argv + argc), &positional, std::cout,
-                                     std::cerr)) {
+  if (auto code =
+          flags.ParseCommand(std::vector<std::string>(argv + 1, argv + argc), &positional, std::cout, std::cerr)) {
     return *code;
   }
   torch::set_num_threads(1);

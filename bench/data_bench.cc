@@ -63,11 +63,11 @@ int Main(const std::vector<std::string>& args) {
   }
   const double data_seconds = Since(start);
   const double examples_per_second = examples / data_seconds;
-  std::printf("{\"measure\": \"pipeline\", \"task\": \"digits_to_words\", \"rows\": %d, \"inputs\": %d, "
-              "\"targets\": %d, \"packed\": true, \"examples_per_batch\": %.2f, "
-              "\"examples_per_second\": %.1f, \"tokens_per_second\": %.1f}\n",
-              rows, inputs, targets, static_cast<double>(examples) / batches, examples_per_second,
-              tokens / data_seconds);
+  std::printf(
+      "{\"measure\": \"pipeline\", \"task\": \"digits_to_words\", \"rows\": %d, \"inputs\": %d, "
+      "\"targets\": %d, \"packed\": true, \"examples_per_batch\": %.2f, "
+      "\"examples_per_second\": %.1f, \"tokens_per_second\": %.1f}\n",
+      rows, inputs, targets, static_cast<double>(examples) / batches, examples_per_second, tokens / data_seconds);
 
   ModelConfig config = *PresetConfig("tiny");
   config.set_dropout_rate(0.0f);
@@ -86,15 +86,14 @@ int Main(const std::vector<std::string>& args) {
   }
   const double step_seconds = Since(start) / train_steps;
   const double consumed_per_second = consumed / (step_seconds * train_steps);
-  std::printf("{\"measure\": \"tiny_train_step\", \"seconds_per_step\": %.4f, "
-              "\"examples_per_second\": %.1f, \"pipeline_to_step_ratio\": %.1f}\n",
-              step_seconds, consumed_per_second, examples_per_second / consumed_per_second);
+  std::printf(
+      "{\"measure\": \"tiny_train_step\", \"seconds_per_step\": %.4f, "
+      "\"examples_per_second\": %.1f, \"pipeline_to_step_ratio\": %.1f}\n",
+      step_seconds, consumed_per_second, examples_per_second / consumed_per_second);
   return 0;
 }
 
 }  // namespace
 }  // namespace trainyard
 
-int main(int argc, char** argv) {
-  return trainyard::Main(std::vector<std::string>(argv + 1, argv + argc));
-}
+int main(int argc, char** argv) { return trainyard::Main(std::vector<std::string>(argv + 1, argv + argc)); }

@@ -143,14 +143,14 @@ int Main(int argc, char** argv) {
   }
   const double examples_per_second = static_cast<double>(batch) * steps / seconds;
   const double flops_per_second = 3 * ForwardFlopsPerExample(*config, inputs, targets) * examples_per_second;
-  std::printf("{\"system\": \"trainyard\", \"preset\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", "
-              "\"optimizer\": \"%s\", \"parameters\": %lld, \"batch\": %d, \"inputs\": %d, \"targets\": %d, "
-              "\"steps\": %d, \"seconds_per_step\": %.6f, \"tokens_per_second\": %.1f, "
-              "\"target_tokens_per_second\": %.1f, \"model_tflops\": %.6g, \"mfu\": %.6g, \"loss\": %.4f}\n",
-              preset.c_str(), device->str().c_str(), dtype.c_str(), optimizer.c_str(),
-              static_cast<long long>(count), batch, inputs, targets, steps, seconds / steps,
-              examples_per_second * (inputs + targets), examples_per_second * targets, flops_per_second / 1e12,
-              flops_per_second / (peak_tflops * 1e12), summary->at("loss"));
+  std::printf(
+      "{\"system\": \"trainyard\", \"preset\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", "
+      "\"optimizer\": \"%s\", \"parameters\": %lld, \"batch\": %d, \"inputs\": %d, \"targets\": %d, "
+      "\"steps\": %d, \"seconds_per_step\": %.6f, \"tokens_per_second\": %.1f, "
+      "\"target_tokens_per_second\": %.1f, \"model_tflops\": %.6g, \"mfu\": %.6g, \"loss\": %.4f}\n",
+      preset.c_str(), device->str().c_str(), dtype.c_str(), optimizer.c_str(), static_cast<long long>(count), batch,
+      inputs, targets, steps, seconds / steps, examples_per_second * (inputs + targets), examples_per_second * targets,
+      flops_per_second / 1e12, flops_per_second / (peak_tflops * 1e12), summary->at("loss"));
   return 0;
 }
 

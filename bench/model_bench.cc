@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "common/blas.h"
 #include "client/flags.h"
+#include "common/blas.h"
 #include "model/encoder_decoder_model.h"
 #include "spec/presets.h"
 
@@ -78,14 +78,13 @@ int Main(const std::vector<std::string>& args) {
       "{\"system\": \"trainyard\", \"preset\": \"%s\", \"measure\": \"train_fwd_bwd\", "
       "\"batch\": %d, \"inputs\": %d, \"targets\": %d, \"threads\": %d, "
       "\"seconds_per_step\": %.6f, \"tokens_per_second\": %.1f}\n",
-      preset.c_str(), batch, inputs, targets, threads, train_seconds,
-      batch * (inputs + targets) / train_seconds);
+      preset.c_str(), batch, inputs, targets, threads, train_seconds, batch * (inputs + targets) / train_seconds);
   std::fflush(stdout);
 
   if (decode_length > 0) {
     DecodeOptions decode;
     decode.max_decode_length = decode_length;
-    decode.eos_id = -1;  // never stop early: every run decodes the same count
+    decode.eos_id = -1;                              // never stop early: every run decodes the same count
     (void)(*model)->PredictBatchWithAux(b, decode);  // warm-up
     start = std::chrono::steady_clock::now();
     absl::StatusOr<Predictions> p = (*model)->PredictBatchWithAux(b, decode);
@@ -98,8 +97,7 @@ int Main(const std::vector<std::string>& args) {
         "{\"system\": \"trainyard\", \"preset\": \"%s\", \"measure\": \"greedy_decode\", "
         "\"batch\": %d, \"inputs\": %d, \"decode_length\": %d, \"threads\": %d, "
         "\"seconds\": %.6f, \"tokens_per_second\": %.1f}\n",
-        preset.c_str(), batch, inputs, decode_length, threads, decode_seconds,
-        batch * decode_length / decode_seconds);
+        preset.c_str(), batch, inputs, decode_length, threads, decode_seconds, batch * decode_length / decode_seconds);
   }
   return 0;
 }

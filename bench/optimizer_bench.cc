@@ -65,9 +65,10 @@ int main(int argc, char** argv) {
       seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(seconds.begin(), seconds.end());
-    std::printf("{\"system\": \"trainyard\", \"optimizer\": \"%s\", \"preset\": \"%s\", \"parameters\": %lld, "
-                "\"threads\": %d, \"seconds_per_update\": %.6f}\n",
-                which, preset.c_str(), static_cast<long long>(count), threads, seconds[seconds.size() / 2]);
+    std::printf(
+        "{\"system\": \"trainyard\", \"optimizer\": \"%s\", \"preset\": \"%s\", \"parameters\": %lld, "
+        "\"threads\": %d, \"seconds_per_update\": %.6f}\n",
+        which, preset.c_str(), static_cast<long long>(count), threads, seconds[seconds.size() / 2]);
   }
   return 0;
 }

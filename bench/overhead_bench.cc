@@ -17,10 +17,10 @@
 #include <filesystem>
 #include <iostream>
 
-#include "common/blas.h"
 #include "absl/strings/str_cat.h"
 #include "client/flags.h"
 #include "client/job_client.h"
+#include "common/blas.h"
 #include "spec/jobspec.h"
 #include "spec/jobspec_validator.h"
 #include "worker/worker_core.h"
@@ -138,8 +138,8 @@ int main(int argc, char** argv) {
   flags.AddInt("batch", &batch, "N", "global batch (default 2: ~20 ms steps of `tiny` here)");
   flags.AddInt("reps", &reps, "N", "repetitions of each (default 3)");
   std::vector<std::string> positional;
-  if (auto code = flags.ParseCommand(std::vector<std::string>(argv + 1, argv + argc), &positional, std::cout,
-                                     std::cerr)) {
+  if (auto code =
+          flags.ParseCommand(std::vector<std::string>(argv + 1, argv + argc), &positional, std::cout, std::cerr)) {
     return *code;
   }
   const std::string exe = std::filesystem::absolute(trainyard_bin).string();
@@ -159,8 +159,8 @@ int main(int argc, char** argv) {
     const double b = ThroughService(&client, spec, absl::StrCat("b", r));
     local_rate.push_back(steps / a);
     service_rate.push_back(steps / b);
-    std::printf("{\"bench\":\"overhead\",\"rep\":%d,\"in_process_steps_per_s\":%.3f,\"service_steps_per_s\":%.3f}\n",
-                r, steps / a, steps / b);
+    std::printf("{\"bench\":\"overhead\",\"rep\":%d,\"in_process_steps_per_s\":%.3f,\"service_steps_per_s\":%.3f}\n", r,
+                steps / a, steps / b);
     std::fflush(stdout);
   }
   const double a = Median(local_rate), b = Median(service_rate);

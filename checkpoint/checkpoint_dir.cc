@@ -1,6 +1,5 @@
 #include "checkpoint/checkpoint_dir.h"
 
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -14,9 +13,9 @@
 #include <memory>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "checkpoint/crash_points.h"
 #include "common/durable_file.h"
-#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
 namespace trainyard {
@@ -147,8 +146,8 @@ absl::StatusOr<CheckpointContents> VerifyCheckpoint(const std::string& dir) {
   const std::string manifest_path = dir + "/" + kManifestFile;
   std::ifstream in(manifest_path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(absl::StrCat(dir, " is not a checkpoint: no ", kManifestFile,
-                                            " (an incomplete write, or another directory)"));
+    return absl::NotFoundError(
+        absl::StrCat(dir, " is not a checkpoint: no ", kManifestFile, " (an incomplete write, or another directory)"));
   }
   std::stringstream text;
   text << in.rdbuf();

@@ -30,8 +30,7 @@ std::string Commit(const std::string& name) {
 
 TEST(Sha256Test, KnownDigest) {
   Write(Dir("abc.txt"), "abc");
-  EXPECT_EQ(*Sha256File(Dir("abc.txt")),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(*Sha256File(Dir("abc.txt")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 TEST(CheckpointDirTest, CommitThenVerify) {

@@ -1,6 +1,5 @@
 #include "checkpoint/safetensors.h"
 
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,9 +10,9 @@
 #include <cstring>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "checkpoint/crash_points.h"
 #include "common/durable_file.h"
-#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
 namespace trainyard {
@@ -108,8 +107,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(const
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
   const uint64_t file_size = reader->mapping_size_;
   if (header_len > kMaxHeaderBytes || header_len > file_size - 8) {
-    return Corrupt(path, absl::StrCat("header length ", header_len, " exceeds the file (",
-                                      file_size, " bytes): truncated or not safetensors"));
+    return Corrupt(path, absl::StrCat("header length ", header_len, " exceeds the file (", file_size,
+                                      " bytes): truncated or not safetensors"));
   }
   nlohmann::json header;
   try {
@@ -134,11 +133,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(const
       }
       continue;
     }
-    auto bad = [&](absl::string_view what) {
-      return Corrupt(path, absl::StrCat("tensor \"", name, "\": ", what));
-    };
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
-        !entry.contains("data_offsets")) {
+    auto bad = [&](absl::string_view what) { return Corrupt(path, absl::StrCat("tensor \"", name, "\": ", what)); };
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) {
       return bad("needs dtype, shape and data_offsets");
     }
     SafeTensorInfo info;
@@ -166,8 +162,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(const
                               " data bytes (truncated file?)"));
     }
     if (end - begin != numel * SafeDtypeSize(info.dtype)) {
-      return bad(absl::StrCat(end - begin, " bytes for ", numel, " elements of ",
-                              SafeDtypeName(info.dtype)));
+      return bad(absl::StrCat(end - begin, " bytes for ", numel, " elements of ", SafeDtypeName(info.dtype)));
     }
     info.offset = begin;
     info.size = end - begin;
@@ -217,9 +212,7 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<SafeTen
       numel *= static_cast<uint64_t>(d);
     }
     const uint64_t size = numel * SafeDtypeSize(t.dtype);
-    header[t.name] = {{"dtype", SafeDtypeName(t.dtype)},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + size}}};
+    header[t.name] = {{"dtype", SafeDtypeName(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + size}}};
     offset += size;
   }
   std::string json = header.dump();

@@ -22,9 +22,7 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-void WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+void WriteFile(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 // A file written by hand: header length, JSON, data.
 std::string RawFile(const std::string& json, const std::string& data) {
@@ -77,8 +75,7 @@ TEST(SafetensorsTest, TruncatedFileNamesTheTensor) {
   EXPECT_THAT(SafetensorsReader::Open(path).status(),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("exceeds the file")));
   WriteFile(path, "abc");
-  EXPECT_THAT(SafetensorsReader::Open(path).status(),
-              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("only 3 bytes")));
+  EXPECT_THAT(SafetensorsReader::Open(path).status(), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("only 3 bytes")));
 }
 
 TEST(SafetensorsTest, InconsistentHeadersAreRejected) {
@@ -100,8 +97,7 @@ TEST(SafetensorsTest, InconsistentHeadersAreRejected) {
   };
   for (const Case& c : cases) {
     WriteFile(path, RawFile(c.json, data));
-    EXPECT_THAT(SafetensorsReader::Open(path).status(),
-                StatusIs(absl::StatusCode::kDataLoss, HasSubstr(c.message)))
+    EXPECT_THAT(SafetensorsReader::Open(path).status(), StatusIs(absl::StatusCode::kDataLoss, HasSubstr(c.message)))
         << c.json;
   }
 }

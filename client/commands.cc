@@ -78,8 +78,8 @@ const std::vector<Command>& TrainyardCommands() {
   return *commands;
 }
 
-int RunTrainyard(const char* program, const std::vector<Command>& commands, int argc, char** argv,
-                 std::ostream& out, std::ostream& err) {
+int RunTrainyard(const char* program, const std::vector<Command>& commands, int argc, char** argv, std::ostream& out,
+                 std::ostream& err) {
   if (argc < 2) {
     PrintUsage(commands, err);
     return kExitUsage;

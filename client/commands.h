@@ -63,8 +63,7 @@ absl::optional<int> SetUpLogging(const std::string& level, std::ostream& err);
 // _SERVER_NAME) and --insecure.
 void AddTlsFlags(FlagSet* flags, TlsConfig* tls, bool* insecure);
 
-using CommandFn = int (*)(const std::vector<std::string>& args, std::ostream& out,
-                          std::ostream& err);
+using CommandFn = int (*)(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // A subcommand. Commands that need LibTorch live in the sibling binary
 // `trainyard-torch` (so that the light ones start in milliseconds instead of
@@ -89,8 +88,8 @@ const std::vector<Command>& TorchCommands();
 
 // Dispatches argv[1] to a subcommand of `commands`; prints the command list
 // on --help. `program` names the binary in messages.
-int RunTrainyard(const char* program, const std::vector<Command>& commands, int argc, char** argv,
-                 std::ostream& out, std::ostream& err);
+int RunTrainyard(const char* program, const std::vector<Command>& commands, int argc, char** argv, std::ostream& out,
+                 std::ostream& err);
 
 }  // namespace trainyard
 

@@ -18,7 +18,7 @@ struct Result {
 };
 
 Result RunCommand(int (*command)(const std::vector<std::string>&, std::ostream&, std::ostream&),
-           const std::vector<std::string>& args) {
+                  const std::vector<std::string>& args) {
   std::ostringstream out, err;
   const int code = command(args, out, err);
   return {code, out.str(), err.str()};
@@ -28,8 +28,8 @@ TEST(ValidateCommandTest, PrintsNormalizedSpec) {
   Result r = RunCommand(RunValidate, {"examples/tiny_local.textproto"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("name: \"tiny-local\""));
-  EXPECT_THAT(r.out, HasSubstr("max_restarts: 3"));     // a default made explicit
-  EXPECT_THAT(r.out, HasSubstr("decay_rate: 0.8"));     // Adafactor's defaults
+  EXPECT_THAT(r.out, HasSubstr("max_restarts: 3"));  // a default made explicit
+  EXPECT_THAT(r.out, HasSubstr("decay_rate: 0.8"));  // Adafactor's defaults
   EXPECT_TRUE(r.err.empty());
 }
 
@@ -54,8 +54,7 @@ TEST(ValidateCommandTest, OutputRootRewritesRelativeDir) {
   Result r = RunCommand(RunValidate, {"examples/tiny_local.textproto", "--output-root", "/srv/ty"});
   ASSERT_EQ(r.code, kExitOk) << r.err;
   EXPECT_THAT(r.out, HasSubstr("output_dir: \"/srv/ty/runs/tiny-local\""));
-  EXPECT_EQ(RunCommand(RunValidate, {"examples/tiny_local.textproto", "--output-root", "srv"}).code,
-            kExitUsage);
+  EXPECT_EQ(RunCommand(RunValidate, {"examples/tiny_local.textproto", "--output-root", "srv"}).code, kExitUsage);
 }
 
 TEST(ValidateCommandTest, NoSpecIsUsageError) {

@@ -13,11 +13,12 @@ namespace trainyard {
 
 int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::string from_hf, vocab, out_dir, checkpoint, to_hf;
-  FlagSet flags("convert (--from-hf HF_DIR [--vocab SPM_MODEL] --out CHECKPOINT_DIR | "
-                "--checkpoint CHECKPOINT_DIR --to-hf OUT_DIR)",
-                "Converts between Hugging Face T5 checkpoints (config.json +\n"
-                "model.safetensors; T5 v1.0 and v1.1) and Trainyard checkpoints. The new\n"
-                "directory must not exist; it appears only when complete.");
+  FlagSet flags(
+      "convert (--from-hf HF_DIR [--vocab SPM_MODEL] --out CHECKPOINT_DIR | "
+      "--checkpoint CHECKPOINT_DIR --to-hf OUT_DIR)",
+      "Converts between Hugging Face T5 checkpoints (config.json +\n"
+      "model.safetensors; T5 v1.0 and v1.1) and Trainyard checkpoints. The new\n"
+      "directory must not exist; it appears only when complete.");
   flags.AddString("from-hf", &from_hf, "HF_DIR", "a Hugging Face T5 checkpoint directory");
   flags.AddString("vocab", &vocab, "SPM_MODEL", "SentencePiece model stored with the checkpoint");
   flags.AddString("out", &out_dir, "CHECKPOINT_DIR", "the Trainyard checkpoint to write");
@@ -28,8 +29,7 @@ int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ost
     return *exit_code;
   }
   const bool import = !from_hf.empty() && !out_dir.empty() && checkpoint.empty() && to_hf.empty();
-  const bool export_hf = !checkpoint.empty() && !to_hf.empty() && from_hf.empty() && out_dir.empty() &&
-                         vocab.empty();
+  const bool export_hf = !checkpoint.empty() && !to_hf.empty() && from_hf.empty() && out_dir.empty() && vocab.empty();
   if (!positional.empty() || import == export_hf) {
     err << "error: give either --from-hf and --out, or --checkpoint and --to-hf\n" << flags.Help();
     return kExitUsage;
@@ -37,10 +37,8 @@ int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ost
   auto fail = [&](const absl::Status& status) {
     err << "error: " << status.message() << "\n";
     // Bad or missing input is the user's to fix; anything else is a failure.
-    return status.code() == absl::StatusCode::kInvalidArgument ||
-                   status.code() == absl::StatusCode::kNotFound ||
-                   status.code() == absl::StatusCode::kAlreadyExists ||
-                   status.code() == absl::StatusCode::kDataLoss
+    return status.code() == absl::StatusCode::kInvalidArgument || status.code() == absl::StatusCode::kNotFound ||
+                   status.code() == absl::StatusCode::kAlreadyExists || status.code() == absl::StatusCode::kDataLoss
                ? kExitUsage
                : kExitFailed;
   };

@@ -4,9 +4,9 @@
 #include <climits>
 #include <iostream>
 
-#include "client/commands.h"
 #include "absl/strings/numbers.h"
 #include "absl/time/time.h"
+#include "client/commands.h"
 #include "client/flags.h"
 #include "common/logging.h"
 #include "coordinator/server.h"
@@ -37,8 +37,7 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
   std::string submit_rate = "20";
   flags.AddString("submit-rate", &submit_rate, "N",
                   "job submissions per client and second, bursts of twice that (default 20; 0: unlimited)");
-  flags.AddInt("max-message-bytes", &options.max_message_bytes, "N",
-               "largest request accepted (default 16777216)");
+  flags.AddInt("max-message-bytes", &options.max_message_bytes, "N", "largest request accepted (default 16777216)");
   flags.AddString("metrics-listen", &options.metrics_listen, "HOST:PORT",
                   "serve Prometheus /metrics and /healthz over HTTP there (default: off)");
   int keep_finished_jobs = 10000;

@@ -11,18 +11,17 @@ namespace trainyard {
 FlagSet::FlagSet(std::string usage, std::string description)
     : usage_(std::move(usage)), description_(std::move(description)) {}
 
-void FlagSet::AddString(const std::string& name, std::string* target,
-                        const std::string& value_name, const std::string& help) {
+void FlagSet::AddString(const std::string& name, std::string* target, const std::string& value_name,
+                        const std::string& help) {
   flags_.push_back({name, Kind::kString, target, value_name, help});
 }
 
-void FlagSet::AddRepeated(const std::string& name, std::vector<std::string>* target,
-                          const std::string& value_name, const std::string& help) {
+void FlagSet::AddRepeated(const std::string& name, std::vector<std::string>* target, const std::string& value_name,
+                          const std::string& help) {
   flags_.push_back({name, Kind::kRepeated, target, value_name, help});
 }
 
-void FlagSet::AddInt(const std::string& name, int* target, const std::string& value_name,
-                     const std::string& help) {
+void FlagSet::AddInt(const std::string& name, int* target, const std::string& value_name, const std::string& help) {
   flags_.push_back({name, Kind::kInt, target, value_name, help});
 }
 
@@ -37,8 +36,7 @@ const FlagSet::Flag* FlagSet::Find(const std::string& name) const {
   return nullptr;
 }
 
-absl::Status FlagSet::Parse(const std::vector<std::string>& args,
-                            std::vector<std::string>* positional) {
+absl::Status FlagSet::Parse(const std::vector<std::string>& args, std::vector<std::string>* positional) {
   const std::string command = usage_.substr(0, usage_.find(' '));
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -65,22 +63,19 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args,
     }
     const Flag* flag = Find(name);
     if (flag == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, "; see trainyard ",
-                                                     command, " --help"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, "; see trainyard ", command, " --help"));
     }
     if (flag->kind == Kind::kBool) {
       bool v = true;
       if (has_value && !absl::SimpleAtob(value, &v)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--", name, " takes true or false, got \"", value, "\""));
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " takes true or false, got \"", value, "\""));
       }
       *static_cast<bool*>(flag->target) = v;
       continue;
     }
     if (!has_value) {
       if (i + 1 >= args.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--", name, " needs a value (", flag->value_name, ")"));
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value (", flag->value_name, ")"));
       }
       value = args[++i];
     }
@@ -93,8 +88,7 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args,
         break;
       case Kind::kInt:
         if (!absl::SimpleAtoi(value, static_cast<int*>(flag->target))) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("--", name, " takes an integer, got \"", value, "\""));
+          return absl::InvalidArgumentError(absl::StrCat("--", name, " takes an integer, got \"", value, "\""));
         }
         break;
       case Kind::kBool:
@@ -104,8 +98,7 @@ absl::Status FlagSet::Parse(const std::vector<std::string>& args,
   return absl::OkStatus();
 }
 
-absl::optional<int> FlagSet::ParseCommand(const std::vector<std::string>& args,
-                                          std::vector<std::string>* positional,
+absl::optional<int> FlagSet::ParseCommand(const std::vector<std::string>& args, std::vector<std::string>* positional,
                                           std::ostream& out, std::ostream& err) {
   absl::Status parsed = Parse(args, positional);
   if (help_) {
@@ -126,8 +119,10 @@ std::string FlagSet::Help() const {
     std::string left = absl::StrCat("  --", flag.name);
     if (!flag.value_name.empty()) absl::StrAppend(&left, " ", flag.value_name);
     if (flag.kind == Kind::kRepeated) absl::StrAppend(&left, " (repeatable)");
-    if (left.size() < 32) left.resize(32, ' ');
-    else left += "\n" + std::string(32, ' ');
+    if (left.size() < 32)
+      left.resize(32, ' ');
+    else
+      left += "\n" + std::string(32, ' ');
     absl::StrAppend(&out, left, flag.help, "\n");
   }
   absl::StrAppend(&out, "  --help                        this help\n");

@@ -24,12 +24,10 @@ class FlagSet {
   // `usage` is the synopsis after "trainyard ", e.g. "validate SPEC...".
   FlagSet(std::string usage, std::string description);
 
-  void AddString(const std::string& name, std::string* target, const std::string& value_name,
-                 const std::string& help);
-  void AddRepeated(const std::string& name, std::vector<std::string>* target,
-                   const std::string& value_name, const std::string& help);
-  void AddInt(const std::string& name, int* target, const std::string& value_name,
-              const std::string& help);
+  void AddString(const std::string& name, std::string* target, const std::string& value_name, const std::string& help);
+  void AddRepeated(const std::string& name, std::vector<std::string>* target, const std::string& value_name,
+                   const std::string& help);
+  void AddInt(const std::string& name, int* target, const std::string& value_name, const std::string& help);
   void AddBool(const std::string& name, bool* target, const std::string& help);
 
   // Parses `args` (without the subcommand name). kInvalidArgument for an
@@ -39,9 +37,8 @@ class FlagSet {
   // Parse for a subcommand: on --help prints Help() to `out` and returns 0;
   // on a parse error prints it to `err` and returns 2; otherwise returns
   // nullopt and the command goes on.
-  absl::optional<int> ParseCommand(const std::vector<std::string>& args,
-                                   std::vector<std::string>* positional, std::ostream& out,
-                                   std::ostream& err);
+  absl::optional<int> ParseCommand(const std::vector<std::string>& args, std::vector<std::string>* positional,
+                                   std::ostream& out, std::ostream& err);
 
   bool help() const { return help_; }
   std::string Help() const;

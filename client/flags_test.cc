@@ -31,10 +31,9 @@ absl::Status ParseInto(const std::vector<std::string>& args, Parsed* p, bool* he
 
 TEST(FlagSetTest, BothSpellingsRepeatedAndPositional) {
   Parsed p;
-  ASSERT_THAT(ParseInto({"a.textproto", "--name", "x", "--set=k=v", "--set", "a=b", "--count=3",
-                         "--json", "b.textproto"},
-                        &p),
-              IsOk());
+  ASSERT_THAT(
+      ParseInto({"a.textproto", "--name", "x", "--set=k=v", "--set", "a=b", "--count=3", "--json", "b.textproto"}, &p),
+      IsOk());
   EXPECT_EQ(p.name, "x");
   EXPECT_THAT(p.sets, ElementsAre("k=v", "a=b"));
   EXPECT_EQ(p.count, 3);
@@ -52,13 +51,11 @@ TEST(FlagSetTest, DoubleDashEndsFlags) {
 TEST(FlagSetTest, Errors) {
   Parsed p;
   EXPECT_THAT(ParseInto({"--nme", "x"}, &p),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("unknown flag --nme; see trainyard cmd --help")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown flag --nme; see trainyard cmd --help")));
   EXPECT_THAT(ParseInto({"--name"}, &p),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--name needs a value (NAME)")));
   EXPECT_THAT(ParseInto({"--count=many"}, &p),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("--count takes an integer, got \"many\"")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--count takes an integer, got \"many\"")));
   EXPECT_THAT(ParseInto({"--json=perhaps"}, &p),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("true or false")));
 }

@@ -74,8 +74,8 @@ absl::StatusOr<std::vector<NaturalExample>> LoadExamples(const Common& c, bool n
     }
   } else {
     if (!c.targets.empty() && c.targets.size() != c.inputs.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(c.inputs.size(), " --input but ", c.targets.size(),
-                                                     " --target; give one target per input"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(c.inputs.size(), " --input but ", c.targets.size(), " --target; give one target per input"));
     }
     if (need_targets && c.targets.empty() && !c.inputs.empty()) {
       return absl::InvalidArgumentError("each --input needs a --target here");
@@ -213,8 +213,8 @@ int RunPredictExamples(const std::vector<std::string>& args, std::ostream& out, 
   for (size_t i = 0; i < examples->size(); ++i) {
     const double score = predicted->aux.at("scores")[i];
     if (c.json) {
-      out << nlohmann::json({{"input", predicted->inputs[i]}, {"prediction", predicted->predictions[i]},
-                             {"score", score}})
+      out << nlohmann::json(
+                 {{"input", predicted->inputs[i]}, {"prediction", predicted->predictions[i]}, {"score", score}})
                  .dump()
           << "\n";
     } else {
@@ -224,8 +224,8 @@ int RunPredictExamples(const std::vector<std::string>& args, std::ostream& out, 
   }
   if (predicted->truncated_examples > 0) {
     // (Also reported by a session's worker, in its log.)
-    err << "note: " << predicted->truncated_examples << " example(s) were cut to --input-length "
-        << c.input_length << "\n";
+    err << "note: " << predicted->truncated_examples << " example(s) were cut to --input-length " << c.input_length
+        << "\n";
   }
   return kExitOk;
 }
@@ -258,11 +258,12 @@ int RunScore(const std::vector<std::string>& args, std::ostream& out, std::ostre
 int RunEvaluate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Common c;
   std::vector<std::string> metrics;
-  FlagSet flags("evaluate --checkpoint DIR (--input TEXT --target TEXT... | --examples FILE.jsonl) "
-                "[--metric NAME]... [--json]",
-                "Decodes and scores the examples with a checkpoint's model and computes metric\n"
-                "functions over them (default: exact_match, sequence_accuracy, token_f1, bleu,\n"
-                "rouge, mean_log_likelihood).");
+  FlagSet flags(
+      "evaluate --checkpoint DIR (--input TEXT --target TEXT... | --examples FILE.jsonl) "
+      "[--metric NAME]... [--json]",
+      "Decodes and scores the examples with a checkpoint's model and computes metric\n"
+      "functions over them (default: exact_match, sequence_accuracy, token_f1, bleu,\n"
+      "rouge, mean_log_likelihood).");
   AddCommon(&flags, &c, /*targets=*/true);
   flags.AddRepeated("metric", &metrics, "NAME", "a built-in metric function (repeatable)");
   std::vector<std::string> positional;

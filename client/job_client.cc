@@ -51,13 +51,13 @@ void JobClient::Connect(const TlsConfig& tls) {
   stub_ = JobService::NewStub(grpc::CreateCustomChannel(address_, *credentials, args));
 }
 
-#define TY_CALL(method, request, response)                                           \
-  if (!setup_.ok()) return setup_;                                                   \
-  grpc::ClientContext ctx;                                                           \
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));                      \
-  AddBearerToken(token_, &ctx);                                                      \
-  if (grpc::Status s = stub_->method(&ctx, request, &response); !s.ok()) {           \
-    return Annotated(s, address_, tls_);                                                   \
+#define TY_CALL(method, request, response)                                 \
+  if (!setup_.ok()) return setup_;                                         \
+  grpc::ClientContext ctx;                                                 \
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));            \
+  AddBearerToken(token_, &ctx);                                            \
+  if (grpc::Status s = stub_->method(&ctx, request, &response); !s.ok()) { \
+    return Annotated(s, address_, tls_);                                   \
   }
 
 absl::StatusOr<SubmitJobResponse> JobClient::Submit(const JobSpec& spec, const std::vector<std::string>& overrides) {

@@ -14,8 +14,8 @@
 #include "client/flags.h"
 #include "client/job_client.h"
 #include "client/job_format.h"
-#include "spec/jobspec.h"
 #include "nlohmann/json.hpp"
+#include "spec/jobspec.h"
 
 namespace trainyard {
 namespace {

@@ -68,15 +68,15 @@ std::string FormatJob(const JobInfo& job) {
     // A rank more than 20 % slower than the fastest is a straggler.
     double fastest = 0;
     for (const RankInfo& r : job.ranks()) {
-      if (r.last_step_seconds() > 0 && (fastest == 0 || r.last_step_seconds() < fastest)) fastest = r.last_step_seconds();
+      if (r.last_step_seconds() > 0 && (fastest == 0 || r.last_step_seconds() < fastest))
+        fastest = r.last_step_seconds();
     }
     absl::StrAppend(&out, "  ranks:\n");
     for (const RankInfo& r : job.ranks()) {
-      absl::StrAppend(&out, absl::StrFormat("    %d  %-20s %-16s %-22s %-8s %8.4f s/step%s\n", r.rank(), r.worker_id(),
-                                            r.host(), r.address(), r.device(), r.last_step_seconds(),
-                                            fastest > 0 && r.last_step_seconds() > 1.2 * fastest
-                                                ? "  (straggler)"
-                                                : ""));
+      absl::StrAppend(
+          &out, absl::StrFormat("    %d  %-20s %-16s %-22s %-8s %8.4f s/step%s\n", r.rank(), r.worker_id(), r.host(),
+                                r.address(), r.device(), r.last_step_seconds(),
+                                fastest > 0 && r.last_step_seconds() > 1.2 * fastest ? "  (straggler)" : ""));
     }
   }
   return out;
@@ -87,8 +87,8 @@ std::string ProgressLine(const JobInfo& job, double steps_per_second) {
   const int64_t step = std::min(job.step(), total);
   constexpr int kWidth = 24;
   const int filled = static_cast<int>(kWidth * step / total);
-  std::string line = absl::StrCat("[", std::string(filled, '#'), std::string(kWidth - filled, '-'), "] ", step, "/",
-                                  total);
+  std::string line =
+      absl::StrCat("[", std::string(filled, '#'), std::string(kWidth - filled, '-'), "] ", step, "/", total);
   if (steps_per_second > 0) {
     absl::StrAppend(&line, absl::StrFormat("  %.2f steps/s  ETA %s", steps_per_second,
                                            Duration(static_cast<double>(total - step) / steps_per_second)));

@@ -29,8 +29,8 @@
 #include "client/flags.h"
 #include "client/job_client.h"
 #include "client/job_format.h"
-#include "spec/jobspec.h"
 #include "common/signals.h"
+#include "spec/jobspec.h"
 
 namespace trainyard {
 namespace {
@@ -105,8 +105,8 @@ absl::StatusOr<std::string> ReadListening(Child& child, absl::Duration timeout) 
     const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
     if (left <= 0) {
       return absl::DeadlineExceededError(absl::StrCat(child.name, " did not start within ",
-                                                      absl::FormatDuration(timeout), "; its log (", child.log,
-                                                      "):\n", LogTail(child.log)));
+                                                      absl::FormatDuration(timeout), "; its log (", child.log, "):\n",
+                                                      LogTail(child.log)));
     }
     pollfd p = {child.stdout_fd, POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000))) <= 0) continue;
@@ -231,13 +231,13 @@ int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostre
   absl::StatusOr<std::string> address = ReadListening(children[0], absl::Seconds(30));
   if (!address.ok()) return fail(address.status());
   // The workers share this machine's cores: never oversubscribe them.
-  const int threads = threads_flag > 0 ? threads_flag
-                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / workers);
+  const int threads =
+      threads_flag > 0 ? threads_flag : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / workers);
   for (int i = 0; i < workers; ++i) {
-    absl::StatusOr<Child> worker = Spawn(absl::StrCat("worker ", i),
-                                         {"worker", "--coordinator", *address, "--listen", "127.0.0.1:0",
-                                          "--threads", absl::StrCat(threads)},
-                                         absl::StrCat(state_dir, "/worker-", i, ".log"));
+    absl::StatusOr<Child> worker =
+        Spawn(absl::StrCat("worker ", i),
+              {"worker", "--coordinator", *address, "--listen", "127.0.0.1:0", "--threads", absl::StrCat(threads)},
+              absl::StrCat(state_dir, "/worker-", i, ".log"));
     if (!worker.ok()) return fail(worker.status());
     children.push_back(*worker);
   }

@@ -4,6 +4,5 @@
 #include "client/commands.h"
 
 int main(int argc, char** argv) {
-  return trainyard::RunTrainyard("trainyard", trainyard::TrainyardCommands(), argc, argv,
-                                 std::cout, std::cerr);
+  return trainyard::RunTrainyard("trainyard", trainyard::TrainyardCommands(), argc, argv, std::cout, std::cerr);
 }

@@ -8,8 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "client/commands.h"
 #include "client/flags.h"
-#include "spec/presets.h"
 #include "nlohmann/json.hpp"
+#include "spec/presets.h"
 
 namespace trainyard {
 namespace {
@@ -64,8 +64,8 @@ int RunModelInfo(const std::vector<std::string>& args, std::ostream& out, std::o
   std::vector<std::string> names = preset.empty() ? PresetNames() : std::vector<std::string>{preset};
   nlohmann::ordered_json all = nlohmann::ordered_json::array();
   if (!json) {
-    out << absl::StrFormat("%-14s %15s %8s %6s %5s %6s %4s %4s %7s %s\n", "preset", "params",
-                           "d_model", "heads", "d_kv", "d_ff", "enc", "dec", "vocab", "ffn");
+    out << absl::StrFormat("%-14s %15s %8s %6s %5s %6s %4s %4s %7s %s\n", "preset", "params", "d_model", "heads",
+                           "d_kv", "d_ff", "enc", "dec", "vocab", "ffn");
   }
   for (const std::string& name : names) {
     absl::StatusOr<ModelConfig> config = PresetConfig(name);
@@ -77,11 +77,9 @@ int RunModelInfo(const std::vector<std::string>& args, std::ostream& out, std::o
       all.push_back(ToJson(name, *config));
       continue;
     }
-    out << absl::StrFormat("%-14s %15s %8d %6d %5d %6d %4d %4d %7d %s\n", name,
-                           WithThousands(CountParameters(*config)), config->d_model(),
-                           config->num_heads(), config->d_kv(), config->d_ff(),
-                           config->num_encoder_layers(), config->num_decoder_layers(),
-                           config->vocab_size(),
+    out << absl::StrFormat("%-14s %15s %8d %6d %5d %6d %4d %4d %7d %s\n", name, WithThousands(CountParameters(*config)),
+                           config->d_model(), config->num_heads(), config->d_kv(), config->d_ff(),
+                           config->num_encoder_layers(), config->num_decoder_layers(), config->vocab_size(),
                            ModelConfig::FeedForward_Name(config->feed_forward()));
   }
   if (json) out << (preset.empty() ? all.dump(2) : all[0].dump(2)) << "\n";

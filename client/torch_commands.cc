@@ -5,10 +5,8 @@ namespace trainyard {
 
 const std::vector<Command>& TorchCommands() {
   static const std::vector<Command>* commands = new std::vector<Command>{
-      {"convert", RunConvert, kConvertSummary},
-      {"worker", RunWorker, kWorkerSummary},
-      {"predict", RunPredict, kPredictSummary},
-      {"score", RunScore, kScoreSummary},
+      {"convert", RunConvert, kConvertSummary},    {"worker", RunWorker, kWorkerSummary},
+      {"predict", RunPredict, kPredictSummary},    {"score", RunScore, kScoreSummary},
       {"evaluate", RunEvaluate, kEvaluateSummary},
   };
   return *commands;

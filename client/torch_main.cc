@@ -7,6 +7,5 @@
 
 int main(int argc, char** argv) {
   trainyard::ReexecWithTunedBlas(argv);  // OpenBLAS picks its kernels at load time
-  return trainyard::RunTrainyard("trainyard-torch", trainyard::TorchCommands(), argc, argv,
-                                 std::cout, std::cerr);
+  return trainyard::RunTrainyard("trainyard-torch", trainyard::TorchCommands(), argc, argv, std::cout, std::cerr);
 }

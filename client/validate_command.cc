@@ -34,10 +34,8 @@ int RunValidate(const std::vector<std::string>& args, std::ostream& out, std::os
                 "Checks job specs (.textproto or .json; - for stdin) and prints each one\n"
                 "normalised, with every default filled in: what the coordinator would run.\n"
                 "Exit code 0 if all are valid, 2 otherwise (every problem is listed).");
-  flags.AddRepeated("set", &overrides, "PATH=VALUE",
-                    "override a field before validation, e.g. --set batch_size=64");
-  flags.AddString("output-root", &output_root, "DIR",
-                  "require output_dir to lie inside DIR (as a coordinator does)");
+  flags.AddRepeated("set", &overrides, "PATH=VALUE", "override a field before validation, e.g. --set batch_size=64");
+  flags.AddString("output-root", &output_root, "DIR", "require output_dir to lie inside DIR (as a coordinator does)");
   flags.AddBool("json", &json, "print the normalised specs as JSON");
   std::vector<std::string> specs;
   if (absl::optional<int> exit_code = flags.ParseCommand(args, &specs, out, err)) {

@@ -24,8 +24,7 @@ int RunVocab(const std::vector<std::string>& args, std::ostream& out, std::ostre
   if (absl::optional<int> exit_code = flags.ParseCommand(args, &positional, out, err)) {
     return *exit_code;
   }
-  if (positional.size() != 1 || positional[0] != "train" || inputs.empty() || size <= 0 ||
-      out_prefix.empty()) {
+  if (positional.size() != 1 || positional[0] != "train" || inputs.empty() || size <= 0 || out_prefix.empty()) {
     err << "error: want: trainyard vocab train --input FILE... --size N --out PREFIX\n";
     return kExitUsage;
   }

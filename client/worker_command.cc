@@ -1,6 +1,6 @@
 // `trainyard worker` (in trainyard-torch): runs a worker process.
-#include "client/commands.h"
 #include <ATen/Parallel.h>
+#include "client/commands.h"
 
 #include <thread>
 

@@ -30,8 +30,8 @@ absl::Status FakeGroup::Inject(int rank, int64_t op_index) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::vector<torch::Tensor>>> FakeGroup::Meet(
-    int rank, int64_t op_index, std::vector<torch::Tensor> mine) {
+absl::StatusOr<std::vector<std::vector<torch::Tensor>>> FakeGroup::Meet(int rank, int64_t op_index,
+                                                                        std::vector<torch::Tensor> mine) {
   std::unique_lock<std::mutex> lock(mu_);
   ops_[op_index][rank] = std::move(mine);
   arrived_.notify_all();
@@ -41,8 +41,7 @@ absl::StatusOr<std::vector<std::vector<torch::Tensor>>> FakeGroup::Meet(
         static_cast<int>(ops_[op_index].size()) < world_size_) {
       return absl::DeadlineExceededError(absl::StrCat("fake collective operation ", op_index, ": only ",
                                                       ops_[op_index].size(), " of ", world_size_,
-                                                      " ranks arrived within ",
-                                                      absl::FormatDuration(timeout_)));
+                                                      " ranks arrived within ", absl::FormatDuration(timeout_)));
     }
   }
   std::vector<std::vector<torch::Tensor>> all;

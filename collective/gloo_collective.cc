@@ -1,8 +1,8 @@
 #include "collective/gloo_collective.h"
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/version.h>
 
 #include <chrono>
 #include <map>
@@ -54,9 +54,7 @@ class StoreAdapter : public c10d::Store {
     Check(present.status());
     return *present;
   }
-  int64_t getNumKeys() override {
-    throw std::runtime_error("getNumKeys is not supported by the rendezvous store");
-  }
+  int64_t getNumKeys() override { throw std::runtime_error("getNumKeys is not supported by the rendezvous store"); }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
     Check(store_->Wait(keys, absl::FromChrono(timeout)));
@@ -69,7 +67,6 @@ class StoreAdapter : public c10d::Store {
   }
   std::shared_ptr<trainyard::Store> store_;
 };
-
 
 absl::Status FromTorchError(const char* what, const std::exception& e) {
   const std::string message = e.what();
@@ -107,9 +104,9 @@ class GlooWork : public CollectiveWork {
   }
   absl::Status Wait() override {
     if (!work_) return absl::FailedPreconditionError("the all-reduce was already waited for");
-    const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   deadline_ - std::chrono::steady_clock::now()),
-                               std::chrono::milliseconds(1));
+    const auto left =
+        std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now()),
+                 std::chrono::milliseconds(1));
     c10::intrusive_ptr<c10d::Work> work = std::move(work_);
     work_.reset();
     return Run("all-reduce", left, [&] { return work; });
@@ -149,8 +146,7 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(int rank,
     adapter->setTimeout(collective->impl_->timeout);
     auto options = c10d::ProcessGroupGloo::Options::create(collective->impl_->timeout);
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(gloo.hostname));
-    collective->impl_->group =
-        c10::make_intrusive<c10d::ProcessGroupGloo>(adapter, rank, world_size, options);
+    collective->impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(adapter, rank, world_size, options);
   } catch (const std::exception& e) {
     return FromTorchError("joining the Gloo group", e);
   }
@@ -171,8 +167,8 @@ absl::Status GlooCollective::AllReduce(std::vector<torch::Tensor>& tensors, Redu
   // waited for, so Gloo's worker threads overlap one bucket's transfer with
   // another's reduction.
   struct Bucket {
-    std::vector<torch::Tensor> buffer;     // what c10d reduces
-    std::vector<torch::Tensor*> members;   // packed tensors to copy back (empty: in place)
+    std::vector<torch::Tensor> buffer;    // what c10d reduces
+    std::vector<torch::Tensor*> members;  // packed tensors to copy back (empty: in place)
     c10::intrusive_ptr<c10d::Work> work;
   };
   std::vector<Bucket> buckets;
@@ -227,9 +223,9 @@ absl::Status GlooCollective::AllReduce(std::vector<torch::Tensor>& tensors, Redu
   const auto deadline = std::chrono::steady_clock::now() + impl_->timeout;
   absl::Status status;
   for (Bucket& b : buckets) {
-    const auto left = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   deadline - std::chrono::steady_clock::now()),
-                               std::chrono::milliseconds(1));
+    const auto left =
+        std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
+                 std::chrono::milliseconds(1));
     absl::Status s = Run("all-reduce", left, [&] { return b.work; });
     if (!s.ok() && status.ok()) status = s;
   }
@@ -245,8 +241,7 @@ absl::Status GlooCollective::AllReduce(std::vector<torch::Tensor>& tensors, Redu
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<CollectiveWork>> GlooCollective::StartAllReduce(torch::Tensor tensor,
-                                                                               ReduceOp op) {
+absl::StatusOr<std::unique_ptr<CollectiveWork>> GlooCollective::StartAllReduce(torch::Tensor tensor, ReduceOp op) {
   if (!tensor.is_contiguous()) return absl::InvalidArgumentError("StartAllReduce takes a contiguous tensor");
   c10d::AllreduceOptions options;
   options.reduceOp = ToC10d(op);
@@ -265,8 +260,7 @@ absl::Status GlooCollective::AllGather(const torch::Tensor& input, std::vector<t
   for (int r = 0; r < world_size_; ++r) out[0].push_back(torch::empty_like(in[0]));
   c10d::AllgatherOptions options;
   options.timeout = impl_->timeout;
-  absl::Status status =
-      Run("all-gather", impl_->timeout, [&] { return impl_->group->allgather(out, in, options); });
+  absl::Status status = Run("all-gather", impl_->timeout, [&] { return impl_->group->allgather(out, in, options); });
   if (!status.ok()) return status;
   *outputs = std::move(out[0]);
   return absl::OkStatus();

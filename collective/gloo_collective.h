@@ -38,13 +38,10 @@ class GlooCollective : public Collective {
  public:
   // Joins the group: blocks until all `world_size` ranks have joined through
   // `store` or the timeout passes.
-  static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(int rank, int world_size,
-                                                                std::shared_ptr<Store> store,
+  static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(int rank, int world_size, std::shared_ptr<Store> store,
                                                                 const GlooOptions& options);
-  static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(int rank, int world_size,
-                                                                std::shared_ptr<Store> store,
-                                                                const std::string& hostname,
-                                                                absl::Duration timeout) {
+  static absl::StatusOr<std::unique_ptr<GlooCollective>> Create(int rank, int world_size, std::shared_ptr<Store> store,
+                                                                const std::string& hostname, absl::Duration timeout) {
     GlooOptions options;
     options.hostname = hostname;
     options.timeout = timeout;

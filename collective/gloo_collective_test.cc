@@ -37,8 +37,7 @@ TEST(GlooCollectiveTest, AllReduceSumMaxMinMatchClosedForms) {
       // Rank r holds r + 1 + (i mod 4096) at position i (sums stay exact in
       // float32), and a second tensor of doubles.
       const torch::Tensor base = torch::arange(n, torch::kFloat).remainder(4096);
-      std::vector<torch::Tensor> t = {base + (rank + 1),
-                                      torch::full({3}, static_cast<double>(rank), torch::kDouble)};
+      std::vector<torch::Tensor> t = {base + (rank + 1), torch::full({3}, static_cast<double>(rank), torch::kDouble)};
       ASSERT_THAT(c->AllReduce(t, ReduceOp::kSum), IsOk());
       // sum over r of (r + 1 + b) = 6 + 3 b
       EXPECT_TRUE(torch::equal(t[0], base * kWorld + 6)) << n;
@@ -56,19 +55,22 @@ TEST(GlooCollectiveTest, AllReduceSumMaxMinMatchClosedForms) {
 TEST(GlooCollectiveTest, SmallBucketsGiveTheSameSums) {
   // 64-byte buckets: 16 floats per bucket, so the 40-element tensor is its
   // own bucket, the small ones share, and dtypes never mix.
-  OnRanks(2, [](int rank, Collective* c) {
-    std::vector<torch::Tensor> t = {
-        torch::full({3}, rank + 1.0f), torch::full({2, 2}, rank + 2.0f), torch::arange(40, torch::kFloat),
-        torch::full({5}, static_cast<int64_t>(rank + 7)), torch::full({9}, rank * 0.5f),
-        torch::ones({6, 4}).t()};  // not contiguous
-    ASSERT_THAT(c->AllReduce(t, ReduceOp::kSum), IsOk());
-    EXPECT_TRUE(torch::equal(t[0], torch::full({3}, 3.0f)));
-    EXPECT_TRUE(torch::equal(t[1], torch::full({2, 2}, 5.0f)));
-    EXPECT_TRUE(torch::equal(t[2], torch::arange(40, torch::kFloat) * 2));
-    EXPECT_TRUE(torch::equal(t[3], torch::full({5}, int64_t{15})));
-    EXPECT_TRUE(torch::equal(t[4], torch::full({9}, 0.5f)));
-    EXPECT_TRUE(torch::equal(t[5], torch::full({4, 6}, 2.0f)));
-  }, absl::Seconds(30), /*bucket_bytes=*/64);
+  OnRanks(
+      2,
+      [](int rank, Collective* c) {
+        std::vector<torch::Tensor> t = {
+            torch::full({3}, rank + 1.0f),    torch::full({2, 2}, rank + 2.0f),
+            torch::arange(40, torch::kFloat), torch::full({5}, static_cast<int64_t>(rank + 7)),
+            torch::full({9}, rank * 0.5f),    torch::ones({6, 4}).t()};  // not contiguous
+        ASSERT_THAT(c->AllReduce(t, ReduceOp::kSum), IsOk());
+        EXPECT_TRUE(torch::equal(t[0], torch::full({3}, 3.0f)));
+        EXPECT_TRUE(torch::equal(t[1], torch::full({2, 2}, 5.0f)));
+        EXPECT_TRUE(torch::equal(t[2], torch::arange(40, torch::kFloat) * 2));
+        EXPECT_TRUE(torch::equal(t[3], torch::full({5}, int64_t{15})));
+        EXPECT_TRUE(torch::equal(t[4], torch::full({9}, 0.5f)));
+        EXPECT_TRUE(torch::equal(t[5], torch::full({4, 6}, 2.0f)));
+      },
+      absl::Seconds(30), /*bucket_bytes=*/64);
 }
 
 TEST(GlooCollectiveTest, AllGatherInRankOrder) {
@@ -96,25 +98,27 @@ TEST(GlooCollectiveTest, MissingPeerTimesOutWithinTheBound) {
   // Rank 1 joins, then never calls AllReduce: rank 0 gives up after the
   // timeout instead of hanging.
   std::atomic<bool> done{false};
-  OnRanks(2, [&](int rank, Collective* c) {
-    if (rank == 1) {
-      while (!done) absl::SleepFor(absl::Milliseconds(10));
-      return;
-    }
-    std::vector<torch::Tensor> t = {torch::ones({4})};
-    const absl::Time start = absl::Now();
-    absl::Status status = c->AllReduce(t, ReduceOp::kSum);
-    const absl::Duration took = absl::Now() - start;
-    done = true;
-    EXPECT_FALSE(status.ok());
-    EXPECT_TRUE(absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status)) << status;
-    EXPECT_LT(took, absl::Seconds(15));
-  }, absl::Seconds(2));
+  OnRanks(
+      2,
+      [&](int rank, Collective* c) {
+        if (rank == 1) {
+          while (!done) absl::SleepFor(absl::Milliseconds(10));
+          return;
+        }
+        std::vector<torch::Tensor> t = {torch::ones({4})};
+        const absl::Time start = absl::Now();
+        absl::Status status = c->AllReduce(t, ReduceOp::kSum);
+        const absl::Duration took = absl::Now() - start;
+        done = true;
+        EXPECT_FALSE(status.ok());
+        EXPECT_TRUE(absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status)) << status;
+        EXPECT_LT(took, absl::Seconds(15));
+      },
+      absl::Seconds(2));
 }
 
 TEST(GlooCollectiveTest, BadRank) {
-  EXPECT_THAT(GlooCollective::Create(2, 2, GlooCollective::NewInProcessStore(), "127.0.0.1",
-                                     absl::Seconds(1)).status(),
+  EXPECT_THAT(GlooCollective::Create(2, 2, GlooCollective::NewInProcessStore(), "127.0.0.1", absl::Seconds(1)).status(),
               StatusCodeIs(absl::StatusCode::kInvalidArgument));
 }
 

@@ -71,8 +71,8 @@ absl::Status CudaError(const char* what, cudaError_t e) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Create(int rank, int world_size,
-                                                                        std::shared_ptr<Store> store,
-                                                                        const NcclOptions& options) {
+                                                                       std::shared_ptr<Store> store,
+                                                                       const NcclOptions& options) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is not in [0, ", world_size, ")"));
   }
@@ -219,16 +219,16 @@ absl::Status NcclCollective::AllReduce(std::vector<torch::Tensor>& originals, Re
   std::vector<torch::Tensor> tensors;
   if (absl::Status s = Stage(originals, impl_->device, &tensors); !s.ok()) return s;
   // One group: NCCL fuses the per-tensor calls.
-  absl::Status status =
-      RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted, "all-reduce",
-               [&](cudaStream_t stream) {
-                 for (torch::Tensor& t : tensors) {
-                   ncclResult_t r = ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
-                                                  *NcclType(t), nccl_op, impl_->comm, stream);
-                   if (r != ncclSuccess && r != ncclInProgress) return NcclError("ncclAllReduce", r);
-                 }
-                 return absl::OkStatus();
-               });
+  absl::Status status = RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted,
+                                 "all-reduce", [&](cudaStream_t stream) {
+                                   for (torch::Tensor& t : tensors) {
+                                     ncclResult_t r =
+                                         ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                                                       *NcclType(t), nccl_op, impl_->comm, stream);
+                                     if (r != ncclSuccess && r != ncclInProgress) return NcclError("ncclAllReduce", r);
+                                   }
+                                   return absl::OkStatus();
+                                 });
   if (status.ok()) CopyBack(originals, tensors);
   return status;
 }
@@ -239,23 +239,25 @@ absl::Status NcclCollective::Broadcast(std::vector<torch::Tensor>& originals, in
   }
   std::vector<torch::Tensor> tensors;
   if (absl::Status s = Stage(originals, impl_->device, &tensors); !s.ok()) return s;
-  absl::Status status = RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted, "broadcast",
-                  [&](cudaStream_t stream) {
-                    for (torch::Tensor& t : tensors) {
-                      ncclResult_t r = ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
-                                                     *NcclType(t), root, impl_->comm, stream);
-                      if (r != ncclSuccess && r != ncclInProgress) return NcclError("ncclBroadcast", r);
-                    }
-                    return absl::OkStatus();
-                  });
+  absl::Status status = RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted,
+                                 "broadcast", [&](cudaStream_t stream) {
+                                   for (torch::Tensor& t : tensors) {
+                                     ncclResult_t r =
+                                         ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                                                       *NcclType(t), root, impl_->comm, stream);
+                                     if (r != ncclSuccess && r != ncclInProgress) return NcclError("ncclBroadcast", r);
+                                   }
+                                   return absl::OkStatus();
+                                 });
   if (status.ok()) CopyBack(originals, tensors);
   return status;
 }
 
 absl::Status NcclCollective::AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) {
   const bool on_host = input.device().is_cpu();
-  torch::Tensor in = on_host ? input.contiguous().to(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(impl_->device)))
-                             : input.contiguous();
+  torch::Tensor in =
+      on_host ? input.contiguous().to(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(impl_->device)))
+              : input.contiguous();
   if (absl::Status s = CheckDevice(in, impl_->device); !s.ok()) return s;
   absl::StatusOr<ncclDataType_t> type = NcclType(in);
   if (!type.ok()) return type.status();
@@ -264,9 +266,9 @@ absl::Status NcclCollective::AllGather(const torch::Tensor& input, std::vector<t
   torch::Tensor gathered = torch::empty(shape, in.options());
   absl::Status s = RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted,
                             "all-gather", [&](cudaStream_t stream) {
-                              ncclResult_t r = ncclAllGather(in.data_ptr(), gathered.data_ptr(),
-                                                             static_cast<size_t>(in.numel()), *type, impl_->comm,
-                                                             stream);
+                              ncclResult_t r =
+                                  ncclAllGather(in.data_ptr(), gathered.data_ptr(), static_cast<size_t>(in.numel()),
+                                                *type, impl_->comm, stream);
                               if (r != ncclSuccess && r != ncclInProgress) return NcclError("ncclAllGather", r);
                               return absl::OkStatus();
                             });

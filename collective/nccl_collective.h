@@ -28,8 +28,7 @@ class NcclCollective : public Collective {
  public:
   // Joins the group (non-blocking communicator initialisation, bounded by
   // the timeout).
-  static absl::StatusOr<std::unique_ptr<NcclCollective>> Create(int rank, int world_size,
-                                                                std::shared_ptr<Store> store,
+  static absl::StatusOr<std::unique_ptr<NcclCollective>> Create(int rank, int world_size, std::shared_ptr<Store> store,
                                                                 const NcclOptions& options);
   ~NcclCollective() override;
   int rank() const override { return rank_; }

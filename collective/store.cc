@@ -57,8 +57,7 @@ absl::Status InMemoryStore::Wait(const std::vector<std::string>& keys, absl::Dur
       for (const std::string& k : missing) all = all && values_.count(k);
       if (all) return absl::OkStatus();
       return absl::DeadlineExceededError(absl::StrCat("store keys [", absl::StrJoin(missing, ", "),
-                                                      "] did not appear within ",
-                                                      absl::FormatDuration(timeout)));
+                                                      "] did not appear within ", absl::FormatDuration(timeout)));
     }
   }
 }

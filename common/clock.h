@@ -6,9 +6,8 @@
 #ifndef TRAINYARD_COMMON_CLOCK_H_
 #define TRAINYARD_COMMON_CLOCK_H_
 
-
-#include "absl/time/time.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
 #include "common/mutex.h"
 
 namespace trainyard {

@@ -27,8 +27,8 @@ absl::StatusOr<torch::Device> ParseDevice(absl::string_view field, absl::string_
   int index = 0;
   absl::string_view rest = value;
   const bool cuda = absl::ConsumePrefix(&rest, "cuda");
-  if (!cuda || (!rest.empty() && (!absl::ConsumePrefix(&rest, ":") || !absl::SimpleAtoi(rest, &index) ||
-                                  index < 0 || index > 255))) {
+  if (!cuda || (!rest.empty() &&
+                (!absl::ConsumePrefix(&rest, ":") || !absl::SimpleAtoi(rest, &index) || index < 0 || index > 255))) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ": '", value, "' is not a device; allowed: cpu, cuda, cuda:N"));
   }
@@ -39,12 +39,12 @@ absl::StatusOr<torch::Device> ParseDevice(absl::string_view field, absl::string_
   }
   const int64_t count = static_cast<int64_t>(torch::cuda::device_count());
   if (count == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        field, ": '", value, "': no CUDA device is visible (driver, CUDA_VISIBLE_DEVICES)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(field, ": '", value, "': no CUDA device is visible (driver, CUDA_VISIBLE_DEVICES)"));
   }
   if (index >= count) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": '", value, "': this machine has ", count,
-                                                   " CUDA device(s), cuda:0..cuda:", count - 1));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": '", value, "': this machine has ", count, " CUDA device(s), cuda:0..cuda:", count - 1));
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }

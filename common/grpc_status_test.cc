@@ -20,10 +20,8 @@ TEST(GrpcStatusTest, EveryCanonicalCodeRoundTrips) {
 }
 
 TEST(GrpcStatusTest, SpecificMappings) {
-  EXPECT_EQ(ToGrpcStatus(absl::InvalidArgumentError("bad")).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(ToGrpcStatus(absl::UnavailableError("retry")).error_code(),
-            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(ToGrpcStatus(absl::InvalidArgumentError("bad")).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ToGrpcStatus(absl::UnavailableError("retry")).error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(FromGrpcStatus(grpc::Status(grpc::StatusCode::ABORTED, "restart")),
               StatusIs(absl::StatusCode::kAborted, Eq("restart")));
 }

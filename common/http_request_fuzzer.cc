@@ -11,8 +11,8 @@
 #include "common/http_server.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const trainyard::HttpHandler handler = trainyard::MetricsAndHealthHandler(
-      [] { return std::string("t_up 1\n"); }, [] { return true; });
+  static const trainyard::HttpHandler handler =
+      trainyard::MetricsAndHealthHandler([] { return std::string("t_up 1\n"); }, [] { return true; });
   const std::string raw(reinterpret_cast<const char*>(data), size);
   const std::string out = trainyard::HandleHttpRequest(raw, handler);
   if (!absl::StartsWith(out, "HTTP/1.1 ")) std::abort();

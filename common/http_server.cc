@@ -24,13 +24,20 @@ constexpr int kTimeoutSeconds = 5;
 
 const char* Reason(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 431: return "Request Header Fields Too Large";
-    case 503: return "Service Unavailable";
-    default: return "Error";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Error";
   }
 }
 
@@ -189,8 +196,9 @@ HttpHandler MetricsAndHealthHandler(std::function<std::string()> render, std::fu
   return [render = std::move(render), healthy = std::move(healthy)](const std::string& target) -> HttpResponse {
     const std::string path = target.substr(0, target.find('?'));
     if (path == "/metrics") return {200, "text/plain; version=0.0.4; charset=utf-8", render()};
-    if (path == "/healthz") return healthy() ? HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}
-                                             : HttpResponse{503, "text/plain; charset=utf-8", "unhealthy\n"};
+    if (path == "/healthz")
+      return healthy() ? HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}
+                       : HttpResponse{503, "text/plain; charset=utf-8", "unhealthy\n"};
     return {404, "text/plain; charset=utf-8", "not found; try /metrics or /healthz\n"};
   };
 }

@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "common/mutex.h"
 
 namespace trainyard {

@@ -36,16 +36,17 @@ std::string Exchange(int port, const std::string& request) {
 
 TEST(HttpServerTest, ServesMetricsAndHealth) {
   bool healthy = true;
-  absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start(
-      "--metrics-listen", "127.0.0.1:0",
-      MetricsAndHealthHandler([] { return std::string("t_up 1\n"); }, [&] { return healthy; }));
+  absl::StatusOr<std::unique_ptr<HttpServer>> server =
+      HttpServer::Start("--metrics-listen", "127.0.0.1:0",
+                        MetricsAndHealthHandler([] { return std::string("t_up 1\n"); }, [&] { return healthy; }));
   ASSERT_THAT(server.status(), IsOk());
   const int port = (*server)->port();
   ASSERT_GT(port, 0);
   EXPECT_EQ(Exchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: 7\r\n"
             "Connection: close\r\n\r\nt_up 1\n");
-  EXPECT_THAT(Exchange(port, "HEAD /metrics HTTP/1.0\r\n\r\n"), HasSubstr("Content-Length: 7\r\nConnection: close\r\n\r\n"));
+  EXPECT_THAT(Exchange(port, "HEAD /metrics HTTP/1.0\r\n\r\n"),
+              HasSubstr("Content-Length: 7\r\nConnection: close\r\n\r\n"));
   EXPECT_THAT(Exchange(port, "HEAD /metrics HTTP/1.0\r\n\r\n"), ::testing::Not(HasSubstr("t_up")));
   EXPECT_THAT(Exchange(port, "GET /healthz?x=1 HTTP/1.1\r\n\r\n"), StartsWith("HTTP/1.1 200 OK"));
   healthy = false;
@@ -57,8 +58,9 @@ TEST(HttpServerTest, ServesMetricsAndHealth) {
 }
 
 TEST(HttpServerTest, BadAddressesNameTheFlag) {
-  EXPECT_THAT(HttpServer::Start("--metrics-listen", "nocolon", nullptr).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--metrics-listen: 'nocolon'; expected HOST:PORT")));
+  EXPECT_THAT(
+      HttpServer::Start("--metrics-listen", "nocolon", nullptr).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--metrics-listen: 'nocolon'; expected HOST:PORT")));
   absl::StatusOr<std::unique_ptr<HttpServer>> first =
       HttpServer::Start("--metrics-listen", "127.0.0.1:0", MetricsAndHealthHandler(nullptr, nullptr));
   ASSERT_THAT(first.status(), IsOk());

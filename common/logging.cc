@@ -36,20 +36,16 @@ std::string Hostname() {
 // The %* flag: the job/rank/host triple.
 class ContextFlag : public spdlog::custom_flag_formatter {
  public:
-  void format(const spdlog::details::log_msg&, const std::tm&,
-              spdlog::memory_buf_t& dest) override {
+  void format(const spdlog::details::log_msg&, const std::tm&, spdlog::memory_buf_t& dest) override {
     const std::string text = FormatLogContext();
     dest.append(text.data(), text.data() + text.size());
   }
-  std::unique_ptr<custom_flag_formatter> clone() const override {
-    return std::make_unique<ContextFlag>();
-  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<ContextFlag>(); }
 };
 
 std::unique_ptr<spdlog::formatter> MakeFormatter() {
   auto formatter = std::make_unique<spdlog::pattern_formatter>();
-  formatter->add_flag<ContextFlag>('*').set_pattern(
-      "%Y-%m-%dT%H:%M:%S.%e %L [%*] %v");
+  formatter->add_flag<ContextFlag>('*').set_pattern("%Y-%m-%dT%H:%M:%S.%e %L [%*] %v");
   return formatter;
 }
 
@@ -77,13 +73,11 @@ std::string FormatLogContext() {
     static const std::string* host = new std::string(Hostname());
     c.host = *host;
   }
-  return absl::StrCat("job=", c.job.empty() ? "-" : c.job,
-                      " rank=", c.rank < 0 ? "-" : absl::StrCat(c.rank),
+  return absl::StrCat("job=", c.job.empty() ? "-" : c.job, " rank=", c.rank < 0 ? "-" : absl::StrCat(c.rank),
                       " host=", c.host);
 }
 
-std::shared_ptr<spdlog::logger> MakeLogger(const std::string& name,
-                                           std::shared_ptr<spdlog::sinks::sink> sink) {
+std::shared_ptr<spdlog::logger> MakeLogger(const std::string& name, std::shared_ptr<spdlog::sinks::sink> sink) {
   auto logger = std::make_shared<spdlog::logger>(name, std::move(sink));
   logger->set_formatter(MakeFormatter());
   return logger;

@@ -47,8 +47,7 @@ struct LoggingOptions {
 bool InitLogging(const LoggingOptions& options, std::string* error);
 
 // A logger over `sink` with the Trainyard pattern (tests capture lines).
-std::shared_ptr<spdlog::logger> MakeLogger(const std::string& name,
-                                           std::shared_ptr<spdlog::sinks::sink> sink);
+std::shared_ptr<spdlog::logger> MakeLogger(const std::string& name, std::shared_ptr<spdlog::sinks::sink> sink);
 
 }  // namespace trainyard
 

@@ -18,8 +18,8 @@ TEST(LoggingTest, EveryLineCarriesJobRankAndHost) {
   auto logger = MakeLogger("test", std::make_shared<spdlog::sinks::ostream_sink_mt>(out));
   SetLogContext({"j-42", 3, "node7"});
   logger->info("step {} done", 17);
-  EXPECT_THAT(out.str(), MatchesRegex(
-      "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+ I \\[job=j-42 rank=3 host=node7\\] step 17 done\n"));
+  EXPECT_THAT(out.str(),
+              MatchesRegex("[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+ I \\[job=j-42 rank=3 host=node7\\] step 17 done\n"));
 }
 
 TEST(LoggingTest, UnsetFieldsPrintDashAndHostDefaultsToHostname) {

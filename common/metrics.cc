@@ -138,8 +138,7 @@ Gauge* MetricsRegistry::AddGauge(const std::string& name, const std::string& hel
   return gauges_.back().get();
 }
 
-Histogram* MetricsRegistry::AddHistogram(const std::string& name, const std::string& help,
-                                         std::vector<double> bounds) {
+Histogram* MetricsRegistry::AddHistogram(const std::string& name, const std::string& help, std::vector<double> bounds) {
   std::sort(bounds.begin(), bounds.end());
   bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
   MutexLock lock(&mu_);

@@ -128,10 +128,10 @@ bool IsLoopbackListen(const std::string& listen) {
 absl::Status CheckListenSecurity(const std::string& flag, const std::string& listen, const TlsConfig& tls,
                                  bool insecure) {
   if (tls.enabled() || insecure || IsLoopbackListen(listen)) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      flag, ": '", listen,
-      "' is reachable beyond this machine and TLS is off; give --tls-cert/--tls-key/--tls-ca "
-      "(scripts/gen-dev-certs.sh makes a throwaway CA), listen on 127.0.0.1, or pass --insecure"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, ": '", listen,
+                   "' is reachable beyond this machine and TLS is off; give --tls-cert/--tls-key/--tls-ca "
+                   "(scripts/gen-dev-certs.sh makes a throwaway CA), listen on 127.0.0.1, or pass --insecure"));
 }
 
 bool PeerHasVerifiedCertificate(const grpc::ServerContext& context) {
@@ -148,7 +148,7 @@ absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::FromFile
 }
 
 absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::FromText(absl::string_view text,
-                                                                                  const std::string& source) {
+                                                                                 const std::string& source) {
   auto auth = std::unique_ptr<TokenAuthenticator>(new TokenAuthenticator);
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -158,13 +158,12 @@ absl::StatusOr<std::unique_ptr<TokenAuthenticator>> TokenAuthenticator::FromText
     std::vector<absl::string_view> fields = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     auto where = [&] { return absl::StrCat(source, ":", line_number, ": "); };
     if (fields.size() != 2) {
-      return absl::InvalidArgumentError(absl::StrCat(where(), "expected 'NAME TOKEN', got ", fields.size(),
-                                                     " field(s)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where(), "expected 'NAME TOKEN', got ", fields.size(), " field(s)"));
     }
     if (fields[1].size() < 16) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where(), "the token of '", fields[0], "' has ", fields[1].size(),
-                       " characters; at least 16 are required"));
+      return absl::InvalidArgumentError(absl::StrCat(where(), "the token of '", fields[0], "' has ", fields[1].size(),
+                                                     " characters; at least 16 are required"));
     }
     for (const Entry& e : auth->entries_) {
       if (e.name == fields[0]) {

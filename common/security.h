@@ -30,9 +30,9 @@
 namespace trainyard {
 
 struct TlsConfig {
-  std::string cert_file;    // this process's certificate chain (PEM)
-  std::string key_file;     // its private key (PEM)
-  std::string ca_file;      // the CA that peers' certificates chain to (PEM)
+  std::string cert_file;  // this process's certificate chain (PEM)
+  std::string key_file;   // its private key (PEM)
+  std::string ca_file;    // the CA that peers' certificates chain to (PEM)
   // Client side: the name the server's certificate must carry when it is
   // not the host of the address dialled (e.g. a Service name).
   std::string server_name;

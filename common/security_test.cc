@@ -13,8 +13,8 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(TokenAuthenticatorTest, KnownTokensNameTheirClient) {
-  absl::StatusOr<std::unique_ptr<TokenAuthenticator>> auth = TokenAuthenticator::FromText(
-      "# users\nalice  0123456789abcdef-alice\n\nci\t0123456789abcdef-ci\n", "tokens.txt");
+  absl::StatusOr<std::unique_ptr<TokenAuthenticator>> auth =
+      TokenAuthenticator::FromText("# users\nalice  0123456789abcdef-alice\n\nci\t0123456789abcdef-ci\n", "tokens.txt");
   ASSERT_THAT(auth.status(), IsOk());
   EXPECT_EQ((*auth)->size(), 2u);
   EXPECT_THAT((*auth)->Check("Bearer 0123456789abcdef-alice"), IsOkAndHolds(std::string("alice")));
@@ -29,8 +29,9 @@ TEST(TokenAuthenticatorTest, KnownTokensNameTheirClient) {
 }
 
 TEST(TokenAuthenticatorTest, BadFilesNameTheLine) {
-  EXPECT_THAT(TokenAuthenticator::FromText("alice 0123456789abcdef\nbob\n", "t.txt").status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("t.txt:2: expected 'NAME TOKEN', got 1 field(s)")));
+  EXPECT_THAT(
+      TokenAuthenticator::FromText("alice 0123456789abcdef\nbob\n", "t.txt").status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("t.txt:2: expected 'NAME TOKEN', got 1 field(s)")));
   EXPECT_THAT(TokenAuthenticator::FromText("alice short\n", "t.txt").status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("t.txt:1: the token of 'alice' has 5 characters; at least 16")));
@@ -50,7 +51,8 @@ TEST(ListenPolicyTest, PlaintextOnlyOnLoopbackUnlessInsecure) {
   for (const char* listen : {"0.0.0.0:0", "[::]:0", "10.1.2.3:80", "coordinator:5000", "128.0.0.1:1"}) {
     EXPECT_FALSE(IsLoopbackListen(listen)) << listen;
     EXPECT_THAT(CheckListenSecurity("--listen", listen, {}, false),
-                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("TLS is off"))) << listen;
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("TLS is off")))
+        << listen;
     EXPECT_THAT(CheckListenSecurity("--listen", listen, {}, /*insecure=*/true), IsOk()) << listen;
   }
   TlsConfig tls;

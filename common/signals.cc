@@ -34,8 +34,7 @@ void Handler(int signo) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<SignalWatcher>> SignalWatcher::Create(
-    std::initializer_list<int> signals) {
+absl::StatusOr<std::unique_ptr<SignalWatcher>> SignalWatcher::Create(std::initializer_list<int> signals) {
   bool expected = false;
   if (!g_active.compare_exchange_strong(expected, true)) {
     return absl::FailedPreconditionError("a SignalWatcher already exists in this process");
@@ -60,8 +59,7 @@ absl::StatusOr<std::unique_ptr<SignalWatcher>> SignalWatcher::Create(
     action.sa_flags = SA_RESTART;
     struct sigaction previous;
     if (sigaction(signo, &action, &previous) != 0) {
-      return absl::InternalError(
-          absl::StrCat("sigaction(", signo, "): ", std::strerror(errno)));
+      return absl::InternalError(absl::StrCat("sigaction(", signo, "): ", std::strerror(errno)));
     }
     watcher->signals_.push_back(signo);
     watcher->previous_.push_back(previous);
@@ -79,9 +77,7 @@ SignalWatcher::~SignalWatcher() {
   g_active = false;
 }
 
-bool SignalWatcher::Received(int signo) const {
-  return signo > 0 && signo < kMaxSignal && g_received[signo].load();
-}
+bool SignalWatcher::Received(int signo) const { return signo > 0 && signo < kMaxSignal && g_received[signo].load(); }
 
 bool SignalWatcher::AnyReceived() const {
   for (int signo : signals_) {

@@ -28,8 +28,7 @@ class SignalWatcher {
   // Installs handlers for `signals` (e.g. {SIGTERM, SIGINT}). Fails with
   // kFailedPrecondition if another watcher is alive, or kInternal if the
   // handlers cannot be installed.
-  static absl::StatusOr<std::unique_ptr<SignalWatcher>> Create(
-      std::initializer_list<int> signals);
+  static absl::StatusOr<std::unique_ptr<SignalWatcher>> Create(std::initializer_list<int> signals);
 
   SignalWatcher(const SignalWatcher&) = delete;
   SignalWatcher& operator=(const SignalWatcher&) = delete;

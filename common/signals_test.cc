@@ -37,8 +37,7 @@ TEST(SignalWatcherTest, WaitTimesOutWithinBound) {
 TEST(SignalWatcherTest, OnlyOneAtATime) {
   auto first = SignalWatcher::Create({SIGUSR1});
   ASSERT_TRUE(first.ok());
-  EXPECT_THAT(SignalWatcher::Create({SIGUSR2}).status(),
-              StatusCodeIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(SignalWatcher::Create({SIGUSR2}).status(), StatusCodeIs(absl::StatusCode::kFailedPrecondition));
   first->reset();
   EXPECT_TRUE(SignalWatcher::Create({SIGUSR2}).ok());
 }
@@ -57,8 +56,7 @@ TEST(SignalWatcherTest, RestoresPreviousHandler) {
 }
 
 TEST(SignalWatcherTest, RejectsOutOfRangeSignal) {
-  EXPECT_THAT(SignalWatcher::Create({0}).status(),
-              StatusCodeIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(SignalWatcher::Create({0}).status(), StatusCodeIs(absl::StatusCode::kInvalidArgument));
   EXPECT_TRUE(SignalWatcher::Create({SIGTERM}).ok());  // state was released
 }
 

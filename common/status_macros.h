@@ -26,15 +26,14 @@ absl::Status Annotate(const absl::Status& status, absl::string_view context);
 
 // Evaluates `expr` (an absl::Status); returns it from the enclosing function
 // if it is not OK.
-#define TY_RETURN_IF_ERROR(expr)                 \
-  do {                                           \
-    ::absl::Status ty_status_ = (expr);          \
-    if (!ty_status_.ok()) return ty_status_;     \
+#define TY_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::absl::Status ty_status_ = (expr);      \
+    if (!ty_status_.ok()) return ty_status_; \
   } while (false)
 
 // `lhs` = value of `rexpr` (an absl::StatusOr<T>), or returns its status.
-#define TY_ASSIGN_OR_RETURN(lhs, rexpr) \
-  TY_ASSIGN_OR_RETURN_IMPL_(TY_STATUS_CONCAT_(ty_statusor_, __LINE__), lhs, rexpr)
+#define TY_ASSIGN_OR_RETURN(lhs, rexpr) TY_ASSIGN_OR_RETURN_IMPL_(TY_STATUS_CONCAT_(ty_statusor_, __LINE__), lhs, rexpr)
 
 #define TY_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
   auto statusor = (rexpr);                              \

@@ -10,9 +10,7 @@ namespace {
 
 using ::testing::Eq;
 
-absl::Status FailIf(bool fail) {
-  return fail ? absl::UnavailableError("worker gone") : absl::OkStatus();
-}
+absl::Status FailIf(bool fail) { return fail ? absl::UnavailableError("worker gone") : absl::OkStatus(); }
 
 absl::StatusOr<int> Half(int x) {
   if (x % 2 != 0) return absl::InvalidArgumentError("odd");

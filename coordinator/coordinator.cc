@@ -13,16 +13,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "spec/jobspec_validator.h"
-#include "spdlog/spdlog.h"
-#include "spec/overrides.h"
 #include "common/status_macros.h"
 #include "coordinator/scheduler.h"
+#include "spdlog/spdlog.h"
+#include "spec/jobspec_validator.h"
+#include "spec/overrides.h"
 
 namespace trainyard {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 namespace {
 
 int64_t UnixMillis(Clock* clock) { return absl::ToUnixMillis(clock->Now()); }
@@ -30,8 +28,8 @@ int64_t UnixMillis(Clock* clock) { return absl::ToUnixMillis(clock->Now()); }
 std::string JobIdFor(const std::string& name, int64_t sequence) {
   std::string base;
   for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                    c == '_' || c == '.';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
     base += ok ? c : '-';
   }
   if (base.empty()) base = "job";
@@ -130,9 +128,9 @@ absl::Status Coordinator::Load() {
       if (job->info.restarts() < max_restarts) {
         job->info.set_restarts(job->info.restarts() + 1);
         job->info.set_state(RESTARTING);
-        job->info.set_reason(absl::StrCat(what, "; restart ", job->info.restarts(), " of ", max_restarts, " from ",
-                                          job->info.latest_checkpoint().empty() ? "scratch"
-                                                                                : job->info.latest_checkpoint()));
+        job->info.set_reason(
+            absl::StrCat(what, "; restart ", job->info.restarts(), " of ", max_restarts, " from ",
+                         job->info.latest_checkpoint().empty() ? "scratch" : job->info.latest_checkpoint()));
       } else {
         job->info.set_state(FAILED);
         job->info.set_reason(absl::StrCat(what, " (no restarts left: max_restarts ", max_restarts, ")"));
@@ -208,7 +206,8 @@ void Coordinator::SchedulerLoop() {
 void Coordinator::Tick() {
   const absl::Time tick_start = absl::Now();
   absl::Cleanup time_tick = [this, tick_start] {
-    if (metrics_.tick_seconds != nullptr) metrics_.tick_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - tick_start));
+    if (metrics_.tick_seconds != nullptr)
+      metrics_.tick_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - tick_start));
   };
   std::vector<WorkerRecord> lost = workers_.Expire();
   for (const WorkerRecord& w : lost) {
@@ -241,8 +240,8 @@ void Coordinator::Tick() {
   // Oldest pending jobs first.
   std::vector<Job*> pending;
   for (auto& [id, job] : jobs_) {
-    const bool waiting = (job->info.state() == PENDING && !job->stop) ||
-                         (job->info.state() == RESTARTING && !job->driver.joinable());
+    const bool waiting =
+        (job->info.state() == PENDING && !job->stop) || (job->info.state() == RESTARTING && !job->driver.joinable());
     if (waiting) pending.push_back(job.get());
   }
   std::sort(pending.begin(), pending.end(), [](Job* a, Job* b) { return a->sequence < b->sequence; });
@@ -259,9 +258,9 @@ void Coordinator::Tick() {
   // it restarts).
   if (gangs.size() < pending.size() && pending[gangs.size()]->info.state() == PENDING) {
     Job* head = pending[gangs.size()];
-    const std::string reason = absl::StrCat("waiting for ", std::max(head->info.spec().num_workers(), 1),
-                                            " idle workers (", idle.size() - used, " idle of ",
-                                            workers_.List().size(), " registered)");
+    const std::string reason =
+        absl::StrCat("waiting for ", std::max(head->info.spec().num_workers(), 1), " idle workers (",
+                     idle.size() - used, " idle of ", workers_.List().size(), " registered)");
     if (head->info.reason() != reason) {
       head->info.set_reason(reason);
       UpdateLocked(head);
@@ -409,9 +408,9 @@ void Coordinator::RetainLocked() {
     if (job->driver.joinable()) break;
     const std::string id = job->info.job_id();
     spdlog::info("job {}: record deleted ({})", id,
-                 over_count ? absl::StrCat("only the newest ", keep, " finished jobs are kept")
-                            : absl::StrCat("finished more than ", absl::FormatDuration(options_.keep_finished_for),
-                                           " ago"));
+                 over_count
+                     ? absl::StrCat("only the newest ", keep, " finished jobs are kept")
+                     : absl::StrCat("finished more than ", absl::FormatDuration(options_.keep_finished_for), " ago"));
     dirty_.erase(id);
     to_delete_.push_back(id);
     finished_.erase(finished_.begin());
@@ -431,8 +430,8 @@ absl::Status Coordinator::UnknownJob(const std::string& job_id) const {
     absl::StrAppend(&kept, kept.empty() ? "" : ", and ", "those that finished within the last ",
                     absl::FormatDuration(options_.keep_finished_for));
   }
-  return absl::NotFoundError(absl::StrCat("no job '", job_id, "'",
-                                          kept.empty() ? "" : absl::StrCat(" (finished jobs are kept: ", kept, ")")));
+  return absl::NotFoundError(
+      absl::StrCat("no job '", job_id, "'", kept.empty() ? "" : absl::StrCat(" (finished jobs are kept: ", kept, ")")));
 }
 
 void Coordinator::StopLocked(Job* job, JobState state, const std::string& reason, bool retryable) {
@@ -492,7 +491,7 @@ absl::StatusOr<SubmitJobResponse> Coordinator::SubmitJob(const SubmitJobRequest&
   response.set_job_id(job->info.job_id());
   *response.mutable_normalized_spec() = spec;
   spdlog::info("job {}: submitted ({} worker(s), {} steps)", job->info.job_id(), spec.num_workers(),
-           spec.total_steps());
+               spec.total_steps());
   by_sequence_[job->sequence] = job.get();
   jobs_[job->info.job_id()] = std::move(job);
   changed_.SignalAll();
@@ -610,7 +609,7 @@ absl::StatusOr<RegisterWorkerResponse> Coordinator::RegisterWorker(const Registe
   TY_ASSIGN_OR_RETURN(std::string id, workers_.Register(request.host(), request.address(), request.device(),
                                                         request.pid(), request.held_job_id()));
   spdlog::info("worker {} registered: host {}, {}, device {}", id, request.host(), request.address(),
-           request.device().empty() ? "cpu" : request.device());
+               request.device().empty() ? "cpu" : request.device());
   RegisterWorkerResponse response;
   response.set_worker_id(id);
   response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));

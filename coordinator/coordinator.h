@@ -43,17 +43,17 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "collective/store.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "common/mutex.h"
 #include "coordinator/job_driver.h"
 #include "coordinator/job_store.h"
 #include "coordinator/session_manager.h"
-#include "common/metrics.h"
 #include "coordinator/worker_client.h"
 #include "coordinator/worker_registry.h"
 #include "proto/job_service.pb.h"
@@ -142,12 +142,12 @@ class Coordinator : private JobDriverHost {
     JobInfo info;
     int64_t sequence = 0;
     int64_t version = 1;
-    bool stop = false;         // cancel or failure requested (its attempt winds down)
+    bool stop = false;  // cancel or failure requested (its attempt winds down)
     std::vector<std::string> worker_ids;
     std::shared_ptr<JobDriver> attempt;  // the current or last attempt
-    std::thread driver;        // runs `attempt`
-    bool driver_done = false;  // the driver returned; Tick joins it
-    absl::Time queued_since;   // entered PENDING or RESTARTING (scheduling delay)
+    std::thread driver;                  // runs `attempt`
+    bool driver_done = false;            // the driver returned; Tick joins it
+    absl::Time queued_since;             // entered PENDING or RESTARTING (scheduling delay)
   };
 
   Coordinator(CoordinatorOptions options, WorkerClientFactory factory, std::unique_ptr<JobStore> db);

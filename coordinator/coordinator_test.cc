@@ -25,21 +25,21 @@ using ::testing::HasSubstr;
 struct FakeWorker {
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<std::string> calls;       // "start r/w", "run first+n ckpt", "eval step", "abort"
+  std::vector<std::string> calls;  // "start r/w", "run first+n ckpt", "eval step", "abort"
   absl::Status fail_run_at_step = absl::OkStatus();
-  int64_t fail_step = -1;               // RunSteps with this first_step fails
-  bool block_runs = false;              // RunSteps blocks until cancelled
+  int64_t fail_step = -1;   // RunSteps with this first_step fails
+  bool block_runs = false;  // RunSteps blocks until cancelled
   bool cancelled = false;
-  int runs = 0;                         // RunSteps calls so far
-  int hold_run = -1;                    // the RunSteps call (1-based) that waits for `released`
+  int runs = 0;       // RunSteps calls so far
+  int hold_run = -1;  // the RunSteps call (1-based) that waits for `released`
   bool held = false, released = false;
-  double loss_at_end = 0;               // reported loss: 100 / last_step unless NaN asked
+  double loss_at_end = 0;  // reported loss: 100 / last_step unless NaN asked
   bool nan_loss = false;
-  int64_t preempt_step = -1;            // RunSteps from this step reports a preemption
-  bool asked_to_stop = false;           // ... and this worker is the one asked
-  int64_t preempt_eval_step = -1;       // Evaluate at this step reports a preemption
+  int64_t preempt_step = -1;       // RunSteps from this step reports a preemption
+  bool asked_to_stop = false;      // ... and this worker is the one asked
+  int64_t preempt_eval_step = -1;  // Evaluate at this step reports a preemption
   int rank = -1;
-  std::vector<std::string> restored;    // StartJob's restore_checkpoint, per attempt
+  std::vector<std::string> restored;  // StartJob's restore_checkpoint, per attempt
   // StartJob reports it restored this instead of the named checkpoint, having
   // passed over the named one (a damaged newest checkpoint).
   std::string restores_instead;
@@ -169,7 +169,8 @@ class FakeClient : public WorkerClient {
 class CoordinatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ =
+        absl::StrCat(std::getenv("TEST_TMPDIR"), "/", ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     options_.state_dir = dir_;
@@ -281,9 +282,9 @@ TEST_F(CoordinatorTest, RunsAJobInChunksToTheBoundariesAndSucceeds) {
   EXPECT_EQ(done.ranks(1).host(), "b");
   EXPECT_EQ(done.ranks(1).last_step_seconds(), 0.25);
   // Boundaries: summaries every 20, evals every 50, checkpoints every 30.
-  const std::vector<std::string> want = {
-      "start 0/2", "run 0+20",  "run 20+10 ckpt", "run 30+10", "run 40+10", "eval 50", "run 50+10 ckpt",
-      "run 60+20", "run 80+10 ckpt", "run 90+10 ckpt", "eval 100", "abort"};
+  const std::vector<std::string> want = {"start 0/2",      "run 0+20",       "run 20+10 ckpt", "run 30+10",
+                                         "run 40+10",      "eval 50",        "run 50+10 ckpt", "run 60+20",
+                                         "run 80+10 ckpt", "run 90+10 ckpt", "eval 100",       "abort"};
   EXPECT_EQ(CallsAfterAbort("a"), want);
   std::vector<std::string> want_b = want;
   want_b[0] = "start 1/2";
@@ -573,9 +574,8 @@ TEST_F(CoordinatorTest, ADataParallelSessionRunsOnEveryWorker) {
   open.set_wait_seconds(1);
   open.set_batch_size(3);
   open.set_num_workers(2);
-  EXPECT_THAT(c->OpenSession(open).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("batch_size: 3 is not a multiple of num_workers 2")));
+  EXPECT_THAT(c->OpenSession(open).status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                      HasSubstr("batch_size: 3 is not a multiple of num_workers 2")));
   open.set_batch_size(4);
   open.set_num_workers(3);
   EXPECT_THAT(c->OpenSession(open).status(),
@@ -625,8 +625,10 @@ TEST_F(CoordinatorTest, ADataParallelSessionRunsOnEveryWorker) {
   c->Shutdown();
   for (const char* w : {"a", "b"}) {
     std::lock_guard<std::mutex> lock(Worker(w)->mu);
-    EXPECT_EQ(std::count(Worker(w)->calls.begin(), Worker(w)->calls.end(), "open ckpt_7 " +
-                         std::to_string(Worker(w)->rank) + "/2"), 1) << w;
+    EXPECT_EQ(std::count(Worker(w)->calls.begin(), Worker(w)->calls.end(),
+                         "open ckpt_7 " + std::to_string(Worker(w)->rank) + "/2"),
+              1)
+        << w;
     EXPECT_EQ(std::count(Worker(w)->calls.begin(), Worker(w)->calls.end(), "abort"), 2) << w;
   }
 }
@@ -707,8 +709,7 @@ TEST_F(CoordinatorTest, WaitForChangeWakesOnChangesAndTimesOut) {
   auto info = c->WaitForChange(id, &version, absl::Seconds(10));
   EXPECT_GT(version, first);
   EXPECT_EQ(info->state(), CANCELLED);
-  EXPECT_THAT(c->WaitForChange("nope", &version, absl::Seconds(1)).status(),
-              StatusCodeIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(c->WaitForChange("nope", &version, absl::Seconds(1)).status(), StatusCodeIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(CoordinatorTest, ListJobsPagesNewestFirst) {
@@ -772,9 +773,9 @@ TEST_F(CoordinatorTest, FinishedJobsAreKeptByCountInMemoryAndInTheDatabase) {
     const ListJobsResponse all = *c->ListJobs({});
     for (const JobInfo& j : all.jobs()) ids.push_back(j.job_id());
     EXPECT_EQ(ids, (std::vector<std::string>{"test-job-5", "test-job-4", "test-job-2"}));
-    EXPECT_THAT(c->GetJob("test-job-3").status(),
-                StatusIs(absl::StatusCode::kNotFound,
-                         HasSubstr("no job 'test-job-3' (finished jobs are kept: the newest 2)")));
+    EXPECT_THAT(
+        c->GetJob("test-job-3").status(),
+        StatusIs(absl::StatusCode::kNotFound, HasSubstr("no job 'test-job-3' (finished jobs are kept: the newest 2)")));
     EXPECT_GT(c->GetJob("test-job-4")->end_time_unix_ms(), 0);
     EXPECT_EQ(c->GetJob("test-job-5")->end_time_unix_ms(), 0);
     c->Shutdown();
@@ -853,8 +854,7 @@ TEST_F(CoordinatorTest, AJobDeletedWhileWatchedEndsTheWatch) {
     ASSERT_THAT(c->CancelJob(second, "").status(), IsOk());  // deletes `first`
   });
   const absl::Time start = absl::Now();
-  EXPECT_THAT(c->WaitForChange(first, &version, absl::Seconds(30)).status(),
-              StatusCodeIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(c->WaitForChange(first, &version, absl::Seconds(30)).status(), StatusCodeIs(absl::StatusCode::kNotFound));
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   deleter.join();
 }

@@ -58,9 +58,9 @@ class GrpcWorkerClient : public WorkerClient {
     });
   }
   absl::Status AbortJob(const AbortJobRequest& request) override {
-    return Call<AbortJobResponse>(std::chrono::seconds(10), [&](grpc::ClientContext* ctx, AbortJobResponse* r) {
-             return stub_->AbortJob(ctx, request, r);
-           })
+    return Call<AbortJobResponse>(
+               std::chrono::seconds(10),
+               [&](grpc::ClientContext* ctx, AbortJobResponse* r) { return stub_->AbortJob(ctx, request, r); })
         .status();
   }
   void CancelInFlight() override {

@@ -110,8 +110,8 @@ absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Resp
     }
     if (culprit < 0) return absl::AbortedError(absl::StrCat(what, " was cancelled"));
     const absl::Status& s = shared->results[culprit]->status();
-    const std::string name =
-        culprit < static_cast<int>(plan_.rank_names.size()) ? plan_.rank_names[culprit] : absl::StrCat("rank ", culprit);
+    const std::string name = culprit < static_cast<int>(plan_.rank_names.size()) ? plan_.rank_names[culprit]
+                                                                                 : absl::StrCat("rank ", culprit);
     return absl::Status(s.code(), absl::StrCat(name, ": ", what, " failed: ", s.message()));
   }
   responses->clear();
@@ -153,9 +153,9 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
                           "; passed over ", absl::StrJoin(first.passed_over(), "; "));
       spdlog::warn("job {}: {}", job_id, note);
     }
-    const bool own = !first.restored_checkpoint().empty() &&
-                     std::filesystem::path(first.restored_checkpoint()).parent_path() ==
-                         std::filesystem::path(spec.output_dir());
+    const bool own =
+        !first.restored_checkpoint().empty() &&
+        std::filesystem::path(first.restored_checkpoint()).parent_path() == std::filesystem::path(spec.output_dir());
     if (own || first.passed_over_size() > 0) latest_checkpoint_ = first.restored_checkpoint();
     host_->ChangeState(job_id, RUNNING, note, [&](JobInfo* info) {
       info->set_step(step);

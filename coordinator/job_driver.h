@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/base/thread_annotations.h"
 #include "common/mutex.h"
 #include "coordinator/worker_client.h"
 #include "proto/job_service.pb.h"
@@ -39,12 +39,12 @@ namespace trainyard {
 // What the coordinator knows when it starts an attempt.
 struct AttemptPlan {
   std::string job_id;
-  JobSpec spec;                  // normalised
-  int restarts = 0;              // attempts restarted so far (scopes the rendezvous)
-  std::string restore_from;      // a restart: the job's newest checkpoint; "" first attempt
-  std::string latest_checkpoint; // the job's newest checkpoint so far ("" none)
+  JobSpec spec;                                        // normalised
+  int restarts = 0;                                    // attempts restarted so far (scopes the rendezvous)
+  std::string restore_from;                            // a restart: the job's newest checkpoint; "" first attempt
+  std::string latest_checkpoint;                       // the job's newest checkpoint so far ("" none)
   std::vector<std::shared_ptr<WorkerClient>> clients;  // rank order; nullptr: the worker left
-  std::vector<std::string> rank_names;  // "rank 1 (worker w2-b on host b, b)", for messages
+  std::vector<std::string> rank_names;                 // "rank 1 (worker w2-b on host b, b)", for messages
 };
 
 // The coordinator's side: the job's record.

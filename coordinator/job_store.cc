@@ -16,8 +16,8 @@ absl::Status SqliteError(sqlite3* db, const std::string& path, const std::string
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                      nullptr) != SQLITE_OK) {
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr) !=
+      SQLITE_OK) {
     absl::Status status = absl::UnavailableError(
         absl::StrCat(path, ": cannot open the job database: ", db ? sqlite3_errmsg(db) : "out of memory"));
     sqlite3_close(db);
@@ -28,8 +28,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
   MutexLock lock(&store->mu_);
   // A file that is not a database fails here, on the first read.
   if (absl::Status s = store->Exec("PRAGMA journal_mode=WAL"); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a Trainyard job database (", s.message(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a Trainyard job database (", s.message(), ")"));
   }
   for (const char* sql : {"PRAGMA synchronous=FULL",
                           "CREATE TABLE IF NOT EXISTS jobs ("
@@ -46,8 +45,8 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
   sqlite3_stmt* check = nullptr;
   if (sqlite3_prepare_v2(db, "SELECT job_id, sequence, state, info FROM jobs LIMIT 0", -1, &check, nullptr) !=
       SQLITE_OK) {
-    absl::Status status = absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a Trainyard job database (", sqlite3_errmsg(db), ")"));
+    absl::Status status =
+        absl::InvalidArgumentError(absl::StrCat(path, ": not a Trainyard job database (", sqlite3_errmsg(db), ")"));
     sqlite3_finalize(check);
     return status;
   }
@@ -72,8 +71,8 @@ absl::Status JobStore::Put(const JobInfo& job, int64_t sequence) {
   if (!job.SerializeToString(&blob)) return absl::InternalError("cannot serialise JobInfo " + job.job_id());
   MutexLock lock(&mu_);
   sqlite3_stmt* stmt = nullptr;
-  if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO jobs (job_id, sequence, state, info) VALUES (?, ?, ?, ?)",
-                         -1, &stmt, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO jobs (job_id, sequence, state, info) VALUES (?, ?, ?, ?)", -1,
+                         &stmt, nullptr) != SQLITE_OK) {
     return SqliteError(db_, path_, "prepare");
   }
   sqlite3_bind_text(stmt, 1, job.job_id().data(), static_cast<int>(job.job_id().size()), SQLITE_TRANSIENT);

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/base/thread_annotations.h"
 #include "common/mutex.h"
 #include "proto/job_service.pb.h"
 

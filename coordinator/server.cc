@@ -38,9 +38,9 @@ absl::Status ServeCoordinator(const CoordinatorServerOptions& options, std::ostr
   // Clients (users) may come without a certificate; workers must bring one
   // when there is a CA to check it against.
   const bool mutual = options.tls.enabled() && !options.tls.ca_file.empty();
-  TY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> server_credentials,
-                      MakeServerCredentials(options.tls, mutual ? ClientCertificates::kOptional
-                                                                : ClientCertificates::kNotRequested));
+  TY_ASSIGN_OR_RETURN(
+      std::shared_ptr<grpc::ServerCredentials> server_credentials,
+      MakeServerCredentials(options.tls, mutual ? ClientCertificates::kOptional : ClientCertificates::kNotRequested));
   std::shared_ptr<grpc::ChannelCredentials> worker_credentials;
   if (options.tls.enabled()) {
     TY_ASSIGN_OR_RETURN(worker_credentials, MakeChannelCredentials(options.tls, nullptr));

@@ -157,15 +157,14 @@ absl::StatusOr<OpenSessionResponse> SessionManager::Open(const OpenSessionReques
   }
   // Every worker at once: with several, they meet in the store under the
   // session's id before loading the model.
-  std::vector<absl::StatusOr<OpenSessionResponse>> opened =
-      CallAll<OpenSessionResponse>(num_workers, [&](int rank) {
-        WorkerOpenSessionRequest open;
-        open.set_session_id(session_id);
-        *open.mutable_request() = request;
-        open.set_rank(rank);
-        open.set_world_size(num_workers);
-        return session.clients[rank]->OpenSession(open);
-      });
+  std::vector<absl::StatusOr<OpenSessionResponse>> opened = CallAll<OpenSessionResponse>(num_workers, [&](int rank) {
+    WorkerOpenSessionRequest open;
+    open.set_session_id(session_id);
+    *open.mutable_request() = request;
+    open.set_rank(rank);
+    open.set_world_size(num_workers);
+    return session.clients[rank]->OpenSession(open);
+  });
   MutexLock lock(&mu_);
   if (absl::Status failed = GroupStatus(opened, worker_ids); !failed.ok()) {
     // Those that opened let go again; all return to the pool.

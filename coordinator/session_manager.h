@@ -20,10 +20,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "absl/base/thread_annotations.h"
 #include "collective/store.h"
 #include "common/clock.h"
 #include "common/mutex.h"
@@ -36,9 +36,9 @@ namespace trainyard {
 struct SessionManagerOptions {
   std::string output_root;  // sessions' output_dir must lie inside it
   Clock* clock = Clock::Real();
-  WorkerRegistry* workers = nullptr;      // not owned
+  WorkerRegistry* workers = nullptr;  // not owned
   WorkerClientFactory client_factory;
-  InMemoryStore* store = nullptr;         // not owned: the rendezvous store
+  InMemoryStore* store = nullptr;  // not owned: the rendezvous store
   // A job's newest checkpoint (OpenSession by job_id): kNotFound for an
   // unknown job, "" when it has none yet.
   std::function<absl::StatusOr<std::string>(const std::string& job_id)> job_checkpoint;

@@ -25,8 +25,8 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const std::string& host, co
   MutexLock lock(&mu_);
   WorkerRecord record;
   record.sequence = next_sequence_++;
-  record.worker_id = absl::StrCat("w", record.sequence, "-", host.empty() ? "host" : host,
-                                  instance_.empty() ? "" : ".", instance_);
+  record.worker_id =
+      absl::StrCat("w", record.sequence, "-", host.empty() ? "host" : host, instance_.empty() ? "" : ".", instance_);
   record.host = host;
   record.address = address;
   record.device = device.empty() ? "cpu" : device;

@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "absl/base/thread_annotations.h"
 #include "common/clock.h"
 #include "common/mutex.h"
 
@@ -54,9 +54,8 @@ class WorkerRegistry {
   // "w<n>-<host>", with ".<instance>" appended when there is one.
   // A worker that still holds a job (`held_job_id`) starts DRAINING.
   // kInvalidArgument naming the field for an empty address.
-  absl::StatusOr<std::string> Register(const std::string& host, const std::string& address,
-                                       const std::string& device, int32_t pid,
-                                       const std::string& held_job_id = "");
+  absl::StatusOr<std::string> Register(const std::string& host, const std::string& address, const std::string& device,
+                                       int32_t pid, const std::string& held_job_id = "");
   // kNotFound for an unknown (or expired) worker: it must register again.
   // `job_id` is the job the worker holds ("" = none); an idle worker that
   // reports one is DRAINING until it reports none.

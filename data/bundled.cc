@@ -32,9 +32,9 @@ absl::StatusOr<std::string> FindBundledFile(const std::string& relative) {
   for (const std::string& path : candidates) {
     if (access(path.c_str(), R_OK) == 0) return path;
   }
-  return absl::NotFoundError(absl::StrCat("bundled data file '", relative,
-                                          "' not found (set TRAINYARD_DATA_DIR); searched: ",
-                                          absl::StrJoin(candidates, ", ")));
+  return absl::NotFoundError(
+      absl::StrCat("bundled data file '", relative,
+                   "' not found (set TRAINYARD_DATA_DIR); searched: ", absl::StrJoin(candidates, ", ")));
 }
 
 absl::Status RegisterBundledTasks(TaskRegistry* registry) {

@@ -5,12 +5,10 @@
 namespace trainyard {
 namespace {
 
-const char* const kOnes[] = {"zero",    "one",     "two",       "three",    "four",
-                             "five",    "six",     "seven",     "eight",    "nine",
-                             "ten",     "eleven",  "twelve",    "thirteen", "fourteen",
-                             "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"};
-const char* const kTens[] = {"", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy",
-                             "eighty", "ninety"};
+const char* const kOnes[] = {"zero",     "one",     "two",     "three",     "four",     "five",    "six",
+                             "seven",    "eight",   "nine",    "ten",       "eleven",   "twelve",  "thirteen",
+                             "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"};
+const char* const kTens[] = {"", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"};
 
 // 1..999
 std::string BelowThousand(int64_t n) {

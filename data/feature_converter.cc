@@ -25,8 +25,7 @@ ConvertedBatch FeatureConverter::Convert(const std::vector<TokenizedExample>& ex
     // Drop the rows packing did not need.
     int64_t used = 0;
     for (int64_t r = 0; r < batch.rows; ++r) {
-      if (batch.encoder_segment_ids[r * inputs_length_] != 0 ||
-          batch.decoder_segment_ids[r * targets_length_] != 0) {
+      if (batch.encoder_segment_ids[r * inputs_length_] != 0 || batch.decoder_segment_ids[r * targets_length_] != 0) {
         used = r + 1;
       }
     }
@@ -44,8 +43,8 @@ ConvertedBatch FeatureConverter::Convert(const std::vector<TokenizedExample>& ex
   return batch;
 }
 
-ConvertedBatch FeatureConverter::ConvertToRows(const std::vector<TokenizedExample>& examples,
-                                               int64_t rows, size_t* consumed) const {
+ConvertedBatch FeatureConverter::ConvertToRows(const std::vector<TokenizedExample>& examples, int64_t rows,
+                                               size_t* consumed) const {
   ConvertedBatch b;
   b.rows = rows;
   b.inputs_length = inputs_length_;

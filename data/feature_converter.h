@@ -23,7 +23,7 @@
 namespace trainyard {
 
 struct TokenizedExample {
-  std::vector<int32_t> inputs;   // EOS included if the task appends it
+  std::vector<int32_t> inputs;  // EOS included if the task appends it
   std::vector<int32_t> targets;
 };
 
@@ -41,7 +41,7 @@ struct ConvertedBatch {
   // Bookkeeping for metrics.
   int64_t examples = 0;
   int64_t truncated_examples = 0;
-  int64_t input_tokens = 0;   // real (non-padding) tokens
+  int64_t input_tokens = 0;  // real (non-padding) tokens
   int64_t target_tokens = 0;
 
   bool packed() const { return !encoder_segment_ids.empty(); }
@@ -60,8 +60,7 @@ class FeatureConverter {
   // Packs examples into exactly `rows` rows: returns how many of `examples`
   // (from the front) were placed; the rest did not fit. Unpacked: min(rows,
   // examples.size()). Rows left over are all padding.
-  ConvertedBatch ConvertToRows(const std::vector<TokenizedExample>& examples, int64_t rows,
-                               size_t* consumed) const;
+  ConvertedBatch ConvertToRows(const std::vector<TokenizedExample>& examples, int64_t rows, size_t* consumed) const;
 
  private:
   int64_t inputs_length_;

@@ -10,36 +10,31 @@
 
 namespace trainyard {
 
-absl::StatusOr<std::unique_ptr<TaskIterator>> TaskIterator::Create(const Task& task,
-                                                                   const IteratorOptions& options) {
+absl::StatusOr<std::unique_ptr<TaskIterator>> TaskIterator::Create(const Task& task, const IteratorOptions& options) {
   if (options.rows < 1 || options.inputs_length < 1 || options.targets_length < 1) {
     return absl::InvalidArgumentError("rows and feature lengths must be >= 1");
   }
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", options.rank, " is not in [0, ", options.world_size, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " is not in [0, ", options.world_size, ")"));
   }
   absl::StatusOr<std::unique_ptr<ExampleSource>> source = task.source(options.split);
   if (!source.ok()) {
-    return absl::Status(source.status().code(),
-                        absl::StrCat("task ", task.name, ": ", source.status().message()));
+    return absl::Status(source.status().code(), absl::StrCat("task ", task.name, ": ", source.status().message()));
   }
   if ((*source)->size() == 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("task ", task.name, ", split ", options.split, ": no examples"));
+    return absl::FailedPreconditionError(absl::StrCat("task ", task.name, ", split ", options.split, ": no examples"));
   }
   std::unique_ptr<TaskIterator> it(new TaskIterator(task, options, std::move(*source)));
   if (it->shard_size() == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "task ", task.name, ", split ", options.split, ": ", it->source_->size(),
-        " examples leave rank ", options.rank, " of ", options.world_size, " nothing"));
+    return absl::FailedPreconditionError(absl::StrCat("task ", task.name, ", split ", options.split, ": ",
+                                                      it->source_->size(), " examples leave rank ", options.rank,
+                                                      " of ", options.world_size, " nothing"));
   }
   it->StartEpoch(0);
   return it;
 }
 
-TaskIterator::TaskIterator(const Task& task, const IteratorOptions& options,
-                           std::unique_ptr<ExampleSource> source)
+TaskIterator::TaskIterator(const Task& task, const IteratorOptions& options, std::unique_ptr<ExampleSource> source)
     : task_(task),
       options_(options),
       source_(std::move(source)),
@@ -128,8 +123,7 @@ absl::Status TaskIterator::Restore(const std::string& state) {
   absl::StatusOr<IteratorPosition> p = ParseIteratorState(state);
   if (!p.ok() || p->position > shard_size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("iterator state \"", state, "\": want \"EPOCH POSITION\" with 0 <= POSITION <= ",
-                     shard_size()));
+        absl::StrCat("iterator state \"", state, "\": want \"EPOCH POSITION\" with 0 <= POSITION <= ", shard_size()));
   }
   StartEpoch(p->epoch);
   position_ = loaded_ = p->position;

@@ -44,8 +44,7 @@ struct IteratorOptions {
 
 class TaskIterator {
  public:
-  static absl::StatusOr<std::unique_ptr<TaskIterator>> Create(const Task& task,
-                                                              const IteratorOptions& options);
+  static absl::StatusOr<std::unique_ptr<TaskIterator>> Create(const Task& task, const IteratorOptions& options);
 
   // The next batch; kOutOfRange at the end of a non-repeating iterator.
   absl::StatusOr<ConvertedBatch> Next();
@@ -65,8 +64,7 @@ class TaskIterator {
   int64_t dropped() const { return dropped_; }
 
  private:
-  TaskIterator(const Task& task, const IteratorOptions& options,
-               std::unique_ptr<ExampleSource> source);
+  TaskIterator(const Task& task, const IteratorOptions& options, std::unique_ptr<ExampleSource> source);
   void StartEpoch(int64_t epoch);
   // Tokenized example at shard position `p` of the current epoch, or nullopt
   // if a preprocessor dropped it.
@@ -78,10 +76,10 @@ class TaskIterator {
   FeatureConverter converter_;
   std::vector<int64_t> order_;  // this epoch's permutation
   int64_t epoch_ = 0;
-  int64_t position_ = 0;        // next unconsumed shard position
+  int64_t position_ = 0;  // next unconsumed shard position
   // Tokenized examples at positions position_, position_+1, ... (a cache).
   std::deque<std::pair<int64_t, TokenizedExample>> buffer_;
-  int64_t loaded_ = 0;          // next shard position to load into buffer_
+  int64_t loaded_ = 0;  // next shard position to load into buffer_
   int64_t dropped_ = 0;
 };
 

@@ -58,8 +58,7 @@ TEST(DigitsToWordsSourceTest, SplitsAreDisjointAndCoverEveryNumber) {
 TEST(FileSourceTest, TsvAndJsonlWithBadLines) {
   const std::string tsv = Write("a.tsv", "12\ttwelve\nbad line without tab\n7\tseven\n\xff\xfe\tx\n");
   EXPECT_THAT(OpenTsvSource({tsv}).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("a.tsv:2: 1 tab-separated columns, want 2")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a.tsv:2: 1 tab-separated columns, want 2")));
   FileSourceOptions lenient;
   lenient.strict = false;
   auto source = OpenTsvSource({tsv}, lenient);
@@ -149,10 +148,8 @@ TEST(TaskIteratorTest, ShardsCoverAnEpochExactlyOnce) {
 }
 
 bool SameBatch(const ConvertedBatch& a, const ConvertedBatch& b) {
-  return a.encoder_input_tokens == b.encoder_input_tokens &&
-         a.decoder_target_tokens == b.decoder_target_tokens &&
-         a.decoder_input_tokens == b.decoder_input_tokens &&
-         a.encoder_segment_ids == b.encoder_segment_ids &&
+  return a.encoder_input_tokens == b.encoder_input_tokens && a.decoder_target_tokens == b.decoder_target_tokens &&
+         a.decoder_input_tokens == b.decoder_input_tokens && a.encoder_segment_ids == b.encoder_segment_ids &&
          a.decoder_segment_ids == b.decoder_segment_ids;
 }
 
@@ -228,8 +225,7 @@ TEST(MixtureTest, RatesAreHonouredAndComponentsKeepTheirPreprocessors) {
   ASSERT_EQ(batch.examples, 1100);  // an epoch: 100 + 1000 positions
   int from_small = 0;
   for (int64_t r = 0; r < batch.rows; ++r) {
-    std::vector<int> ids(batch.encoder_input_tokens.begin() + r * 8,
-                         batch.encoder_input_tokens.begin() + (r + 1) * 8);
+    std::vector<int> ids(batch.encoder_input_tokens.begin() + r * 8, batch.encoder_input_tokens.begin() + (r + 1) * 8);
     const int n = std::stoi(*BundledVocab()->Decode(ids));
     from_small += n < 100;  // "big" examples were all moved to >= 500
   }

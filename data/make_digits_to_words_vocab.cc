@@ -5,9 +5,9 @@
 // file also records the path of its temporary input).
 //
 // usage: make_digits_to_words_vocab OUT_PREFIX
+#include <unistd.h>
 #include <cstdio>
 #include <fstream>
-#include <unistd.h>
 
 #include "data/source.h"
 #include "data/vocabulary.h"

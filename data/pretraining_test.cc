@@ -77,12 +77,16 @@ TEST_F(PretrainingTest, SpanCorruptionBatchesHaveSentinelsAndTheConfiguredNoise)
     ConvertedBatch batch = *it->Next();
     ASSERT_EQ(batch.truncated_examples, 0);  // lengths chosen to fit
     for (int32_t id : batch.encoder_input_tokens) {
-      if (is_sentinel(id)) ++sentinels_in;
-      else if (id > Vocabulary::kEosId) ++kept;
+      if (is_sentinel(id))
+        ++sentinels_in;
+      else if (id > Vocabulary::kEosId)
+        ++kept;
     }
     for (int32_t id : batch.decoder_target_tokens) {
-      if (is_sentinel(id)) ++sentinels_out;
-      else if (id > Vocabulary::kEosId) ++noise;
+      if (is_sentinel(id))
+        ++sentinels_out;
+      else if (id > Vocabulary::kEosId)
+        ++noise;
     }
   }
   EXPECT_EQ(sentinels_in, sentinels_out);  // every span marked on both sides

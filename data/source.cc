@@ -40,14 +40,12 @@ bool ValidUtf8(const std::string& s) {
 }
 
 // One parsed line, or the reason it is bad.
-using LineParser = absl::StatusOr<Example> (*)(const std::string& line,
-                                               const std::vector<std::string>& fields);
+using LineParser = absl::StatusOr<Example> (*)(const std::string& line, const std::vector<std::string>& fields);
 
 absl::StatusOr<Example> ParseTsv(const std::string& line, const std::vector<std::string>& fields) {
   std::vector<std::string> columns = absl::StrSplit(line, '\t');
   if (columns.size() != fields.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(columns.size(), " tab-separated columns, want ", fields.size()));
+    return absl::InvalidArgumentError(absl::StrCat(columns.size(), " tab-separated columns, want ", fields.size()));
   }
   Example ex;
   for (size_t i = 0; i < fields.size(); ++i) ex[fields[i]] = std::move(columns[i]);
@@ -99,8 +97,7 @@ class FileSource : public ExampleSource {
   };
 
   static absl::StatusOr<std::unique_ptr<ExampleSource>> Open(const std::vector<std::string>& patterns,
-                                                             const FileSourceOptions& options,
-                                                             LineParser parser) {
+                                                             const FileSourceOptions& options, LineParser parser) {
     if (patterns.empty()) return absl::InvalidArgumentError("no files given");
     absl::StatusOr<std::vector<std::string>> expanded = ExpandPatterns(patterns);
     if (!expanded.ok()) return expanded.status();
@@ -117,8 +114,8 @@ class FileSource : public ExampleSource {
         const std::streamoff here = offset;
         offset = in.tellg();
         if (line.empty()) continue;
-        absl::Status bad = ValidUtf8(line) ? parser(line, options.fields).status()
-                                           : absl::InvalidArgumentError("invalid UTF-8");
+        absl::Status bad =
+            ValidUtf8(line) ? parser(line, options.fields).status() : absl::InvalidArgumentError("invalid UTF-8");
         if (!bad.ok()) {
           if (options.strict) {
             return absl::InvalidArgumentError(absl::StrCat(paths[f], ":", number, ": ", bad.message()));
@@ -198,8 +195,8 @@ absl::StatusOr<std::unique_ptr<ExampleSource>> OpenTsvSource(const std::vector<s
   return FileSource::Open(paths, options, ParseTsv);
 }
 
-absl::StatusOr<std::unique_ptr<ExampleSource>> OpenJsonlSource(
-    const std::vector<std::string>& paths, const FileSourceOptions& options) {
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenJsonlSource(const std::vector<std::string>& paths,
+                                                               const FileSourceOptions& options) {
   return FileSource::Open(paths, options, ParseJsonl);
 }
 
@@ -213,8 +210,7 @@ absl::StatusOr<std::unique_ptr<ExampleSource>> DigitsToWordsSource(const std::st
     return std::unique_ptr<ExampleSource>(new DigitsSource(DigitsToWordsSplit::kValidation));
   }
   if (split == "test") return std::unique_ptr<ExampleSource>(new DigitsSource(DigitsToWordsSplit::kTest));
-  return absl::InvalidArgumentError(
-      absl::StrCat("split \"", split, "\" is not one of train, validation, test"));
+  return absl::InvalidArgumentError(absl::StrCat("split \"", split, "\" is not one of train, validation, test"));
 }
 
 }  // namespace trainyard

@@ -45,8 +45,8 @@ struct FileSourceOptions {
 // their matches in sorted order (kNotFound if a pattern matches nothing).
 absl::StatusOr<std::unique_ptr<ExampleSource>> OpenTsvSource(const std::vector<std::string>& paths,
                                                              const FileSourceOptions& options = {});
-absl::StatusOr<std::unique_ptr<ExampleSource>> OpenJsonlSource(
-    const std::vector<std::string>& paths, const FileSourceOptions& options = {});
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenJsonlSource(const std::vector<std::string>& paths,
+                                                               const FileSourceOptions& options = {});
 
 std::unique_ptr<ExampleSource> InMemorySource(std::vector<Example> examples);
 

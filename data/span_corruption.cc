@@ -31,14 +31,14 @@ std::vector<int64_t> RandomSegmentation(int64_t items, int64_t segments, std::mt
 
 }  // namespace
 
-std::vector<bool> RandomSpansNoiseMask(int64_t length, double noise_density,
-                                       double mean_noise_span_length, std::mt19937_64* rng) {
+std::vector<bool> RandomSpansNoiseMask(int64_t length, double noise_density, double mean_noise_span_length,
+                                       std::mt19937_64* rng) {
   const int64_t original = length;
   length = std::max<int64_t>(length, 2);
   int64_t noise = static_cast<int64_t>(std::llround(static_cast<double>(length) * noise_density));
   noise = std::min(std::max<int64_t>(noise, 1), length - 1);
-  int64_t spans = std::max<int64_t>(
-      1, static_cast<int64_t>(std::llround(static_cast<double>(noise) / mean_noise_span_length)));
+  int64_t spans =
+      std::max<int64_t>(1, static_cast<int64_t>(std::llround(static_cast<double>(noise) / mean_noise_span_length)));
   spans = std::min(spans, std::min(noise, length - noise));
   const std::vector<int64_t> noise_lengths = RandomSegmentation(noise, spans, rng);
   const std::vector<int64_t> keep_lengths = RandomSegmentation(length - noise, spans, rng);
@@ -51,11 +51,10 @@ std::vector<bool> RandomSpansNoiseMask(int64_t length, double noise_density,
   return mask;
 }
 
-TokenizedExample SpanCorrupt(const std::vector<int32_t>& tokens, int32_t first_sentinel,
-                             double noise_density, double mean_noise_span_length,
-                             std::mt19937_64* rng) {
-  const std::vector<bool> mask = RandomSpansNoiseMask(static_cast<int64_t>(tokens.size()),
-                                                      noise_density, mean_noise_span_length, rng);
+TokenizedExample SpanCorrupt(const std::vector<int32_t>& tokens, int32_t first_sentinel, double noise_density,
+                             double mean_noise_span_length, std::mt19937_64* rng) {
+  const std::vector<bool> mask =
+      RandomSpansNoiseMask(static_cast<int64_t>(tokens.size()), noise_density, mean_noise_span_length, rng);
   TokenizedExample out;
   int32_t sentinel = first_sentinel;
   for (size_t i = 0; i < tokens.size(); ++i) {

@@ -20,15 +20,14 @@
 namespace trainyard {
 
 // The noise mask of a sequence of `length` tokens (true: noise).
-std::vector<bool> RandomSpansNoiseMask(int64_t length, double noise_density,
-                                       double mean_noise_span_length, std::mt19937_64* rng);
+std::vector<bool> RandomSpansNoiseMask(int64_t length, double noise_density, double mean_noise_span_length,
+                                       std::mt19937_64* rng);
 
 // Corrupts `tokens` (without EOS): inputs and targets as above, each followed
 // by EOS. `first_sentinel` is the id of <extra_id_0>; later sentinels count
 // down from it.
-TokenizedExample SpanCorrupt(const std::vector<int32_t>& tokens, int32_t first_sentinel,
-                             double noise_density, double mean_noise_span_length,
-                             std::mt19937_64* rng);
+TokenizedExample SpanCorrupt(const std::vector<int32_t>& tokens, int32_t first_sentinel, double noise_density,
+                             double mean_noise_span_length, std::mt19937_64* rng);
 
 }  // namespace trainyard
 

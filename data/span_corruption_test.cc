@@ -16,8 +16,8 @@ TEST(SpanCorruptionTest, ExactNoiseCountAndSpansPerExample) {
       noise += mask[i];
       spans += mask[i] && (i == 0 || !mask[i - 1]);
     }
-    EXPECT_EQ(noise, 15);  // round(100 * 0.15)
-    EXPECT_EQ(spans, 5);   // round(15 / 3)
+    EXPECT_EQ(noise, 15);   // round(100 * 0.15)
+    EXPECT_EQ(spans, 5);    // round(15 / 3)
     EXPECT_FALSE(mask[0]);  // spans alternate starting with non-noise
   }
 }

@@ -16,8 +16,7 @@ constexpr char kComponentField[] = "__mixture_component";
 // schedule_[i].first, at its index schedule_[i].second.
 class MixtureSource : public ExampleSource {
  public:
-  MixtureSource(std::vector<std::unique_ptr<ExampleSource>> sources,
-                std::vector<std::pair<int32_t, int64_t>> schedule)
+  MixtureSource(std::vector<std::unique_ptr<ExampleSource>> sources, std::vector<std::pair<int32_t, int64_t>> schedule)
       : sources_(std::move(sources)), schedule_(std::move(schedule)) {}
   int64_t size() const override { return static_cast<int64_t>(schedule_.size()); }
   absl::StatusOr<Example> Get(int64_t index) const override {
@@ -35,8 +34,7 @@ class MixtureSource : public ExampleSource {
 
 }  // namespace
 
-absl::StatusOr<TokenizedExample> Tokenize(const Task& task, const Example& example,
-                                          std::mt19937_64* rng) {
+absl::StatusOr<TokenizedExample> Tokenize(const Task& task, const Example& example, std::mt19937_64* rng) {
   TokenizedExample out;
   for (const char* feature : {"inputs", "targets"}) {
     auto it = example.find(feature);
@@ -74,8 +72,7 @@ Preprocessor Rekey(std::map<std::string, std::string> mapping) {
   };
 }
 
-TokenPreprocessor SpanCorruption(const Vocabulary& vocabulary, double noise_density,
-                                 double mean_noise_span_length) {
+TokenPreprocessor SpanCorruption(const Vocabulary& vocabulary, double noise_density, double mean_noise_span_length) {
   const int extra_ids = vocabulary.extra_ids();
   const int32_t first_sentinel = extra_ids > 0 ? vocabulary.ExtraId(0) : -1;
   return [=](TokenizedExample ex, std::mt19937_64* rng) -> absl::StatusOr<TokenizedExample> {
@@ -107,8 +104,7 @@ TaskRegistry& TaskRegistry::Global() {
 
 absl::Status TaskRegistry::Add(Task task) {
   if (task.name.empty() || !task.source || task.vocabulary == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("task \"", task.name, "\" needs a name, a source and a vocabulary"));
+    return absl::InvalidArgumentError(absl::StrCat("task \"", task.name, "\" needs a name, a source and a vocabulary"));
   }
   MutexLock lock(&mu_);
   if (tasks_.count(task.name)) {
@@ -125,8 +121,8 @@ absl::StatusOr<const Task*> TaskRegistry::Get(const std::string& name) const {
   if (it == tasks_.end()) {
     std::vector<std::string> names;
     for (const auto& [n, t] : tasks_) names.push_back(n);
-    return absl::NotFoundError(absl::StrCat("no task \"", name, "\"; registered: ",
-                                            names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
+    return absl::NotFoundError(
+        absl::StrCat("no task \"", name, "\"; registered: ", names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
   }
   return it->second.get();
 }
@@ -152,9 +148,8 @@ absl::Status TaskRegistry::AddMixture(const std::string& name,
     if (!task.ok()) return absl::NotFoundError(absl::StrCat("mixture ", name, ": ", task.status().message()));
     if (!components.empty() && ((*task)->vocabulary->path() != components[0]->vocabulary->path() ||
                                 (*task)->vocabulary->size() != components[0]->vocabulary->size())) {
-      return absl::InvalidArgumentError(absl::StrCat("mixture ", name, ": ", task_name,
-                                                     " has another vocabulary than ",
-                                                     components[0]->name));
+      return absl::InvalidArgumentError(
+          absl::StrCat("mixture ", name, ": ", task_name, " has another vocabulary than ", components[0]->name));
     }
     components.push_back(*task);
     weights.push_back(rate);
@@ -163,8 +158,8 @@ absl::Status TaskRegistry::AddMixture(const std::string& name,
   mixture.name = name;
   mixture.vocabulary = components[0]->vocabulary;
   mixture.add_eos = components[0]->add_eos;
-  mixture.source = [components, weights, name](
-                       const std::string& split) -> absl::StatusOr<std::unique_ptr<ExampleSource>> {
+  mixture.source = [components, weights,
+                    name](const std::string& split) -> absl::StatusOr<std::unique_ptr<ExampleSource>> {
     std::vector<std::unique_ptr<ExampleSource>> sources;
     int64_t total = 0;
     for (const Task* t : components) {
@@ -193,17 +188,16 @@ absl::Status TaskRegistry::AddMixture(const std::string& name,
     return std::unique_ptr<ExampleSource>(new MixtureSource(std::move(sources), std::move(schedule)));
   };
   // Each example goes through its own task's preprocessors.
-  mixture.preprocessors.push_back(
-      [components](Example ex) -> absl::StatusOr<absl::optional<Example>> {
-        const size_t k = static_cast<size_t>(std::stoul(ex.at(kComponentField)));
-        ex.erase(kComponentField);
-        for (const Preprocessor& preprocess : components[k]->preprocessors) {
-          absl::StatusOr<absl::optional<Example>> out = preprocess(std::move(ex));
-          if (!out.ok() || !out->has_value()) return out;
-          ex = std::move(**out);
-        }
-        return absl::optional<Example>(std::move(ex));
-      });
+  mixture.preprocessors.push_back([components](Example ex) -> absl::StatusOr<absl::optional<Example>> {
+    const size_t k = static_cast<size_t>(std::stoul(ex.at(kComponentField)));
+    ex.erase(kComponentField);
+    for (const Preprocessor& preprocess : components[k]->preprocessors) {
+      absl::StatusOr<absl::optional<Example>> out = preprocess(std::move(ex));
+      if (!out.ok() || !out->has_value()) return out;
+      ex = std::move(**out);
+    }
+    return absl::optional<Example>(std::move(ex));
+  });
   return Add(std::move(mixture));
 }
 

@@ -32,8 +32,7 @@ using Preprocessor = std::function<absl::StatusOr<absl::optional<Example>>(Examp
 
 // A token-level preprocessor (after tokenisation, before EOS is appended),
 // with a generator seeded per example: f(seed, epoch, example index).
-using TokenPreprocessor =
-    std::function<absl::StatusOr<TokenizedExample>(TokenizedExample, std::mt19937_64* rng)>;
+using TokenPreprocessor = std::function<absl::StatusOr<TokenizedExample>(TokenizedExample, std::mt19937_64* rng)>;
 
 struct Task {
   std::string name;
@@ -49,8 +48,7 @@ struct Task {
 // empty), runs the token preprocessors, appends EOS if asked; both features
 // must end up non-empty. `rng` may be null when the task has no token
 // preprocessors.
-absl::StatusOr<TokenizedExample> Tokenize(const Task& task, const Example& example,
-                                          std::mt19937_64* rng = nullptr);
+absl::StatusOr<TokenizedExample> Tokenize(const Task& task, const Example& example, std::mt19937_64* rng = nullptr);
 
 // Built-in preprocessors.
 // Renames features: {new name: old name}; other features are dropped.
@@ -82,8 +80,7 @@ class TaskRegistry {
   // wrapping around. Components must share a vocabulary. kNotFound for an
   // unknown component, kInvalidArgument for a rate <= 0 or mismatched
   // vocabularies, kAlreadyExists for a taken name.
-  absl::Status AddMixture(const std::string& name,
-                          const std::vector<std::pair<std::string, double>>& rates);
+  absl::Status AddMixture(const std::string& name, const std::vector<std::pair<std::string, double>>& rates);
 
  private:
   mutable Mutex mu_;

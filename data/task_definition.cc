@@ -33,8 +33,8 @@ absl::Status RegisterTaskDefinition(const TaskDefinition& def, TaskRegistry* reg
     if (it == splits.end()) {
       std::vector<std::string> names;
       for (const auto& [k, v] : splits) names.push_back(k);
-      return absl::InvalidArgumentError(absl::StrCat("task ", name, ": split \"", split, "\" is not one of ",
-                                                     absl::StrJoin(names, ", ")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("task ", name, ": split \"", split, "\" is not one of ", absl::StrJoin(names, ", ")));
     }
     absl::StatusOr<std::unique_ptr<ExampleSource>> source =
         absl::EndsWith(it->second, ".jsonl") ? OpenJsonlSource({it->second}) : OpenTsvSource({it->second});

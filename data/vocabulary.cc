@@ -10,8 +10,7 @@ namespace trainyard {
 
 Vocabulary::~Vocabulary() = default;
 
-absl::StatusOr<std::unique_ptr<Vocabulary>> Vocabulary::Load(const std::string& path,
-                                                             int extra_ids) {
+absl::StatusOr<std::unique_ptr<Vocabulary>> Vocabulary::Load(const std::string& path, int extra_ids) {
   if (!std::ifstream(path).good()) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
   if (extra_ids < 0) return absl::InvalidArgumentError("extra_ids must be >= 0");
   std::string error;
@@ -22,9 +21,9 @@ absl::StatusOr<std::unique_ptr<Vocabulary>> Vocabulary::Load(const std::string& 
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a SentencePiece model: ", error));
   }
   if (model->pad_id() != kPadId || model->eos_id() != kEosId || model->unk_id() != kUnkId) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": special ids are pad ", model->pad_id(), ", eos ", model->eos_id(),
-                     ", unk ", model->unk_id(), "; T5 models need pad 0, eos 1, unk 2"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": special ids are pad ", model->pad_id(), ", eos ",
+                                                   model->eos_id(), ", unk ", model->unk_id(),
+                                                   "; T5 models need pad 0, eos 1, unk 2"));
   }
   std::unique_ptr<Vocabulary> vocab(new Vocabulary);
   vocab->model_ = std::move(model);
@@ -75,18 +74,16 @@ absl::StatusOr<std::string> Vocabulary::Decode(absl::Span<const int> ids) const 
   return text;
 }
 
-absl::Status TrainVocabulary(const std::vector<std::string>& inputs, int vocab_size,
-                             const std::string& out_prefix) {
+absl::Status TrainVocabulary(const std::vector<std::string>& inputs, int vocab_size, const std::string& out_prefix) {
   if (inputs.empty()) return absl::InvalidArgumentError("no input files");
   if (vocab_size < 8) return absl::InvalidArgumentError("vocab_size must be >= 8");
   for (const std::string& input : inputs) {
     if (!std::ifstream(input).good()) return absl::NotFoundError(absl::StrCat(input, ": no such file"));
   }
-  const std::string args = absl::StrCat(
-      "--input=", absl::StrJoin(inputs, ","), " --model_prefix=", out_prefix,
-      " --vocab_size=", vocab_size,
-      " --model_type=unigram --character_coverage=1.0 --pad_id=0 --eos_id=1 --unk_id=2"
-      " --bos_id=-1 --num_threads=1 --minloglevel=2");
+  const std::string args =
+      absl::StrCat("--input=", absl::StrJoin(inputs, ","), " --model_prefix=", out_prefix, " --vocab_size=", vocab_size,
+                   " --model_type=unigram --character_coverage=1.0 --pad_id=0 --eos_id=1 --unk_id=2"
+                   " --bos_id=-1 --num_threads=1 --minloglevel=2");
   std::string error;
   const internal::SpmApi* api = internal::LoadSpmApi(&error);
   if (api == nullptr) return absl::FailedPreconditionError(error);

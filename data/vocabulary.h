@@ -30,8 +30,7 @@ class Vocabulary {
 
   // Loads a SentencePiece model. kNotFound / kInvalidArgument naming the file;
   // kInvalidArgument if its special ids are not T5's (pad 0, eos 1, unk 2).
-  static absl::StatusOr<std::unique_ptr<Vocabulary>> Load(const std::string& path,
-                                                          int extra_ids = 0);
+  static absl::StatusOr<std::unique_ptr<Vocabulary>> Load(const std::string& path, int extra_ids = 0);
   ~Vocabulary();
 
   // Token ids of `text` (no EOS appended).
@@ -58,8 +57,7 @@ class Vocabulary {
 
 // Trains a unigram SentencePiece model with T5's special ids on text files
 // (one sentence per line): writes OUT_PREFIX.model and OUT_PREFIX.vocab.
-absl::Status TrainVocabulary(const std::vector<std::string>& inputs, int vocab_size,
-                             const std::string& out_prefix);
+absl::Status TrainVocabulary(const std::vector<std::string>& inputs, int vocab_size, const std::string& out_prefix);
 
 }  // namespace trainyard
 

@@ -31,8 +31,8 @@ bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 // The characters sacrebleu's 13a tokeniser surrounds with spaces:
 // [{-~], [[-`], [ -&], [(-+], [:-@], and '/'.
 bool Is13aSymbol(unsigned char c) {
-  return (c >= 0x7B && c <= 0x7E) || (c >= 0x5B && c <= 0x60) || (c >= 0x20 && c <= 0x26) ||
-         (c >= 0x28 && c <= 0x2B) || (c >= 0x3A && c <= 0x40) || c == '/';
+  return (c >= 0x7B && c <= 0x7E) || (c >= 0x5B && c <= 0x60) || (c >= 0x20 && c <= 0x26) || (c >= 0x28 && c <= 0x2B) ||
+         (c >= 0x3A && c <= 0x40) || c == '/';
 }
 
 bool IsPeriodOrComma(char c) { return c == '.' || c == ','; }
@@ -148,7 +148,7 @@ std::vector<std::string> RougeTokens(const std::string& text) {
 }
 
 absl::StatusOr<MetricResults> ExactMatch(const std::vector<std::string>& targets,
-                                        const std::vector<std::string>& predictions) {
+                                         const std::vector<std::string>& predictions) {
   if (absl::Status s = CheckSizes("exact_match", targets.size(), predictions.size()); !s.ok()) return s;
   if (targets.empty()) return MetricResults{{"exact_match", 0.0}};
   double same = 0;
@@ -157,7 +157,7 @@ absl::StatusOr<MetricResults> ExactMatch(const std::vector<std::string>& targets
 }
 
 absl::StatusOr<MetricResults> SequenceAccuracy(const std::vector<std::string>& targets,
-                                              const std::vector<std::string>& predictions) {
+                                               const std::vector<std::string>& predictions) {
   if (absl::Status s = CheckSizes("sequence_accuracy", targets.size(), predictions.size()); !s.ok()) return s;
   if (targets.empty()) return MetricResults{{"sequence_accuracy", 0.0}};
   double same = 0;
@@ -166,7 +166,7 @@ absl::StatusOr<MetricResults> SequenceAccuracy(const std::vector<std::string>& t
 }
 
 absl::StatusOr<MetricResults> TokenF1(const std::vector<std::string>& targets,
-                                     const std::vector<std::string>& predictions) {
+                                      const std::vector<std::string>& predictions) {
   if (absl::Status s = CheckSizes("token_f1", targets.size(), predictions.size()); !s.ok()) return s;
   if (targets.empty()) return MetricResults{{"f1", 0.0}};
   double total = 0;
@@ -189,7 +189,7 @@ absl::StatusOr<MetricResults> TokenF1(const std::vector<std::string>& targets,
 }
 
 absl::StatusOr<MetricResults> Bleu(const std::vector<std::string>& targets,
-                                  const std::vector<std::string>& predictions) {
+                                   const std::vector<std::string>& predictions) {
   if (absl::Status s = CheckSizes("bleu", targets.size(), predictions.size()); !s.ok()) return s;
   constexpr int kOrder = 4;
   double correct[kOrder] = {0, 0, 0, 0}, total[kOrder] = {0, 0, 0, 0};
@@ -227,7 +227,7 @@ absl::StatusOr<MetricResults> Bleu(const std::vector<std::string>& targets,
 }
 
 absl::StatusOr<MetricResults> Rouge(const std::vector<std::string>& targets,
-                                   const std::vector<std::string>& predictions) {
+                                    const std::vector<std::string>& predictions) {
   if (absl::Status s = CheckSizes("rouge", targets.size(), predictions.size()); !s.ok()) return s;
   double r1 = 0, r2 = 0, rl = 0;
   for (size_t i = 0; i < targets.size(); ++i) {
@@ -251,7 +251,7 @@ absl::StatusOr<MetricResults> Rouge(const std::vector<std::string>& targets,
 }
 
 absl::StatusOr<MetricResults> MeanLogLikelihood(const std::vector<std::string>& targets,
-                                               const std::vector<double>& scores) {
+                                                const std::vector<double>& scores) {
   if (absl::Status s = CheckSizes("mean_log_likelihood", targets.size(), scores.size()); !s.ok()) return s;
   if (scores.empty()) return MetricResults{{"mean_log_likelihood", 0.0}};
   return MetricResults{
@@ -269,14 +269,13 @@ absl::StatusOr<MetricFn> BuiltinMetricFn(const std::string& name) {
   if (name == "bleu") return MetricFn{name, PredictionMetricFn(Bleu)};
   if (name == "rouge") return MetricFn{name, PredictionMetricFn(Rouge)};
   if (name == "mean_log_likelihood") return MetricFn{name, ScoreMetricFn(MeanLogLikelihood)};
-  return absl::NotFoundError(absl::StrCat("metric function '", name, "' is not one of: ",
-                                          absl::StrJoin(BuiltinMetricFnNames(), ", ")));
+  return absl::NotFoundError(
+      absl::StrCat("metric function '", name, "' is not one of: ", absl::StrJoin(BuiltinMetricFnNames(), ", ")));
 }
 
-absl::StatusOr<MetricResults> ComputeMetrics(const std::vector<MetricFn>& fns,
-                                            const std::vector<std::string>& targets,
-                                            const std::vector<std::string>* predictions,
-                                            const AuxValues* aux, const std::vector<double>* scores) {
+absl::StatusOr<MetricResults> ComputeMetrics(const std::vector<MetricFn>& fns, const std::vector<std::string>& targets,
+                                             const std::vector<std::string>* predictions, const AuxValues* aux,
+                                             const std::vector<double>* scores) {
   MetricResults out;
   std::map<std::string, std::string> owner;  // value name -> function name
   for (const MetricFn& f : fns) {
@@ -306,8 +305,8 @@ absl::StatusOr<MetricResults> ComputeMetrics(const std::vector<MetricFn>& fns,
     for (const auto& [k, v] : *values) {
       auto [it, inserted] = owner.emplace(k, f.name);
       if (!inserted) {
-        return absl::InvalidArgumentError(absl::StrCat("metric '", k, "' is returned by both '", it->second,
-                                                       "' and '", f.name, "'; metric names must be unique"));
+        return absl::InvalidArgumentError(absl::StrCat("metric '", k, "' is returned by both '", it->second, "' and '",
+                                                       f.name, "'; metric names must be unique"));
       }
       out[k] = v;
     }

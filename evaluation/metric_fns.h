@@ -38,12 +38,10 @@ namespace trainyard {
 using MetricResults = std::map<std::string, double>;
 using AuxValues = std::map<std::string, std::vector<double>>;
 
-using ScoreMetricFn =
-    std::function<absl::StatusOr<MetricResults>(const std::vector<std::string>& targets,
-                                               const std::vector<double>& scores)>;
-using PredictionMetricFn =
-    std::function<absl::StatusOr<MetricResults>(const std::vector<std::string>& targets,
-                                               const std::vector<std::string>& predictions)>;
+using ScoreMetricFn = std::function<absl::StatusOr<MetricResults>(const std::vector<std::string>& targets,
+                                                                  const std::vector<double>& scores)>;
+using PredictionMetricFn = std::function<absl::StatusOr<MetricResults>(const std::vector<std::string>& targets,
+                                                                       const std::vector<std::string>& predictions)>;
 using PredictionAuxMetricFn = std::function<absl::StatusOr<MetricResults>(
     const std::vector<std::string>& targets, const std::vector<std::string>& predictions, const AuxValues& aux)>;
 
@@ -58,17 +56,17 @@ struct MetricFn {
 
 // Built-in metric functions (see the file comment).
 absl::StatusOr<MetricResults> ExactMatch(const std::vector<std::string>& targets,
-                                        const std::vector<std::string>& predictions);
+                                         const std::vector<std::string>& predictions);
 absl::StatusOr<MetricResults> SequenceAccuracy(const std::vector<std::string>& targets,
-                                              const std::vector<std::string>& predictions);
+                                               const std::vector<std::string>& predictions);
 absl::StatusOr<MetricResults> TokenF1(const std::vector<std::string>& targets,
-                                     const std::vector<std::string>& predictions);
+                                      const std::vector<std::string>& predictions);
 absl::StatusOr<MetricResults> Bleu(const std::vector<std::string>& targets,
-                                  const std::vector<std::string>& predictions);
-absl::StatusOr<MetricResults> Rouge(const std::vector<std::string>& targets,
                                    const std::vector<std::string>& predictions);
+absl::StatusOr<MetricResults> Rouge(const std::vector<std::string>& targets,
+                                    const std::vector<std::string>& predictions);
 absl::StatusOr<MetricResults> MeanLogLikelihood(const std::vector<std::string>& targets,
-                                               const std::vector<double>& scores);
+                                                const std::vector<double>& scores);
 
 // The built-ins by name ("exact_match", "sequence_accuracy", "token_f1",
 // "bleu", "rouge", "mean_log_likelihood"); kNotFound lists the names.
@@ -79,10 +77,9 @@ std::vector<std::string> BuiltinMetricFnNames();
 // kInvalidArgument when a function returns a name another one returned
 // (naming both functions and the value), when sizes differ, or when a
 // function needs predictions/scores that were not given (nullptr).
-absl::StatusOr<MetricResults> ComputeMetrics(const std::vector<MetricFn>& fns,
-                                            const std::vector<std::string>& targets,
-                                            const std::vector<std::string>* predictions,
-                                            const AuxValues* aux, const std::vector<double>* scores);
+absl::StatusOr<MetricResults> ComputeMetrics(const std::vector<MetricFn>& fns, const std::vector<std::string>& targets,
+                                             const std::vector<std::string>* predictions, const AuxValues* aux,
+                                             const std::vector<double>* scores);
 
 // Helpers, exposed for tests.
 std::string Tokenize13a(const std::string& line);  // sacrebleu's "13a", tokens joined by spaces

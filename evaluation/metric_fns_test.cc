@@ -70,13 +70,13 @@ TEST(MetricFnsTest, RougeF1MeasuresOverLowercaseAlphanumericTokens) {
 TEST(MetricFnsTest, ComputeMetricsCallsEachFormWithItsArguments) {
   std::vector<std::string> seen_targets;
   AuxValues seen_aux;
-  MetricFn with_aux{"aux", PredictionAuxMetricFn([&](const std::vector<std::string>& t,
-                                                     const std::vector<std::string>& p, const AuxValues& aux)
-                                                     -> absl::StatusOr<MetricResults> {
+  MetricFn with_aux{"aux",
+                    PredictionAuxMetricFn([&](const std::vector<std::string>& t, const std::vector<std::string>& p,
+                                              const AuxValues& aux) -> absl::StatusOr<MetricResults> {
                       seen_targets = t;
                       seen_aux = aux;
                       return MetricResults{{"mean_aux_score", (aux.at("scores")[0] + aux.at("scores")[1]) / 2},
-                                          {"predictions", static_cast<double>(p.size())}};
+                                           {"predictions", static_cast<double>(p.size())}};
                     })};
   const std::vector<MetricFn> fns = {*BuiltinMetricFn("sequence_accuracy"), *BuiltinMetricFn("mean_log_likelihood"),
                                      with_aux};
@@ -85,22 +85,19 @@ TEST(MetricFnsTest, ComputeMetricsCallsEachFormWithItsArguments) {
   const std::vector<double> scores = {-0.5, -1.5};
   absl::StatusOr<MetricResults> m = ComputeMetrics(fns, targets, &predictions, &aux, &scores);
   ASSERT_THAT(m.status(), IsOk());
-  EXPECT_EQ(*m, (MetricResults{{"mean_aux_score", -2.0},
-                              {"mean_log_likelihood", -1.0},
-                              {"predictions", 2.0},
-                              {"sequence_accuracy", 50.0}}));
+  EXPECT_EQ(
+      *m,
+      (MetricResults{
+          {"mean_aux_score", -2.0}, {"mean_log_likelihood", -1.0}, {"predictions", 2.0}, {"sequence_accuracy", 50.0}}));
   EXPECT_EQ(seen_targets, targets);
   EXPECT_EQ(seen_aux, aux);
   EXPECT_THAT(ComputeMetrics(fns, targets, &predictions, &aux, nullptr).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'mean_log_likelihood' needs scores")));
-  EXPECT_THAT(ComputeMetrics({*BuiltinMetricFn("bleu"), *BuiltinMetricFn("bleu")}, targets, &predictions, &aux,
-                             &scores)
-                  .status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("metric 'bleu' is returned by both 'bleu' and 'bleu'")));
-  EXPECT_THAT(ComputeMetrics({*BuiltinMetricFn("rouge")}, targets, nullptr, &aux,
-                             &scores)
-                  .status(),
+  EXPECT_THAT(
+      ComputeMetrics({*BuiltinMetricFn("bleu"), *BuiltinMetricFn("bleu")}, targets, &predictions, &aux, &scores)
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("metric 'bleu' is returned by both 'bleu' and 'bleu'")));
+  EXPECT_THAT(ComputeMetrics({*BuiltinMetricFn("rouge")}, targets, nullptr, &aux, &scores).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'rouge' needs predictions")));
   const std::vector<std::string> one = {"x"};
   EXPECT_THAT(ComputeMetrics({*BuiltinMetricFn("exact_match")}, targets, &one, nullptr, nullptr).status(),

@@ -45,10 +45,11 @@ int main(int argc, char** argv) {
   std::vector<MetricFn> metric_fns = {
       *BuiltinMetricFn("exact_match"),
       *BuiltinMetricFn("bleu"),
-      {"longest_target", ScoreMetricFn([](const std::vector<std::string>& targets, const std::vector<double>& scores)
-                                           -> absl::StatusOr<MetricResults> {
+      {"longest_target", ScoreMetricFn([](const std::vector<std::string>& targets,
+                                          const std::vector<double>& scores) -> absl::StatusOr<MetricResults> {
          size_t longest = 0;
-         for (size_t i = 1; i < targets.size(); ++i) longest = targets[i].size() > targets[longest].size() ? i : longest;
+         for (size_t i = 1; i < targets.size(); ++i)
+           longest = targets[i].size() > targets[longest].size() ? i : longest;
          return MetricResults{{"score_of_longest_target", scores[longest]}};
        })},
       {"mean_prediction_score",
@@ -59,15 +60,14 @@ int main(int argc, char** argv) {
          return MetricResults{{"mean_prediction_score", sum / static_cast<double>(aux.at("scores").size())}};
        })},
   };
-  absl::StatusOr<TrainLoopResult> result =
-      (*model)->TrainLoop(50, 25, *train, {}, {}, *held_out, metric_fns);
+  absl::StatusOr<TrainLoopResult> result = (*model)->TrainLoop(50, 25, *train, {}, {}, *held_out, metric_fns);
   if (!result.ok()) return fail(result.status());
   absl::StatusOr<std::vector<double>> scores = (*model)->Score((*held_out)[0]);
   if (!scores.ok()) return fail(scores.status());
-  std::printf("%s\n", nlohmann::json({{"step", (*model)->step()},
-                                      {"metrics", result->metrics},
-                                      {"first_target_score", (*scores)[0]}})
-                          .dump()
-                          .c_str());
+  std::printf(
+      "%s\n",
+      nlohmann::json({{"step", (*model)->step()}, {"metrics", result->metrics}, {"first_target_score", (*scores)[0]}})
+          .dump()
+          .c_str());
   return 0;
 }

@@ -11,10 +11,10 @@
 #include <fstream>
 #include <string>
 
-#include "spec/jobspec.h"
 #include "data/bundled.h"
 #include "interactive/interactive_model.h"
 #include "nlohmann/json.hpp"
+#include "spec/jobspec.h"
 
 int main(int argc, char** argv) {
   using namespace trainyard;  // NOLINT: an example program

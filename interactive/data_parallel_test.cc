@@ -20,8 +20,8 @@ using ::testing::HasSubstr;
 class DataParallelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::string(std::getenv("TEST_TMPDIR")) + "/" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ =
+        std::string(std::getenv("TEST_TMPDIR")) + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(dir_);
     ASSERT_THAT(RegisterBundledTasks(&registry_), IsOk());
   }
@@ -226,9 +226,9 @@ TEST_F(DataParallelTest, APreemptionOnOneRankStopsBothAtTheSameStep) {
     steps[rank] = (*m)->step();
   });
   for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_THAT(status[rank], StatusIs(absl::StatusCode::kAborted,
-                                       HasSubstr("preempted at step 2; emergency checkpoint " + dir_ +
-                                                 "/checkpoint_2")));
+    EXPECT_THAT(status[rank],
+                StatusIs(absl::StatusCode::kAborted,
+                         HasSubstr("preempted at step 2; emergency checkpoint " + dir_ + "/checkpoint_2")));
     EXPECT_EQ(steps[rank], 2);
   }
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/checkpoint_2/MANIFEST.json"));

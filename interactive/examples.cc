@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -25,8 +24,8 @@ absl::StatusOr<int64_t> CheckExamples(const std::vector<NaturalExample>& example
       return absl::InvalidArgumentError(absl::StrCat("example ", i, ": the input is empty"));
     }
     if (need_targets && !examples[i].target.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat("example ", i, " (\"", examples[i].input,
-                                                     "\"): a target is needed here; give {input, target}"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("example ", i, " (\"", examples[i].input, "\"): a target is needed here; give {input, target}"));
     }
   }
   return static_cast<int64_t>(examples.size());
@@ -142,8 +141,8 @@ absl::StatusOr<std::unique_ptr<BatchIterator>> GetDatasetFromNaturalTextExamples
       const size_t end = std::min(prepared.size(), start + static_cast<size_t>(batch_size));
       int64_t truncated = 0;
       TY_ASSIGN_OR_RETURN(T5Batch batch,
-                          TokenizeAndBatch({prepared.begin() + start, prepared.begin() + end}, need_targets,
-                                           vocabulary, add_eos, task_feature_lengths, &truncated));
+                          TokenizeAndBatch({prepared.begin() + start, prepared.begin() + end}, need_targets, vocabulary,
+                                           add_eos, task_feature_lengths, &truncated));
       batches.emplace_back(std::move(batch), truncated);
     }
   } catch (const std::exception& e) {

@@ -7,7 +7,6 @@
 #include <numeric>
 #include <random>
 
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/durable_file.h"
@@ -23,9 +22,8 @@ using interactive_internal::TokenizeAndBatch;
 
 absl::StatusOr<InteractiveModel::Batches> GetBatchesFromTask(const TaskRegistry& registry,
                                                              const std::string& task_or_mixture,
-                                                             const std::string& split, int batch_size,
-                                                             int num_batches, bool pretokenized,
-                                                             const FeatureLengths* sequence_length,
+                                                             const std::string& split, int batch_size, int num_batches,
+                                                             bool pretokenized, const FeatureLengths* sequence_length,
                                                              std::optional<uint64_t> shuffle_seed) {
   if (batch_size < 1 || num_batches < 1) {
     return absl::InvalidArgumentError(
@@ -71,9 +69,8 @@ absl::StatusOr<InteractiveModel::Batches> GetBatchesFromTask(const TaskRegistry&
     ++taken;
   }
   if (taken < wanted) {
-    return absl::OutOfRangeError(absl::StrCat("task ", task_or_mixture, " split ", split, " has ", taken,
-                                              " examples; ", num_batches, " batches of ", batch_size, " need ",
-                                              wanted));
+    return absl::OutOfRangeError(absl::StrCat("task ", task_or_mixture, " split ", split, " has ", taken, " examples; ",
+                                              num_batches, " batches of ", batch_size, " need ", wanted));
   }
   return out;
 }

@@ -8,8 +8,8 @@
 #include "collective/agreement.h"
 #include "common/status_macros.h"
 #include "data/bundled.h"
-#include "spec/presets.h"
 #include "spdlog/spdlog.h"
+#include "spec/presets.h"
 
 namespace trainyard {
 namespace {
@@ -42,13 +42,13 @@ absl::Status CheckOptions(const InteractiveModelOptions& o) {
   if (o.batch_size < 1) return absl::InvalidArgumentError(absl::StrCat("batch_size: ", o.batch_size, "; must be >= 1"));
   const int world = o.collective != nullptr ? o.collective->world_size() : 1;
   if (o.batch_size % world != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("batch_size: ", o.batch_size, " does not divide over the ",
-                                                   world, " ranks of the collective"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size: ", o.batch_size, " does not divide over the ", world, " ranks of the collective"));
   }
   if (o.task_feature_lengths.inputs() < 1 || o.task_feature_lengths.targets() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "task_feature_lengths: inputs ", o.task_feature_lengths.inputs(), ", targets ",
-        o.task_feature_lengths.targets(), "; both must be >= 1"));
+    return absl::InvalidArgumentError(absl::StrCat("task_feature_lengths: inputs ", o.task_feature_lengths.inputs(),
+                                                   ", targets ", o.task_feature_lengths.targets(),
+                                                   "; both must be >= 1"));
   }
   if (o.num_microbatches < 1 || (o.batch_size / world) % o.num_microbatches != 0) {
     return absl::InvalidArgumentError(absl::StrCat("num_microbatches: ", o.num_microbatches,
@@ -202,8 +202,8 @@ absl::StatusOr<MetricResults> InteractiveModel::TrainOnBatch(BatchIterator* batc
     // T5X's behaviour: the emergency checkpoint of the last completed step.
     absl::StatusOr<std::string> saved = SaveCheckpoint();
     if (!saved.ok()) {
-      return absl::AbortedError(absl::StrCat("preempted at step ", step(), "; the emergency checkpoint failed: ",
-                                             saved.status().message()));
+      return absl::AbortedError(
+          absl::StrCat("preempted at step ", step(), "; the emergency checkpoint failed: ", saved.status().message()));
     }
     return absl::AbortedError(absl::StrCat("preempted at step ", step(), "; emergency checkpoint ", *saved));
   }
@@ -219,11 +219,11 @@ absl::StatusOr<MetricResults> InteractiveModel::TrainStepWithPreprocessors(
     const std::vector<NaturalExample>& examples, const std::vector<Preprocessor>& preprocessors) {
   TY_ASSIGN_OR_RETURN(std::vector<NaturalExample> prepared, Preprocess(examples, preprocessors));
   if (static_cast<int>(prepared.size()) < options_.batch_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("TrainStep: ", prepared.size(), " example(s)",
-                     prepared.size() == examples.size() ? "" : absl::StrCat(" left of ", examples.size(),
-                                                                             " after the preprocessors"),
-                     "; at least batch_size (", options_.batch_size, ") are needed"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TrainStep: ", prepared.size(), " example(s)",
+        prepared.size() == examples.size() ? ""
+                                           : absl::StrCat(" left of ", examples.size(), " after the preprocessors"),
+        "; at least batch_size (", options_.batch_size, ") are needed"));
   }
   prepared.erase(prepared.begin() + options_.batch_size, prepared.end());
   int64_t truncated = 0;
@@ -338,7 +338,7 @@ absl::StatusOr<std::vector<double>> InteractiveModel::Score(const std::vector<Na
 }
 
 absl::StatusOr<MetricResults> InteractiveModel::Evaluate(const std::vector<NaturalExample>& examples,
-                                                        const std::vector<MetricFn>& metric_fns) {
+                                                         const std::vector<MetricFn>& metric_fns) {
   return EvaluateWithPreprocessors(examples, {}, metric_fns);
 }
 
@@ -361,10 +361,12 @@ absl::StatusOr<MetricResults> InteractiveModel::EvaluateWithPreprocessors(
     TY_ASSIGN_OR_RETURN(scored, InferWithPreprocessors(InferenceType::kScore, prepared, {}));
   }
   std::vector<std::string> targets;
-  for (const NaturalExample& e : prepared) targets.push_back(postprocessor ? postprocessor(*e.target, true) : *e.target);
+  for (const NaturalExample& e : prepared)
+    targets.push_back(postprocessor ? postprocessor(*e.target, true) : *e.target);
   std::vector<std::string> predictions;
   if (predicted) {
-    for (const std::string& p : predicted->predictions) predictions.push_back(postprocessor ? postprocessor(p, false) : p);
+    for (const std::string& p : predicted->predictions)
+      predictions.push_back(postprocessor ? postprocessor(p, false) : p);
   }
   return ComputeMetrics(metric_fns, targets, predicted ? &predictions : nullptr, predicted ? &predicted->aux : nullptr,
                         scored ? &scored->scores : nullptr);

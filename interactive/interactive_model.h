@@ -52,7 +52,7 @@ namespace trainyard {
 
 struct NaturalExample {
   NaturalExample(std::string input) : input(std::move(input)) {}  // NOLINT: a string is an example
-  NaturalExample(const char* input) : input(input) {}              // NOLINT
+  NaturalExample(const char* input) : input(input) {}             // NOLINT
   NaturalExample(std::string input, std::string target) : input(std::move(input)), target(std::move(target)) {}
 
   std::string input;
@@ -78,7 +78,7 @@ struct InteractiveModelOptions {
   // A preset or an explicit config; unset with a SPECIFIC restore.path:
   // the checkpoint's own model.
   ModelSpec model;
-  Dtype dtype = FLOAT32;                // compute dtype (parameters stay float32)
+  Dtype dtype = FLOAT32;  // compute dtype (parameters stay float32)
   // Where the initial state comes from (T5X's restore_mode and
   // checkpoint_path): LATEST (default: the newest good checkpoint under
   // `restore.path`, else output_dir; none means a fresh model), SPECIFIC
@@ -89,8 +89,8 @@ struct InteractiveModelOptions {
   bool add_eos = true;
   // A SentencePiece model; empty: the bundled digits_to_words vocabulary.
   std::string vocabulary_path;
-  OptimizerConfig optimizer;              // default: Adafactor
-  LearningRateSchedule learning_rate;     // default: constant 0.01
+  OptimizerConfig optimizer;           // default: Adafactor
+  LearningRateSchedule learning_rate;  // default: constant 0.01
   LossConfig loss;
   int num_microbatches = 1;
   // Decoding for predictions; max_decode_length 0 means the targets length.
@@ -121,7 +121,7 @@ struct Inference {
 struct TrainLoopResult {
   Inference predictions;  // the last predict batch's (empty if none)
   Inference scores;       // the last score batch's
-  MetricResults metrics;   // the last eval batch's
+  MetricResults metrics;  // the last eval batch's
 };
 
 class InteractiveModel {
@@ -141,7 +141,7 @@ class InteractiveModel {
   // of the last completed step is written and kAborted names it.
   absl::StatusOr<MetricResults> TrainStep(const std::vector<NaturalExample>& examples);
   absl::StatusOr<MetricResults> TrainStepWithPreprocessors(const std::vector<NaturalExample>& examples,
-                                                          const std::vector<Preprocessor>& preprocessors);
+                                                           const std::vector<Preprocessor>& preprocessors);
   // With a collective, each rank's iterator yields that rank's rows.
   absl::StatusOr<MetricResults> TrainStepFromBatchIterator(BatchIterator* iterator);
 
@@ -157,11 +157,11 @@ class InteractiveModel {
   // Runs what the metric functions need (predictions, scores) and merges
   // their values; a metric name returned twice is kInvalidArgument.
   absl::StatusOr<MetricResults> Evaluate(const std::vector<NaturalExample>& examples,
-                                        const std::vector<MetricFn>& metric_fns);
+                                         const std::vector<MetricFn>& metric_fns);
   absl::StatusOr<MetricResults> EvaluateWithPreprocessors(const std::vector<NaturalExample>& examples,
-                                                         const std::vector<Preprocessor>& preprocessors,
-                                                         const std::vector<MetricFn>& metric_fns,
-                                                         const Postprocessor& postprocessor = nullptr);
+                                                          const std::vector<Preprocessor>& preprocessors,
+                                                          const std::vector<MetricFn>& metric_fns,
+                                                          const Postprocessor& postprocessor = nullptr);
 
   // T5X's train_loop: num_steps train steps; after every eval_period-th
   // one, predicts, scores and evaluates the next batch of each list. A list
@@ -223,8 +223,8 @@ class InteractiveModel {
 // examples than asked for.
 absl::StatusOr<InteractiveModel::Batches> GetBatchesFromTask(const TaskRegistry& registry,
                                                              const std::string& task_or_mixture,
-                                                             const std::string& split, int batch_size,
-                                                             int num_batches, bool pretokenized = true,
+                                                             const std::string& split, int batch_size, int num_batches,
+                                                             bool pretokenized = true,
                                                              const FeatureLengths* sequence_length = nullptr,
                                                              std::optional<uint64_t> shuffle_seed = std::nullopt);
 

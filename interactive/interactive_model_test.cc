@@ -15,8 +15,8 @@ using ::testing::HasSubstr;
 class InteractiveModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::string(std::getenv("TEST_TMPDIR")) + "/" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ =
+        std::string(std::getenv("TEST_TMPDIR")) + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(dir_);
     ASSERT_THAT(RegisterBundledTasks(&registry_), IsOk());
   }
@@ -108,9 +108,9 @@ TEST_F(InteractiveModelTest, TrainStepFromBatchIteratorEqualsTrainStep) {
   EXPECT_TRUE(torch::equal(first->decoder_target_tokens, whole.decoder_target_tokens.narrow(0, 0, 5)));
   EXPECT_EQ((*dataset)->Next()->encoder_input_tokens.size(0), 3);
   EXPECT_THAT((*dataset)->Next().status(), StatusCodeIs(absl::StatusCode::kOutOfRange));
-  EXPECT_THAT(GetDatasetFromNaturalTextExamples({"no target"}, {}, Options().task_feature_lengths, a->vocabulary(), 2)
-                  .status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("example 0 (\"no target\")")));
+  EXPECT_THAT(
+      GetDatasetFromNaturalTextExamples({"no target"}, {}, Options().task_feature_lengths, a->vocabulary(), 2).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("example 0 (\"no target\")")));
   EXPECT_THAT(b->TrainStepFromBatchIterator(&batches).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("ended")));
   EXPECT_THAT(b->TrainStepFromBatchIterator(nullptr).status(), StatusCodeIs(absl::StatusCode::kInvalidArgument));
@@ -136,8 +136,9 @@ TEST_F(InteractiveModelTest, BadExamplesGetClearErrors) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not one of train, validation, test")));
   InteractiveModelOptions bad = Options(6);
   bad.num_microbatches = 4;
-  EXPECT_THAT(InteractiveModel::Create(bad).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("num_microbatches: 4 does not divide batch_size 6")));
+  EXPECT_THAT(
+      InteractiveModel::Create(bad).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("num_microbatches: 4 does not divide batch_size 6")));
   bad = Options();
   bad.task_feature_lengths.set_targets(0);
   EXPECT_THAT(InteractiveModel::Create(bad).status(),
@@ -197,8 +198,8 @@ TEST_F(InteractiveModelTest, EvaluateCallsEachFormWithTheRightArguments) {
          preds2 = p;
          return MetricResults{{"n_predictions", static_cast<double>(p.size())}};
        })},
-      {"with_aux", PredictionAuxMetricFn([&](const auto& t, const auto& p, const AuxValues& aux)
-                                             -> absl::StatusOr<MetricResults> {
+      {"with_aux",
+       PredictionAuxMetricFn([&](const auto& t, const auto& p, const AuxValues& aux) -> absl::StatusOr<MetricResults> {
          t3 = t;
          preds3 = p;
          aux3 = aux;
@@ -252,14 +253,15 @@ TEST_F(InteractiveModelTest, TrainLoopRunsItsPhasesWithTheSeedsRepetitionRules) 
   ASSERT_NE(m, nullptr);
   const auto batches = *GetBatchesFromTask(registry_, "digits_to_words", "train", 4, 3);
   int evals = 0;
-  std::vector<MetricFn> counting = {{"count", PredictionMetricFn([&](const auto&, const auto& p)
-                                                                     -> absl::StatusOr<MetricResults> {
-                                       ++evals;
-                                       return MetricResults{{"n", static_cast<double>(p.size())}};
-                                     })}};
+  std::vector<MetricFn> counting = {
+      {"count", PredictionMetricFn([&](const auto&, const auto& p) -> absl::StatusOr<MetricResults> {
+         ++evals;
+         return MetricResults{{"n", static_cast<double>(p.size())}};
+       })}};
   // One train batch: repeated for every step. Eval every 2 steps: 3 evals
   // in 6 steps, each on the (single) eval batch.
-  absl::StatusOr<TrainLoopResult> r = m->TrainLoop(6, 2, {batches[0]}, {batches[1]}, {batches[2]}, {batches[1]}, counting);
+  absl::StatusOr<TrainLoopResult> r =
+      m->TrainLoop(6, 2, {batches[0]}, {batches[1]}, {batches[2]}, {batches[1]}, counting);
   ASSERT_THAT(r.status(), IsOk());
   EXPECT_EQ(m->step(), 6);
   EXPECT_EQ(evals, 3);
@@ -308,7 +310,8 @@ TEST_F(InteractiveModelTest, SaveCheckpointAndRestoreIt) {
   InteractiveModelOptions missing = Options();
   missing.restore.set_mode(RestoreConfig::SPECIFIC);
   missing.restore.set_step(99);
-  EXPECT_THAT(InteractiveModel::Create(missing).status(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("checkpoint_99")));
+  EXPECT_THAT(InteractiveModel::Create(missing).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("checkpoint_99")));
 }
 
 TEST_F(InteractiveModelTest, APreemptedTrainStepWritesAnEmergencyCheckpoint) {

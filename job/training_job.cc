@@ -16,9 +16,9 @@
 #include "evaluation/metric_fns.h"
 #include "google/protobuf/util/json_util.h"
 #include "model/decoding.h"
-#include "spec/presets.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
+#include "spec/presets.h"
 #include "trainer/learning_rate.h"
 #include "trainer/metrics_manager.h"
 #include "trainer/restore.h"
@@ -152,8 +152,8 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
       trainer.seed = static_cast<uint64_t>(spec.seed());
       trainer.summary_dir = spec.output_dir();  // written by rank 0 only
       trainer.preemption_requested = job->options_.stop;
-      job->trainer_ = std::make_unique<Trainer>(job->model_.get(), job->optimizer_.get(), std::move(lr), collective,
-                                                trainer);
+      job->trainer_ =
+          std::make_unique<Trainer>(job->model_.get(), job->optimizer_.get(), std::move(lr), collective, trainer);
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("building the job: ", e.what()));
@@ -210,12 +210,11 @@ absl::StatusOr<RestoreOutcome> TrainingJob::Restore(const std::string& named) {
       ckpt = ReadTrainCheckpoint(path);
       if (!ckpt.ok()) return absl::Status(ckpt.status().code(), absl::StrCat("restore: ", ckpt.status().message()));
     }
-    const bool needs_checkpoint =
-        spec_.kind() == FINETUNING || spec_.kind() == EVALUATION || spec_.kind() == INFERENCE;
+    const bool needs_checkpoint = spec_.kind() == FINETUNING || spec_.kind() == EVALUATION || spec_.kind() == INFERENCE;
     if (path.empty() && needs_checkpoint && !restore.fallback_to_scratch()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "restore: a ", JobKind_Name(spec_.kind()), " job starts from a checkpoint, and none was found under ",
-          restore.path().empty() ? spec_.output_dir() : restore.path()));
+      return absl::FailedPreconditionError(absl::StrCat("restore: a ", JobKind_Name(spec_.kind()),
+                                                        " job starts from a checkpoint, and none was found under ",
+                                                        restore.path().empty() ? spec_.output_dir() : restore.path()));
     }
     return absl::OkStatus();
   }();
@@ -225,9 +224,10 @@ absl::StatusOr<RestoreOutcome> TrainingJob::Restore(const std::string& named) {
   const int64_t step = path.empty() ? -1 : ckpt->step;
   absl::StatusOr<int64_t> agreed = AgreeOnValue(collective_, step, "restore: the step of the checkpoint (-1: none)");
   if (absl::IsFailedPrecondition(agreed.status())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        agreed.status().message(), ": the ranks found different checkpoints; output_dir must be on a filesystem "
-                                   "every worker shares"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(agreed.status().message(),
+                     ": the ranks found different checkpoints; output_dir must be on a filesystem "
+                     "every worker shares"));
   }
   TY_RETURN_IF_ERROR(CollectiveFailure(agreed.status()));
 
@@ -240,7 +240,8 @@ absl::StatusOr<RestoreOutcome> TrainingJob::Restore(const std::string& named) {
     if (!seen.insert(s.dir).second) continue;
     std::string note = absl::StrCat(s.dir, " passed over: ", s.why);
     spdlog::warn("job {}: {}", id(), note);
-    if (rank() == 0 && trains() && std::filesystem::path(s.dir).parent_path() == std::filesystem::path(spec_.output_dir()) &&
+    if (rank() == 0 && trains() &&
+        std::filesystem::path(s.dir).parent_path() == std::filesystem::path(spec_.output_dir()) &&
         std::filesystem::exists(s.dir)) {
       absl::StatusOr<std::string> moved = SetAsideDamagedCheckpoint(s.dir);
       if (moved.ok()) {
@@ -497,10 +498,8 @@ absl::StatusOr<InferOutcome> TrainingJob::Infer() {
     metrics["examples"] = static_cast<double>(all.size());
     MetricsManager writer("inference_eval/" + spec_.task(), spec_.output_dir(), 0, 1);
     writer.WriteScalars(restored_step_, std::map<std::string, double>(metrics.begin(), metrics.end()));
-    nlohmann::ordered_json summary = {{"task", spec_.task()},
-                                      {"split", config.split()},
-                                      {"checkpoint_step", restored_step_},
-                                      {"metrics", metrics}};
+    nlohmann::ordered_json summary = {
+        {"task", spec_.task()}, {"split", config.split()}, {"checkpoint_step", restored_step_}, {"metrics", metrics}};
     std::filesystem::create_directories(spec_.output_dir() + "/inference_eval", ec);
     TY_RETURN_IF_ERROR(WriteFileAtomically(
         absl::StrCat(spec_.output_dir(), "/inference_eval/", spec_.task(), "-", config.split(), ".json"),
@@ -519,7 +518,8 @@ absl::StatusOr<std::vector<std::string>> TrainingJob::GatherDataStates() {
   TY_RETURN_IF_ERROR(
       CollectiveFailure(collective_->AllGather(torch::tensor({it->epoch(), it->position()}, torch::kLong), &all)));
   std::vector<std::string> states;
-  for (const torch::Tensor& t : all) states.push_back(FormatIteratorState({t[0].item<int64_t>(), t[1].item<int64_t>()}));
+  for (const torch::Tensor& t : all)
+    states.push_back(FormatIteratorState({t[0].item<int64_t>(), t[1].item<int64_t>()}));
   return states;
 }
 
@@ -567,10 +567,9 @@ absl::StatusOr<std::string> TrainingJob::SaveCheckpoint(bool wait) {
   const int keep_best = spec_.checkpoint().keep_best();
   const bool maximize = spec_.checkpoint().best_mode() == EarlyStopping::MAX;
   last_save_started_ = dir;
-  absl::StatusOr<double> waited =
-      checkpointer_.Save(dir, std::move(snapshot), dtype, [output_dir, keep, keep_best, maximize] {
-        ApplyRetention(output_dir, keep, keep_best, maximize);
-      });
+  absl::StatusOr<double> waited = checkpointer_.Save(
+      dir, std::move(snapshot), dtype,
+      [output_dir, keep, keep_best, maximize] { ApplyRetention(output_dir, keep, keep_best, maximize); });
   if (!waited.ok()) {
     // The previous write failed; the previous good checkpoint stays.
     spdlog::error("job {}: a checkpoint write failed: {}", id(), waited.status().ToString());

@@ -90,9 +90,9 @@ struct InferOutcome {
 
 // What Restore restored.
 struct RestoreOutcome {
-  int64_t step = 0;                     // 0 from scratch
-  std::string checkpoint;               // "" from scratch
-  std::vector<std::string> passed_over; // checkpoints that did not read back whole, why, and where moved
+  int64_t step = 0;                      // 0 from scratch
+  std::string checkpoint;                // "" from scratch
+  std::vector<std::string> passed_over;  // checkpoints that did not read back whole, why, and where moved
 };
 
 class TrainingJob {

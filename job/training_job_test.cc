@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "collective/fake_collective.h"
-#include "spec/jobspec_validator.h"
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
+#include "spec/jobspec_validator.h"
 
 namespace trainyard {
 namespace {
@@ -84,20 +84,22 @@ class TrainingJobTest : public ::testing::Test {
 
 TEST_F(TrainingJobTest, APreemptionOnOneRankStopsEveryRankAtTheSameStepWithOneEmergencyCheckpoint) {
   const JobSpec spec = Spec("preempted", 2);
-  OnRanks(2, [&](int) { return spec; }, [&](int r, Rank& rank) {
-    ASSERT_THAT(rank.job->Restore("").status(), IsOk());
-    ASSERT_THAT(rank.job->Train(3).status(), IsOk());
-    if (r == 1) {  // rank 1's worker got SIGTERM
-      rank.preempted = true;
-      rank.stop = true;
-    }
-    absl::StatusOr<TrainChunk> chunk = rank.job->Train(5);
-    ASSERT_THAT(chunk.status(), IsOk());
-    EXPECT_TRUE(chunk->preempted) << r;
-    EXPECT_EQ(chunk->asked_to_stop, r == 1);
-    EXPECT_EQ(rank.job->step(), 3) << r;  // both stopped at the first boundary
-    EXPECT_EQ(chunk->emergency_checkpoint, r == 0 ? spec.output_dir() + "/checkpoint_3" : "");
-  });
+  OnRanks(
+      2, [&](int) { return spec; },
+      [&](int r, Rank& rank) {
+        ASSERT_THAT(rank.job->Restore("").status(), IsOk());
+        ASSERT_THAT(rank.job->Train(3).status(), IsOk());
+        if (r == 1) {  // rank 1's worker got SIGTERM
+          rank.preempted = true;
+          rank.stop = true;
+        }
+        absl::StatusOr<TrainChunk> chunk = rank.job->Train(5);
+        ASSERT_THAT(chunk.status(), IsOk());
+        EXPECT_TRUE(chunk->preempted) << r;
+        EXPECT_EQ(chunk->asked_to_stop, r == 1);
+        EXPECT_EQ(rank.job->step(), 3) << r;  // both stopped at the first boundary
+        EXPECT_EQ(chunk->emergency_checkpoint, r == 0 ? spec.output_dir() + "/checkpoint_3" : "");
+      });
   absl::StatusOr<TrainCheckpoint> saved = ReadTrainCheckpoint(spec.output_dir() + "/checkpoint_3");
   ASSERT_THAT(saved.status(), IsOk());
   EXPECT_EQ(saved->step, 3);
@@ -107,36 +109,44 @@ TEST_F(TrainingJobTest, APreemptionOnOneRankStopsEveryRankAtTheSameStepWithOneEm
 
 TEST_F(TrainingJobTest, AStopWithoutAPreemptionIsAnAbortOnEveryRank) {
   const JobSpec spec = Spec("aborted", 2);
-  OnRanks(2, [&](int) { return spec; }, [&](int r, Rank& rank) {
-    ASSERT_THAT(rank.job->Restore("").status(), IsOk());
-    if (r == 0) rank.stop = true;
-    EXPECT_THAT(rank.job->Train(4).status(),
-                StatusIs(absl::StatusCode::kAborted, HasSubstr("job job was aborted at step 0")));
-  });
+  OnRanks(
+      2, [&](int) { return spec; },
+      [&](int r, Rank& rank) {
+        ASSERT_THAT(rank.job->Restore("").status(), IsOk());
+        if (r == 0) rank.stop = true;
+        EXPECT_THAT(rank.job->Train(4).status(),
+                    StatusIs(absl::StatusCode::kAborted, HasSubstr("job job was aborted at step 0")));
+      });
   EXPECT_TRUE(ListCheckpoints(root_ + "/aborted").empty());
 }
 
 TEST_F(TrainingJobTest, RanksThatFindDifferentCheckpointsAgreeToFail) {
   // Rank 0's output_dir has checkpoint_2; rank 1's (a disk of its own) none.
-  OnRanks(1, [&](int) { return Spec("a", 1); }, [&](int, Rank& rank) {
-    ASSERT_THAT(rank.job->Restore("").status(), IsOk());
-    ASSERT_THAT(rank.job->Train(2).status(), IsOk());
-    ASSERT_THAT(rank.job->SaveCheckpoint(true).status(), IsOk());
-  });
-  OnRanks(2, [&](int r) { return Spec(r == 0 ? "a" : "b", 2); }, [&](int, Rank& rank) {
-    EXPECT_THAT(rank.job->Restore("").status(),
-                StatusIs(absl::StatusCode::kFailedPrecondition,
-                         HasSubstr("the ranks hold different values (-1 to 2): the ranks found different "
-                                   "checkpoints; output_dir must be on a filesystem every worker shares")));
-  });
+  OnRanks(
+      1, [&](int) { return Spec("a", 1); },
+      [&](int, Rank& rank) {
+        ASSERT_THAT(rank.job->Restore("").status(), IsOk());
+        ASSERT_THAT(rank.job->Train(2).status(), IsOk());
+        ASSERT_THAT(rank.job->SaveCheckpoint(true).status(), IsOk());
+      });
+  OnRanks(
+      2, [&](int r) { return Spec(r == 0 ? "a" : "b", 2); },
+      [&](int, Rank& rank) {
+        EXPECT_THAT(rank.job->Restore("").status(),
+                    StatusIs(absl::StatusCode::kFailedPrecondition,
+                             HasSubstr("the ranks hold different values (-1 to 2): the ranks found different "
+                                       "checkpoints; output_dir must be on a filesystem every worker shares")));
+      });
 }
 
 TEST_F(TrainingJobTest, ARankThatCannotReadTheCheckpointFailsEveryRankAtOnce) {
-  OnRanks(1, [&](int) { return Spec("a", 1); }, [&](int, Rank& rank) {
-    ASSERT_THAT(rank.job->Restore("").status(), IsOk());
-    ASSERT_THAT(rank.job->Train(2).status(), IsOk());
-    ASSERT_THAT(rank.job->SaveCheckpoint(true).status(), IsOk());
-  });
+  OnRanks(
+      1, [&](int) { return Spec("a", 1); },
+      [&](int, Rank& rank) {
+        ASSERT_THAT(rank.job->Restore("").status(), IsOk());
+        ASSERT_THAT(rank.job->Train(2).status(), IsOk());
+        ASSERT_THAT(rank.job->SaveCheckpoint(true).status(), IsOk());
+      });
   // Rank 1 is told to restore a SPECIFIC checkpoint that is not there.
   OnRanks(
       2,
@@ -151,8 +161,8 @@ TEST_F(TrainingJobTest, ARankThatCannotReadTheCheckpointFailsEveryRankAtOnce) {
         if (r == 1) {
           EXPECT_THAT(s, StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing/checkpoint_2"))) << s;
         } else {
-          EXPECT_THAT(s, StatusIs(absl::StatusCode::kAborted,
-                                  HasSubstr("restoring the checkpoint failed on rank(s) 1")));
+          EXPECT_THAT(s,
+                      StatusIs(absl::StatusCode::kAborted, HasSubstr("restoring the checkpoint failed on rank(s) 1")));
         }
       });
 }
@@ -160,21 +170,25 @@ TEST_F(TrainingJobTest, ARankThatCannotReadTheCheckpointFailsEveryRankAtOnce) {
 TEST_F(TrainingJobTest, ARestartAgreesOnTheStepAndResumesExactly) {
   const JobSpec spec = Spec("resume", 2);
   std::vector<std::vector<torch::Tensor>> straight(2), resumed(2);
-  OnRanks(2, [&](int) { return spec; }, [&](int r, Rank& rank) {
-    ASSERT_THAT(rank.job->Restore("").status(), IsOk());
-    ASSERT_THAT(rank.job->Train(2).status(), IsOk());
-    ASSERT_THAT(rank.job->SaveCheckpoint(true).status(), IsOk());
-    ASSERT_THAT(rank.job->Train(2).status(), IsOk());
-    for (const auto& p : rank.job->model()->parameters()) straight[r].push_back(p.detach().clone());
-  });
-  OnRanks(2, [&](int) { return spec; }, [&](int r, Rank& rank) {
-    absl::StatusOr<RestoreOutcome> restored = rank.job->Restore(spec.output_dir() + "/checkpoint_2");
-    ASSERT_THAT(restored.status(), IsOk());
-    EXPECT_EQ(restored->step, 2);
-    EXPECT_TRUE(restored->passed_over.empty());
-    ASSERT_THAT(rank.job->Train(2).status(), IsOk());
-    for (const auto& p : rank.job->model()->parameters()) resumed[r].push_back(p.detach().clone());
-  });
+  OnRanks(
+      2, [&](int) { return spec; },
+      [&](int r, Rank& rank) {
+        ASSERT_THAT(rank.job->Restore("").status(), IsOk());
+        ASSERT_THAT(rank.job->Train(2).status(), IsOk());
+        ASSERT_THAT(rank.job->SaveCheckpoint(true).status(), IsOk());
+        ASSERT_THAT(rank.job->Train(2).status(), IsOk());
+        for (const auto& p : rank.job->model()->parameters()) straight[r].push_back(p.detach().clone());
+      });
+  OnRanks(
+      2, [&](int) { return spec; },
+      [&](int r, Rank& rank) {
+        absl::StatusOr<RestoreOutcome> restored = rank.job->Restore(spec.output_dir() + "/checkpoint_2");
+        ASSERT_THAT(restored.status(), IsOk());
+        EXPECT_EQ(restored->step, 2);
+        EXPECT_TRUE(restored->passed_over.empty());
+        ASSERT_THAT(rank.job->Train(2).status(), IsOk());
+        for (const auto& p : rank.job->model()->parameters()) resumed[r].push_back(p.detach().clone());
+      });
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(straight[r].size(), resumed[r].size());
     for (size_t i = 0; i < straight[r].size(); ++i) EXPECT_TRUE(torch::equal(straight[r][i], resumed[r][i])) << i;
@@ -183,17 +197,19 @@ TEST_F(TrainingJobTest, ARestartAgreesOnTheStepAndResumesExactly) {
 
 TEST_F(TrainingJobTest, DivergedParametersAreCaughtOnEveryRankNamingTheParameter) {
   const JobSpec spec = Spec("diverged", 2);
-  OnRanks(2, [&](int) { return spec; }, [&](int r, Rank& rank) {
-    ASSERT_THAT(rank.job->Restore("").status(), IsOk());
-    ASSERT_THAT(rank.job->Train(1).status(), IsOk());
-    if (r == 1) {
-      torch::NoGradGuard no_grad;
-      rank.job->model()->parameters()[3].add_(1e-3);  // a bit flip, a bad host
-    }
-    EXPECT_THAT(rank.job->Train(1).status(),
-                StatusIs(absl::StatusCode::kInternal,
-                         HasSubstr("parameters diverged across ranks at step 2: parameter #3 sums to")));
-  });
+  OnRanks(
+      2, [&](int) { return spec; },
+      [&](int r, Rank& rank) {
+        ASSERT_THAT(rank.job->Restore("").status(), IsOk());
+        ASSERT_THAT(rank.job->Train(1).status(), IsOk());
+        if (r == 1) {
+          torch::NoGradGuard no_grad;
+          rank.job->model()->parameters()[3].add_(1e-3);  // a bit flip, a bad host
+        }
+        EXPECT_THAT(rank.job->Train(1).status(),
+                    StatusIs(absl::StatusCode::kInternal,
+                             HasSubstr("parameters diverged across ranks at step 2: parameter #3 sums to")));
+      });
 }
 
 TEST_F(TrainingJobTest, BadSpecsAreRefusedByField) {

@@ -52,19 +52,17 @@ T5Batch T5Batch::To(const torch::Device& device) const {
 absl::Status ValidateBatch(const T5Batch& batch, bool need_targets) {
   const torch::Tensor& enc = batch.encoder_input_tokens;
   if (!enc.defined() || enc.dim() != 2 || enc.scalar_type() != torch::kLong) {
-    return absl::InvalidArgumentError(
-        "encoder_input_tokens: want an int64 tensor [batch, length]");
+    return absl::InvalidArgumentError("encoder_input_tokens: want an int64 tensor [batch, length]");
   }
   const int64_t b = enc.size(0);
   if (b == 0) return absl::InvalidArgumentError("encoder_input_tokens: empty batch");
   auto check = [&](const char* name, const torch::Tensor& t, torch::ScalarType type,
                    const torch::Tensor& like) -> absl::Status {
     if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(name, ": missing"));
-    if (t.dim() != 2 || t.size(0) != b || t.scalar_type() != type ||
-        (like.defined() && t.size(1) != like.size(1))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, ": shape ", Shape(t), " dtype ", c10::toString(t.scalar_type()), "; want ",
-          c10::toString(type), " [", b, ", ", like.defined() ? like.size(1) : -1, "]"));
+    if (t.dim() != 2 || t.size(0) != b || t.scalar_type() != type || (like.defined() && t.size(1) != like.size(1))) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": shape ", Shape(t), " dtype ",
+                                                     c10::toString(t.scalar_type()), "; want ", c10::toString(type),
+                                                     " [", b, ", ", like.defined() ? like.size(1) : -1, "]"));
     }
     return absl::OkStatus();
   };
@@ -81,8 +79,7 @@ absl::Status ValidateBatch(const T5Batch& batch, bool need_targets) {
   if (batch.packed()) {
     absl::Status s = check("encoder_segment_ids", batch.encoder_segment_ids, torch::kLong, enc);
     if (s.ok() && batch.decoder_target_tokens.defined()) {
-      s = check("decoder_segment_ids", batch.decoder_segment_ids, torch::kLong,
-                batch.decoder_target_tokens);
+      s = check("decoder_segment_ids", batch.decoder_segment_ids, torch::kLong, batch.decoder_target_tokens);
     }
     if (!s.ok()) return s;
   }

@@ -17,8 +17,7 @@ ForwardOptions InferenceOptions(const DecodeOptions& options) {
 }
 
 // Greedy decoding and sampling: one token per row per step.
-DecodeResult DecodeOneAtATime(T5Impl& model, const torch::Tensor& inputs,
-                              const DecodeOptions& options) {
+DecodeResult DecodeOneAtATime(T5Impl& model, const torch::Tensor& inputs, const DecodeOptions& options) {
   const int64_t b = inputs.size(0);
   const int64_t len = options.max_decode_length;
   const ForwardOptions forward = InferenceOptions(options);
@@ -88,8 +87,7 @@ DecodeResult BeamSearch(T5Impl& model, const torch::Tensor& inputs, const Decode
   for (int64_t t = 0; t < len; ++t) {
     const torch::Tensor log_probs = torch::log_softmax(model.DecodeStep(current, &state, forward), -1);
     const int64_t vocab = log_probs.size(-1);
-    const torch::Tensor candidates =
-        (alive_logp.unsqueeze(-1) + log_probs.view({b, k, vocab})).view({b, k * vocab});
+    const torch::Tensor candidates = (alive_logp.unsqueeze(-1) + log_probs.view({b, k, vocab})).view({b, k * vocab});
     // 2K candidates guarantee K that do not end here.
     auto [top_logp, top_index] = candidates.topk(std::min<int64_t>(2 * k, k * vocab), -1);
     const torch::Tensor beam = top_index.div(vocab, "floor");
@@ -101,10 +99,8 @@ DecodeResult BeamSearch(T5Impl& model, const torch::Tensor& inputs, const Decode
     // Finished: EOS candidates, scored with the length penalty, merged with
     // the best so far.
     const torch::Tensor new_finished_score =
-        (top_logp / static_cast<float>(LengthPenalty(t + 1, options.alpha)))
-            .masked_fill(is_eos.logical_not(), kNegInf);
-    auto [best_finished, best_finished_index] =
-        torch::cat({finished_score, new_finished_score}, 1).topk(k, -1);
+        (top_logp / static_cast<float>(LengthPenalty(t + 1, options.alpha))).masked_fill(is_eos.logical_not(), kNegInf);
+    auto [best_finished, best_finished_index] = torch::cat({finished_score, new_finished_score}, 1).topk(k, -1);
     const torch::Tensor all_finished_seq = torch::cat({finished_seq, seq}, 1);
     finished_seq = all_finished_seq.gather(1, best_finished_index.unsqueeze(-1).expand({b, k, len}));
     finished_score = best_finished;
@@ -119,17 +115,14 @@ DecodeResult BeamSearch(T5Impl& model, const torch::Tensor& inputs, const Decode
 
     // Done when no alive beam can still beat the worst kept finished one:
     // log-probabilities only fall, and the penalty is largest at max length.
-    const torch::Tensor best_possible =
-        alive_logp.select(1, 0) / static_cast<float>(LengthPenalty(len, options.alpha));
+    const torch::Tensor best_possible = alive_logp.select(1, 0) / static_cast<float>(LengthPenalty(len, options.alpha));
     const torch::Tensor worst_finished = finished_score.select(1, k - 1);
     if (best_possible.lt(worst_finished).all().item<bool>()) break;
   }
   // Rows with no finished beam return their best alive one.
   const torch::Tensor has_finished = finished_score.select(1, 0).gt(kNegInf);
-  const torch::Tensor alive_score =
-      alive_logp.select(1, 0) / static_cast<float>(LengthPenalty(len, options.alpha));
-  torch::Tensor tokens = torch::where(has_finished.view({b, 1}), finished_seq.select(1, 0),
-                                      alive_seq.select(1, 0));
+  const torch::Tensor alive_score = alive_logp.select(1, 0) / static_cast<float>(LengthPenalty(len, options.alpha));
+  torch::Tensor tokens = torch::where(has_finished.view({b, 1}), finished_seq.select(1, 0), alive_seq.select(1, 0));
   torch::Tensor scores = torch::where(has_finished, finished_score.select(1, 0), alive_score);
   return {tokens, scores};
 }
@@ -140,8 +133,7 @@ double LengthPenalty(int64_t length, double alpha) {
   return std::pow((5.0 + static_cast<double>(length)) / 6.0, alpha);
 }
 
-DecodeResult Decode(T5Impl& model, const torch::Tensor& encoder_input_tokens,
-                    const DecodeOptions& options) {
+DecodeResult Decode(T5Impl& model, const torch::Tensor& encoder_input_tokens, const DecodeOptions& options) {
   if (options.method == DecodeOptions::Method::kBeam) {
     return BeamSearch(model, encoder_input_tokens, options);
   }

@@ -37,8 +37,7 @@ struct DecodeResult {
   torch::Tensor scores;
 };
 
-DecodeResult Decode(T5Impl& model, const torch::Tensor& encoder_input_tokens,
-                    const DecodeOptions& options);
+DecodeResult Decode(T5Impl& model, const torch::Tensor& encoder_input_tokens, const DecodeOptions& options);
 
 // T5X's brevity penalty: ((5 + length) / 6) ^ alpha.
 double LengthPenalty(int64_t length, double alpha);

@@ -25,14 +25,12 @@ auto Guard(const char* what, F f) -> decltype(f()) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<EncoderDecoderModel>> EncoderDecoderModel::Create(
-    const ModelConfig& config, const ModelOptions& options) {
-  if (config.vocab_size() < 2 || config.d_model() < 1 || config.num_heads() < 1 ||
-      config.d_kv() < 1 || config.d_ff() < 1 || config.num_encoder_layers() < 1 ||
-      config.num_decoder_layers() < 1 || config.relative_attention_num_buckets() < 2 ||
-      config.relative_attention_max_distance() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model config is incomplete: ", config.ShortDebugString()));
+absl::StatusOr<std::unique_ptr<EncoderDecoderModel>> EncoderDecoderModel::Create(const ModelConfig& config,
+                                                                                 const ModelOptions& options) {
+  if (config.vocab_size() < 2 || config.d_model() < 1 || config.num_heads() < 1 || config.d_kv() < 1 ||
+      config.d_ff() < 1 || config.num_encoder_layers() < 1 || config.num_decoder_layers() < 1 ||
+      config.relative_attention_num_buckets() < 2 || config.relative_attention_max_distance() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("model config is incomplete: ", config.ShortDebugString()));
   }
   return Guard("building the model", [&]() -> absl::StatusOr<std::unique_ptr<EncoderDecoderModel>> {
     T5 network(config, options.device, options.init_seed);
@@ -40,8 +38,7 @@ absl::StatusOr<std::unique_ptr<EncoderDecoderModel>> EncoderDecoderModel::Create
   });
 }
 
-absl::StatusOr<LossOutput> EncoderDecoderModel::LossFn(const T5Batch& batch,
-                                                       const LossOptions& options,
+absl::StatusOr<LossOutput> EncoderDecoderModel::LossFn(const T5Batch& batch, const LossOptions& options,
                                                        at::Generator dropout_rng) {
   TY_RETURN_IF_ERROR(ValidateBatch(batch, /*need_targets=*/true));
   return Guard("loss", [&]() -> absl::StatusOr<LossOutput> {
@@ -55,26 +52,23 @@ absl::StatusOr<LossOutput> EncoderDecoderModel::LossFn(const T5Batch& batch,
   });
 }
 
-absl::StatusOr<Metrics> EncoderDecoderModel::EvalFn(const T5Batch& batch,
-                                                    const LossOptions& options) {
+absl::StatusOr<Metrics> EncoderDecoderModel::EvalFn(const T5Batch& batch, const LossOptions& options) {
   torch::NoGradGuard no_grad;
   TY_ASSIGN_OR_RETURN(LossOutput out, LossFn(batch, options, at::Generator()));
   return out.metrics;
 }
 
-absl::StatusOr<Predictions> EncoderDecoderModel::PredictBatchWithAux(
-    const T5Batch& batch, const DecodeOptions& options) {
+absl::StatusOr<Predictions> EncoderDecoderModel::PredictBatchWithAux(const T5Batch& batch,
+                                                                     const DecodeOptions& options) {
   TY_RETURN_IF_ERROR(ValidateBatch(batch, /*need_targets=*/false));
   if (options.max_decode_length < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_decode_length: ", options.max_decode_length, "; must be >= 1"));
+    return absl::InvalidArgumentError(absl::StrCat("max_decode_length: ", options.max_decode_length, "; must be >= 1"));
   }
   if (options.method == DecodeOptions::Method::kBeam && options.beam_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("beam_size: ", options.beam_size, "; must be >= 1"));
   }
   if (options.method == DecodeOptions::Method::kSample && !(options.temperature > 0.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("temperature: ", options.temperature, "; must be > 0"));
+    return absl::InvalidArgumentError(absl::StrCat("temperature: ", options.temperature, "; must be > 0"));
   }
   return Guard("predict", [&]() -> absl::StatusOr<Predictions> {
     torch::NoGradGuard no_grad;

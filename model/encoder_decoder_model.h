@@ -27,26 +27,20 @@ class EncoderDecoderModel : public Model {
   absl::StatusOr<LossOutput> LossFn(const T5Batch& batch, const LossOptions& options,
                                     at::Generator dropout_rng) override;
   absl::StatusOr<Metrics> EvalFn(const T5Batch& batch, const LossOptions& options) override;
-  absl::StatusOr<Predictions> PredictBatchWithAux(const T5Batch& batch,
-                                                  const DecodeOptions& options) override;
+  absl::StatusOr<Predictions> PredictBatchWithAux(const T5Batch& batch, const DecodeOptions& options) override;
   absl::StatusOr<torch::Tensor> ScoreBatch(const T5Batch& batch) override;
 
   std::vector<torch::Tensor> parameters() override { return network_->parameters(); }
-  torch::OrderedDict<std::string, torch::Tensor> named_parameters() override {
-    return network_->named_parameters();
-  }
+  torch::OrderedDict<std::string, torch::Tensor> named_parameters() override { return network_->named_parameters(); }
 
   T5& network() { return network_; }
   const ModelOptions& options() const { return options_; }
 
  private:
-  EncoderDecoderModel(T5 network, const ModelOptions& options)
-      : network_(std::move(network)), options_(options) {}
+  EncoderDecoderModel(T5 network, const ModelOptions& options) : network_(std::move(network)), options_(options) {}
   // The batch on the parameters' device (callers pass host batches);
   // predictions and scores come back to the host.
-  T5Batch OnDevice(const T5Batch& batch) const {
-    return options_.device.is_cpu() ? batch : batch.To(options_.device);
-  }
+  T5Batch OnDevice(const T5Batch& batch) const { return options_.device.is_cpu() ? batch : batch.To(options_.device); }
 
   T5 network_;
   ModelOptions options_;

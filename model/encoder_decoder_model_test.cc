@@ -80,15 +80,12 @@ TEST(LossTest, NormalizationModes) {
   LossOptions options;
   options.z_loss = 0.0;
   options.normalization = LossConfig::NO_NORMALIZATION;
-  EXPECT_NEAR(ComputeLoss(logits, targets, torch::Tensor(), options).loss.item<double>(),
-              2 * std::log(4.0), 1e-6);
+  EXPECT_NEAR(ComputeLoss(logits, targets, torch::Tensor(), options).loss.item<double>(), 2 * std::log(4.0), 1e-6);
   options.normalization = LossConfig::CONSTANT;
   options.normalizing_constant = 4.0;
-  EXPECT_NEAR(ComputeLoss(logits, targets, torch::Tensor(), options).loss.item<double>(),
-              std::log(4.0) / 2, 1e-6);
+  EXPECT_NEAR(ComputeLoss(logits, targets, torch::Tensor(), options).loss.item<double>(), std::log(4.0) / 2, 1e-6);
   options.loss_normalizing_factor = 8.0;  // the trainer's global token count wins
-  EXPECT_NEAR(ComputeLoss(logits, targets, torch::Tensor(), options).loss.item<double>(),
-              std::log(4.0) / 4, 1e-6);
+  EXPECT_NEAR(ComputeLoss(logits, targets, torch::Tensor(), options).loss.item<double>(), std::log(4.0) / 4, 1e-6);
 }
 
 TEST(MetricsTest, MergeWithinAndAcrossSteps) {
@@ -126,8 +123,7 @@ TEST(ModelTest, ScoreIsTheSumOfLogSoftmaxAtTargets) {
 
 TEST(ModelTest, LossFnGradientsReachEveryParameter) {
   auto model = TinyModel();
-  absl::StatusOr<LossOutput> out =
-      model->LossFn(Batch(), LossOptions(), at::make_generator<at::CPUGeneratorImpl>(1));
+  absl::StatusOr<LossOutput> out = model->LossFn(Batch(), LossOptions(), at::make_generator<at::CPUGeneratorImpl>(1));
   ASSERT_TRUE(out.ok()) << out.status();
   out->loss.backward();
   for (const auto& p : model->named_parameters()) {
@@ -154,8 +150,7 @@ TEST(DecodingTest, GreedyEqualsBeamSizeOneAndScoresMatch) {
   beam.alpha = 0.0;
   absl::StatusOr<Predictions> beam1 = model->PredictBatchWithAux(b, beam);
   ASSERT_TRUE(beam1.ok()) << beam1.status();
-  EXPECT_TRUE(torch::equal(greedy->tokens, beam1->tokens))
-      << greedy->tokens << "\n" << beam1->tokens;
+  EXPECT_TRUE(torch::equal(greedy->tokens, beam1->tokens)) << greedy->tokens << "\n" << beam1->tokens;
   EXPECT_TRUE(torch::allclose(greedy->scores, beam1->scores, 1e-4, 1e-4));
 
   // The greedy score is the model's log-likelihood of the decoded sequence.
@@ -181,8 +176,7 @@ TEST(DecodingTest, WideBeamFindsSequencesAtLeastAsLikelyAsGreedy) {
   ASSERT_TRUE(greedy.ok() && wide.ok());
   // Not a theorem for every model, but for this fixed one: searching 4 beams
   // without a length penalty finds outputs at least as likely as greedy's.
-  EXPECT_TRUE(wide->scores.ge(greedy->scores - 1e-4).all().item<bool>())
-      << wide->scores << greedy->scores;
+  EXPECT_TRUE(wide->scores.ge(greedy->scores - 1e-4).all().item<bool>()) << wide->scores << greedy->scores;
 }
 
 TEST(DecodingTest, SamplingIsSeededAndTopKOneIsGreedy) {

@@ -15,8 +15,8 @@ LossOptions LossOptions::FromConfig(const LossConfig& config) {
   return options;
 }
 
-LossOutput ComputeLoss(const torch::Tensor& logits_in, const torch::Tensor& targets,
-                       const torch::Tensor& weights_in, const LossOptions& options) {
+LossOutput ComputeLoss(const torch::Tensor& logits_in, const torch::Tensor& targets, const torch::Tensor& weights_in,
+                       const LossOptions& options) {
   const torch::Tensor logits = logits_in.to(torch::kFloat);
   const int64_t vocab = logits.size(-1);
   const torch::Tensor weights =
@@ -30,11 +30,8 @@ LossOutput ComputeLoss(const torch::Tensor& logits_in, const torch::Tensor& targ
   torch::Tensor token_loss;
   if (options.label_smoothing > 0.0) {
     const double low = options.label_smoothing / static_cast<double>(vocab - 1);
-    const double entropy =
-        -(confidence * std::log(confidence) + (vocab - 1) * low * std::log(low + 1e-20));
-    token_loss = -(confidence * target_log_prob +
-                   low * (log_softmax.sum(-1) - target_log_prob)) -
-                 entropy;
+    const double entropy = -(confidence * std::log(confidence) + (vocab - 1) * low * std::log(low + 1e-20));
+    token_loss = -(confidence * target_log_prob + low * (log_softmax.sum(-1) - target_log_prob)) - entropy;
   } else {
     token_loss = -target_log_prob;
   }
@@ -54,8 +51,8 @@ LossOutput ComputeLoss(const torch::Tensor& logits_in, const torch::Tensor& targ
   out.loss = (token_loss * weights).sum() / factor;
   out.z_loss = (token_z_loss * weights).sum() / factor;
 
-  const torch::Tensor num_tokens = torch::tensor(static_cast<double>(targets.numel()),
-                                                 torch::TensorOptions().dtype(torch::kDouble));
+  const torch::Tensor num_tokens =
+      torch::tensor(static_cast<double>(targets.numel()), torch::TensorOptions().dtype(torch::kDouble));
   const torch::Tensor correct = (logits.argmax(-1).eq(targets).to(torch::kFloat) * weights).sum();
   const torch::Tensor cross_ent = out.loss - out.z_loss;
   Metrics& m = out.metrics;
@@ -73,11 +70,9 @@ LossOutput ComputeLoss(const torch::Tensor& logits_in, const torch::Tensor& targ
 
 torch::Tensor SequenceLogLikelihood(const torch::Tensor& logits, const torch::Tensor& targets,
                                     const torch::Tensor& weights) {
-  const torch::Tensor log_probs = torch::log_softmax(logits.to(torch::kFloat), -1)
-                                      .gather(-1, targets.unsqueeze(-1))
-                                      .squeeze(-1);
-  const torch::Tensor w = weights.defined() ? weights.to(torch::kFloat)
-                                            : targets.gt(0).to(torch::kFloat);
+  const torch::Tensor log_probs =
+      torch::log_softmax(logits.to(torch::kFloat), -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+  const torch::Tensor w = weights.defined() ? weights.to(torch::kFloat) : targets.gt(0).to(torch::kFloat);
   return (log_probs * w).sum(-1);
 }
 

@@ -40,8 +40,8 @@ struct LossOutput {
 // loss_per_nonpadding_target_token, loss_per_all_target_tokens,
 // cross_ent_loss_per_all_target_tokens, z_loss_per_all_target_tokens,
 // non_padding_fraction/loss_weights.
-LossOutput ComputeLoss(const torch::Tensor& logits, const torch::Tensor& targets,
-                       const torch::Tensor& weights, const LossOptions& options);
+LossOutput ComputeLoss(const torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& weights,
+                       const LossOptions& options);
 
 // Sum over positions of log p(target) * weight: [B].
 torch::Tensor SequenceLogLikelihood(const torch::Tensor& logits, const torch::Tensor& targets,

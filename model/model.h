@@ -34,8 +34,7 @@ class Model {
   // Loss metrics without dropout or gradients.
   virtual absl::StatusOr<Metrics> EvalFn(const T5Batch& batch, const LossOptions& options) = 0;
   // Decoded tokens and their scores.
-  virtual absl::StatusOr<Predictions> PredictBatchWithAux(const T5Batch& batch,
-                                                          const DecodeOptions& options) = 0;
+  virtual absl::StatusOr<Predictions> PredictBatchWithAux(const T5Batch& batch, const DecodeOptions& options) = 0;
   // Log-likelihood of each example's targets given its inputs: [B].
   virtual absl::StatusOr<torch::Tensor> ScoreBatch(const T5Batch& batch) = 0;
 

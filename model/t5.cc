@@ -25,8 +25,7 @@ torch::Tensor Dropout(const torch::Tensor& x, double rate, const ForwardOptions&
 }
 
 torch::Tensor ToBias(const torch::Tensor& allowed) {
-  return torch::zeros(allowed.sizes(), torch::TensorOptions().dtype(torch::kFloat).device(
-                                           allowed.device()))
+  return torch::zeros(allowed.sizes(), torch::TensorOptions().dtype(torch::kFloat).device(allowed.device()))
       .masked_fill_(allowed.logical_not(), kMaskValue);
 }
 
@@ -36,8 +35,7 @@ torch::Tensor SameSegment(const torch::Tensor& q_segments, const torch::Tensor& 
   return q_segments.unsqueeze(-1).eq(k_segments.unsqueeze(-2));
 }
 
-torch::Tensor PairMask(const torch::Tensor& q_valid, const torch::Tensor& k_valid,
-                       const torch::Tensor& same_segment) {
+torch::Tensor PairMask(const torch::Tensor& q_valid, const torch::Tensor& k_valid, const torch::Tensor& same_segment) {
   torch::Tensor m = q_valid.unsqueeze(-1).logical_and(k_valid.unsqueeze(-2));
   if (same_segment.defined()) m = m.logical_and(same_segment);
   return m;
@@ -49,20 +47,15 @@ DenseImpl::DenseImpl(int64_t in, int64_t out, const torch::TensorOptions& option
   weight = register_parameter("weight", torch::empty({out, in}, options));
 }
 
-torch::Tensor DenseImpl::forward(const torch::Tensor& x) {
-  return torch::linear(x, weight.to(x.scalar_type()));
-}
+torch::Tensor DenseImpl::forward(const torch::Tensor& x) { return torch::linear(x, weight.to(x.scalar_type())); }
 
 EmbedImpl::EmbedImpl(int64_t vocab, int64_t dim, const torch::TensorOptions& options) {
   weight = register_parameter("weight", torch::empty({vocab, dim}, options));
 }
 
-torch::Tensor EmbedImpl::forward(const torch::Tensor& tokens) {
-  return torch::embedding(weight, tokens);
-}
+torch::Tensor EmbedImpl::forward(const torch::Tensor& tokens) { return torch::embedding(weight, tokens); }
 
-RmsNormImpl::RmsNormImpl(int64_t dim, double epsilon, const torch::TensorOptions& options)
-    : epsilon(epsilon) {
+RmsNormImpl::RmsNormImpl(int64_t dim, double epsilon, const torch::TensorOptions& options) : epsilon(epsilon) {
   scale = register_parameter("scale", torch::empty({dim}, options));
 }
 
@@ -72,8 +65,8 @@ torch::Tensor RmsNormImpl::forward(const torch::Tensor& x, torch::ScalarType dty
   return (x32 * torch::rsqrt(variance + epsilon) * scale).to(dtype);
 }
 
-torch::Tensor RelativePositionBucket(const torch::Tensor& relative_position, bool bidirectional,
-                                     int64_t num_buckets, int64_t max_distance) {
+torch::Tensor RelativePositionBucket(const torch::Tensor& relative_position, bool bidirectional, int64_t num_buckets,
+                                     int64_t max_distance) {
   torch::Tensor buckets = torch::zeros_like(relative_position);
   torch::Tensor n = relative_position;
   if (bidirectional) {
@@ -87,11 +80,10 @@ torch::Tensor RelativePositionBucket(const torch::Tensor& relative_position, boo
   // to max_distance.
   const int64_t max_exact = num_buckets / 2;
   torch::Tensor is_small = n.lt(max_exact);
-  torch::Tensor large =
-      max_exact + (torch::log(n.clamp_min(1).to(torch::kFloat) / static_cast<float>(max_exact)) /
-                   std::log(static_cast<float>(max_distance) / static_cast<float>(max_exact)) *
-                   static_cast<float>(num_buckets - max_exact))
-                      .to(torch::kLong);
+  torch::Tensor large = max_exact + (torch::log(n.clamp_min(1).to(torch::kFloat) / static_cast<float>(max_exact)) /
+                                     std::log(static_cast<float>(max_distance) / static_cast<float>(max_exact)) *
+                                     static_cast<float>(num_buckets - max_exact))
+                                        .to(torch::kLong);
   large = large.clamp_max(num_buckets - 1);
   return buckets + torch::where(is_small, n, large);
 }
@@ -101,16 +93,14 @@ RelativePositionBiasImpl::RelativePositionBiasImpl(const ModelConfig& config, bo
     : num_buckets(config.relative_attention_num_buckets()),
       max_distance(config.relative_attention_max_distance()),
       bidirectional(bidirectional) {
-  rel_embedding = register_parameter(
-      "rel_embedding", torch::empty({config.num_heads(), num_buckets}, options));
+  rel_embedding = register_parameter("rel_embedding", torch::empty({config.num_heads(), num_buckets}, options));
 }
 
 torch::Tensor RelativePositionBiasImpl::forward(int64_t qlen, int64_t klen, int64_t q_offset) {
   const auto long_options = torch::TensorOptions().dtype(torch::kLong).device(rel_embedding.device());
   torch::Tensor context = torch::arange(q_offset, q_offset + qlen, long_options).unsqueeze(1);
   torch::Tensor memory = torch::arange(klen, long_options).unsqueeze(0);
-  torch::Tensor buckets =
-      RelativePositionBucket(memory - context, bidirectional, num_buckets, max_distance);
+  torch::Tensor buckets = RelativePositionBucket(memory - context, bidirectional, num_buckets, max_distance);
   return rel_embedding.index_select(1, buckets.flatten())
       .view({rel_embedding.size(0), qlen, klen})
       .to(torch::kFloat)
@@ -132,9 +122,8 @@ std::pair<torch::Tensor, torch::Tensor> AttentionImpl::Project(const torch::Tens
           value(kv).view({b, l, num_heads, d_kv}).transpose(1, 2)};
 }
 
-torch::Tensor AttentionImpl::Attend(const torch::Tensor& x, const torch::Tensor& k,
-                                    const torch::Tensor& v, const torch::Tensor& bias,
-                                    const ForwardOptions& options) {
+torch::Tensor AttentionImpl::Attend(const torch::Tensor& x, const torch::Tensor& k, const torch::Tensor& v,
+                                    const torch::Tensor& bias, const ForwardOptions& options) {
   const int64_t b = x.size(0), lq = x.size(1);
   torch::Tensor q = query(x).view({b, lq, num_heads, d_kv}).transpose(1, 2);
 #if TORCH_VERSION_MAJOR >= 2
@@ -158,15 +147,14 @@ torch::Tensor AttentionImpl::Attend(const torch::Tensor& x, const torch::Tensor&
   return out(y);
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& kv,
-                                     const torch::Tensor& bias, const ForwardOptions& options) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& kv, const torch::Tensor& bias,
+                                     const ForwardOptions& options) {
   auto [k, v] = Project(kv);
   return Attend(x, k, v, bias, options);
 }
 
 MlpImpl::MlpImpl(const ModelConfig& config, const torch::TensorOptions& options)
-    : gated(config.feed_forward() == ModelConfig::GATED_GELU),
-      dropout_rate(config.dropout_rate()) {
+    : gated(config.feed_forward() == ModelConfig::GATED_GELU), dropout_rate(config.dropout_rate()) {
   if (gated) {
     wi_0 = register_module("wi_0", Dense(config.d_model(), config.d_ff(), options));
     wi_1 = register_module("wi_1", Dense(config.d_model(), config.d_ff(), options));
@@ -184,11 +172,9 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x, const ForwardOptions& opt
 EncoderLayerImpl::EncoderLayerImpl(const ModelConfig& config, const torch::TensorOptions& options)
     : dropout_rate(config.dropout_rate()) {
   const double eps = config.layer_norm_epsilon();
-  pre_attention_layer_norm =
-      register_module("pre_attention_layer_norm", RmsNorm(config.d_model(), eps, options));
+  pre_attention_layer_norm = register_module("pre_attention_layer_norm", RmsNorm(config.d_model(), eps, options));
   attention = register_module("attention", Attention(config, options));
-  pre_mlp_layer_norm =
-      register_module("pre_mlp_layer_norm", RmsNorm(config.d_model(), eps, options));
+  pre_mlp_layer_norm = register_module("pre_mlp_layer_norm", RmsNorm(config.d_model(), eps, options));
   mlp = register_module("mlp", Mlp(config, options));
 }
 
@@ -204,35 +190,28 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& config, const torch::Tenso
     : dropout_rate(config.dropout_rate()) {
   const double eps = config.layer_norm_epsilon();
   const int64_t d = config.d_model();
-  pre_self_attention_layer_norm =
-      register_module("pre_self_attention_layer_norm", RmsNorm(d, eps, options));
+  pre_self_attention_layer_norm = register_module("pre_self_attention_layer_norm", RmsNorm(d, eps, options));
   self_attention = register_module("self_attention", Attention(config, options));
-  pre_cross_attention_layer_norm =
-      register_module("pre_cross_attention_layer_norm", RmsNorm(d, eps, options));
-  encoder_decoder_attention =
-      register_module("encoder_decoder_attention", Attention(config, options));
+  pre_cross_attention_layer_norm = register_module("pre_cross_attention_layer_norm", RmsNorm(d, eps, options));
+  encoder_decoder_attention = register_module("encoder_decoder_attention", Attention(config, options));
   pre_mlp_layer_norm = register_module("pre_mlp_layer_norm", RmsNorm(d, eps, options));
   mlp = register_module("mlp", Mlp(config, options));
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& self_bias,
-                                        const torch::Tensor& encoded,
-                                        const torch::Tensor& cross_bias,
+                                        const torch::Tensor& encoded, const torch::Tensor& cross_bias,
                                         const ForwardOptions& options) {
   const auto dtype = x.scalar_type();
   torch::Tensor h = pre_self_attention_layer_norm(x, dtype);
   torch::Tensor y = x + Dropout(self_attention(h, h, self_bias, options), dropout_rate, options);
   h = pre_cross_attention_layer_norm(y, dtype);
-  y = y + Dropout(encoder_decoder_attention(h, encoded, cross_bias, options), dropout_rate,
-                  options);
+  y = y + Dropout(encoder_decoder_attention(h, encoded, cross_bias, options), dropout_rate, options);
   return y + Dropout(mlp(pre_mlp_layer_norm(y, dtype), options), dropout_rate, options);
 }
 
 torch::Tensor DecoderLayerImpl::Step(const torch::Tensor& x, int64_t step, KvCache* cache,
-                                     const torch::Tensor& self_bias,
-                                     const torch::Tensor& cross_key,
-                                     const torch::Tensor& cross_value,
-                                     const torch::Tensor& cross_bias,
+                                     const torch::Tensor& self_bias, const torch::Tensor& cross_key,
+                                     const torch::Tensor& cross_value, const torch::Tensor& cross_bias,
                                      const ForwardOptions& options) {
   const auto dtype = x.scalar_type();
   torch::Tensor h = pre_self_attention_layer_norm(x, dtype);
@@ -240,8 +219,7 @@ torch::Tensor DecoderLayerImpl::Step(const torch::Tensor& x, int64_t step, KvCac
   cache->key.narrow(2, step, 1).copy_(k);
   cache->value.narrow(2, step, 1).copy_(v);
   torch::Tensor y = x + self_attention->Attend(h, cache->key.narrow(2, 0, step + 1),
-                                               cache->value.narrow(2, 0, step + 1), self_bias,
-                                               options);
+                                               cache->value.narrow(2, 0, step + 1), self_bias, options);
   h = pre_cross_attention_layer_norm(y, dtype);
   y = y + encoder_decoder_attention->Attend(h, cross_key, cross_value, cross_bias, options);
   return y + mlp(pre_mlp_layer_norm(y, dtype), options);
@@ -262,14 +240,13 @@ T5Impl::T5Impl(const ModelConfig& config, torch::Device device, uint64_t seed) :
   const bool meta = device.type() == torch::kMeta;
   // Parameters are initialised on the CPU (one generator, reproducible on any
   // device) and moved afterwards.
-  const auto options = torch::TensorOptions().dtype(torch::kFloat).device(
-      meta ? torch::Device(torch::kMeta) : torch::Device(torch::kCPU));
+  const auto options = torch::TensorOptions()
+                           .dtype(torch::kFloat)
+                           .device(meta ? torch::Device(torch::kMeta) : torch::Device(torch::kCPU));
   const int64_t d = config.d_model();
   token_embedder = register_module("token_embedder", Embed(config.vocab_size(), d, options));
-  encoder_relpos =
-      register_module("encoder_relpos", RelativePositionBias(config, /*bidirectional=*/true, options));
-  decoder_relpos = register_module("decoder_relpos",
-                                   RelativePositionBias(config, /*bidirectional=*/false, options));
+  encoder_relpos = register_module("encoder_relpos", RelativePositionBias(config, /*bidirectional=*/true, options));
+  decoder_relpos = register_module("decoder_relpos", RelativePositionBias(config, /*bidirectional=*/false, options));
   encoder_layers = register_module("encoder_layers", torch::nn::ModuleList());
   for (int i = 0; i < config.num_encoder_layers(); ++i) {
     encoder_layers->push_back(EncoderLayer(config, options));
@@ -278,10 +255,8 @@ T5Impl::T5Impl(const ModelConfig& config, torch::Device device, uint64_t seed) :
   for (int i = 0; i < config.num_decoder_layers(); ++i) {
     decoder_layers->push_back(DecoderLayer(config, options));
   }
-  encoder_norm =
-      register_module("encoder_norm", RmsNorm(d, config.layer_norm_epsilon(), options));
-  decoder_norm =
-      register_module("decoder_norm", RmsNorm(d, config.layer_norm_epsilon(), options));
+  encoder_norm = register_module("encoder_norm", RmsNorm(d, config.layer_norm_epsilon(), options));
+  decoder_norm = register_module("decoder_norm", RmsNorm(d, config.layer_norm_epsilon(), options));
   if (!config.tie_embeddings()) {
     logits_dense = register_module("logits_dense", Dense(d, config.vocab_size(), options));
   }
@@ -307,8 +282,7 @@ T5Impl::T5Impl(const ModelConfig& config, torch::Device device, uint64_t seed) :
     } else if (ends_with("query.weight")) {
       stddev = 1.0 / std::sqrt(d * static_cast<double>(config.d_kv()));
     } else if (ends_with("key.weight") || ends_with("value.weight") || ends_with("wi.weight") ||
-               ends_with("wi_0.weight") || ends_with("wi_1.weight") ||
-               ends_with("rel_embedding")) {
+               ends_with("wi_0.weight") || ends_with("wi_1.weight") || ends_with("rel_embedding")) {
       stddev = 1.0 / std::sqrt(static_cast<double>(d));
     } else if (ends_with("logits_dense.weight")) {
       // T5X: fan-in scaling (Hugging Face uses 1.0, which makes initial
@@ -332,8 +306,7 @@ torch::Tensor T5Impl::Logits(const torch::Tensor& y, const ForwardOptions& /*opt
   if (config_.tie_embeddings()) {
     // The shared embedding is scaled for the output projection.
     const double scale = 1.0 / std::sqrt(static_cast<double>(config_.d_model()));
-    return torch::matmul(y * scale, token_embedder->weight.to(y.scalar_type()).t())
-        .to(torch::kFloat);
+    return torch::matmul(y * scale, token_embedder->weight.to(y.scalar_type()).t()).to(torch::kFloat);
   }
   return logits_dense(y).to(torch::kFloat);
 }
@@ -371,8 +344,7 @@ DecodeState T5Impl::StartDecoding(const torch::Tensor& encoder_input_tokens, int
   state.cross_bias = ToBias(encoder_input_tokens.gt(0)).unsqueeze(1).unsqueeze(1);
   state.max_length = max_length;
   const int64_t b = encoder_input_tokens.size(0);
-  const auto cache_options =
-      torch::TensorOptions().dtype(options.compute_dtype).device(encoder_input_tokens.device());
+  const auto cache_options = torch::TensorOptions().dtype(options.compute_dtype).device(encoder_input_tokens.device());
   for (const auto& layer : *decoder_layers) {
     auto* decoder_layer = layer->as<DecoderLayer>();
     auto [k, v] = decoder_layer->encoder_decoder_attention->Project(state.encoded);
@@ -386,8 +358,7 @@ DecodeState T5Impl::StartDecoding(const torch::Tensor& encoder_input_tokens, int
   return state;
 }
 
-torch::Tensor T5Impl::DecodeStep(const torch::Tensor& tokens, DecodeState* state,
-                                 const ForwardOptions& options) {
+torch::Tensor T5Impl::DecodeStep(const torch::Tensor& tokens, DecodeState* state, const ForwardOptions& options) {
   const int64_t t = state->step;
   TORCH_CHECK(t < state->max_length, "decoding past max_length ", state->max_length);
   torch::Tensor y = EmbedTokens(tokens.view({-1, 1}), options);
@@ -395,9 +366,8 @@ torch::Tensor T5Impl::DecodeStep(const torch::Tensor& tokens, DecodeState* state
   torch::Tensor self_bias = decoder_relpos(1, t + 1, t);
   int i = 0;
   for (const auto& layer : *decoder_layers) {
-    y = layer->as<DecoderLayer>()->Step(y, t, &state->self_caches[i], self_bias,
-                                        state->cross_keys[i], state->cross_values[i],
-                                        state->cross_bias, options);
+    y = layer->as<DecoderLayer>()->Step(y, t, &state->self_caches[i], self_bias, state->cross_keys[i],
+                                        state->cross_values[i], state->cross_bias, options);
     ++i;
   }
   y = decoder_norm(y, options.compute_dtype);
@@ -413,9 +383,7 @@ int64_t T5Impl::NumParameters() const {
 
 torch::Tensor EncoderSelfAttentionMask(const T5Batch& batch) {
   torch::Tensor valid = batch.encoder_input_tokens.gt(0);
-  return ToBias(PairMask(valid, valid,
-                         SameSegment(batch.encoder_segment_ids, batch.encoder_segment_ids)))
-      .unsqueeze(1);
+  return ToBias(PairMask(valid, valid, SameSegment(batch.encoder_segment_ids, batch.encoder_segment_ids))).unsqueeze(1);
 }
 
 torch::Tensor DecoderSelfAttentionMask(const T5Batch& batch) {
@@ -423,8 +391,7 @@ torch::Tensor DecoderSelfAttentionMask(const T5Batch& batch) {
   const int64_t len = valid.size(1);
   torch::Tensor causal = torch::ones({len, len}, valid.options()).tril();
   torch::Tensor allowed =
-      PairMask(valid, valid, SameSegment(batch.decoder_segment_ids, batch.decoder_segment_ids))
-          .logical_and(causal);
+      PairMask(valid, valid, SameSegment(batch.decoder_segment_ids, batch.decoder_segment_ids)).logical_and(causal);
   return ToBias(allowed).unsqueeze(1);
 }
 

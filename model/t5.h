@@ -67,8 +67,7 @@ TORCH_MODULE(RmsNorm);
 
 class RelativePositionBiasImpl : public torch::nn::Module {
  public:
-  RelativePositionBiasImpl(const ModelConfig& config, bool bidirectional,
-                           const torch::TensorOptions& options);
+  RelativePositionBiasImpl(const ModelConfig& config, bool bidirectional, const torch::TensorOptions& options);
   // Bias [1, heads, qlen, klen] for queries at positions q_offset..q_offset+qlen-1
   // and keys at 0..klen-1.
   torch::Tensor forward(int64_t qlen, int64_t klen, int64_t q_offset = 0);
@@ -81,8 +80,8 @@ TORCH_MODULE(RelativePositionBias);
 
 // T5's bucketing of relative positions (memory - query), as in T5X and
 // Hugging Face. Exposed for tests.
-torch::Tensor RelativePositionBucket(const torch::Tensor& relative_position, bool bidirectional,
-                                     int64_t num_buckets, int64_t max_distance);
+torch::Tensor RelativePositionBucket(const torch::Tensor& relative_position, bool bidirectional, int64_t num_buckets,
+                                     int64_t max_distance);
 
 // Key/value cache of one self-attention layer during decoding.
 struct KvCache {
@@ -95,14 +94,13 @@ class AttentionImpl : public torch::nn::Module {
   AttentionImpl(const ModelConfig& config, const torch::TensorOptions& options);
   // x [B, Lq, D] attends to kv [B, Lk, D]; bias broadcasts to [B, H, Lq, Lk]
   // (position bias plus -1e10 on masked pairs).
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& kv,
-                        const torch::Tensor& bias, const ForwardOptions& options);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& kv, const torch::Tensor& bias,
+                        const ForwardOptions& options);
   // Keys/values of `kv` as [B, H, L, d_kv].
   std::pair<torch::Tensor, torch::Tensor> Project(const torch::Tensor& kv);
   // Attention with precomputed keys/values [B, H, Lk, d_kv].
-  torch::Tensor Attend(const torch::Tensor& x, const torch::Tensor& key,
-                       const torch::Tensor& value, const torch::Tensor& bias,
-                       const ForwardOptions& options);
+  torch::Tensor Attend(const torch::Tensor& x, const torch::Tensor& key, const torch::Tensor& value,
+                       const torch::Tensor& bias, const ForwardOptions& options);
 
   Dense query{nullptr}, key{nullptr}, value{nullptr}, out{nullptr};
   int64_t num_heads;
@@ -124,8 +122,7 @@ TORCH_MODULE(Mlp);
 class EncoderLayerImpl : public torch::nn::Module {
  public:
   EncoderLayerImpl(const ModelConfig& config, const torch::TensorOptions& options);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias,
-                        const ForwardOptions& options);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias, const ForwardOptions& options);
   RmsNorm pre_attention_layer_norm{nullptr}, pre_mlp_layer_norm{nullptr};
   Attention attention{nullptr};
   Mlp mlp{nullptr};
@@ -137,16 +134,13 @@ class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config, const torch::TensorOptions& options);
   // Full sequence (training/scoring).
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& self_bias,
-                        const torch::Tensor& encoded, const torch::Tensor& cross_bias,
-                        const ForwardOptions& options);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& self_bias, const torch::Tensor& encoded,
+                        const torch::Tensor& cross_bias, const ForwardOptions& options);
   // One position `step` with caches: x [B, 1, D].
-  torch::Tensor Step(const torch::Tensor& x, int64_t step, KvCache* self_cache,
-                     const torch::Tensor& self_bias, const torch::Tensor& cross_key,
-                     const torch::Tensor& cross_value, const torch::Tensor& cross_bias,
+  torch::Tensor Step(const torch::Tensor& x, int64_t step, KvCache* self_cache, const torch::Tensor& self_bias,
+                     const torch::Tensor& cross_key, const torch::Tensor& cross_value, const torch::Tensor& cross_bias,
                      const ForwardOptions& options);
-  RmsNorm pre_self_attention_layer_norm{nullptr}, pre_cross_attention_layer_norm{nullptr},
-      pre_mlp_layer_norm{nullptr};
+  RmsNorm pre_self_attention_layer_norm{nullptr}, pre_cross_attention_layer_norm{nullptr}, pre_mlp_layer_norm{nullptr};
   Attention self_attention{nullptr}, encoder_decoder_attention{nullptr};
   Mlp mlp{nullptr};
   double dropout_rate;
@@ -155,12 +149,12 @@ TORCH_MODULE(DecoderLayer);
 
 // What decoding keeps between steps.
 struct DecodeState {
-  torch::Tensor encoded;        // [B, Li, D]
-  torch::Tensor cross_bias;     // [B, 1, 1, Li]
+  torch::Tensor encoded;                                // [B, Li, D]
+  torch::Tensor cross_bias;                             // [B, 1, 1, Li]
   std::vector<torch::Tensor> cross_keys, cross_values;  // per layer
   std::vector<KvCache> self_caches;                     // per layer
   int64_t max_length = 0;
-  int64_t step = 0;             // next position to decode
+  int64_t step = 0;  // next position to decode
 
   // Keeps only rows `index` (a [B'] int64 tensor), e.g. to follow beams.
   void Reorder(const torch::Tensor& index);
@@ -184,8 +178,7 @@ class T5Impl : public torch::nn::Module {
   // [B, V] (float32) for the next position.
   DecodeState StartDecoding(const torch::Tensor& encoder_input_tokens, int64_t max_length,
                             const ForwardOptions& options);
-  torch::Tensor DecodeStep(const torch::Tensor& tokens, DecodeState* state,
-                           const ForwardOptions& options);
+  torch::Tensor DecodeStep(const torch::Tensor& tokens, DecodeState* state, const ForwardOptions& options);
 
   int64_t NumParameters() const;
 

@@ -100,13 +100,11 @@ TEST(MaskTest, PackedSegmentsNeverAttendAcrossAndDecoderIsCausal) {
   }
   for (int i = 0; i < 5; ++i) {
     for (int j = 0; j < 5; ++j) {
-      const bool allowed = j <= i && b.decoder_segment_ids[0][i].item<int>() ==
-                                         b.decoder_segment_ids[0][j].item<int>();
+      const bool allowed = j <= i && b.decoder_segment_ids[0][i].item<int>() == b.decoder_segment_ids[0][j].item<int>();
       EXPECT_EQ(dec[i][j].item<float>() == 0.0f, allowed) << i << "," << j;
     }
     for (int j = 0; j < 6; ++j) {
-      const bool allowed = b.encoder_segment_ids[0][j].item<int>() ==
-                           b.decoder_segment_ids[0][i].item<int>();
+      const bool allowed = b.encoder_segment_ids[0][j].item<int>() == b.decoder_segment_ids[0][i].item<int>();
       EXPECT_EQ(cross[i][j].item<float>() == 0.0f, allowed) << i << "," << j;
     }
   }

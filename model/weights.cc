@@ -12,8 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/safetensors.h"
-#include "google/protobuf/util/json_util.h"
 #include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 
 namespace trainyard {
@@ -21,23 +21,31 @@ namespace {
 
 absl::StatusOr<torch::ScalarType> TorchType(SafeDtype dtype) {
   switch (dtype) {
-    case SafeDtype::kF64: return torch::kDouble;
-    case SafeDtype::kF32: return torch::kFloat;
-    case SafeDtype::kF16: return torch::kHalf;
-    case SafeDtype::kBF16: return torch::kBFloat16;
-    case SafeDtype::kI64: return torch::kLong;
-    case SafeDtype::kI32: return torch::kInt;
-    case SafeDtype::kI16: return torch::kShort;
-    case SafeDtype::kI8: return torch::kChar;
-    case SafeDtype::kU8: return torch::kByte;
-    case SafeDtype::kBool: return torch::kBool;
+    case SafeDtype::kF64:
+      return torch::kDouble;
+    case SafeDtype::kF32:
+      return torch::kFloat;
+    case SafeDtype::kF16:
+      return torch::kHalf;
+    case SafeDtype::kBF16:
+      return torch::kBFloat16;
+    case SafeDtype::kI64:
+      return torch::kLong;
+    case SafeDtype::kI32:
+      return torch::kInt;
+    case SafeDtype::kI16:
+      return torch::kShort;
+    case SafeDtype::kI8:
+      return torch::kChar;
+    case SafeDtype::kU8:
+      return torch::kByte;
+    case SafeDtype::kBool:
+      return torch::kBool;
   }
   return absl::InvalidArgumentError("unknown dtype");
 }
 
-std::string ShapeString(c10::IntArrayRef shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
+std::string ShapeString(c10::IntArrayRef shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 
 // One parameter: our name, Hugging Face's, and whether the layouts are
 // transposed (relative position tables: ours [heads, buckets], HF's
@@ -51,10 +59,9 @@ struct NamePair {
 std::vector<NamePair> HfNames(const ModelConfig& c) {
   std::vector<NamePair> names;
   const bool gated = c.feed_forward() == ModelConfig::GATED_GELU;
-  const std::vector<std::string> mlp = gated ? std::vector<std::string>{"wi_0", "wi_1", "wo"}
-                                             : std::vector<std::string>{"wi", "wo"};
-  const std::pair<const char*, const char*> attention[] = {
-      {"query", "q"}, {"key", "k"}, {"value", "v"}, {"out", "o"}};
+  const std::vector<std::string> mlp =
+      gated ? std::vector<std::string>{"wi_0", "wi_1", "wo"} : std::vector<std::string>{"wi", "wo"};
+  const std::pair<const char*, const char*> attention[] = {{"query", "q"}, {"key", "k"}, {"value", "v"}, {"out", "o"}};
   names.push_back({"token_embedder.weight", "shared.weight"});
   for (int i = 0; i < c.num_encoder_layers(); ++i) {
     const std::string ours = absl::StrCat("encoder_layers.", i, ".");
@@ -68,16 +75,15 @@ std::vector<NamePair> HfNames(const ModelConfig& c) {
     }
     names.push_back({ours + "pre_mlp_layer_norm.scale", hf + "1.layer_norm.weight"});
   }
-  names.push_back({"encoder_relpos.rel_embedding",
-                   "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", true});
+  names.push_back(
+      {"encoder_relpos.rel_embedding", "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", true});
   names.push_back({"encoder_norm.scale", "encoder.final_layer_norm.weight"});
   for (int i = 0; i < c.num_decoder_layers(); ++i) {
     const std::string ours = absl::StrCat("decoder_layers.", i, ".");
     const std::string hf = absl::StrCat("decoder.block.", i, ".layer.");
     for (const auto& [o, h] : attention) {
       names.push_back({ours + "self_attention." + o + ".weight", hf + "0.SelfAttention." + h + ".weight"});
-      names.push_back({ours + "encoder_decoder_attention." + o + ".weight",
-                       hf + "1.EncDecAttention." + h + ".weight"});
+      names.push_back({ours + "encoder_decoder_attention." + o + ".weight", hf + "1.EncDecAttention." + h + ".weight"});
     }
     names.push_back({ours + "pre_self_attention_layer_norm.scale", hf + "0.layer_norm.weight"});
     names.push_back({ours + "pre_cross_attention_layer_norm.scale", hf + "1.layer_norm.weight"});
@@ -86,8 +92,8 @@ std::vector<NamePair> HfNames(const ModelConfig& c) {
     }
     names.push_back({ours + "pre_mlp_layer_norm.scale", hf + "2.layer_norm.weight"});
   }
-  names.push_back({"decoder_relpos.rel_embedding",
-                   "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", true});
+  names.push_back(
+      {"decoder_relpos.rel_embedding", "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", true});
   names.push_back({"decoder_norm.scale", "decoder.final_layer_norm.weight"});
   if (!c.tie_embeddings()) names.push_back({"logits_dense.weight", "lm_head.weight"});
   return names;
@@ -109,17 +115,16 @@ absl::StatusOr<TensorMap> ReadTensors(const std::string& path) {
   for (const SafeTensorInfo& info : reader->tensors()) {
     TY_ASSIGN_OR_RETURN(torch::ScalarType type, TorchType(info.dtype));
     // from_blob does not copy; clone before the mapping goes away.
-    torch::Tensor t = torch::from_blob(const_cast<uint8_t*>(reader->Data(info)), info.shape,
-                                       torch::TensorOptions().dtype(type))
-                          .to(torch::kFloat)
-                          .clone();
+    torch::Tensor t =
+        torch::from_blob(const_cast<uint8_t*>(reader->Data(info)), info.shape, torch::TensorOptions().dtype(type))
+            .to(torch::kFloat)
+            .clone();
     tensors.emplace(info.name, std::move(t));
   }
   return tensors;
 }
 
-absl::Status WriteTensorsAs(const std::string& path,
-                            const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+absl::Status WriteTensorsAs(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                             torch::ScalarType dtype, const std::map<std::string, std::string>& metadata) {
   if (dtype != torch::kFloat && dtype != torch::kBFloat16) {
     return absl::InvalidArgumentError("parameters are saved as float32 or bfloat16");
@@ -129,8 +134,7 @@ absl::Status WriteTensorsAs(const std::string& path,
   for (const auto& [name, tensor] : tensors) {
     torch::Tensor t = tensor.detach().to(torch::kCPU).to(dtype).contiguous();
     keep.push_back(t);
-    views.push_back({name, dtype == torch::kFloat ? SafeDtype::kF32 : SafeDtype::kBF16, t.sizes().vec(),
-                     t.data_ptr()});
+    views.push_back({name, dtype == torch::kFloat ? SafeDtype::kF32 : SafeDtype::kBF16, t.sizes().vec(), t.data_ptr()});
   }
   return WriteSafetensors(path, views, metadata);
 }
@@ -164,9 +168,8 @@ absl::Status AssignParameters(const TensorMap& tensors, bool strict, T5Impl* mod
     }
     used.insert(item.key());
     if (it->second.sizes() != item.value().sizes()) {
-      problems.push_back(absl::StrCat("tensor \"", item.key(), "\" has shape ",
-                                      ShapeString(it->second.sizes()), "; the model needs ",
-                                      ShapeString(item.value().sizes())));
+      problems.push_back(absl::StrCat("tensor \"", item.key(), "\" has shape ", ShapeString(it->second.sizes()),
+                                      "; the model needs ", ShapeString(item.value().sizes())));
       continue;
     }
     plan.emplace_back(item.value(), &it->second);
@@ -234,8 +237,8 @@ absl::StatusOr<ModelConfig> ReadHfConfig(const std::string& path) {
   } else if (ffn == "gated-gelu") {
     c.set_feed_forward(ModelConfig::GATED_GELU);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": feed_forward_proj \"", ffn,
-                                                   "\" is not supported; allowed: relu, gated-gelu"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": feed_forward_proj \"", ffn, "\" is not supported; allowed: relu, gated-gelu"));
   }
   c.set_tie_embeddings(j.value("tie_word_embeddings", true));
   return c;
@@ -315,8 +318,8 @@ absl::Status ExportHf(T5Impl& model, const std::string& out_dir) {
   return absl::OkStatus();
 }
 
-absl::Status WriteModelCheckpoint(T5Impl& model, const std::string& dir, int64_t step,
-                                  const std::string& source, const std::string& vocabulary_path) {
+absl::Status WriteModelCheckpoint(T5Impl& model, const std::string& dir, int64_t step, const std::string& source,
+                                  const std::string& vocabulary_path) {
   TY_ASSIGN_OR_RETURN(CheckpointWriter writer, CheckpointWriter::Begin(dir));
   auto write = [&]() -> absl::Status {
     TY_RETURN_IF_ERROR(SaveParameters(model, writer.Path("params.safetensors")));

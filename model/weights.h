@@ -30,15 +30,12 @@ absl::StatusOr<TensorMap> ReadTensors(const std::string& path);
 
 // Writes named tensors to a safetensors file, cast to `dtype` (kFloat or
 // kBFloat16; kInvalidArgument otherwise).
-absl::Status WriteTensorsAs(const std::string& path,
-                            const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
-                            torch::ScalarType dtype,
-                            const std::map<std::string, std::string>& metadata = {});
+absl::Status WriteTensorsAs(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                            torch::ScalarType dtype, const std::map<std::string, std::string>& metadata = {});
 
 // Writes the model's parameters under their names, cast to `dtype`
 // (kFloat or kBFloat16).
-absl::Status SaveParameters(T5Impl& model, const std::string& path,
-                            torch::ScalarType dtype = torch::kFloat,
+absl::Status SaveParameters(T5Impl& model, const std::string& path, torch::ScalarType dtype = torch::kFloat,
                             const std::map<std::string, std::string>& metadata = {});
 
 // Copies `tensors` into the model's parameters. kInvalidArgument, naming the
@@ -68,8 +65,8 @@ absl::Status ExportHf(T5Impl& model, const std::string& out_dir);
 // model's parameters: params.safetensors, metadata.json (format, version,
 // step, model config, source) and, if given, the SentencePiece vocabulary as
 // vocabulary.model. Atomic and checksummed.
-absl::Status WriteModelCheckpoint(T5Impl& model, const std::string& dir, int64_t step,
-                                  const std::string& source, const std::string& vocabulary_path);
+absl::Status WriteModelCheckpoint(T5Impl& model, const std::string& dir, int64_t step, const std::string& source,
+                                  const std::string& vocabulary_path);
 
 struct ModelCheckpoint {
   ModelConfig config;

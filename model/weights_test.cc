@@ -36,8 +36,7 @@ TEST(WeightsTest, Bfloat16SaveRoundsToBfloat16) {
   const torch::Tensor& w = tensors->at("token_embedder.weight");
   EXPECT_EQ(w.scalar_type(), torch::kFloat);  // read back as float32
   EXPECT_TRUE(torch::equal(w, a->token_embedder->weight.to(torch::kBFloat16).to(torch::kFloat)));
-  EXPECT_THAT(SaveParameters(*a, path, torch::kHalf),
-              StatusCodeIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(SaveParameters(*a, path, torch::kHalf), StatusCodeIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(WeightsTest, HfConfigErrorsNameTheKey) {

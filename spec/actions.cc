@@ -16,15 +16,9 @@ const double* Find(const MetricsByTask& metrics, const std::string& task, const 
 
 }  // namespace
 
-EarlyStoppingAction::EarlyStoppingAction(std::string task, std::string metric,
-                                         EarlyStopping::Mode mode, int patience, double atol,
-                                         double rtol)
-    : task_(std::move(task)),
-      metric_(std::move(metric)),
-      mode_(mode),
-      patience_(patience),
-      atol_(atol),
-      rtol_(rtol) {}
+EarlyStoppingAction::EarlyStoppingAction(std::string task, std::string metric, EarlyStopping::Mode mode, int patience,
+                                         double atol, double rtol)
+    : task_(std::move(task)), metric_(std::move(metric)), mode_(mode), patience_(patience), atol_(atol), rtol_(rtol) {}
 
 bool EarlyStoppingAction::Run(int64_t step, const MetricsByTask& metrics_by_task) {
   const double* value = Find(metrics_by_task, task_, metric_);
@@ -43,9 +37,8 @@ bool EarlyStoppingAction::Run(int64_t step, const MetricsByTask& metrics_by_task
   }
   ++stalls_;
   if (stalls_ < patience_) return false;
-  reason_ = absl::StrCat("early stopping at step ", step, ": ", task_, "/", metric_,
-                         " has not improved on ", mode_ == EarlyStopping::MAX ? -*best_ : *best_,
-                         " for ", stalls_, " evaluations");
+  reason_ = absl::StrCat("early stopping at step ", step, ": ", task_, "/", metric_, " has not improved on ",
+                         mode_ == EarlyStopping::MAX ? -*best_ : *best_, " for ", stalls_, " evaluations");
   return true;
 }
 
@@ -65,9 +58,15 @@ absl::StatusOr<ActionsByMode> CreateActions(const JobSpec& spec) {
     const ActionConfig& config = spec.actions(i);
     ActionModeKind mode;
     switch (config.on()) {
-      case ACTION_TRAIN: mode = ActionModeKind::kTrain; break;
-      case ACTION_INFER_EVAL: mode = ActionModeKind::kInferEval; break;
-      default: mode = ActionModeKind::kTrainEval; break;
+      case ACTION_TRAIN:
+        mode = ActionModeKind::kTrain;
+        break;
+      case ACTION_INFER_EVAL:
+        mode = ActionModeKind::kInferEval;
+        break;
+      default:
+        mode = ActionModeKind::kTrainEval;
+        break;
     }
     std::unique_ptr<BaseAction> action;
     if (config.has_early_stopping()) {
@@ -76,8 +75,7 @@ absl::StatusOr<ActionsByMode> CreateActions(const JobSpec& spec) {
         return absl::InvalidArgumentError(absl::StrCat("actions[", i, "].early_stopping.mode: missing"));
       }
       action = std::make_unique<EarlyStoppingAction>(es.task(), es.metric(), es.mode(),
-                                                     es.has_patience() ? es.patience() : 3,
-                                                     es.atol(), es.rtol());
+                                                     es.has_patience() ? es.patience() : 3, es.atol(), es.rtol());
     } else if (config.has_terminate_on_nan()) {
       const TerminateOnNan& t = config.terminate_on_nan();
       action = std::make_unique<TerminateOnNanAction>(t.task(), t.metric().empty() ? "loss" : t.metric());

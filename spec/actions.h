@@ -45,8 +45,8 @@ class BaseAction {
 // better; MAX: higher is better. A missing task or metric is skipped.
 class EarlyStoppingAction : public BaseAction {
  public:
-  EarlyStoppingAction(std::string task, std::string metric, EarlyStopping::Mode mode,
-                      int patience = 3, double atol = 0.0, double rtol = 0.0);
+  EarlyStoppingAction(std::string task, std::string metric, EarlyStopping::Mode mode, int patience = 3,
+                      double atol = 0.0, double rtol = 0.0);
   bool Run(int64_t step, const MetricsByTask& metrics_by_task) override;
   std::string reason() const override { return reason_; }
 

@@ -24,8 +24,7 @@ namespace {
 class ErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
   explicit ErrorCollector(absl::string_view source) : source_(source) {}
-  void AddError(int line, google::protobuf::io::ColumnNumber column,
-                const std::string& message) override {
+  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
     errors_.push_back(absl::StrCat(source_, ":", line + 1, ":", column + 1, ": ", message));
   }
   void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
@@ -65,20 +64,17 @@ absl::StatusOr<JobSpec> ParseJson(absl::string_view content, absl::string_view s
   auto status = google::protobuf::util::JsonStringToMessage(
       google::protobuf::StringPiece(content.data(), content.size()), &spec, options);
   if (!status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": invalid JSON JobSpec: ", status.message().as_string()));
+    return absl::InvalidArgumentError(absl::StrCat(source, ": invalid JSON JobSpec: ", status.message().as_string()));
   }
   return spec;
 }
 
 }  // namespace
 
-absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view content, absl::string_view source,
-                                     SpecFormat format) {
+absl::StatusOr<JobSpec> ParseJobSpec(absl::string_view content, absl::string_view source, SpecFormat format) {
   if (content.size() > kMaxSpecBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": ", content.size(),
-                                                   " bytes; a job spec may be at most ",
-                                                   kMaxSpecBytes, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": ", content.size(), " bytes; a job spec may be at most ", kMaxSpecBytes, " bytes"));
   }
   if (format == SpecFormat::kAuto) {
     format = LooksLikeJson(content) ? SpecFormat::kJson : SpecFormat::kText;
@@ -106,8 +102,8 @@ absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
   SpecFormat format = SpecFormat::kAuto;
   if (absl::EndsWith(path, ".json")) {
     format = SpecFormat::kJson;
-  } else if (absl::EndsWith(path, ".textproto") || absl::EndsWith(path, ".txtpb") ||
-             absl::EndsWith(path, ".pbtxt") || absl::EndsWith(path, ".prototxt")) {
+  } else if (absl::EndsWith(path, ".textproto") || absl::EndsWith(path, ".txtpb") || absl::EndsWith(path, ".pbtxt") ||
+             absl::EndsWith(path, ".prototxt")) {
     format = SpecFormat::kText;
   }
   return ParseJobSpec(content, path == "-" ? "<stdin>" : path, format);

@@ -8,17 +8,16 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "spec/jobspec.h"
 #include "spec/jobspec_validator.h"
 #include "spec/overrides.h"
-#include "google/protobuf/util/message_differencer.h"
 
 namespace {
 
 void CheckFixedPoint(const trainyard::JobSpec& normalized) {
   absl::StatusOr<trainyard::JobSpec> again =
-      trainyard::ParseJobSpec(trainyard::FormatJobSpecText(normalized), "roundtrip",
-                              trainyard::SpecFormat::kText);
+      trainyard::ParseJobSpec(trainyard::FormatJobSpecText(normalized), "roundtrip", trainyard::SpecFormat::kText);
   if (!again.ok()) std::abort();
   if (!trainyard::ValidateAndNormalize(&*again).ok()) std::abort();
   if (!google::protobuf::util::MessageDifferencer::Equals(normalized, *again)) std::abort();

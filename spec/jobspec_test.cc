@@ -38,8 +38,7 @@ TEST(ParseJobSpecTest, TextFormat) {
 
 TEST(ParseJobSpecTest, JsonIsDetectedByContent) {
   absl::StatusOr<JobSpec> spec = ParseJobSpec(
-      R"({"name": "demo", "model": {"preset": "tiny"}, "batch_size": 8, "kind": "EVALUATION"})",
-      "<stdin>");
+      R"({"name": "demo", "model": {"preset": "tiny"}, "batch_size": 8, "kind": "EVALUATION"})", "<stdin>");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->batch_size(), 8);
   EXPECT_EQ(spec->kind(), EVALUATION);
@@ -47,10 +46,9 @@ TEST(ParseJobSpecTest, JsonIsDetectedByContent) {
 
 TEST(ParseJobSpecTest, TextErrorNamesSourceLineAndColumn) {
   absl::StatusOr<JobSpec> spec = ParseJobSpec("name: \"x\"\nbatchsize: 8\n", "job.textproto");
-  EXPECT_THAT(spec.status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("job.textproto:2:10: Message type \"trainyard.JobSpec\" has no "
-                                 "field named \"batchsize\"")));
+  EXPECT_THAT(spec.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("job.textproto:2:10: Message type \"trainyard.JobSpec\" has no "
+                                                "field named \"batchsize\"")));
 }
 
 TEST(ParseJobSpecTest, DuplicateScalarFieldIsAnError) {
@@ -64,9 +62,9 @@ TEST(ParseJobSpecTest, UnknownEnumNameIsAnError) {
 }
 
 TEST(ParseJobSpecTest, JsonErrorNamesSourceAndField) {
-  EXPECT_THAT(ParseJobSpec(R"({"batchsize": 8})", "job.json", SpecFormat::kJson).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       ::testing::AllOf(HasSubstr("job.json"), HasSubstr("batchsize"))));
+  EXPECT_THAT(
+      ParseJobSpec(R"({"batchsize": 8})", "job.json", SpecFormat::kJson).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, ::testing::AllOf(HasSubstr("job.json"), HasSubstr("batchsize"))));
 }
 
 TEST(ParseJobSpecTest, OversizedInputIsRejectedBeforeParsing) {
@@ -85,8 +83,7 @@ TEST(LoadJobSpecTest, ReadsFileByExtension) {
 TEST(LoadJobSpecTest, JsonExtensionForcesJson) {
   // Text format in a .json file is reported as bad JSON, not parsed as text.
   const std::string path = WriteTemp("spec.json", kText);
-  EXPECT_THAT(LoadJobSpec(path).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("invalid JSON")));
+  EXPECT_THAT(LoadJobSpec(path).status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("invalid JSON")));
 }
 
 TEST(LoadJobSpecTest, MissingFileIsNotFound) {

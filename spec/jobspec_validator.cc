@@ -22,22 +22,19 @@
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "evaluation/metric_fns.h"
-#include "spec/presets.h"
 #include "re2/re2.h"
+#include "spec/presets.h"
 
 namespace trainyard {
 namespace {
 
 constexpr const char* kLearningRateFactors[] = {
-    "constant",    "linear_warmup", "rsqrt_decay",  "rsqrt_normalized_decay",
-    "decay_every", "cosine_decay",  "linear_decay",
+    "constant", "linear_warmup", "rsqrt_decay", "rsqrt_normalized_decay", "decay_every", "cosine_decay", "linear_decay",
 };
 
 class Errors {
  public:
-  void Add(absl::string_view field, absl::string_view message) {
-    lines_.push_back(absl::StrCat(field, ": ", message));
-  }
+  void Add(absl::string_view field, absl::string_view message) { lines_.push_back(absl::StrCat(field, ": ", message)); }
   bool empty() const { return lines_.empty(); }
   absl::Status ToStatus() const {
     if (lines_.empty()) return absl::OkStatus();
@@ -76,13 +73,11 @@ bool IsValidName(absl::string_view s, absl::string_view extra, size_t max_len) {
 }
 
 // Checks a float lies in [lo, hi] (or [lo, hi) / (lo, hi]) and is finite.
-void CheckRange(Errors* errors, absl::string_view field, double v, double lo, bool lo_open,
-                double hi, bool hi_open) {
+void CheckRange(Errors* errors, absl::string_view field, double v, double lo, bool lo_open, double hi, bool hi_open) {
   const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
   if (!ok) {
-    errors->Add(field, absl::StrCat(v, " is out of range; allowed: ", lo_open ? "(" : "[", lo,
-                                    ", ", std::isinf(hi) ? "inf" : absl::StrCat(hi),
-                                    hi_open ? ")" : "]"));
+    errors->Add(field, absl::StrCat(v, " is out of range; allowed: ", lo_open ? "(" : "[", lo, ", ",
+                                    std::isinf(hi) ? "inf" : absl::StrCat(hi), hi_open ? ")" : "]"));
   }
 }
 
@@ -103,8 +98,7 @@ bool CheckPath(Errors* errors, absl::string_view field, absl::string_view path) 
   }
   for (absl::string_view part : absl::StrSplit(path, '/')) {
     if (part == "..") {
-      errors->Add(field, absl::StrCat(Quote(path),
-                                      " contains \"..\"; paths may not climb out of their root"));
+      errors->Add(field, absl::StrCat(Quote(path), " contains \"..\"; paths may not climb out of their root"));
       return false;
     }
   }
@@ -121,9 +115,7 @@ std::string CleanPath(absl::string_view path) {
   return joined.empty() ? "." : joined;
 }
 
-bool IsTrainingKind(JobKind kind) {
-  return kind == TRAIN || kind == FINETUNING || kind == PRETRAINING;
-}
+bool IsTrainingKind(JobKind kind) { return kind == TRAIN || kind == FINETUNING || kind == PRETRAINING; }
 
 void ValidateModelConfig(Errors* errors, const ModelConfig& c) {
   CheckIntRange(errors, "model.config.vocab_size", c.vocab_size(), 2, 1 << 22);
@@ -133,10 +125,9 @@ void ValidateModelConfig(Errors* errors, const ModelConfig& c) {
   CheckIntRange(errors, "model.config.d_ff", c.d_ff(), 1, 1 << 20);
   CheckIntRange(errors, "model.config.num_encoder_layers", c.num_encoder_layers(), 1, 256);
   CheckIntRange(errors, "model.config.num_decoder_layers", c.num_decoder_layers(), 1, 256);
-  CheckIntRange(errors, "model.config.relative_attention_num_buckets",
-                c.relative_attention_num_buckets(), 2, 1024);
-  CheckIntRange(errors, "model.config.relative_attention_max_distance",
-                c.relative_attention_max_distance(), 1, 1 << 20);
+  CheckIntRange(errors, "model.config.relative_attention_num_buckets", c.relative_attention_num_buckets(), 2, 1024);
+  CheckIntRange(errors, "model.config.relative_attention_max_distance", c.relative_attention_max_distance(), 1,
+                1 << 20);
   CheckRange(errors, "model.config.dropout_rate", c.dropout_rate(), 0, false, 1, true);
   CheckRange(errors, "model.config.layer_norm_epsilon", c.layer_norm_epsilon(), 0, true, 1, false);
 }
@@ -146,8 +137,8 @@ void ValidateModel(Errors* errors, ModelSpec* model) {
     case ModelSpec::kPreset: {
       absl::StatusOr<ModelConfig> config = PresetConfig(model->preset());
       if (!config.ok()) {
-        errors->Add("model.preset", absl::StrCat(Quote(model->preset()), " is not a preset; allowed: ",
-                                                 absl::StrJoin(PresetNames(), ", ")));
+        errors->Add("model.preset", absl::StrCat(Quote(model->preset()),
+                                                 " is not a preset; allowed: ", absl::StrJoin(PresetNames(), ", ")));
       }
       if (model->has_dropout_rate()) {
         CheckRange(errors, "model.dropout_rate", model->dropout_rate(), 0, false, 1, true);
@@ -164,8 +155,7 @@ void ValidateModel(Errors* errors, ModelSpec* model) {
       ValidateModelConfig(errors, model->config());
       return;
     case ModelSpec::ARCHITECTURE_NOT_SET:
-      errors->Add("model", absl::StrCat("missing; set model.preset (one of ",
-                                        absl::StrJoin(PresetNames(), ", "),
+      errors->Add("model", absl::StrCat("missing; set model.preset (one of ", absl::StrJoin(PresetNames(), ", "),
                                         ") or an explicit model.config"));
       return;
   }
@@ -178,17 +168,14 @@ void ValidateOptimizer(Errors* errors, OptimizerConfig* opt) {
     Adafactor* a = opt->mutable_adafactor();
     FillAdafactorDefaults(a);
     CheckRange(errors, "optimizer.adafactor.decay_rate", a->decay_rate(), 0, true, 1, false);
-    CheckRange(errors, "optimizer.adafactor.clipping_threshold", a->clipping_threshold(), 0,
-               false, kInf, true);
+    CheckRange(errors, "optimizer.adafactor.clipping_threshold", a->clipping_threshold(), 0, false, kInf, true);
     CheckRange(errors, "optimizer.adafactor.epsilon1", a->epsilon1(), 0, true, 1, false);
     CheckRange(errors, "optimizer.adafactor.epsilon2", a->epsilon2(), 0, false, 1, false);
     if (a->has_beta1()) {
       CheckRange(errors, "optimizer.adafactor.beta1", a->beta1(), 0, false, 1, true);
     }
-    CheckIntRange(errors, "optimizer.adafactor.min_dim_size_to_factor",
-                  a->min_dim_size_to_factor(), 1, 1 << 30);
-    CheckRange(errors, "optimizer.adafactor.weight_decay_rate", a->weight_decay_rate(), 0, false,
-               1, false);
+    CheckIntRange(errors, "optimizer.adafactor.min_dim_size_to_factor", a->min_dim_size_to_factor(), 1, 1 << 30);
+    CheckRange(errors, "optimizer.adafactor.weight_decay_rate", a->weight_decay_rate(), 0, false, 1, false);
   } else {
     AdamW* a = opt->mutable_adamw();
     FillAdamWDefaults(a);
@@ -199,8 +186,7 @@ void ValidateOptimizer(Errors* errors, OptimizerConfig* opt) {
   }
 }
 
-void ValidateLearningRate(Errors* errors, LearningRateSchedule* lr, int64_t total_steps,
-                          bool training) {
+void ValidateLearningRate(Errors* errors, LearningRateSchedule* lr, int64_t total_steps, bool training) {
   if (lr->factors().empty()) lr->set_factors("constant * rsqrt_decay");
   if (!lr->has_base_learning_rate()) lr->set_base_learning_rate(1.0f);
   std::set<std::string> factors;
@@ -208,8 +194,7 @@ void ValidateLearningRate(Errors* errors, LearningRateSchedule* lr, int64_t tota
   for (absl::string_view raw : absl::StrSplit(lr->factors(), '*')) {
     const std::string factor(absl::StripAsciiWhitespace(raw));
     if (!IsKnownLearningRateFactor(factor)) {
-      std::vector<std::string> allowed(std::begin(kLearningRateFactors),
-                                       std::end(kLearningRateFactors));
+      std::vector<std::string> allowed(std::begin(kLearningRateFactors), std::end(kLearningRateFactors));
       errors->Add("learning_rate.factors",
                   absl::StrCat("unknown factor ", Quote(factor), " in ", Quote(lr->factors()),
                                "; allowed factors, joined by '*': ", absl::StrJoin(allowed, ", ")));
@@ -223,16 +208,13 @@ void ValidateLearningRate(Errors* errors, LearningRateSchedule* lr, int64_t tota
     canonical.push_back(factor);
   }
   lr->set_factors(absl::StrJoin(canonical, " * "));
-  CheckRange(errors, "learning_rate.base_learning_rate", lr->base_learning_rate(), 0, true, 1e6,
-             false);
+  CheckRange(errors, "learning_rate.base_learning_rate", lr->base_learning_rate(), 0, true, 1e6, false);
   CheckIntRange(errors, "learning_rate.warmup_steps", lr->warmup_steps(), 0, kMaxSteps);
   CheckIntRange(errors, "learning_rate.step_offset", lr->step_offset(), 0, kMaxSteps);
-  CheckRange(errors, "learning_rate.min_learning_rate", lr->min_learning_rate(), 0, false, 1e6,
-             false);
+  CheckRange(errors, "learning_rate.min_learning_rate", lr->min_learning_rate(), 0, false, 1e6, false);
   // rsqrt_decay is 1/sqrt(max(step, warmup_steps)) and linear_warmup is
   // min(1, step/warmup_steps): both need warmup_steps > 0 (T5X's default).
-  if ((factors.count("linear_warmup") || factors.count("rsqrt_decay") ||
-       factors.count("rsqrt_normalized_decay")) &&
+  if ((factors.count("linear_warmup") || factors.count("rsqrt_decay") || factors.count("rsqrt_normalized_decay")) &&
       lr->warmup_steps() == 0) {
     lr->set_warmup_steps(10000);
   }
@@ -240,17 +222,17 @@ void ValidateLearningRate(Errors* errors, LearningRateSchedule* lr, int64_t tota
     if (!lr->has_decay_factor()) lr->set_decay_factor(0.5f);
     CheckRange(errors, "learning_rate.decay_factor", lr->decay_factor(), 0, true, 1, false);
     if (lr->steps_per_decay() <= 0) {
-      errors->Add("learning_rate.steps_per_decay",
-                  absl::StrCat(lr->steps_per_decay(), "; the decay_every factor needs "
-                                                      "steps_per_decay > 0"));
+      errors->Add("learning_rate.steps_per_decay", absl::StrCat(lr->steps_per_decay(),
+                                                                "; the decay_every factor needs "
+                                                                "steps_per_decay > 0"));
     }
   }
   if (factors.count("cosine_decay") || factors.count("linear_decay")) {
     if (lr->steps_per_cycle() == 0 && training) lr->set_steps_per_cycle(total_steps);
     if (lr->steps_per_cycle() <= 0) {
-      errors->Add("learning_rate.steps_per_cycle",
-                  absl::StrCat(lr->steps_per_cycle(), "; cosine_decay and linear_decay need "
-                                                      "steps_per_cycle > 0"));
+      errors->Add("learning_rate.steps_per_cycle", absl::StrCat(lr->steps_per_cycle(),
+                                                                "; cosine_decay and linear_decay need "
+                                                                "steps_per_cycle > 0"));
     }
   }
 }
@@ -260,17 +242,18 @@ void ValidateRestore(Errors* errors, RestoreConfig* restore, JobKind kind) {
   if (!restore->has_strict()) restore->set_strict(true);
   if (!restore->path().empty()) CheckPath(errors, "restore.path", restore->path());
   CheckIntRange(errors, "restore.step", restore->step(), 0, kMaxSteps);
-  if (restore->mode() == RestoreConfig::SPECIFIC && restore->path().empty() &&
-      restore->step() == 0) {
-    errors->Add("restore.mode", "SPECIFIC needs restore.path (a checkpoint directory) or "
-                                "restore.step (> 0, in output_dir)");
+  if (restore->mode() == RestoreConfig::SPECIFIC && restore->path().empty() && restore->step() == 0) {
+    errors->Add("restore.mode",
+                "SPECIFIC needs restore.path (a checkpoint directory) or "
+                "restore.step (> 0, in output_dir)");
   }
   if (restore->mode() != RestoreConfig::SPECIFIC && restore->step() != 0) {
     errors->Add("restore.step", "only applies with restore.mode: SPECIFIC");
   }
   if (kind == FINETUNING && (restore->mode() == RestoreConfig::NONE || restore->path().empty())) {
-    errors->Add("restore.path", "a FINETUNING job starts from a checkpoint: set restore.path "
-                                "(and a restore.mode other than NONE)");
+    errors->Add("restore.path",
+                "a FINETUNING job starts from a checkpoint: set restore.path "
+                "(and a restore.mode other than NONE)");
   }
   if ((kind == EVALUATION || kind == INFERENCE) && restore->mode() == RestoreConfig::NONE) {
     errors->Add("restore.mode", absl::StrCat("NONE is not allowed for a ", JobKind_Name(kind),
@@ -285,8 +268,7 @@ void ValidateRestore(Errors* errors, RestoreConfig* restore, JobKind kind) {
     }
     RE2 re(rename.pattern(), RE2::Quiet);
     if (!re.ok()) {
-      errors->Add(field, absl::StrCat(Quote(rename.pattern()),
-                                      " is not a valid RE2 regular expression: ", re.error()));
+      errors->Add(field, absl::StrCat(Quote(rename.pattern()), " is not a valid RE2 regular expression: ", re.error()));
       continue;
     }
     std::string rewrite_error;
@@ -336,19 +318,20 @@ void ValidateActions(Errors* errors, JobSpec* spec) {
     switch (action->on()) {
       case ACTION_TRAIN:
         if (task != "train") {
-          errors->Add(task_field, absl::StrCat(Quote(task), "; an action on ACTION_TRAIN sees "
-                                                            "only the \"train\" metrics"));
+          errors->Add(task_field, absl::StrCat(Quote(task),
+                                               "; an action on ACTION_TRAIN sees "
+                                               "only the \"train\" metrics"));
         }
         break;
       case ACTION_TRAIN_EVAL:
       case ACTION_INFER_EVAL:
         if (spec->eval_period() <= 0) {
-          errors->Add(prefix + ".on", absl::StrCat(ActionMode_Name(action->on()),
-                                                   " needs periodic evaluation: set eval_period > 0"));
+          errors->Add(prefix + ".on",
+                      absl::StrCat(ActionMode_Name(action->on()), " needs periodic evaluation: set eval_period > 0"));
         } else if (!eval_tasks.count(task)) {
-          errors->Add(task_field,
-                      absl::StrCat(Quote(task), " is not an eval task; allowed: ",
-                                   absl::StrJoin(spec->eval().tasks(), ", ")));
+          errors->Add(
+              task_field,
+              absl::StrCat(Quote(task), " is not an eval task; allowed: ", absl::StrJoin(spec->eval().tasks(), ", ")));
         }
         break;
       default:
@@ -360,8 +343,9 @@ void ValidateActions(Errors* errors, JobSpec* spec) {
 void ValidateOutputDir(Errors* errors, JobSpec* spec, const ValidationOptions& options) {
   const std::string& dir = spec->output_dir();
   if (dir.empty()) {
-    errors->Add("output_dir", "missing; the directory for checkpoints, TensorBoard events "
-                              "and config.textproto");
+    errors->Add("output_dir",
+                "missing; the directory for checkpoints, TensorBoard events "
+                "and config.textproto");
     return;
   }
   if (!CheckPath(errors, "output_dir", dir)) return;
@@ -370,11 +354,9 @@ void ValidateOutputDir(Errors* errors, JobSpec* spec, const ValidationOptions& o
     return;
   }
   const std::string root = CleanPath(options.output_root);
-  const std::string resolved = absl::StartsWith(dir, "/") ? CleanPath(dir)
-                                                          : CleanPath(root + "/" + dir);
+  const std::string resolved = absl::StartsWith(dir, "/") ? CleanPath(dir) : CleanPath(root + "/" + dir);
   if (resolved != root && !absl::StartsWith(resolved, root == "/" ? "/" : root + "/")) {
-    errors->Add("output_dir", absl::StrCat(Quote(dir), " is outside the allowed output root ",
-                                           Quote(root)));
+    errors->Add("output_dir", absl::StrCat(Quote(dir), " is outside the allowed output root ", Quote(root)));
     return;
   }
   // The same check after symbolic links: the existing part of the path must
@@ -495,8 +477,7 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   if (spec->task().empty()) {
     errors.Add("task", "missing; the name of a registered task or mixture");
   } else if (!IsValidName(spec->task(), "_.:/-", 256)) {
-    errors.Add("task", absl::StrCat(Quote(spec->task()),
-                                    " is not a task name; use 1-256 of [A-Za-z0-9_.:/-]"));
+    errors.Add("task", absl::StrCat(Quote(spec->task()), " is not a task name; use 1-256 of [A-Za-z0-9_.:/-]"));
   }
 
   std::set<std::string> defined;
@@ -504,7 +485,8 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
     const TaskDefinition& def = spec->task_definitions(i);
     const std::string prefix = absl::StrCat("task_definitions[", i, "]");
     if (!IsValidName(def.name(), "_.:/-", 256)) {
-      errors.Add(prefix + ".name", absl::StrCat(Quote(def.name()), " is not a task name; use 1-256 of [A-Za-z0-9_.:/-]"));
+      errors.Add(prefix + ".name",
+                 absl::StrCat(Quote(def.name()), " is not a task name; use 1-256 of [A-Za-z0-9_.:/-]"));
     } else if (!defined.insert(def.name()).second) {
       errors.Add(prefix + ".name", absl::StrCat(Quote(def.name()), " is defined twice"));
     }
@@ -517,9 +499,9 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
     }
     for (int k = 0; k < def.metric_fns_size(); ++k) {
       if (!BuiltinMetricFn(def.metric_fns(k)).ok()) {
-        errors.Add(absl::StrCat(prefix, ".metric_fns[", k, "]"),
-                   absl::StrCat(Quote(def.metric_fns(k)), " is not one of: ",
-                                absl::StrJoin(BuiltinMetricFnNames(), ", ")));
+        errors.Add(
+            absl::StrCat(prefix, ".metric_fns[", k, "]"),
+            absl::StrCat(Quote(def.metric_fns(k)), " is not one of: ", absl::StrJoin(BuiltinMetricFnNames(), ", ")));
       }
     }
   }
@@ -539,12 +521,12 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   if (spec->batch_size() >= 1 && spec->num_workers() >= 1 && spec->num_microbatches() >= 1) {
     const int64_t per_step = static_cast<int64_t>(spec->num_workers()) * spec->num_microbatches();
     if (spec->batch_size() % per_step != 0) {
-      errors.Add("batch_size",
-                 absl::StrCat(spec->batch_size(), " is not divisible by num_workers x "
-                              "num_microbatches = ", spec->num_workers(), " x ",
-                              spec->num_microbatches(), " = ", per_step,
-                              "; every worker's share of the global batch must split into "
-                              "equal microbatches"));
+      errors.Add("batch_size", absl::StrCat(spec->batch_size(),
+                                            " is not divisible by num_workers x "
+                                            "num_microbatches = ",
+                                            spec->num_workers(), " x ", spec->num_microbatches(), " = ", per_step,
+                                            "; every worker's share of the global batch must split into "
+                                            "equal microbatches"));
     }
   }
 
@@ -557,8 +539,7 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   CheckIntRange(&errors, "checkpoint_period", spec->checkpoint_period(), 0, kMaxSteps);
   CheckIntRange(&errors, "summary_period", spec->summary_period(), 0, kMaxSteps);
   if (spec->summary_period() == 0) {
-    spec->set_summary_period(spec->total_steps() > 0 && spec->total_steps() < 100
-                                 ? spec->total_steps() : 100);
+    spec->set_summary_period(spec->total_steps() > 0 && spec->total_steps() < 100 ? spec->total_steps() : 100);
   }
   CheckIntRange(&errors, "keep_checkpoints", spec->keep_checkpoints(), 0, 1000000);
   if (!spec->has_seed()) spec->set_seed(0);
@@ -583,8 +564,7 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
     loss->set_normalization(LossConfig::NUM_TARGET_TOKENS);
   }
   if (loss->normalization() == LossConfig::CONSTANT) {
-    CheckRange(&errors, "loss.normalizing_constant", loss->normalizing_constant(), 0, true, kInf,
-               true);
+    CheckRange(&errors, "loss.normalizing_constant", loss->normalizing_constant(), 0, true, kInf, true);
   } else if (loss->normalizing_constant() != 0) {
     errors.Add("loss.normalizing_constant", "only applies with loss.normalization: CONSTANT");
   }
@@ -592,8 +572,8 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   DataConfig* data = spec->mutable_data();
   if (data->train_split().empty()) data->set_train_split("train");
   if (!IsValidName(data->train_split(), "_.-", 64)) {
-    errors.Add("data.train_split", absl::StrCat(Quote(data->train_split()),
-                                                " is not a split name; use [A-Za-z0-9_.-]"));
+    errors.Add("data.train_split",
+               absl::StrCat(Quote(data->train_split()), " is not a split name; use [A-Za-z0-9_.-]"));
   }
   if (!data->has_pack()) data->set_pack(true);
   if (!data->has_shuffle()) data->set_shuffle(true);
@@ -633,8 +613,7 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   if (inference->max_decode_length() == 0) {
     inference->set_max_decode_length(lengths.targets());
   }
-  CheckIntRange(&errors, "inference.max_decode_length", inference->max_decode_length(), 1,
-                kMaxFeatureLength);
+  CheckIntRange(&errors, "inference.max_decode_length", inference->max_decode_length(), 1, kMaxFeatureLength);
   if (inference->split().empty()) inference->set_split("validation");
   CheckIntRange(&errors, "inference.num_batches", inference->num_batches(), 0, 1 << 30);
 
@@ -645,10 +624,9 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   if (checkpoint->keep_best() > 0) {
     const std::vector<std::string> parts = absl::StrSplit(checkpoint->best_metric(), '/');
     if (parts.size() < 2 || parts[0].empty() || parts.back().empty()) {
-      errors.Add("checkpoint.best_metric",
-                 absl::StrCat(Quote(checkpoint->best_metric()),
-                              "; keep_best needs a metric named \"<task>/<metric>\", e.g. "
-                              "\"validation/loss\""));
+      errors.Add("checkpoint.best_metric", absl::StrCat(Quote(checkpoint->best_metric()),
+                                                        "; keep_best needs a metric named \"<task>/<metric>\", e.g. "
+                                                        "\"validation/loss\""));
     }
     if (checkpoint->best_mode() == EarlyStopping::MODE_UNSPECIFIED) {
       errors.Add("checkpoint.best_mode", "missing; MIN or MAX (which value is best)");

@@ -2,11 +2,11 @@
 
 #include <filesystem>
 
-#include "spec/jobspec.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "spec/jobspec.h"
 
 namespace trainyard {
 namespace {
@@ -16,14 +16,15 @@ using ::testing::HasSubstr;
 
 JobSpec Minimal() {
   absl::StatusOr<JobSpec> spec = ParseJobSpec(R"pb(
-    name: "demo"
-    model { preset: "tiny" }
-    task: "copy"
-    feature_lengths { inputs: 32 targets: 16 }
-    batch_size: 16
-    total_steps: 1000
-    output_dir: "/tmp/trainyard/demo"
-  )pb", "minimal");
+                                                name: "demo"
+                                                model { preset: "tiny" }
+                                                task: "copy"
+                                                feature_lengths { inputs: 32 targets: 16 }
+                                                batch_size: 16
+                                                total_steps: 1000
+                                                output_dir: "/tmp/trainyard/demo"
+                                              )pb",
+                                              "minimal");
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
 }
@@ -107,9 +108,8 @@ TEST(ValidatorTest, BatchMustDivideByWorkersTimesMicrobatches) {
   spec.set_num_workers(4);
   spec.set_num_microbatches(2);
   EXPECT_THAT(Validate(spec),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("batch_size: 30 is not divisible by num_workers x "
-                                 "num_microbatches = 4 x 2 = 8")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batch_size: 30 is not divisible by num_workers x "
+                                                                     "num_microbatches = 4 x 2 = 8")));
   spec.set_batch_size(32);
   EXPECT_THAT(Validate(spec), IsOk());
 }
@@ -120,18 +120,23 @@ TEST(ValidatorTest, ReportsEveryProblemAtOnce) {
   spec.set_total_steps(0);
   spec.mutable_model()->set_preset("t5_giant");
   absl::Status status = Validate(spec);
-  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument,
-                               AllOf(HasSubstr("name: missing"),
-                                     HasSubstr("total_steps: 0 is out of range; allowed: 1.."),
-                                     HasSubstr("model.preset: \"t5_giant\" is not a preset; "
-                                               "allowed: tiny, t5_small"))));
+  EXPECT_THAT(status,
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("name: missing"), HasSubstr("total_steps: 0 is out of range; allowed: 1.."),
+                             HasSubstr("model.preset: \"t5_giant\" is not a preset; "
+                                       "allowed: tiny, t5_small"))));
 }
 
 TEST(ValidatorTest, TaskDefinitionsAreChecked) {
   JobSpec spec = Minimal();
   absl::StatusOr<JobSpec> with_defs = ParseJobSpec(R"pb(
-    task_definitions { name: "mine" splits { key: "train" value: "/data/mine.jsonl" } metric_fns: "bleu" }
-  )pb", "defs");
+                                                     task_definitions {
+                                                       name: "mine"
+                                                       splits { key: "train" value: "/data/mine.jsonl" }
+                                                       metric_fns: "bleu"
+                                                     }
+                                                   )pb",
+                                                   "defs");
   ASSERT_THAT(with_defs.status(), IsOk());
   spec.MergeFrom(*with_defs);
   ASSERT_THAT(Validate(spec), IsOk());
@@ -151,10 +156,9 @@ TEST(ValidatorTest, UnknownLearningRateFactor) {
   JobSpec spec = Minimal();
   spec.mutable_learning_rate()->set_factors("constant * exponential_decay");
   EXPECT_THAT(Validate(spec),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("learning_rate.factors: unknown factor "
-                                       "\"exponential_decay\""),
-                             HasSubstr("rsqrt_normalized_decay"))));
+              StatusIs(absl::StatusCode::kInvalidArgument, AllOf(HasSubstr("learning_rate.factors: unknown factor "
+                                                                           "\"exponential_decay\""),
+                                                                 HasSubstr("rsqrt_normalized_decay"))));
 }
 
 TEST(ValidatorTest, OutputRootConfinesOutputDir) {
@@ -166,13 +170,11 @@ TEST(ValidatorTest, OutputRootConfinesOutputDir) {
   EXPECT_EQ(spec.output_dir(), "/srv/trainyard/runs/demo");
 
   spec.set_output_dir("/srv/trainyard-other/demo");  // a prefix, not a parent
-  EXPECT_THAT(Validate(spec, options),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("output_dir: \"/srv/trainyard-other/demo\" is outside the "
-                                 "allowed output root \"/srv/trainyard\"")));
+  EXPECT_THAT(Validate(spec, options), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                HasSubstr("output_dir: \"/srv/trainyard-other/demo\" is outside the "
+                                                          "allowed output root \"/srv/trainyard\"")));
   spec.set_output_dir("runs/../../etc");
-  EXPECT_THAT(Validate(spec, options),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("contains \"..\"")));
+  EXPECT_THAT(Validate(spec, options), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("contains \"..\"")));
 }
 
 TEST(ValidatorTest, ASymbolicLinkOutOfTheRootIsRefused) {
@@ -207,18 +209,16 @@ TEST(ValidatorTest, ExplicitConfigIsCheckedFieldByField) {
   c->set_num_encoder_layers(2);
   c->set_num_decoder_layers(2);
   c->set_dropout_rate(1.5f);
-  EXPECT_THAT(Validate(spec),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("model.config.num_heads: 0 is out of range; allowed: 1..1024"),
-                             HasSubstr("model.config.dropout_rate: 1.5 is out of range; "
-                                       "allowed: [0, 1)"))));
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       AllOf(HasSubstr("model.config.num_heads: 0 is out of range; allowed: 1..1024"),
+                                             HasSubstr("model.config.dropout_rate: 1.5 is out of range; "
+                                                       "allowed: [0, 1)"))));
 }
 
 TEST(ValidatorTest, FinetuningNeedsACheckpoint) {
   JobSpec spec = Minimal();
   spec.set_kind(FINETUNING);
-  EXPECT_THAT(Validate(spec),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("restore.path: a FINETUNING")));
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("restore.path: a FINETUNING")));
   spec.mutable_restore()->set_path("/ckpt/t5_small/checkpoint_1000000");
   EXPECT_THAT(Validate(spec), IsOk());
 }
@@ -229,20 +229,19 @@ TEST(ValidatorTest, EvaluationNeedsNoStepsButACheckpoint) {
   spec.set_total_steps(0);
   EXPECT_THAT(Validate(spec), IsOk());
   spec.mutable_restore()->set_mode(RestoreConfig::NONE);
-  EXPECT_THAT(Validate(spec),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("restore.mode: NONE")));
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("restore.mode: NONE")));
 }
 
 TEST(ValidatorTest, AssignmentMapPatternsMustCompile) {
   JobSpec spec = Minimal();
   auto* rename = spec.mutable_restore()->add_assignment_map();
   rename->set_pattern("encoder/(layers_[0-9+");
-  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
-                                       HasSubstr("restore.assignment_map[0].pattern")));
+  EXPECT_THAT(Validate(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("restore.assignment_map[0].pattern")));
   rename->set_pattern("encoder/(.*)");
   rename->set_replacement("enc/\\2");  // only one group
-  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
-                                       HasSubstr("restore.assignment_map[0].replacement")));
+  EXPECT_THAT(Validate(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("restore.assignment_map[0].replacement")));
   rename->set_replacement("enc/\\1");
   EXPECT_THAT(Validate(spec), IsOk());
 }
@@ -253,25 +252,24 @@ TEST(ValidatorTest, ActionTasksMustBeEvaluated) {
   es->set_task("copy");
   es->set_metric("loss");
   es->set_mode(EarlyStopping::MIN);
-  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
-                                       HasSubstr("actions[0].on: ACTION_TRAIN_EVAL needs periodic "
-                                                 "evaluation: set eval_period > 0")));
+  EXPECT_THAT(Validate(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("actions[0].on: ACTION_TRAIN_EVAL needs periodic "
+                                                                     "evaluation: set eval_period > 0")));
   spec.set_eval_period(100);
   EXPECT_THAT(Validate(spec), IsOk());
   es->set_task("glue");
-  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
-                                       HasSubstr("actions[0].early_stopping.task: \"glue\" is not "
-                                                 "an eval task; allowed: copy")));
+  EXPECT_THAT(Validate(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("actions[0].early_stopping.task: \"glue\" is not "
+                                                                     "an eval task; allowed: copy")));
   spec.mutable_actions(0)->set_on(ACTION_TRAIN);
-  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
-                                       HasSubstr("only the \"train\" metrics")));
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("only the \"train\" metrics")));
 }
 
 TEST(ValidatorTest, SamplingOptionsOnlyWithSampling) {
   JobSpec spec = Minimal();
   spec.mutable_inference()->set_top_k(40);
-  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
-                                       HasSubstr("only apply with method: SAMPLE")));
+  EXPECT_THAT(Validate(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("only apply with method: SAMPLE")));
   spec.mutable_inference()->set_method(InferenceConfig::SAMPLE);
   JobSpec normalized = spec;
   ASSERT_THAT(ValidateAndNormalize(&normalized), IsOk());
@@ -281,8 +279,7 @@ TEST(ValidatorTest, SamplingOptionsOnlyWithSampling) {
 TEST(ValidatorTest, NonPrintableCharactersAreEscapedInMessages) {
   JobSpec spec = Minimal();
   spec.set_name(std::string("bad\x01name", 8));
-  EXPECT_THAT(Validate(spec),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("name: \"bad\\x01name\"")));
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("name: \"bad\\x01name\"")));
 }
 
 }  // namespace

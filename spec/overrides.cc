@@ -39,10 +39,8 @@ absl::StatusOr<std::vector<PathElement>> ParsePath(absl::string_view path) {
     } else {
       element.name = std::string(part.substr(0, bracket));
       absl::string_view index = part.substr(bracket + 1);
-      if (!absl::ConsumeSuffix(&index, "]") || !absl::SimpleAtoi(index, &element.index) ||
-          element.index < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("\"", part, "\" is not NAME or NAME[i] with i >= 0"));
+      if (!absl::ConsumeSuffix(&index, "]") || !absl::SimpleAtoi(index, &element.index) || element.index < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("\"", part, "\" is not NAME or NAME[i] with i >= 0"));
       }
     }
     if (element.name.empty()) {
@@ -62,8 +60,8 @@ std::string FieldNames(const Descriptor* descriptor) {
 }
 
 std::string Unquote(absl::string_view value) {
-  if (value.size() >= 2 && ((value.front() == '"' && value.back() == '"') ||
-                            (value.front() == '\'' && value.back() == '\''))) {
+  if (value.size() >= 2 &&
+      ((value.front() == '"' && value.back() == '"') || (value.front() == '\'' && value.back() == '\''))) {
     value = value.substr(1, value.size() - 2);
   }
   return std::string(value);
@@ -71,16 +69,25 @@ std::string Unquote(absl::string_view value) {
 
 const char* TypeName(const FieldDescriptor* field) {
   switch (field->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32: return "an integer (int32)";
-    case FieldDescriptor::CPPTYPE_INT64: return "an integer (int64)";
-    case FieldDescriptor::CPPTYPE_UINT32: return "a non-negative integer (uint32)";
-    case FieldDescriptor::CPPTYPE_UINT64: return "a non-negative integer (uint64)";
+    case FieldDescriptor::CPPTYPE_INT32:
+      return "an integer (int32)";
+    case FieldDescriptor::CPPTYPE_INT64:
+      return "an integer (int64)";
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return "a non-negative integer (uint32)";
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return "a non-negative integer (uint64)";
     case FieldDescriptor::CPPTYPE_FLOAT:
-    case FieldDescriptor::CPPTYPE_DOUBLE: return "a finite number";
-    case FieldDescriptor::CPPTYPE_BOOL: return "true or false";
-    case FieldDescriptor::CPPTYPE_ENUM: return "an enum name";
-    case FieldDescriptor::CPPTYPE_STRING: return "a string";
-    case FieldDescriptor::CPPTYPE_MESSAGE: return "a message in braces";
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return "a finite number";
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return "true or false";
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return "an enum name";
+    case FieldDescriptor::CPPTYPE_STRING:
+      return "a string";
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return "a message in braces";
   }
   return "a value";
 }
@@ -91,8 +98,7 @@ template <typename T>
 absl::Status Store(Message* message, const FieldDescriptor* field, int index, T v,
                    void (Reflection::*set)(Message*, const FieldDescriptor*, T) const,
                    void (Reflection::*add)(Message*, const FieldDescriptor*, T) const,
-                   void (Reflection::*set_repeated)(Message*, const FieldDescriptor*, int, T)
-                       const) {
+                   void (Reflection::*set_repeated)(Message*, const FieldDescriptor*, int, T) const) {
   const Reflection* r = message->GetReflection();
   if (!field->is_repeated()) {
     (r->*set)(message, field, std::move(v));
@@ -106,13 +112,11 @@ absl::Status Store(Message* message, const FieldDescriptor* field, int index, T 
 
 // Sets `field` of `message` (element `index` if repeated, -1 = append) from
 // the text `raw`.
-absl::Status SetScalar(Message* message, const FieldDescriptor* field, int index,
-                       absl::string_view raw) {
+absl::Status SetScalar(Message* message, const FieldDescriptor* field, int index, absl::string_view raw) {
   const Reflection* r = message->GetReflection();
   const bool repeated = field->is_repeated();
   auto bad = [&] {
-    return absl::InvalidArgumentError(absl::StrCat(field->name(), " expects ", TypeName(field),
-                                                   ", got \"", raw, "\""));
+    return absl::InvalidArgumentError(absl::StrCat(field->name(), " expects ", TypeName(field), ", got \"", raw, "\""));
   };
   const std::string text = std::string(absl::StripAsciiWhitespace(raw));
   switch (field->cpp_type()) {
@@ -155,8 +159,7 @@ absl::Status SetScalar(Message* message, const FieldDescriptor* field, int index
     case FieldDescriptor::CPPTYPE_BOOL: {
       bool v;
       if (!absl::SimpleAtob(text, &v)) return bad();
-      return Store(message, field, index, v, &Reflection::SetBool, &Reflection::AddBool,
-                   &Reflection::SetRepeatedBool);
+      return Store(message, field, index, v, &Reflection::SetBool, &Reflection::AddBool, &Reflection::SetRepeatedBool);
     }
     case FieldDescriptor::CPPTYPE_ENUM: {
       const EnumValueDescriptor* value = field->enum_type()->FindValueByName(Unquote(text));
@@ -170,34 +173,36 @@ absl::Status SetScalar(Message* message, const FieldDescriptor* field, int index
             names.push_back(field->enum_type()->value(i)->name());
           }
         }
-        return absl::InvalidArgumentError(absl::StrCat(field->name(), ": \"", raw,
-                                                       "\" is not one of ",
-                                                       absl::StrJoin(names, ", ")));
+        return absl::InvalidArgumentError(
+            absl::StrCat(field->name(), ": \"", raw, "\" is not one of ", absl::StrJoin(names, ", ")));
       }
       return Store(message, field, index, value, &Reflection::SetEnum, &Reflection::AddEnum,
                    &Reflection::SetRepeatedEnum);
     }
     case FieldDescriptor::CPPTYPE_STRING: {
-      return Store(message, field, index, Unquote(raw), &Reflection::SetString,
-                   &Reflection::AddString, &Reflection::SetRepeatedString);
+      return Store(message, field, index, Unquote(raw), &Reflection::SetString, &Reflection::AddString,
+                   &Reflection::SetRepeatedString);
     }
     case FieldDescriptor::CPPTYPE_MESSAGE: {
       absl::string_view body = absl::StripAsciiWhitespace(raw);
       if (!absl::ConsumePrefix(&body, "{") || !absl::ConsumeSuffix(&body, "}")) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            field->name(), " is a message: give its fields in text format inside braces, "
-            "e.g. ", field->name(), "={...}, or set one field with ", field->name(),
-            ".NAME=VALUE"));
+        return absl::InvalidArgumentError(absl::StrCat(field->name(),
+                                                       " is a message: give its fields in text format inside braces, "
+                                                       "e.g. ",
+                                                       field->name(), "={...}, or set one field with ", field->name(),
+                                                       ".NAME=VALUE"));
       }
       Message* target;
-      if (!repeated) target = r->MutableMessage(message, field);
-      else if (index < 0) target = r->AddMessage(message, field);
-      else target = r->MutableRepeatedMessage(message, field, index);
+      if (!repeated)
+        target = r->MutableMessage(message, field);
+      else if (index < 0)
+        target = r->AddMessage(message, field);
+      else
+        target = r->MutableRepeatedMessage(message, field, index);
       target->Clear();
       if (!google::protobuf::TextFormat::ParseFromString(std::string(body), target)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            field->name(), ": \"", body, "\" is not a valid text-format ",
-            field->message_type()->name()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(field->name(), ": \"", body, "\" is not a valid text-format ", field->message_type()->name()));
       }
       return absl::OkStatus();
     }
@@ -205,8 +210,7 @@ absl::Status SetScalar(Message* message, const FieldDescriptor* field, int index
   return bad();
 }
 
-absl::Status ApplyPath(const std::vector<PathElement>& path, absl::string_view value,
-                       Message* message) {
+absl::Status ApplyPath(const std::vector<PathElement>& path, absl::string_view value, Message* message) {
   std::string walked;
   for (size_t i = 0; i < path.size(); ++i) {
     const PathElement& element = path[i];
@@ -216,17 +220,16 @@ absl::Status ApplyPath(const std::vector<PathElement>& path, absl::string_view v
     if (!walked.empty()) absl::StrAppend(&walked, ".");
     absl::StrAppend(&walked, element.name);
     if (field == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          walked, ": no such field in ", descriptor->name(), "; allowed: ",
-          FieldNames(descriptor)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(walked, ": no such field in ", descriptor->name(), "; allowed: ", FieldNames(descriptor)));
     }
     const Reflection* r = message->GetReflection();
     if (field->is_repeated()) {
       const int size = r->FieldSize(*message, field);
       if (element.index < 0) {
         if (!last || field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              walked, " is a repeated message field; use ", element.name, "[i].FIELD=VALUE"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(walked, " is a repeated message field; use ", element.name, "[i].FIELD=VALUE"));
         }
         // A whole repeated scalar: a comma-separated list replaces it.
         r->ClearField(message, field);
@@ -238,8 +241,7 @@ absl::Status ApplyPath(const std::vector<PathElement>& path, absl::string_view v
       }
       absl::StrAppend(&walked, "[", element.index, "]");
       if (element.index > size) {
-        return absl::InvalidArgumentError(absl::StrCat(walked, ": index out of range; ",
-                                                       element.name, " has ", size,
+        return absl::InvalidArgumentError(absl::StrCat(walked, ": index out of range; ", element.name, " has ", size,
                                                        " element(s), so i may be 0..", size));
       }
       const int index = element.index == size ? -1 : element.index;  // size: append
@@ -247,8 +249,7 @@ absl::Status ApplyPath(const std::vector<PathElement>& path, absl::string_view v
       if (field->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) {
         return absl::InvalidArgumentError(absl::StrCat(walked, " is not a message"));
       }
-      message = index < 0 ? r->AddMessage(message, field)
-                          : r->MutableRepeatedMessage(message, field, index);
+      message = index < 0 ? r->AddMessage(message, field) : r->MutableRepeatedMessage(message, field, index);
       continue;
     }
     if (element.index >= 0) {
@@ -256,8 +257,7 @@ absl::Status ApplyPath(const std::vector<PathElement>& path, absl::string_view v
     }
     if (last) return SetScalar(message, field, -1, value);
     if (field->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(walked, " is ", TypeName(field), ", not a message with fields"));
+      return absl::InvalidArgumentError(absl::StrCat(walked, " is ", TypeName(field), ", not a message with fields"));
     }
     message = r->MutableMessage(message, field);
   }
@@ -269,14 +269,12 @@ absl::Status ApplyPath(const std::vector<PathElement>& path, absl::string_view v
 absl::Status ApplyOverride(absl::string_view assignment, Message* message) {
   const size_t eq = assignment.find('=');
   if (eq == absl::string_view::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--set ", assignment, ": expected path.to.field=value"));
+    return absl::InvalidArgumentError(absl::StrCat("--set ", assignment, ": expected path.to.field=value"));
   }
   const absl::string_view path = absl::StripAsciiWhitespace(assignment.substr(0, eq));
   const absl::string_view value = assignment.substr(eq + 1);
   absl::StatusOr<std::vector<PathElement>> elements = ParsePath(path);
-  absl::Status status =
-      elements.ok() ? ApplyPath(*elements, value, message) : elements.status();
+  absl::Status status = elements.ok() ? ApplyPath(*elements, value, message) : elements.status();
   return Annotate(status, absl::StrCat("--set ", assignment));
 }
 

@@ -30,8 +30,7 @@ namespace trainyard {
 absl::Status ApplyOverride(absl::string_view assignment, google::protobuf::Message* message);
 
 // Applies overrides in order (a later one wins); stops at the first error.
-absl::Status ApplyOverrides(const std::vector<std::string>& assignments,
-                            google::protobuf::Message* message);
+absl::Status ApplyOverrides(const std::vector<std::string>& assignments, google::protobuf::Message* message);
 
 }  // namespace trainyard
 

@@ -12,10 +12,9 @@ using ::testing::HasSubstr;
 
 TEST(OverridesTest, ScalarsOfEveryKind) {
   JobSpec spec;
-  ASSERT_THAT(ApplyOverrides({"batch_size=64", "total_steps=100000", "seed=7",
-                              "learning_rate.base_learning_rate=0.5",
-                              "learning_rate.factors=\"constant * rsqrt_decay\"",
-                              "data.pack=false", "dtype=bfloat16", "name=my-job"},
+  ASSERT_THAT(ApplyOverrides({"batch_size=64", "total_steps=100000", "seed=7", "learning_rate.base_learning_rate=0.5",
+                              "learning_rate.factors=\"constant * rsqrt_decay\"", "data.pack=false", "dtype=bfloat16",
+                              "name=my-job"},
                              &spec),
               IsOk());
   EXPECT_EQ(spec.batch_size(), 64);
@@ -81,18 +80,16 @@ TEST(OverridesTest, UnknownFieldListsAllowedFields) {
 
 TEST(OverridesTest, BadValuesNameTheExpectedType) {
   JobSpec spec;
-  EXPECT_THAT(ApplyOverride("batch_size=lots", &spec),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("batch_size expects an integer (int32), got \"lots\"")));
-  EXPECT_THAT(ApplyOverride("batch_size=99999999999", &spec),
-              StatusCodeIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(
+      ApplyOverride("batch_size=lots", &spec),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batch_size expects an integer (int32), got \"lots\"")));
+  EXPECT_THAT(ApplyOverride("batch_size=99999999999", &spec), StatusCodeIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ApplyOverride("data.pack=maybe", &spec),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("true or false")));
   EXPECT_THAT(ApplyOverride("learning_rate.base_learning_rate=nan", &spec),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a finite number")));
   EXPECT_THAT(ApplyOverride("dtype=float16", &spec),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("\"float16\" is not one of FLOAT32, BFLOAT16")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"float16\" is not one of FLOAT32, BFLOAT16")));
 }
 
 TEST(OverridesTest, MalformedAssignments) {
@@ -105,8 +102,7 @@ TEST(OverridesTest, MalformedAssignments) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("use actions[i].FIELD")));
   EXPECT_THAT(ApplyOverride("name[0]=x", &spec),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a repeated field")));
-  EXPECT_THAT(ApplyOverride("actions[-1].on=ACTION_TRAIN", &spec),
-              StatusCodeIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ApplyOverride("actions[-1].on=ACTION_TRAIN", &spec), StatusCodeIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(ApplyOverride("model=preset", &spec),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inside braces")));
 }

@@ -69,8 +69,8 @@ absl::StatusOr<ModelConfig> PresetConfig(absl::string_view name) {
   for (const Preset& p : kPresets) {
     if (name == p.name) return ToConfig(p);
   }
-  return absl::NotFoundError(absl::StrCat("unknown preset \"", name, "\"; allowed: ",
-                                          absl::StrJoin(PresetNames(), ", ")));
+  return absl::NotFoundError(
+      absl::StrCat("unknown preset \"", name, "\"; allowed: ", absl::StrJoin(PresetNames(), ", ")));
 }
 
 void FillModelConfigDefaults(ModelConfig* config) {
@@ -111,9 +111,8 @@ int64_t CountParameters(const ModelConfig& c) {
   const int64_t attention = 4 * d * inner;  // q, k, v, o; no biases
   const int64_t ffn_inputs = c.feed_forward() == ModelConfig::GATED_GELU ? 2 : 1;
   const int64_t ffn = (ffn_inputs + 1) * d * c.d_ff();  // wi (or wi_0, wi_1) and wo
-  const int64_t layer_norm = d;                          // scale only, no bias
-  const int64_t relative_bias =
-      static_cast<int64_t>(c.relative_attention_num_buckets()) * c.num_heads();
+  const int64_t layer_norm = d;                         // scale only, no bias
+  const int64_t relative_bias = static_cast<int64_t>(c.relative_attention_num_buckets()) * c.num_heads();
 
   const int64_t encoder_layer = attention + layer_norm + ffn + layer_norm;
   const int64_t decoder_layer = 2 * (attention + layer_norm) + ffn + layer_norm;

@@ -23,14 +23,12 @@ TEST_P(PresetCountTest, MatchesPublishedCount) {
   EXPECT_EQ(CountParameters(*config), GetParam().params);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Published, PresetCountTest,
-    ::testing::Values(Expected{"t5_small", 60506624}, Expected{"t5_base", 222903552},
-                      Expected{"t5_large", 737668096}, Expected{"t5_1_1_small", 76961152},
-                      Expected{"t5_1_1_base", 247577856}, Expected{"t5_1_1_large", 783150080},
-                      Expected{"t5_1_1_xl", 2849757184LL},
-                      Expected{"t5_1_1_xxl", 11135332352LL}),
-    [](const ::testing::TestParamInfo<Expected>& info) { return info.param.preset; });
+INSTANTIATE_TEST_SUITE_P(Published, PresetCountTest,
+                         ::testing::Values(Expected{"t5_small", 60506624}, Expected{"t5_base", 222903552},
+                                           Expected{"t5_large", 737668096}, Expected{"t5_1_1_small", 76961152},
+                                           Expected{"t5_1_1_base", 247577856}, Expected{"t5_1_1_large", 783150080},
+                                           Expected{"t5_1_1_xl", 2849757184LL}, Expected{"t5_1_1_xxl", 11135332352LL}),
+                         [](const ::testing::TestParamInfo<Expected>& info) { return info.param.preset; });
 
 TEST(PresetsTest, TinyIsAFewHundredThousandParameters) {
   absl::StatusOr<ModelConfig> config = PresetConfig("tiny");

@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "spec/jobspec_validator.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "spec/jobspec_validator.h"
 
 namespace {
 

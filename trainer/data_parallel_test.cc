@@ -47,8 +47,8 @@ std::vector<T5Batch> GlobalBatches(int steps) {
   return out;
 }
 
-std::vector<torch::Tensor> Train(Collective* collective, BatchIterator* batches, int steps,
-                                 int microbatches, bool overlap = true) {
+std::vector<torch::Tensor> Train(Collective* collective, BatchIterator* batches, int steps, int microbatches,
+                                 bool overlap = true) {
   TinyTrainerOptions options;
   options.init_seed = 3;
   options.learning_rate = kLearningRate;
@@ -65,8 +65,8 @@ std::vector<torch::Tensor> Train(Collective* collective, BatchIterator* batches,
 }
 
 // Two ranks (threads, Gloo over loopback) train `global` on halves.
-std::vector<std::vector<torch::Tensor>> TrainTwoRanks(const std::vector<T5Batch>& global, int steps,
-                                                      int microbatches, bool overlap) {
+std::vector<std::vector<torch::Tensor>> TrainTwoRanks(const std::vector<T5Batch>& global, int steps, int microbatches,
+                                                      bool overlap) {
   std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();
   std::vector<std::vector<torch::Tensor>> results(2);
   std::vector<std::thread> threads;

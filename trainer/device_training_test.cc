@@ -87,10 +87,10 @@ TEST(DeviceTrainingTest, TwentyStepsOnTheGpuFollowTheCpu) {
     max_fp32 = std::max(max_fp32, std::abs(fp32[s] - cpu[s]) / cpu[s]);
     max_bf16 = std::max(max_bf16, std::abs(bf16[s] - cpu[s]) / cpu[s]);
   }
-  std::printf("loss step 1 / %d: cpu %.5f / %.5f, gpu fp32 %.5f / %.5f, gpu bf16 %.5f / %.5f; max relative "
-              "difference fp32 %.2e, bf16 %.2e\n",
-              kSteps, cpu[0], cpu[kSteps - 1], fp32[0], fp32[kSteps - 1], bf16[0], bf16[kSteps - 1], max_fp32,
-              max_bf16);
+  std::printf(
+      "loss step 1 / %d: cpu %.5f / %.5f, gpu fp32 %.5f / %.5f, gpu bf16 %.5f / %.5f; max relative "
+      "difference fp32 %.2e, bf16 %.2e\n",
+      kSteps, cpu[0], cpu[kSteps - 1], fp32[0], fp32[kSteps - 1], bf16[0], bf16[kSteps - 1], max_fp32, max_bf16);
   EXPECT_LT(cpu[kSteps - 1], cpu[0]);  // it trains
   EXPECT_LT(max_fp32, 1e-3);           // kernels' summation order only
   EXPECT_LT(max_bf16, 3e-2);           // bfloat16's 8-bit mantissa in the products

@@ -57,9 +57,10 @@ TEST(DigitsToWordsTrainingTest, TinyLearnsToSpellNumbers) {
     };
     exact += row(predicted->tokens) == row(batch.decoder_target_tokens);
   }
-  std::printf("digits_to_words: loss %.3f (first 20 steps) -> %.3f (steps 21-400), token accuracy "
-              "%.3f; exact match %d/64\n",
-              first->at("loss"), rest->at("loss"), rest->at("accuracy"), exact);
+  std::printf(
+      "digits_to_words: loss %.3f (first 20 steps) -> %.3f (steps 21-400), token accuracy "
+      "%.3f; exact match %d/64\n",
+      first->at("loss"), rest->at("loss"), rest->at("accuracy"), exact);
   EXPECT_GT(first->at("loss"), 2.5);
   // Packing places ~2 examples per row (measured: 12,160 examples, 67 % of
   // the target positions filled), and nothing here is long enough to cut.

@@ -92,16 +92,15 @@ EventFileWriter::~EventFileWriter() {
 
 absl::Status EventFileWriter::WriteRecord(const std::string& data) {
   const std::string length = LittleEndian64(data.size());
-  const std::string record = absl::StrCat(length, LittleEndian32(MaskedCrc32c(length)), data,
-                                          LittleEndian32(MaskedCrc32c(data)));
+  const std::string record =
+      absl::StrCat(length, LittleEndian32(MaskedCrc32c(length)), data, LittleEndian32(MaskedCrc32c(data)));
   if (std::fwrite(record.data(), 1, record.size(), file_) != record.size()) {
     return absl::InternalError(absl::StrCat("cannot write ", path_, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }
 
-absl::Status EventFileWriter::WriteScalar(absl::string_view tag, float value, int64_t step,
-                                          double wall_time) {
+absl::Status EventFileWriter::WriteScalar(absl::string_view tag, float value, int64_t step, double wall_time) {
   tensorboard::Event event;
   event.set_wall_time(wall_time);
   event.set_step(step);

@@ -124,11 +124,11 @@ TEST(FastConfigLossTest, MatchesTheFloat32ReferenceOver200Steps) {
     return kSteps + 1;
   };
   const int ref_drop = drop_step(reference), fast_drop = drop_step(fastest[0]);
-  std::printf("loss step 1: %.6f vs %.6f; last 20 steps: %.4f vs %.4f; max relative difference: %.2e "
-              "(steps 1-50), %.2e (all); over 20-step windows before the drop: %.2e; moving mean below 0.6 "
-              "from step %d vs %d\n",
-              reference[0], fastest[0][0], ref_tail, fast_tail, max_rel_first50, max_rel, max_window_rel, ref_drop,
-              fast_drop);
+  std::printf(
+      "loss step 1: %.6f vs %.6f; last 20 steps: %.4f vs %.4f; max relative difference: %.2e "
+      "(steps 1-50), %.2e (all); over 20-step windows before the drop: %.2e; moving mean below 0.6 "
+      "from step %d vs %d\n",
+      reference[0], fastest[0][0], ref_tail, fast_tail, max_rel_first50, max_rel, max_window_rel, ref_drop, fast_drop);
   // The first step sees identical parameters: only summation order differs.
   EXPECT_NEAR(fastest[0][0], reference[0], 1e-5 * reference[0]);
   // The stated tolerances, measured values in brackets for OpenBLAS's

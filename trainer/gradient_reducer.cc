@@ -23,8 +23,7 @@ class GradientReducer::ReadyHook : public torch::autograd::FunctionPostHook {
   int param_;
 };
 
-GradientReducer::GradientReducer(std::vector<torch::Tensor> params, Collective* collective,
-                                 int64_t bucket_bytes)
+GradientReducer::GradientReducer(std::vector<torch::Tensor> params, Collective* collective, int64_t bucket_bytes)
     : params_(std::move(params)), collective_(collective) {
   const int n = static_cast<int>(params_.size());
   bucket_of_.assign(n, -1);

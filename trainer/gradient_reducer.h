@@ -84,9 +84,9 @@ class GradientReducer {
   std::vector<torch::Tensor> params_;
   Collective* collective_;
   std::vector<Bucket> buckets_;
-  std::vector<int> bucket_of_;  // parameter index -> bucket index
+  std::vector<int> bucket_of_;        // parameter index -> bucket index
   std::vector<torch::Tensor> views_;  // parameter index -> its slot of its bucket, shaped like it
-  std::vector<char> ready_;     // parameter index -> ready in this pass
+  std::vector<char> ready_;           // parameter index -> ready in this pass
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they own the hooks
   std::vector<uintptr_t> hook_keys_;
   bool armed_ = false;

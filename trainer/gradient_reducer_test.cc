@@ -18,8 +18,8 @@ struct Net {
   // Own generators, never the global one: ranks build nets on threads.
   explicit Net(uint64_t seed) {
     at::Generator g = at::make_generator<at::CPUGeneratorImpl>(seed);
-    params = {torch::randn({8, 16}, g), torch::randn({16}, g), torch::randn({16, 16}, g), torch::randn({16}, g),
-              torch::randn({16}, g), torch::randn({4}, g)};
+    params = {torch::randn({8, 16}, g), torch::randn({16}, g), torch::randn({16, 16}, g),
+              torch::randn({16}, g),    torch::randn({16}, g), torch::randn({4}, g)};
     for (auto& p : params) p.set_requires_grad(true);
   }
   torch::Tensor Loss(const torch::Tensor& x) const {

@@ -9,8 +9,7 @@
 
 namespace trainyard {
 
-absl::StatusOr<LearningRateCallable> LearningRateCallable::Create(
-    const LearningRateSchedule& config) {
+absl::StatusOr<LearningRateCallable> LearningRateCallable::Create(const LearningRateSchedule& config) {
   LearningRateCallable schedule;
   schedule.config_ = config;
   const std::string factors = config.factors().empty() ? "constant * rsqrt_decay" : config.factors();
@@ -34,23 +33,19 @@ absl::StatusOr<LearningRateCallable> LearningRateCallable::Create(
     } else if (name == "linear_decay") {
       factor = Factor::kLinearDecay;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("learning_rate.factors: unknown factor \"",
-                                                     name, "\""));
+      return absl::InvalidArgumentError(absl::StrCat("learning_rate.factors: unknown factor \"", name, "\""));
     }
-    const bool needs_warmup = factor == Factor::kLinearWarmup || factor == Factor::kRsqrtDecay ||
-                              factor == Factor::kRsqrtNormalizedDecay;
+    const bool needs_warmup =
+        factor == Factor::kLinearWarmup || factor == Factor::kRsqrtDecay || factor == Factor::kRsqrtNormalizedDecay;
     if (needs_warmup && config.warmup_steps() <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("learning_rate.warmup_steps: ", config.warmup_steps(), "; factor ", name,
-                       " needs warmup_steps > 0"));
+      return absl::InvalidArgumentError(absl::StrCat("learning_rate.warmup_steps: ", config.warmup_steps(), "; factor ",
+                                                     name, " needs warmup_steps > 0"));
     }
     if (factor == Factor::kDecayEvery && config.steps_per_decay() <= 0) {
       return absl::InvalidArgumentError("learning_rate.steps_per_decay: decay_every needs > 0");
     }
-    if ((factor == Factor::kCosineDecay || factor == Factor::kLinearDecay) &&
-        config.steps_per_cycle() <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("learning_rate.steps_per_cycle: ", name, " needs > 0"));
+    if ((factor == Factor::kCosineDecay || factor == Factor::kLinearDecay) && config.steps_per_cycle() <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("learning_rate.steps_per_cycle: ", name, " needs > 0"));
     }
     schedule.factors_.push_back(factor);
   }
@@ -80,14 +75,12 @@ double LearningRateCallable::operator()(int64_t raw_step) const {
                          std::floor(step / static_cast<double>(config_.steps_per_decay())));
         break;
       case Factor::kCosineDecay: {
-        const double progress =
-            std::max(0.0, (step - warmup) / static_cast<double>(config_.steps_per_cycle()));
+        const double progress = std::max(0.0, (step - warmup) / static_cast<double>(config_.steps_per_cycle()));
         rate *= std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * std::fmod(progress, 1.0))));
         break;
       }
       case Factor::kLinearDecay: {
-        const double progress =
-            std::max(0.0, (step - warmup) / static_cast<double>(config_.steps_per_cycle()));
+        const double progress = std::max(0.0, (step - warmup) / static_cast<double>(config_.steps_per_cycle()));
         rate *= 1.0 - std::fmod(progress, 1.0);
         break;
       }

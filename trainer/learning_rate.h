@@ -47,7 +47,6 @@ class LearningRateCallable {
   LearningRateSchedule config_;
 };
 
-
 }  // namespace trainyard
 
 #endif  // TRAINYARD_TRAINER_LEARNING_RATE_H_

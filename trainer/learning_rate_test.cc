@@ -11,9 +11,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-LearningRateCallable Make(const std::string& factors, float base, int64_t warmup,
-                          int64_t steps_per_cycle = 0, int64_t steps_per_decay = 0,
-                          int64_t step_offset = 0, float min_lr = 0) {
+LearningRateCallable Make(const std::string& factors, float base, int64_t warmup, int64_t steps_per_cycle = 0,
+                          int64_t steps_per_decay = 0, int64_t step_offset = 0, float min_lr = 0) {
   LearningRateSchedule config;
   config.set_factors(factors);
   config.set_base_learning_rate(base);
@@ -29,9 +28,9 @@ LearningRateCallable Make(const std::string& factors, float base, int64_t warmup
 
 TEST(LearningRateTest, T5DefaultConstantTimesRsqrtDecay) {
   auto lr = Make("constant * rsqrt_decay", 1.0f, 10000);
-  EXPECT_NEAR(lr(0), 0.01, 1e-12);        // 1 / sqrt(10000) during warmup
+  EXPECT_NEAR(lr(0), 0.01, 1e-12);  // 1 / sqrt(10000) during warmup
   EXPECT_NEAR(lr(9999), 0.01, 1e-12);
-  EXPECT_NEAR(lr(40000), 0.005, 1e-12);   // 1 / sqrt(40000)
+  EXPECT_NEAR(lr(40000), 0.005, 1e-12);  // 1 / sqrt(40000)
   EXPECT_NEAR(lr(1000000), 0.001, 1e-12);
 }
 
@@ -63,7 +62,7 @@ TEST(LearningRateTest, DecayEvery) {
 
 TEST(LearningRateTest, CosineAndLinearDecayAfterWarmupAndCyclic) {
   auto cosine = Make("constant * linear_warmup * cosine_decay", 1.0f, 100, 1000);
-  EXPECT_NEAR(cosine(50), 0.5, 1e-12);   // warmup half way, progress 0 -> cos factor 1
+  EXPECT_NEAR(cosine(50), 0.5, 1e-12);  // warmup half way, progress 0 -> cos factor 1
   EXPECT_NEAR(cosine(100), 1.0, 1e-12);
   EXPECT_NEAR(cosine(600), 0.5, 1e-12);  // p = 0.5
   EXPECT_NEAR(cosine(1099), 0.5 * (1 + std::cos(M_PI * 0.999)), 1e-12);
@@ -76,7 +75,7 @@ TEST(LearningRateTest, CosineAndLinearDecayAfterWarmupAndCyclic) {
 
 TEST(LearningRateTest, StepOffsetAndFloor) {
   auto lr = Make("constant * linear_decay", 1.0f, 0, 100, 0, /*step_offset=*/50, /*min_lr=*/0.2f);
-  EXPECT_NEAR(lr(10), 1.0, 1e-12);   // before the offset: step 0
+  EXPECT_NEAR(lr(10), 1.0, 1e-12);  // before the offset: step 0
   EXPECT_NEAR(lr(75), 0.75, 1e-12);
   EXPECT_NEAR(lr(140), 0.2, 1e-7);  // 0.1 floored at 0.2
 }

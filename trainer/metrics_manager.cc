@@ -9,8 +9,7 @@
 
 namespace trainyard {
 
-MetricsManager::MetricsManager(std::string name, std::string summary_dir, int rank,
-                               int num_workers, Clock* clock)
+MetricsManager::MetricsManager(std::string name, std::string summary_dir, int rank, int num_workers, Clock* clock)
     : name_(std::move(name)),
       log_dir_(rank == 0 && !summary_dir.empty() ? summary_dir + "/" + name_ : ""),
       enabled_(rank == 0),
@@ -75,8 +74,8 @@ void MetricsManager::WriteScalars(int64_t step, const std::map<std::string, doub
   Enqueue([this, step, scalars] { return Write(step, scalars); });
 }
 
-absl::optional<std::map<std::string, double>> MetricsManager::WriteMetricsSummary(
-    std::map<std::string, double> metrics, int64_t step, int64_t num_steps) {
+absl::optional<std::map<std::string, double>> MetricsManager::WriteMetricsSummary(std::map<std::string, double> metrics,
+                                                                                  int64_t step, int64_t num_steps) {
   const absl::Time now = clock_->Now();
   const double seconds = absl::ToDoubleSeconds(now - timer_start_);
   timer_start_ = now;

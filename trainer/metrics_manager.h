@@ -24,10 +24,10 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/optional.h"
-#include "absl/base/thread_annotations.h"
 #include "common/clock.h"
 #include "common/mutex.h"
 
@@ -49,8 +49,8 @@ class MetricsManager {
   void WriteScalars(int64_t step, const std::map<std::string, double>& scalars);
   // Adds timing metrics, queues the summary for writing, and returns it (rank
   // 0) or nullopt (other ranks).
-  absl::optional<std::map<std::string, double>> WriteMetricsSummary(
-      std::map<std::string, double> metrics, int64_t step, int64_t num_steps);
+  absl::optional<std::map<std::string, double>> WriteMetricsSummary(std::map<std::string, double> metrics, int64_t step,
+                                                                    int64_t num_steps);
   // Writes everything queued, joins the writer thread; returns the first
   // write error, if any. Idempotent.
   absl::Status Close();

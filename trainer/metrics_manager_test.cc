@@ -36,9 +36,9 @@ TEST(MetricsManagerTest, TimingMetricsFromTheInjectedClock) {
   MetricsManager manager("train", dir, /*rank=*/0, /*num_workers=*/2, &clock);
   manager.StartDurationTimer();
   clock.AdvanceTime(absl::Seconds(4));
-  auto summary = manager.WriteMetricsSummary(
-      {{"loss", 2.5}, {"timing/seqs", 64}, {"timing/target_tokens", 1000}}, /*step=*/20,
-      /*num_steps=*/10);
+  auto summary =
+      manager.WriteMetricsSummary({{"loss", 2.5}, {"timing/seqs", 64}, {"timing/target_tokens", 1000}}, /*step=*/20,
+                                  /*num_steps=*/10);
   ASSERT_TRUE(summary.has_value());
   EXPECT_DOUBLE_EQ(summary->at("loss"), 2.5);
   EXPECT_DOUBLE_EQ(summary->at("timing/seconds"), 4.0);

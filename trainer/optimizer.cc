@@ -56,8 +56,7 @@ class OptimizerBase : public Optimizer {
         return absl::InvalidArgumentError(absl::StrCat("optimizer state: \"", slot.name, "\" is missing"));
       }
       if (it->second.sizes() != slot.tensor->sizes()) {
-        return absl::InvalidArgumentError(absl::StrCat("optimizer state: \"", slot.name,
-                                                       "\" has the wrong shape"));
+        return absl::InvalidArgumentError(absl::StrCat("optimizer state: \"", slot.name, "\" has the wrong shape"));
       }
     }
     torch::NoGradGuard no_grad;
@@ -367,8 +366,7 @@ double ClipByGlobalNorm(const std::vector<torch::Tensor>& grads, double max_norm
   return norm;
 }
 
-absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerConfig& config,
-                                                           const NamedTensors& params) {
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerConfig& config, const NamedTensors& params) {
   if (!(config.max_grad_norm() >= 0)) {
     return absl::InvalidArgumentError("optimizer.max_grad_norm must be >= 0");
   }
@@ -380,9 +378,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerConfig
     return std::unique_ptr<Optimizer>(new AdamWOptimizer(a, params, config.max_grad_norm()));
   }
   const Adafactor a = WithDefaults(config.adafactor());
-  if (!(a.decay_rate() > 0 && a.decay_rate() <= 1) || !(a.epsilon1() > 0) ||
-      !(a.clipping_threshold() >= 0) || a.min_dim_size_to_factor() < 1 ||
-      (a.has_beta1() && !(a.beta1() >= 0 && a.beta1() < 1))) {
+  if (!(a.decay_rate() > 0 && a.decay_rate() <= 1) || !(a.epsilon1() > 0) || !(a.clipping_threshold() >= 0) ||
+      a.min_dim_size_to_factor() < 1 || (a.has_beta1() && !(a.beta1() >= 0 && a.beta1() < 1))) {
     return absl::InvalidArgumentError(absl::StrCat("optimizer.adafactor: ", a.ShortDebugString()));
   }
   return std::unique_ptr<Optimizer>(new AdafactorOptimizer(a, params, config.max_grad_norm()));

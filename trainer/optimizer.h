@@ -57,8 +57,7 @@ class Optimizer {
 };
 
 // kInvalidArgument for an out-of-range hyper-parameter.
-absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerConfig& config,
-                                                           const NamedTensors& params);
+absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerConfig& config, const NamedTensors& params);
 
 // Scales `grads` in place so their global L2 norm is at most `max_norm`;
 // returns the norm before clipping.

@@ -127,8 +127,7 @@ TEST(OptimizerTest, StateRoundTripsAndResumesIdentically) {
   EXPECT_EQ(opt_b->step(), 2);
   std::map<std::string, torch::Tensor> broken = opt_a->State();
   broken.erase("w/m");
-  EXPECT_THAT(opt_b->LoadState(broken),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"w/m\" is missing")));
+  EXPECT_THAT(opt_b->LoadState(broken), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"w/m\" is missing")));
 }
 
 TEST(OptimizerTest, GlobalNormClipping) {

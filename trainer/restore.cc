@@ -21,9 +21,8 @@ absl::StatusOr<std::string> ChooseCheckpoint(const RestoreConfig& restore, const
   absl::StatusOr<std::string> latest = LatestGoodCheckpoint(where, why);
   if (latest.ok()) return *latest;
   if (why->size() > before && !restore.fallback_to_scratch()) {
-    return absl::DataLossError(absl::StrCat("restore: every checkpoint under ", where,
-                                            " is damaged or incomplete (", (*why)[before].why,
-                                            "); set restore.fallback_to_scratch to start over"));
+    return absl::DataLossError(absl::StrCat("restore: every checkpoint under ", where, " is damaged or incomplete (",
+                                            (*why)[before].why, "); set restore.fallback_to_scratch to start over"));
   }
   return std::string();
 }
@@ -53,8 +52,8 @@ absl::StatusOr<bool> ApplyCheckpoint(const TrainCheckpoint& ckpt, const RestoreC
     for (const auto& rename : restore.assignment_map()) {
       RE2 pattern(rename.pattern());
       if (!pattern.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("restore.assignment_map: pattern '", rename.pattern(),
-                                                       "': ", pattern.error()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("restore.assignment_map: pattern '", rename.pattern(), "': ", pattern.error()));
       }
       if (RE2::FullMatch(name, pattern)) {
         RE2::Replace(&target, pattern, rename.replacement());
@@ -66,7 +65,8 @@ absl::StatusOr<bool> ApplyCheckpoint(const TrainCheckpoint& ckpt, const RestoreC
   }
   const bool strict = !restore.has_strict() || restore.strict();
   absl::Status assigned = AssignParameters(params, strict, network);
-  if (!assigned.ok()) return absl::Status(assigned.code(), absl::StrCat("restore: ", ckpt.dir, ": ", assigned.message()));
+  if (!assigned.ok())
+    return absl::Status(assigned.code(), absl::StrCat("restore: ", ckpt.dir, ": ", assigned.message()));
   const bool same_model = ckpt.config.SerializeAsString() == network->config().SerializeAsString();
   if (ckpt.optimizer.empty() || !same_model || restore.assignment_map_size() > 0 || optimizer == nullptr) return false;
   absl::Status loaded = optimizer->LoadState(ckpt.optimizer);

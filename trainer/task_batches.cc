@@ -4,8 +4,7 @@ namespace trainyard {
 namespace {
 
 torch::Tensor Tokens(const std::vector<int32_t>& v, int64_t rows, int64_t length) {
-  return torch::from_blob(const_cast<int32_t*>(v.data()), {rows, length}, torch::kInt)
-      .to(torch::kLong);  // copies
+  return torch::from_blob(const_cast<int32_t*>(v.data()), {rows, length}, torch::kInt).to(torch::kLong);  // copies
 }
 
 }  // namespace
@@ -16,8 +15,7 @@ T5Batch ToT5Batch(const ConvertedBatch& b) {
   out.decoder_input_tokens = Tokens(b.decoder_input_tokens, b.rows, b.targets_length);
   out.decoder_target_tokens = Tokens(b.decoder_target_tokens, b.rows, b.targets_length);
   out.decoder_loss_weights =
-      torch::from_blob(const_cast<float*>(b.decoder_loss_weights.data()), {b.rows, b.targets_length},
-                       torch::kFloat)
+      torch::from_blob(const_cast<float*>(b.decoder_loss_weights.data()), {b.rows, b.targets_length}, torch::kFloat)
           .clone();
   if (b.packed()) {
     out.encoder_segment_ids = Tokens(b.encoder_segment_ids, b.rows, b.inputs_length);

@@ -68,16 +68,14 @@ TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t st
   return s;
 }
 
-absl::Status WriteTrainCheckpoint(const std::string& dir, const TrainSnapshot& snapshot,
-                                  torch::ScalarType save_dtype) {
+absl::Status WriteTrainCheckpoint(const std::string& dir, const TrainSnapshot& snapshot, torch::ScalarType save_dtype) {
   if (save_dtype != torch::kFloat && save_dtype != torch::kBFloat16) {
     return absl::InvalidArgumentError("checkpoint.save_dtype: parameters are saved as FLOAT32 or BFLOAT16");
   }
   TY_ASSIGN_OR_RETURN(CheckpointWriter writer, CheckpointWriter::Begin(dir));
   auto write = [&]() -> absl::Status {
     TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(kParams), snapshot.params, save_dtype));
-    std::vector<std::pair<std::string, torch::Tensor>> optimizer(snapshot.optimizer.begin(),
-                                                                 snapshot.optimizer.end());
+    std::vector<std::pair<std::string, torch::Tensor>> optimizer(snapshot.optimizer.begin(), snapshot.optimizer.end());
     TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(kOptimizer), optimizer, torch::kFloat));
     nlohmann::ordered_json meta = {
         {"format", "trainyard.checkpoint"},
@@ -127,8 +125,7 @@ std::map<int64_t, std::string> ListCheckpoints(const std::string& dir) {
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     int64_t step;
-    if (absl::StartsWith(name, "checkpoint_") && absl::SimpleAtoi(name.substr(11), &step) &&
-        entry.is_directory(ec)) {
+    if (absl::StartsWith(name, "checkpoint_") && absl::SimpleAtoi(name.substr(11), &step) && entry.is_directory(ec)) {
       out[step] = entry.path().string();
     }
   }
@@ -232,21 +229,21 @@ absl::StatusOr<double> AsyncCheckpointer::Save(std::string dir, TrainSnapshot sn
     MutexLock lock(&mu_);
     writing_ = true;
   }
-  writer_ = std::thread([this, dir = std::move(dir), snapshot = std::move(snapshot), save_dtype,
-                         after = std::move(after)]() mutable {
-    const auto t0 = std::chrono::steady_clock::now();
-    absl::Status s = WriteTrainCheckpoint(dir, snapshot, save_dtype);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s.ok() && after) after();
-    MutexLock lock(&mu_);
-    status_ = s;
-    if (s.ok()) {
-      last_written_ = dir;
-      last_seconds_ = seconds;
-    }
-    buffers_ = std::move(snapshot);
-    writing_ = false;
-  });
+  writer_ = std::thread(
+      [this, dir = std::move(dir), snapshot = std::move(snapshot), save_dtype, after = std::move(after)]() mutable {
+        const auto t0 = std::chrono::steady_clock::now();
+        absl::Status s = WriteTrainCheckpoint(dir, snapshot, save_dtype);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (s.ok() && after) after();
+        MutexLock lock(&mu_);
+        status_ = s;
+        if (s.ok()) {
+          last_written_ = dir;
+          last_seconds_ = seconds;
+        }
+        buffers_ = std::move(snapshot);
+        writing_ = false;
+      });
   if (!previous.ok()) return previous;
   return waited;
 }

@@ -26,9 +26,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/base/thread_annotations.h"
 #include "common/mutex.h"
 #include "model/t5.h"
 #include "model/weights.h"
@@ -57,8 +57,7 @@ TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t st
 
 // Writes `dir` (which must not exist). `save_dtype`: kFloat or kBFloat16
 // for the parameters (the optimizer state is always float32).
-absl::Status WriteTrainCheckpoint(const std::string& dir, const TrainSnapshot& snapshot,
-                                  torch::ScalarType save_dtype);
+absl::Status WriteTrainCheckpoint(const std::string& dir, const TrainSnapshot& snapshot, torch::ScalarType save_dtype);
 
 struct TrainCheckpoint {
   std::string dir;

@@ -22,8 +22,8 @@ using ::testing::IsEmpty;
 class TrainCheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::string(std::getenv("TEST_TMPDIR")) + "/" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ =
+        std::string(std::getenv("TEST_TMPDIR")) + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     ModelConfig config = *PresetConfig("tiny");
@@ -105,8 +105,7 @@ TEST_F(TrainCheckpointTest, LatestGoodSkipsDamagedAndIncompleteOnes) {
   EXPECT_THAT(skipped[1].why, HasSubstr("optimizer.safetensors"));
   EXPECT_THAT(ReadTrainCheckpoint(dir_ + "/checkpoint_30").status(),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("optimizer.safetensors")));
-  EXPECT_THAT(LatestGoodCheckpoint(dir_ + "/empty", nullptr).status(),
-              StatusCodeIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(LatestGoodCheckpoint(dir_ + "/empty", nullptr).status(), StatusCodeIs(absl::StatusCode::kNotFound));
   ApplyRetention(dir_, 2, /*keep_best=*/0, false);
   EXPECT_EQ(ListCheckpoints(dir_).size(), 2u);
   EXPECT_EQ(ListCheckpoints(dir_).begin()->first, 30);

@@ -1,6 +1,5 @@
 #include "trainer/trainer.h"
 
-
 #include <chrono>
 #include <utility>
 
@@ -51,19 +50,17 @@ std::string ShapeKey(const char* kind, const T5Batch& b) {
 }  // namespace
 
 absl::Status PreemptionError(int64_t step) {
-  absl::Status status = absl::AbortedError(
-      absl::StrCat("preempted: stopped after step ", step, "; write an emergency checkpoint"));
+  absl::Status status =
+      absl::AbortedError(absl::StrCat("preempted: stopped after step ", step, "; write an emergency checkpoint"));
   status.SetPayload(kPreemptionPayload, absl::Cord(absl::StrCat(step)));
   return status;
 }
 
-bool IsPreemptionError(const absl::Status& status) {
-  return status.GetPayload(kPreemptionPayload).has_value();
-}
+bool IsPreemptionError(const absl::Status& status) { return status.GetPayload(kPreemptionPayload).has_value(); }
 
-std::map<std::string, double> WeightMetricsComputer::ComputeMetrics(
-    const NamedTensors& grads, const NamedTensors& old_params,
-    const NamedTensors& new_params) const {
+std::map<std::string, double> WeightMetricsComputer::ComputeMetrics(const NamedTensors& grads,
+                                                                    const NamedTensors& old_params,
+                                                                    const NamedTensors& new_params) const {
   std::map<std::string, double> out;
   double grad_sq = 0;
   for (size_t i = 0; i < new_params.size(); ++i) {
@@ -75,16 +72,15 @@ std::map<std::string, double> WeightMetricsComputer::ComputeMetrics(
     out["weight_max/" + name] = p.abs().max().item<double>();
     out["weight_gradient_rms/" + name] = Rms(grads[i].second);
     out["weight_update_rms/" + name] = Rms(update);
-    out["weight_update_divided_by_weight_rms/" + name] =
-        weight_rms > 0 ? Rms(update) / weight_rms : 0.0;
+    out["weight_update_divided_by_weight_rms/" + name] = weight_rms > 0 ? Rms(update) / weight_rms : 0.0;
     grad_sq += grads[i].second.to(torch::kDouble).pow(2).sum().item<double>();
   }
   out["weight_gradient_norm"] = std::sqrt(grad_sq);
   return out;
 }
 
-Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learning_rate,
-                 Collective* collective, TrainerOptions options)
+Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learning_rate, Collective* collective,
+                 TrainerOptions options)
     : model_(model),
       optimizer_(optimizer),
       learning_rate_(std::move(learning_rate)),
@@ -92,14 +88,13 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
       options_(std::move(options)) {
   for (const auto& item : model_->named_parameters()) params_.emplace_back(item.key(), item.value());
   if (!params_.empty()) device_ = params_[0].second.device();
-  train_metrics_ = std::make_unique<MetricsManager>("train", options_.summary_dir,
-                                                    collective_->rank(), collective_->world_size());
+  train_metrics_ =
+      std::make_unique<MetricsManager>("train", options_.summary_dir, collective_->rank(), collective_->world_size());
   progress_.store(optimizer_->step());
   if (options_.overlap_allreduce && collective_->world_size() > 1) {
     std::vector<torch::Tensor> tensors;
     for (const auto& [name, p] : params_) tensors.push_back(p);
-    reducer_ = std::make_unique<GradientReducer>(std::move(tensors), collective_,
-                                                 options_.allreduce_bucket_bytes);
+    reducer_ = std::make_unique<GradientReducer>(std::move(tensors), collective_, options_.allreduce_bucket_bytes);
   }
 }
 
@@ -123,10 +118,10 @@ absl::Status Trainer::Close() {
 }
 
 at::Generator Trainer::DropoutGenerator(int64_t step, int microbatch) const {
-  const uint64_t key = SplitMix64(options_.seed ^
-                                  SplitMix64(static_cast<uint64_t>(step) ^
-                                             SplitMix64(static_cast<uint64_t>(collective_->rank()) * 1000003ull +
-                                                        static_cast<uint64_t>(microbatch))));
+  const uint64_t key =
+      SplitMix64(options_.seed ^ SplitMix64(static_cast<uint64_t>(step) ^
+                                            SplitMix64(static_cast<uint64_t>(collective_->rank()) * 1000003ull +
+                                                       static_cast<uint64_t>(microbatch))));
   return MakeGenerator(device_, key);
 }
 
@@ -145,8 +140,8 @@ absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t s
   const int64_t b = batch.batch_size();
   const int m = options_.num_microbatches;
   if (m < 1 || b % m != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("a batch of ", b, " examples does not split into ", m,
-                                                   " microbatches"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a batch of ", b, " examples does not split into ", m, " microbatches"));
   }
   LossOptions loss = options_.loss;
   if (loss.normalization == LossConfig::NUM_TARGET_TOKENS) {
@@ -224,8 +219,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) 
   return metrics;
 }
 
-absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batches,
-                                                             int64_t num_steps) {
+absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batches, int64_t num_steps) {
   Metrics total;
   std::map<std::string, double> last_step_metrics;
   double seqs = 0, target_tokens = 0;
@@ -244,11 +238,9 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
     }
     TY_RETURN_IF_ERROR(batch.status());
     std::vector<torch::Tensor> counts = {torch::tensor(
-        {static_cast<double>(batch->batch_size()), batch->decoder_loss_weights.sum().item<double>()},
-        torch::kDouble)};
+        {static_cast<double>(batch->batch_size()), batch->decoder_loss_weights.sum().item<double>()}, torch::kDouble)};
     TY_RETURN_IF_ERROR(collective_->AllReduce(counts, ReduceOp::kSum));
-    TY_ASSIGN_OR_RETURN(Metrics step_metrics,
-                        AccumulateGradsMicrobatched(*batch, step, counts[0][1].item<double>()));
+    TY_ASSIGN_OR_RETURN(Metrics step_metrics, AccumulateGradsMicrobatched(*batch, step, counts[0][1].item<double>()));
     TY_ASSIGN_OR_RETURN(last_step_metrics, ApplyGrads(step));
     progress_.store(step + 1);
     MergeMetrics(step_metrics, /*within_step=*/false, &total);
@@ -262,7 +254,8 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
   summary["timing/target_tokens"] = target_tokens;
   // This rank's time in the gradient all-reduce (not overlapped with
   // compute), per step.
-  summary["timing/allreduce_seconds_per_step"] = allreduce_seconds_ / static_cast<double>(std::max<int64_t>(num_steps, 1));
+  summary["timing/allreduce_seconds_per_step"] =
+      allreduce_seconds_ / static_cast<double>(std::max<int64_t>(num_steps, 1));
   for (const auto& [k, v] : batches->TakeDataMetrics()) summary[k] = v;
   absl::optional<std::map<std::string, double>> written =
       train_metrics_->WriteMetricsSummary(summary, step(), num_steps);
@@ -296,8 +289,8 @@ absl::StatusOr<double> Trainer::CompileEval(const std::map<std::string, T5Batch>
   return seconds;
 }
 
-bool Trainer::RunActions(const std::vector<std::unique_ptr<BaseAction>>& actions,
-                         const MetricsByTask& metrics, std::string* reason) {
+bool Trainer::RunActions(const std::vector<std::unique_ptr<BaseAction>>& actions, const MetricsByTask& metrics,
+                         std::string* reason) {
   bool halt = false;
   for (const auto& action : actions) {
     if (action->Run(step(), metrics) && !halt) {
@@ -331,8 +324,8 @@ absl::StatusOr<MetricsByTask> Trainer::Eval(const std::map<std::string, BatchIte
     TY_RETURN_IF_ERROR(AllReduceMetrics(collective_, &total));
     auto& manager = eval_metrics_[name];
     if (manager == nullptr) {
-      manager = std::make_unique<MetricsManager>("training_eval/" + name, options_.summary_dir,
-                                                 collective_->rank(), collective_->world_size());
+      manager = std::make_unique<MetricsManager>("training_eval/" + name, options_.summary_dir, collective_->rank(),
+                                                 collective_->world_size());
     }
     manager->WriteScalars(step(), MetricValues(total));
     out[name] = MetricValues(total);

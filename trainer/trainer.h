@@ -60,8 +60,7 @@ class WeightMetricsComputer {
  public:
   // old/new: parameters before and after the update; grads: the reduced
   // gradients.
-  std::map<std::string, double> ComputeMetrics(const NamedTensors& grads,
-                                               const NamedTensors& old_params,
+  std::map<std::string, double> ComputeMetrics(const NamedTensors& grads, const NamedTensors& old_params,
                                                const NamedTensors& new_params) const;
 };
 
@@ -91,8 +90,8 @@ bool IsPreemptionError(const absl::Status& status);
 
 class Trainer {
  public:
-  Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learning_rate,
-          Collective* collective, TrainerOptions options);
+  Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learning_rate, Collective* collective,
+          TrainerOptions options);
   ~Trainer();
 
   // Runs `num_steps` train steps from `step()`; returns the train summary
@@ -111,8 +110,7 @@ class Trainer {
   // One step's gradients into the parameters' .grad (not reduced across
   // ranks) and its metrics. `global_target_tokens`: real target tokens of the
   // whole global batch.
-  absl::StatusOr<Metrics> AccumulateGradsMicrobatched(const T5Batch& batch, int64_t step,
-                                                      double global_target_tokens);
+  absl::StatusOr<Metrics> AccumulateGradsMicrobatched(const T5Batch& batch, int64_t step, double global_target_tokens);
   // Reduces gradients across ranks, applies them, clears them; returns the
   // learning-rate (and weight) metrics.
   absl::StatusOr<std::map<std::string, double>> ApplyGrads(int64_t step);
@@ -128,8 +126,8 @@ class Trainer {
   // Runs `actions` (those of one ActionMode) on the metrics at the current
   // step; true, with the first reason, if any asks to halt. Every action
   // runs, so each keeps its history.
-  bool RunActions(const std::vector<std::unique_ptr<BaseAction>>& actions,
-                  const MetricsByTask& metrics, std::string* reason);
+  bool RunActions(const std::vector<std::unique_ptr<BaseAction>>& actions, const MetricsByTask& metrics,
+                  std::string* reason);
 
   int64_t step() const { return optimizer_->step(); }
   // The last completed step, readable from any thread while Train runs
@@ -162,7 +160,7 @@ class Trainer {
   std::set<std::string> compiled_;  // shape keys already warmed up
   std::atomic<int64_t> progress_{0};
   int64_t abandoned_steps_ = 0;
-  double allreduce_seconds_ = 0;  // in this Train call
+  double allreduce_seconds_ = 0;              // in this Train call
   std::unique_ptr<GradientReducer> reducer_;  // overlap_allreduce with world_size > 1
 };
 

@@ -38,11 +38,9 @@ class SortTask : public BatchIterator {
     tokens.select(1, length_ - 1).fill_(1);  // EOS
     b.encoder_input_tokens = tokens;
     b.decoder_target_tokens = tokens.clone();
-    b.decoder_target_tokens.narrow(1, 0, length_ - 1)
-        .copy_(std::get<0>(tokens.narrow(1, 0, length_ - 1).sort(1)));
+    b.decoder_target_tokens.narrow(1, 0, length_ - 1).copy_(std::get<0>(tokens.narrow(1, 0, length_ - 1).sort(1)));
     b.decoder_input_tokens = torch::zeros_like(tokens);
-    b.decoder_input_tokens.narrow(1, 1, length_ - 1)
-        .copy_(b.decoder_target_tokens.narrow(1, 0, length_ - 1));
+    b.decoder_input_tokens.narrow(1, 1, length_ - 1).copy_(b.decoder_target_tokens.narrow(1, 0, length_ - 1));
     b.decoder_loss_weights = torch::ones({batch_, length_});
     return b;
   }
@@ -55,8 +53,7 @@ class SortTask : public BatchIterator {
 using Setup = TinyTrainer;
 
 std::unique_ptr<Setup> MakeSetup(int microbatches, uint64_t seed, float dropout = 0.0f,
-                                 const std::string& summary_dir = "",
-                                 const std::atomic<bool>* preempt = nullptr) {
+                                 const std::string& summary_dir = "", const std::atomic<bool>* preempt = nullptr) {
   TinyTrainerOptions options;
   options.init_seed = 1;
   options.dropout = dropout;
@@ -68,8 +65,7 @@ std::unique_ptr<Setup> MakeSetup(int microbatches, uint64_t seed, float dropout 
 }
 
 std::vector<torch::Tensor> Grads(Setup* s, const T5Batch& batch) {
-  auto metrics = s->trainer->AccumulateGradsMicrobatched(
-      batch, 0, batch.decoder_loss_weights.sum().item<double>());
+  auto metrics = s->trainer->AccumulateGradsMicrobatched(batch, 0, batch.decoder_loss_weights.sum().item<double>());
   EXPECT_TRUE(metrics.ok()) << metrics.status();
   std::vector<torch::Tensor> grads;
   for (const auto& p : s->model->parameters()) grads.push_back(p.grad().clone());
@@ -87,8 +83,7 @@ TEST(TrainerTest, MicrobatchedGradientsEqualFullBatchGradients) {
     ASSERT_EQ(micro.size(), full.size());
     for (size_t i = 0; i < full.size(); ++i) {
       EXPECT_TRUE(torch::allclose(micro[i], full[i], /*rtol=*/1e-4, /*atol=*/1e-6))
-          << "k=" << k << " parameter " << i << " max diff "
-          << (micro[i] - full[i]).abs().max().item<float>();
+          << "k=" << k << " parameter " << i << " max diff " << (micro[i] - full[i]).abs().max().item<float>();
     }
   }
 }

@@ -7,12 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/device.h"
-#include "common/grpc_status.h"
-#include "common/logging.h"
-#include "common/signals.h"
 #include "common/grpc_metrics.h"
+#include "common/grpc_status.h"
 #include "common/http_server.h"
+#include "common/logging.h"
 #include "common/metrics.h"
+#include "common/signals.h"
 #include "common/status_macros.h"
 #include "proto/worker.grpc.pb.h"
 #include "spdlog/spdlog.h"
@@ -46,9 +46,8 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
   TY_RETURN_IF_ERROR(CheckListenSecurity("--listen", options.listen, options.tls, options.insecure));
   // Only the coordinator calls a worker: with a CA, it must prove it.
   TY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> server_credentials,
-                      MakeServerCredentials(options.tls, options.tls.ca_file.empty()
-                                                             ? ClientCertificates::kNotRequested
-                                                             : ClientCertificates::kRequired));
+                      MakeServerCredentials(options.tls, options.tls.ca_file.empty() ? ClientCertificates::kNotRequested
+                                                                                     : ClientCertificates::kRequired));
   TY_ASSIGN_OR_RETURN(std::unique_ptr<SignalWatcher> signals, SignalWatcher::Create({SIGTERM, SIGINT}));
 
   // Reconnect within a couple of seconds when the coordinator comes back
@@ -84,9 +83,10 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
   }
   std::unique_ptr<HttpServer> http;
   if (!options.metrics_listen.empty()) {
-    TY_ASSIGN_OR_RETURN(http, HttpServer::Start("--metrics-listen", options.metrics_listen,
-                                                MetricsAndHealthHandler([&metrics] { return metrics.Render(); },
-                                                                        [&signals] { return !signals->AnyReceived(); })));
+    TY_ASSIGN_OR_RETURN(http,
+                        HttpServer::Start("--metrics-listen", options.metrics_listen,
+                                          MetricsAndHealthHandler([&metrics] { return metrics.Render(); },
+                                                                  [&signals] { return !signals->AnyReceived(); })));
   }
   const std::string address = absl::StrCat(advertise, ":", port);
   out << "listening on " << listen_host << ":" << port << std::endl;

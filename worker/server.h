@@ -15,8 +15,8 @@
 namespace trainyard {
 
 struct WorkerServerOptions {
-  std::string coordinator;            // HOST:PORT
-  std::string listen = "127.0.0.1:0"; // port 0: chosen by the OS
+  std::string coordinator;             // HOST:PORT
+  std::string listen = "127.0.0.1:0";  // port 0: chosen by the OS
   // The address other processes reach this worker at (its WorkerService and
   // its collective connections); default: the listen host, or this
   // machine's hostname when listening on all interfaces.

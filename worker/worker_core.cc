@@ -11,13 +11,13 @@
 #ifdef TRAINYARD_WITH_NCCL
 #include "collective/nccl_collective.h"
 #endif
-#include "spec/jobspec.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "evaluation/metric_fns.h"
 #include "interactive/interactive_model.h"
 #include "job/training_job.h"
 #include "spdlog/spdlog.h"
+#include "spec/jobspec.h"
 
 namespace trainyard {
 namespace {
@@ -40,7 +40,7 @@ struct WorkerCore::Job {
   int world_size = 1;
   std::atomic<bool> stop{false};     // the trainer's stop request (abort or preemption)
   std::atomic<bool> preempt{false};  // this worker was asked to stop: checkpoint first
-  Mutex busy;  // held while a call runs the job
+  Mutex busy;                        // held while a call runs the job
   std::string stop_reason ABSL_GUARDED_BY(busy);
   std::unique_ptr<Collective> collective;
   std::unique_ptr<TrainingJob> training;  // declared after the collective it uses
@@ -53,11 +53,12 @@ WorkerCore::WorkerCore(WorkerCoreOptions options) : options_(std::move(options))
                                             MetricsRegistry::LatencyBuckets());
     metrics_.tokens_per_second =
         r->AddGauge("trainyard_worker_tokens_per_second", "Target tokens per second of the last chunk (all ranks).");
-    metrics_.allreduce_seconds = r->AddHistogram("trainyard_worker_allreduce_seconds",
-                                                 "Time per step in the gradient all-reduce (chunk mean).",
-                                                 MetricsRegistry::LatencyBuckets());
-    metrics_.checkpoint_seconds = r->AddHistogram(
-        "trainyard_worker_checkpoint_seconds", "Time to write a checkpoint (rank 0).", MetricsRegistry::LatencyBuckets());
+    metrics_.allreduce_seconds =
+        r->AddHistogram("trainyard_worker_allreduce_seconds", "Time per step in the gradient all-reduce (chunk mean).",
+                        MetricsRegistry::LatencyBuckets());
+    metrics_.checkpoint_seconds =
+        r->AddHistogram("trainyard_worker_checkpoint_seconds", "Time to write a checkpoint (rank 0).",
+                        MetricsRegistry::LatencyBuckets());
     metrics_.steps->Init();
     metrics_.step_seconds->Init();
     metrics_.tokens_per_second->Set(0);
@@ -84,8 +85,8 @@ WorkerCore::~WorkerCore() {
 
 struct WorkerCore::Session {
   std::string id;
-  Mutex busy;  // one call at a time
-  std::unique_ptr<Collective> collective;  // with more than one worker
+  Mutex busy;                               // one call at a time
+  std::unique_ptr<Collective> collective;   // with more than one worker
   std::unique_ptr<InteractiveModel> model;  // declared last: goes before its collective
 };
 
@@ -185,8 +186,8 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
     std::ofstream(spec.output_dir() + "/config.textproto") << FormatJobSpecText(spec);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("job {}: rank {}/{} ready in {:.2f} s ({} rows per batch on this rank)", job->id, rank, world,
-               seconds, spec.batch_size() / world);
+  spdlog::info("job {}: rank {}/{} ready in {:.2f} s ({} rows per batch on this rank)", job->id, rank, world, seconds,
+               spec.batch_size() / world);
   StartJobResponse response;
   response.set_start_step(job->training->step());
   response.set_restored_checkpoint(restored->checkpoint);
@@ -343,8 +344,8 @@ absl::StatusOr<OpenSessionResponse> WorkerCore::OpenSession(const WorkerOpenSess
   {
     MutexLock lock(&mu_);
     if (job_ || session_) {
-      return absl::FailedPreconditionError(absl::StrCat("this worker is busy with '", session_ ? session_->id : job_->id,
-                                                        "'"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("this worker is busy with '", session_ ? session_->id : job_->id, "'"));
     }
     session_ = session;  // claims the worker
   }

@@ -32,10 +32,10 @@
 
 #include <c10/core/Device.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "absl/base/thread_annotations.h"
 #include "collective/store.h"
 #include "common/metrics.h"
 #include "common/mutex.h"

@@ -9,10 +9,10 @@
 #include <fstream>
 #include <thread>
 
-#include "spec/jobspec_validator.h"
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 #include "interactive/interactive_model.h"
+#include "spec/jobspec_validator.h"
 #include "trainer/train_checkpoint.h"
 
 namespace trainyard {
@@ -23,8 +23,8 @@ using ::testing::HasSubstr;
 class WorkerCoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = std::string(std::getenv("TEST_TMPDIR")) + "/" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    root_ =
+        std::string(std::getenv("TEST_TMPDIR")) + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(root_);
     std::filesystem::create_directories(root_);
   }
@@ -181,8 +181,8 @@ TEST_F(WorkerCoreTest, ARestartNamingADamagedCheckpointRestoresTheOneBeforeAndSa
   EXPECT_EQ(started->start_step(), 20);
   EXPECT_EQ(started->restored_checkpoint(), root_ + "/a/checkpoint_20");
   ASSERT_EQ(started->passed_over_size(), 1);
-  EXPECT_THAT(started->passed_over(0), HasSubstr(damaged + " passed over: " + damaged +
-                                                 "/optimizer.safetensors: SHA-256 mismatch"));
+  EXPECT_THAT(started->passed_over(0),
+              HasSubstr(damaged + " passed over: " + damaged + "/optimizer.safetensors: SHA-256 mismatch"));
   EXPECT_THAT(started->passed_over(0), HasSubstr("(moved aside to " + damaged + ".damaged-"));
   // Moved aside: the job saves step 30 again, and the set-aside copy stays.
   EXPECT_FALSE(std::filesystem::exists(damaged));

@@ -6,8 +6,8 @@
 // same distribution of lengths.
 //
 // usage: peer_examples N > examples.jsonl
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <numeric>
 #include <random>
@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
     if (!ex.ok()) return 1;
     absl::StatusOr<TokenizedExample> t = Tokenize(task, *ex);
     if (!t.ok()) {
-      std::fprintf(stderr, "error: example %lld: %s\n", static_cast<long long>(i), std::string(t.status().message()).c_str());
+      std::fprintf(stderr, "error: example %lld: %s\n", static_cast<long long>(i),
+                   std::string(t.status().message()).c_str());
       return 1;
     }
     std::string line = "{\"inputs\": [";

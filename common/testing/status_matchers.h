@@ -24,13 +24,11 @@ const absl::Status& GetStatus(const absl::StatusOr<T>& status_or) {
 
 }  // namespace internal_status
 
-MATCHER_P2(StatusIs, code, message_matcher,
-           std::string("has code ") + absl::StatusCodeToString(code)) {
+MATCHER_P2(StatusIs, code, message_matcher, std::string("has code ") + absl::StatusCodeToString(code)) {
   const absl::Status& status = internal_status::GetStatus(arg);
   *result_listener << "whose status is " << status;
   return status.code() == code &&
-         ::testing::ExplainMatchResult(message_matcher, std::string(status.message()),
-                                       result_listener);
+         ::testing::ExplainMatchResult(message_matcher, std::string(status.message()), result_listener);
 }
 
 MATCHER_P(StatusCodeIs, code, std::string("has code ") + absl::StatusCodeToString(code)) {

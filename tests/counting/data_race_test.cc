@@ -9,8 +9,12 @@ namespace {
 int counter = 0;
 
 TEST(DataRace, TwoWritersWithoutALock) {
-  std::thread a([] { for (int i = 0; i < 1000; ++i) counter = counter + 1; });
-  std::thread b([] { for (int i = 0; i < 1000; ++i) counter = counter + 1; });
+  std::thread a([] {
+    for (int i = 0; i < 1000; ++i) counter = counter + 1;
+  });
+  std::thread b([] {
+    for (int i = 0; i < 1000; ++i) counter = counter + 1;
+  });
   a.join();
   b.join();
   EXPECT_GT(counter, 0);

@@ -52,7 +52,8 @@ TEST(HfParityTest, ImportedModelMatchesTransformers) {
   absl::StatusOr<Predictions> predicted = (*model)->PredictBatchWithAux(batch, greedy);
   ASSERT_TRUE(predicted.ok()) << predicted.status();
   EXPECT_TRUE(torch::equal(predicted->tokens, ref->at("greedy").to(torch::kLong)))
-      << predicted->tokens << "\nvs transformers\n" << ref->at("greedy");
+      << predicted->tokens << "\nvs transformers\n"
+      << ref->at("greedy");
 
   // Export for verify_export.py, with our logits beside it.
   ASSERT_TRUE(ExportHf(net, g_out_dir + "/exported").ok());
@@ -73,9 +74,7 @@ TEST(HfParityTest, WrongShapeOrUnknownTensorNamesTheTensor) {
   bad["encoder_layers.1.mlp.wo.weight"] = torch::zeros({3, 3});
   absl::Status status = AssignParameters(bad, /*strict=*/true, &net);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("\"encoder_layers.1.mlp.wo.weight\" has shape [3, 3]"),
-            std::string::npos)
-      << status;
+  EXPECT_NE(status.message().find("\"encoder_layers.1.mlp.wo.weight\" has shape [3, 3]"), std::string::npos) << status;
   // Nothing was loaded: all-or-nothing.
   EXPECT_TRUE(torch::equal(net.token_embedder->weight, before));
   bad = hf->tensors;

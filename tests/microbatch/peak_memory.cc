@@ -48,7 +48,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", metrics.status().ToString().c_str());
     return 1;
   }
-  std::printf("{\"microbatches\": %d, \"peak_rss_kib_before\": %ld, \"peak_rss_kib\": %ld}\n", k,
-              before, PeakRssKib());
+  std::printf("{\"microbatches\": %d, \"peak_rss_kib_before\": %ld, \"peak_rss_kib\": %ld}\n", k, before, PeakRssKib());
   return 0;
 }

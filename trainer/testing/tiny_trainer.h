@@ -50,10 +50,8 @@ inline std::unique_ptr<TinyTrainer> MakeTinyTrainer(const TinyTrainerOptions& op
   LearningRateSchedule lr;
   lr.set_factors("constant");
   lr.set_base_learning_rate(options.learning_rate);
-  t->trainer = std::make_unique<Trainer>(t->model.get(), t->optimizer.get(),
-                                         *LearningRateCallable::Create(lr),
-                                         options.collective ? options.collective : &t->collective,
-                                         options.trainer);
+  t->trainer = std::make_unique<Trainer>(t->model.get(), t->optimizer.get(), *LearningRateCallable::Create(lr),
+                                         options.collective ? options.collective : &t->collective, options.trainer);
   return t;
 }
 
