@@ -31,6 +31,7 @@
 #include "client/job_format.h"
 #include "common/signals.h"
 #include "spec/jobspec.h"
+#include "spec/overrides.h"
 
 namespace trainyard {
 namespace {
@@ -158,7 +159,7 @@ int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostre
   int workers = 0;
   std::vector<std::string> overrides;
   std::string state_dir;
-  FlagSet flags("local [--workers N] SPEC [--set path=value]...",
+  FlagSet flags("local [--workers N] [--output-root DIR] SPEC [--set path=value]...",
                 "Runs a job on this machine as a real multi-process system: a coordinator\n"
                 "and N workers as child processes on loopback ports chosen by the OS. Submits\n"
                 "the job, shows its progress, and shuts everything down when it ends (or on\n"
@@ -170,6 +171,10 @@ int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostre
   flags.AddRepeated("set", &overrides, "PATH=VALUE", "override a field of the spec");
   flags.AddString("state-dir", &state_dir, "DIR",
                   "the coordinator's state and the processes' logs (default: a new /tmp/trainyard-local-*)");
+  std::string output_root;
+  flags.AddString("output-root", &output_root, "DIR",
+                  "confine output_dir to DIR, relative paths taken from it, as a shared coordinator does "
+                  "(default: no confinement; a relative output_dir is taken from the current directory)");
   std::vector<std::string> positional;
   if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
   if (positional.size() != 1) {
@@ -190,6 +195,28 @@ int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostre
     return kExitUsage;
   }
   if (workers > 0) overrides.push_back(absl::StrCat("num_workers=", workers));
+  if (!output_root.empty() && output_root[0] != '/') {
+    err << "error: --output-root must be an absolute path, got \"" << output_root << "\"\n";
+    return kExitUsage;
+  }
+  if (output_root.empty()) {
+    // A personal run writes where its user can: the coordinator confines
+    // nothing, and a relative output_dir is this directory's.
+    if (absl::Status s = ApplyOverrides(overrides, &*spec); !s.ok()) {
+      err << "error: " << s.message() << "\n";
+      return kExitUsage;
+    }
+    overrides.clear();
+    char cwd[PATH_MAX];
+    if (!spec->output_dir().empty() && spec->output_dir()[0] != '/') {
+      if (getcwd(cwd, sizeof(cwd)) == nullptr) {
+        err << "error: cannot read the current directory; give an absolute output_dir or --output-root\n";
+        return kExitFailed;
+      }
+      spec->set_output_dir(absl::StrCat(cwd, "/", spec->output_dir()));
+    }
+    output_root = "/";
+  }
   if (workers == 0) workers = std::max(spec->num_workers(), 1);
   if (state_dir.empty()) {
     char pattern[] = "/tmp/trainyard-local-XXXXXX";
@@ -222,10 +249,10 @@ int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostre
     return kExitFailed;
   };
 
-  absl::StatusOr<Child> coordinator =
-      Spawn("the coordinator",
-            {"coordinator", "--listen", "127.0.0.1:0", "--state-dir", state_dir, "--heartbeat-timeout", "10"},
-            state_dir + "/coordinator.log");
+  absl::StatusOr<Child> coordinator = Spawn("the coordinator",
+                                            {"coordinator", "--listen", "127.0.0.1:0", "--state-dir", state_dir,
+                                             "--heartbeat-timeout", "10", "--output-root", output_root},
+                                            state_dir + "/coordinator.log");
   if (!coordinator.ok()) return fail(coordinator.status());
   children.push_back(*coordinator);
   absl::StatusOr<std::string> address = ReadListening(children[0], absl::Seconds(30));

@@ -277,10 +277,17 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
         std::vector<std::string> parts = absl::StrSplit(k, absl::MaxSplits('/', 1));
         if (parts.size() == 2) eval[parts[0]][parts[1]] = v;
       }
+      MetricsByTask inferred;
+      for (const auto& [k, v] : evaluated[0].infer_metrics()) {
+        std::vector<std::string> parts = absl::StrSplit(k, absl::MaxSplits('/', 1));
+        if (parts.size() == 2) inferred[parts[0]][parts[1]] = v;
+      }
       host_->RecordProgress(job_id, [&](JobInfo* info) {
         for (const auto& [k, v] : evaluated[0].metrics()) (*info->mutable_metrics())["training_eval/" + k] = v;
+        for (const auto& [k, v] : evaluated[0].infer_metrics()) (*info->mutable_metrics())["inference_eval/" + k] = v;
       });
       if (run_actions(ActionModeKind::kTrainEval, eval)) break;
+      if (run_actions(ActionModeKind::kInferEval, inferred)) break;
     }
   }
   return absl::OkStatus();

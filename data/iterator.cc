@@ -61,11 +61,14 @@ void TaskIterator::StartEpoch(int64_t epoch) {
   }
   epoch_ = epoch;
   position_ = 0;
+  segment_ = 0;
   loaded_ = 0;
+  skip_at_ = -1;
+  skip_segments_ = 0;
   buffer_.clear();
 }
 
-absl::StatusOr<absl::optional<TokenizedExample>> TaskIterator::Load(int64_t p) {
+absl::StatusOr<std::vector<TokenizedExample>> TaskIterator::Load(int64_t p) {
   const int64_t index = order_[static_cast<size_t>(p * options_.world_size + options_.rank)];
   absl::StatusOr<Example> example = source_->Get(index);
   if (!example.ok()) return example.status();
@@ -73,14 +76,12 @@ absl::StatusOr<absl::optional<TokenizedExample>> TaskIterator::Load(int64_t p) {
   for (const Preprocessor& preprocess : task_.preprocessors) {
     absl::StatusOr<absl::optional<Example>> out = preprocess(std::move(ex));
     if (!out.ok()) return out.status();
-    if (!out->has_value()) return absl::optional<TokenizedExample>();
+    if (!out->has_value()) return std::vector<TokenizedExample>();
     ex = std::move(**out);
   }
-  std::mt19937_64 rng(SplitMix64(options_.seed) ^ SplitMix64(static_cast<uint64_t>(epoch_) << 1) ^
-                      SplitMix64(static_cast<uint64_t>(index) * 2 + 1));
-  absl::StatusOr<TokenizedExample> tokens = Tokenize(task_, ex, &rng);
-  if (!tokens.ok()) return tokens.status();
-  return absl::optional<TokenizedExample>(std::move(*tokens));
+  const uint64_t seed = SplitMix64(options_.seed) ^ SplitMix64(static_cast<uint64_t>(epoch_) << 1) ^
+                        SplitMix64(static_cast<uint64_t>(index) * 2 + 1);
+  return TokenizeSegments(task_, ex, options_.inputs_length, seed);
 }
 
 absl::StatusOr<ConvertedBatch> TaskIterator::Next() {
@@ -90,24 +91,30 @@ absl::StatusOr<ConvertedBatch> TaskIterator::Next() {
     while (true) {
       while (buffer_.size() < want && loaded_ < shard) {
         const int64_t p = loaded_++;
-        absl::StatusOr<absl::optional<TokenizedExample>> ex = Load(p);
-        if (!ex.ok()) return ex.status();
-        if (ex->has_value()) {
-          buffer_.emplace_back(p, std::move(**ex));
-        } else {
-          ++dropped_;
+        absl::StatusOr<std::vector<TokenizedExample>> segments = Load(p);
+        if (!segments.ok()) return segments.status();
+        if (segments->empty()) ++dropped_;
+        const int64_t skip = p == skip_at_ ? skip_segments_ : 0;
+        for (int64_t s = skip; s < static_cast<int64_t>(segments->size()); ++s) {
+          buffer_.push_back({p, s, std::move((*segments)[static_cast<size_t>(s)])});
         }
       }
       if (buffer_.empty()) break;  // the epoch is over
       std::vector<TokenizedExample> candidates;
       candidates.reserve(buffer_.size());
-      for (const auto& [p, ex] : buffer_) candidates.push_back(ex);
+      for (const Buffered& b : buffer_) candidates.push_back(b.example);
       size_t consumed = 0;
       ConvertedBatch batch = converter_.ConvertToRows(candidates, options_.rows, &consumed);
       // Full (some examples left over), or nothing more to add: done.
       if (consumed < candidates.size() || loaded_ >= shard) {
         for (size_t i = 0; i < consumed; ++i) buffer_.pop_front();
-        position_ = buffer_.empty() ? loaded_ : buffer_.front().first;
+        if (buffer_.empty()) {
+          position_ = loaded_;
+          segment_ = 0;
+        } else {
+          position_ = buffer_.front().position;
+          segment_ = buffer_.front().segment;
+        }
         return batch;
       }
       want *= 2;
@@ -117,28 +124,36 @@ absl::StatusOr<ConvertedBatch> TaskIterator::Next() {
   }
 }
 
-std::string TaskIterator::State() const { return FormatIteratorState({epoch_, position_}); }
+std::string TaskIterator::State() const { return FormatIteratorState({epoch_, position_, segment_}); }
 
 absl::Status TaskIterator::Restore(const std::string& state) {
   absl::StatusOr<IteratorPosition> p = ParseIteratorState(state);
-  if (!p.ok() || p->position > shard_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("iterator state \"", state, "\": want \"EPOCH POSITION\" with 0 <= POSITION <= ", shard_size()));
+  if (!p.ok() || p->position > shard_size() || (p->segment > 0 && p->position == shard_size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "iterator state \"", state, "\": want \"EPOCH POSITION [SEGMENT]\" with 0 <= POSITION <= ", shard_size()));
   }
   StartEpoch(p->epoch);
   position_ = loaded_ = p->position;
+  segment_ = p->segment;
+  skip_at_ = p->position;
+  skip_segments_ = p->segment;
   return absl::OkStatus();
 }
 
-std::string FormatIteratorState(const IteratorPosition& p) { return absl::StrCat(p.epoch, " ", p.position); }
+std::string FormatIteratorState(const IteratorPosition& p) {
+  if (p.segment == 0) return absl::StrCat(p.epoch, " ", p.position);
+  return absl::StrCat(p.epoch, " ", p.position, " ", p.segment);
+}
 
 absl::StatusOr<IteratorPosition> ParseIteratorState(absl::string_view state) {
   std::istringstream in{std::string(state)};
-  IteratorPosition p{-1, -1};
+  IteratorPosition p{-1, -1, 0};
   std::string rest;
-  if (!(in >> p.epoch >> p.position) || (in >> rest) || p.epoch < 0 || p.position < 0) {
+  bool ok = static_cast<bool>(in >> p.epoch >> p.position);
+  if (ok && !(in >> std::ws).eof()) ok = static_cast<bool>(in >> p.segment) && !(in >> rest);
+  if (!ok || p.epoch < 0 || p.position < 0 || p.segment < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("iterator state \"", state, "\": want \"EPOCH POSITION\", two integers >= 0"));
+        absl::StrCat("iterator state \"", state, "\": want \"EPOCH POSITION [SEGMENT]\", two or three integers >= 0"));
   }
   return p;
 }

@@ -6,9 +6,13 @@
 // exactly once. Batches are `rows` rows of this rank's examples through the
 // feature converter (packed or not).
 //
-// The iterator's position is two numbers, (epoch, next unconsumed example of
-// this shard): State() serialises them and Restore() returns to them, so a
-// resumed job sees exactly the batches it would have seen.
+// A task whose chain splits documents into segments (Task::split_length)
+// yields each example's segments in order, as examples of their own.
+//
+// The iterator's position is (epoch, next unconsumed example of this shard,
+// segments of that example already consumed): State() serialises it and
+// Restore() returns to it, so a resumed job sees exactly the batches it
+// would have seen.
 //
 // Thread-safety: one thread drives an iterator.
 #ifndef TRAINYARD_DATA_ITERATOR_H_
@@ -49,7 +53,7 @@ class TaskIterator {
   // The next batch; kOutOfRange at the end of a non-repeating iterator.
   absl::StatusOr<ConvertedBatch> Next();
 
-  // "epoch position" of the next unconsumed example (FormatIteratorState).
+  // The position of the next unconsumed example (FormatIteratorState).
   std::string State() const;
   // kInvalidArgument for a malformed or out-of-range state.
   absl::Status Restore(const std::string& state);
@@ -58,6 +62,8 @@ class TaskIterator {
   // The next unconsumed example of this shard in the epoch (State()'s
   // second number).
   int64_t position() const { return position_; }
+  // Segments of that example already consumed (State()'s third number).
+  int64_t segment() const { return segment_; }
   // Examples in this rank's shard of one epoch.
   int64_t shard_size() const;
   // Examples dropped by preprocessors so far.
@@ -66,9 +72,15 @@ class TaskIterator {
  private:
   TaskIterator(const Task& task, const IteratorOptions& options, std::unique_ptr<ExampleSource> source);
   void StartEpoch(int64_t epoch);
-  // Tokenized example at shard position `p` of the current epoch, or nullopt
-  // if a preprocessor dropped it.
-  absl::StatusOr<absl::optional<TokenizedExample>> Load(int64_t p);
+  // The segments of the example at shard position `p` of the current epoch
+  // (none if a preprocessor dropped it).
+  absl::StatusOr<std::vector<TokenizedExample>> Load(int64_t p);
+
+  struct Buffered {
+    int64_t position;
+    int64_t segment;
+    TokenizedExample example;
+  };
 
   const Task& task_;
   IteratorOptions options_;
@@ -77,20 +89,28 @@ class TaskIterator {
   std::vector<int64_t> order_;  // this epoch's permutation
   int64_t epoch_ = 0;
   int64_t position_ = 0;  // next unconsumed shard position
-  // Tokenized examples at positions position_, position_+1, ... (a cache).
-  std::deque<std::pair<int64_t, TokenizedExample>> buffer_;
+  int64_t segment_ = 0;   // its segments already consumed
+  // Segments from (position_, segment_) on (a cache).
+  std::deque<Buffered> buffer_;
   int64_t loaded_ = 0;  // next shard position to load into buffer_
+  // Restore(): segments of the example at shard position `skip_at_` to
+  // leave out when it is loaded.
+  int64_t skip_at_ = -1;
+  int64_t skip_segments_ = 0;
   int64_t dropped_ = 0;
 };
 
 // An iterator's position, as State() writes it and checkpoints record it
-// (one per rank): "EPOCH POSITION".
+// (one per rank): "EPOCH POSITION", or "EPOCH POSITION SEGMENT" when part
+// of a split document was consumed.
 struct IteratorPosition {
   int64_t epoch = 0;
   int64_t position = 0;  // the next unconsumed example of the shard
+  int64_t segment = 0;   // its segments already consumed
 };
 std::string FormatIteratorState(const IteratorPosition& p);
-// kInvalidArgument naming the text unless it is two non-negative integers.
+// kInvalidArgument naming the text unless it is two or three non-negative
+// integers.
 absl::StatusOr<IteratorPosition> ParseIteratorState(absl::string_view state);
 
 // Where every rank starts when the positions were recorded by a different

@@ -64,6 +64,17 @@ absl::StatusOr<Example> ParseJsonl(const std::string& line, const std::vector<st
   return ex;
 }
 
+// A plain-text document: the whole line (less a trailing CR) as the one
+// field.
+absl::StatusOr<Example> ParseText(const std::string& line, const std::vector<std::string>& fields) {
+  if (fields.size() != 1) return absl::InvalidArgumentError("a plain-text source has one field");
+  std::string text = line;
+  if (!text.empty() && text.back() == '\r') text.pop_back();
+  return Example{{fields[0], std::move(text)}};
+}
+
+bool IsBlank(const std::string& line) { return line.find_first_not_of(" \t\r\f\v") == std::string::npos; }
+
 // Expands shell patterns (a sharded data set's "train-*.tsv"), in sorted
 // order per pattern; a plain path stays as it is.
 absl::StatusOr<std::vector<std::string>> ExpandPatterns(const std::vector<std::string>& patterns) {
@@ -113,7 +124,7 @@ class FileSource : public ExampleSource {
         ++number;
         const std::streamoff here = offset;
         offset = in.tellg();
-        if (line.empty()) continue;
+        if (line.empty() || (parser == ParseText && IsBlank(line))) continue;
         absl::Status bad =
             ValidUtf8(line) ? parser(line, options.fields).status() : absl::InvalidArgumentError("invalid UTF-8");
         if (!bad.ok()) {
@@ -198,6 +209,14 @@ absl::StatusOr<std::unique_ptr<ExampleSource>> OpenTsvSource(const std::vector<s
 absl::StatusOr<std::unique_ptr<ExampleSource>> OpenJsonlSource(const std::vector<std::string>& paths,
                                                                const FileSourceOptions& options) {
   return FileSource::Open(paths, options, ParseJsonl);
+}
+
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenTextSource(const std::vector<std::string>& paths,
+                                                              const std::string& field, bool strict) {
+  FileSourceOptions options;
+  options.fields = {field};
+  options.strict = strict;
+  return FileSource::Open(paths, options, ParseText);
 }
 
 std::unique_ptr<ExampleSource> InMemorySource(std::vector<Example> examples) {

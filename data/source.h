@@ -4,6 +4,7 @@
 //
 //  - TSV: one example per line, tab-separated columns named by `fields`.
 //  - JSONL: one JSON object per line with string values for `fields`.
+//  - Plain text: one document per line.
 //  - In-memory examples (the interactive model's).
 //
 // Bad lines (wrong column count, invalid JSON, a missing or non-string field,
@@ -47,6 +48,12 @@ absl::StatusOr<std::unique_ptr<ExampleSource>> OpenTsvSource(const std::vector<s
                                                              const FileSourceOptions& options = {});
 absl::StatusOr<std::unique_ptr<ExampleSource>> OpenJsonlSource(const std::vector<std::string>& paths,
                                                                const FileSourceOptions& options = {});
+
+// Plain text: one document per line as the feature `field`; blank lines
+// are skipped (not counted as bad), a trailing CR is dropped, invalid UTF-8
+// is a bad line.
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenTextSource(const std::vector<std::string>& paths,
+                                                              const std::string& field = "text", bool strict = true);
 
 std::unique_ptr<ExampleSource> InMemorySource(std::vector<Example> examples);
 

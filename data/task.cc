@@ -1,10 +1,13 @@
 #include "data/task.h"
 
+#include <cmath>
 #include <functional>
 #include <random>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/random.h"
 #include "data/span_corruption.h"
 
 namespace trainyard {
@@ -32,17 +35,32 @@ class MixtureSource : public ExampleSource {
   std::vector<std::pair<int32_t, int64_t>> schedule_;
 };
 
-}  // namespace
+// The task an example of `task` goes through: a mixture's example names
+// its component (and loses that field); any other task is itself.
+absl::StatusOr<const Task*> ChainOf(const Task& task, Example* example) {
+  if (task.components.empty()) return &task;
+  auto it = example->find(kComponentField);
+  size_t k = 0;
+  if (it == example->end() || !absl::SimpleAtoi(it->second, &k) || k >= task.components.size()) {
+    return absl::InternalError(absl::StrCat("mixture ", task.name, ": an example without its component"));
+  }
+  example->erase(it);
+  return task.components[k].first;
+}
 
-absl::StatusOr<TokenizedExample> Tokenize(const Task& task, const Example& example, std::mt19937_64* rng) {
-  TokenizedExample out;
+absl::Status EncodeFeatures(const Task& task, const Example& example, TokenizedExample* out) {
   for (const char* feature : {"inputs", "targets"}) {
     auto it = example.find(feature);
     if (it == example.end()) continue;
     absl::StatusOr<std::vector<int>> ids = task.vocabulary->Encode(it->second);
     if (!ids.ok()) return ids.status();
-    (std::string(feature) == "inputs" ? out.inputs : out.targets).assign(ids->begin(), ids->end());
+    (std::string(feature) == "inputs" ? out->inputs : out->targets).assign(ids->begin(), ids->end());
   }
+  return absl::OkStatus();
+}
+
+// The token preprocessors, EOS, and the check that both features are there.
+absl::StatusOr<TokenizedExample> FinishTokens(const Task& task, TokenizedExample out, std::mt19937_64* rng) {
   for (const TokenPreprocessor& preprocess : task.token_preprocessors) {
     if (rng == nullptr) return absl::InternalError("token preprocessors need a generator");
     absl::StatusOr<TokenizedExample> next = preprocess(std::move(out), rng);
@@ -56,6 +74,55 @@ absl::StatusOr<TokenizedExample> Tokenize(const Task& task, const Example& examp
   if (out.inputs.empty() || out.targets.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("task ", task.name, ": an example has no ", out.inputs.empty() ? "inputs" : "targets"));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<TokenizedExample> Tokenize(const Task& task, const Example& example, std::mt19937_64* rng) {
+  Example ex = example;
+  absl::StatusOr<const Task*> chain = ChainOf(task, &ex);
+  if (!chain.ok()) return chain.status();
+  TokenizedExample out;
+  if (absl::Status s = EncodeFeatures(**chain, ex, &out); !s.ok()) return s;
+  return FinishTokens(**chain, std::move(out), rng);
+}
+
+uint64_t SegmentSeed(uint64_t seed, int64_t segment) {
+  // Segment 0 keeps the example's own seed: a task that does not split
+  // draws exactly what it drew before splitting existed.
+  return segment == 0 ? seed : seed ^ SplitMix64(static_cast<uint64_t>(segment) + 0x5347u);
+}
+
+absl::StatusOr<std::vector<TokenizedExample>> TokenizeSegments(const Task& task, const Example& example,
+                                                               int64_t inputs_length, uint64_t seed) {
+  Example ex = example;
+  absl::StatusOr<const Task*> chain_or = ChainOf(task, &ex);
+  if (!chain_or.ok()) return chain_or.status();
+  const Task& chain = **chain_or;
+  TokenizedExample tokens;
+  if (absl::Status s = EncodeFeatures(chain, ex, &tokens); !s.ok()) return s;
+  const int64_t length = chain.split_length ? chain.split_length(inputs_length) : 0;
+  std::vector<TokenizedExample> segments;
+  const int64_t n = static_cast<int64_t>(tokens.targets.size());
+  if (length <= 0 || n <= length) {
+    segments.push_back(std::move(tokens));
+  } else {
+    for (int64_t begin = 0; begin < n; begin += length) {
+      TokenizedExample segment;
+      segment.inputs = tokens.inputs;
+      segment.targets.assign(tokens.targets.begin() + begin, tokens.targets.begin() + std::min(n, begin + length));
+      segments.push_back(std::move(segment));
+    }
+  }
+  std::vector<TokenizedExample> out;
+  out.reserve(segments.size());
+  for (size_t s = 0; s < segments.size(); ++s) {
+    std::mt19937_64 rng(SegmentSeed(seed, static_cast<int64_t>(s)));
+    absl::StatusOr<TokenizedExample> done = FinishTokens(chain, std::move(segments[s]), &rng);
+    if (!done.ok()) return done.status();
+    out.push_back(std::move(*done));
   }
   return out;
 }
@@ -137,28 +204,47 @@ std::vector<std::string> TaskRegistry::Names() const {
 absl::Status TaskRegistry::AddMixture(const std::string& name,
                                       const std::vector<std::pair<std::string, double>>& rates) {
   if (rates.empty()) return absl::InvalidArgumentError(absl::StrCat("mixture ", name, ": no tasks"));
+  // The tasks (a nested mixture counts as its own) and their rates.
   std::vector<const Task*> components;
   std::vector<double> weights;
+  auto add = [&](const Task* task, double rate) {
+    for (size_t k = 0; k < components.size(); ++k) {
+      if (components[k] == task) {
+        weights[k] += rate;
+        return;
+      }
+    }
+    components.push_back(task);
+    weights.push_back(rate);
+  };
   for (const auto& [task_name, rate] : rates) {
-    if (!(rate > 0)) {
+    if (!(rate > 0) || !std::isfinite(rate)) {
       return absl::InvalidArgumentError(
           absl::StrCat("mixture ", name, ": rate of ", task_name, " is ", rate, "; must be > 0"));
     }
     absl::StatusOr<const Task*> task = Get(task_name);
     if (!task.ok()) return absl::NotFoundError(absl::StrCat("mixture ", name, ": ", task.status().message()));
-    if (!components.empty() && ((*task)->vocabulary->path() != components[0]->vocabulary->path() ||
-                                (*task)->vocabulary->size() != components[0]->vocabulary->size())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("mixture ", name, ": ", task_name, " has another vocabulary than ", components[0]->name));
+    if ((*task)->components.empty()) {
+      add(*task, rate);
+    } else {
+      for (const auto& [leaf, share] : (*task)->components) add(leaf, rate * share);
     }
-    components.push_back(*task);
-    weights.push_back(rate);
   }
+  for (const Task* task : components) {
+    if (task->vocabulary->path() != components[0]->vocabulary->path() ||
+        task->vocabulary->size() != components[0]->vocabulary->size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mixture ", name, ": ", task->name, " has another vocabulary than ", components[0]->name));
+    }
+  }
+  double sum = 0;
+  for (double w : weights) sum += w;
   Task mixture;
   mixture.name = name;
   mixture.vocabulary = components[0]->vocabulary;
   mixture.add_eos = components[0]->add_eos;
-  mixture.source = [components, weights,
+  for (size_t k = 0; k < components.size(); ++k) mixture.components.emplace_back(components[k], weights[k] / sum);
+  mixture.source = [components, weights, sum,
                     name](const std::string& split) -> absl::StatusOr<std::unique_ptr<ExampleSource>> {
     std::vector<std::unique_ptr<ExampleSource>> sources;
     int64_t total = 0;
@@ -174,8 +260,6 @@ absl::Status TaskRegistry::AddMixture(const std::string& name,
     // Which component each position draws from: a weighted draw per
     // position from a generator seeded by the mixture's name.
     std::mt19937_64 gen(std::hash<std::string>()(name) ^ 0x6d69787475726573ull);
-    double sum = 0;
-    for (double w : weights) sum += w;
     std::vector<int64_t> next(sources.size(), 0);
     std::vector<std::pair<int32_t, int64_t>> schedule;
     schedule.reserve(static_cast<size_t>(total));
@@ -187,15 +271,18 @@ absl::Status TaskRegistry::AddMixture(const std::string& name,
     }
     return std::unique_ptr<ExampleSource>(new MixtureSource(std::move(sources), std::move(schedule)));
   };
-  // Each example goes through its own task's preprocessors.
+  // Each example goes through its own task's text preprocessors and keeps
+  // the name of its component for the token stage (ChainOf).
   mixture.preprocessors.push_back([components](Example ex) -> absl::StatusOr<absl::optional<Example>> {
-    const size_t k = static_cast<size_t>(std::stoul(ex.at(kComponentField)));
+    const std::string component = ex.at(kComponentField);
+    const size_t k = static_cast<size_t>(std::stoul(component));
     ex.erase(kComponentField);
     for (const Preprocessor& preprocess : components[k]->preprocessors) {
       absl::StatusOr<absl::optional<Example>> out = preprocess(std::move(ex));
       if (!out.ok() || !out->has_value()) return out;
       ex = std::move(**out);
     }
+    ex[kComponentField] = component;
     return absl::optional<Example>(std::move(ex));
   });
   return Add(std::move(mixture));

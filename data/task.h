@@ -42,13 +42,30 @@ struct Task {
   std::shared_ptr<const Vocabulary> vocabulary;
   bool add_eos = true;
   std::vector<std::string> metric_fns;
+  // Splits each document's tokenized targets into consecutive segments of
+  // at most split_length(inputs_length) tokens before the token
+  // preprocessors run, each an example of its own (T5's split_tokens; the
+  // inputs, if any, go with every segment). Unset, or 0: no splitting.
+  std::function<int64_t(int64_t inputs_length)> split_length;
+  // A mixture's tasks (never mixtures: nested ones are flattened) with their
+  // shares of its examples, summing to 1; empty for a task. Each example of
+  // a mixture goes through its own task's chain.
+  std::vector<std::pair<const Task*, double>> components;
 };
 
 // Tokenizes an example's "inputs" and "targets" (a missing feature is
 // empty), runs the token preprocessors, appends EOS if asked; both features
 // must end up non-empty. `rng` may be null when the task has no token
-// preprocessors.
+// preprocessors. No splitting: see TokenizeSegments.
 absl::StatusOr<TokenizedExample> Tokenize(const Task& task, const Example& example, std::mt19937_64* rng = nullptr);
+
+// As Tokenize, after splitting the targets into segments by
+// task.split_length(inputs_length): one tokenized example per segment, in
+// order. Segment s draws its random numbers from a generator seeded with
+// SegmentSeed(seed, s), so every segment is reproducible on its own.
+absl::StatusOr<std::vector<TokenizedExample>> TokenizeSegments(const Task& task, const Example& example,
+                                                               int64_t inputs_length, uint64_t seed);
+uint64_t SegmentSeed(uint64_t seed, int64_t segment);
 
 // Built-in preprocessors.
 // Renames features: {new name: old name}; other features are dropped.
@@ -73,13 +90,14 @@ class TaskRegistry {
   std::vector<std::string> Names() const;
 
   // Registers a mixture (seqio's Mixture) under `name`: a task whose examples
-  // come from the named tasks in proportion to their rates. One epoch of a
-  // split holds as many examples as its components' splits together; which
-  // component each position draws from is fixed by a generator seeded with
-  // the mixture's name, and each component's examples are used in order,
-  // wrapping around. Components must share a vocabulary. kNotFound for an
-  // unknown component, kInvalidArgument for a rate <= 0 or mismatched
-  // vocabularies, kAlreadyExists for a taken name.
+  // come from the named tasks in proportion to their rates. A component that
+  // is a mixture counts as its own tasks, its rate shared among them by
+  // their shares. One epoch of a split holds as many examples as its tasks'
+  // splits together; which task each position draws from is fixed by a
+  // generator seeded with the mixture's name, and each task's examples are
+  // used in order, wrapping around. Components must share a vocabulary.
+  // kNotFound for an unknown component, kInvalidArgument for a rate <= 0 or
+  // mismatched vocabularies, kAlreadyExists for a taken name.
   absl::Status AddMixture(const std::string& name, const std::vector<std::pair<std::string, double>>& rates);
 
  private:

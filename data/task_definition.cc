@@ -6,8 +6,56 @@
 #include "data/bundled.h"
 #include "data/source.h"
 #include "data/vocabulary.h"
+#include "spec/task_spec.h"
 
 namespace trainyard {
+namespace {
+
+absl::Status BuildChain(const TaskDefinition& def, Task* task) {
+  bool plain = false, has_rekey = false;
+  for (const auto& [split, path] : def.splits()) plain |= IsPlainTextPath(path);
+  for (const PreprocessorConfig& p : def.preprocessors()) has_rekey |= p.has_rekey();
+  // T5's rekey of plain text (the validator writes it into the spec; a
+  // definition that did not pass through it gets the same).
+  if (plain && !has_rekey) task->preprocessors.push_back(Rekey({{"targets", "text"}}));
+  bool token_stage = false;
+  for (const PreprocessorConfig& p : def.preprocessors()) {
+    switch (p.kind_case()) {
+      case PreprocessorConfig::kRekey:
+        if (token_stage) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("task ", def.name(), ": rekey comes before split_tokens, span_corruption and prefix_lm"));
+        }
+        task->preprocessors.push_back(
+            Rekey(std::map<std::string, std::string>(p.rekey().key_map().begin(), p.rekey().key_map().end())));
+        break;
+      case PreprocessorConfig::kSplitTokens:
+        token_stage = true;
+        break;
+      case PreprocessorConfig::kSpanCorruption: {
+        const SpanCorruptionConfig& s = p.span_corruption();
+        task->token_preprocessors.push_back(
+            SpanCorruption(*task->vocabulary, s.has_noise_density() ? s.noise_density() : kDefaultNoiseDensity,
+                           s.has_mean_noise_span_length() ? s.mean_noise_span_length() : kDefaultMeanNoiseSpanLength));
+        token_stage = true;
+        break;
+      }
+      case PreprocessorConfig::kPrefixLm:
+        task->token_preprocessors.push_back(PrefixLm());
+        token_stage = true;
+        break;
+      case PreprocessorConfig::KIND_NOT_SET:
+        return absl::InvalidArgumentError(absl::StrCat("task ", def.name(), ": a preprocessor with no kind"));
+    }
+  }
+  if (SegmentLength(def, 512) > 0) {
+    const TaskDefinition copy = def;
+    task->split_length = [copy](int64_t inputs_length) { return SegmentLength(copy, inputs_length); };
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status RegisterTaskDefinition(const TaskDefinition& def, TaskRegistry* registry) {
   std::string vocab_path = def.vocabulary();
@@ -16,7 +64,7 @@ absl::Status RegisterTaskDefinition(const TaskDefinition& def, TaskRegistry* reg
     if (!bundled.ok()) return bundled.status();
     vocab_path = *bundled;
   }
-  absl::StatusOr<std::unique_ptr<Vocabulary>> vocab = Vocabulary::Load(vocab_path);
+  absl::StatusOr<std::unique_ptr<Vocabulary>> vocab = Vocabulary::Load(vocab_path, ExtraIds(def));
   if (!vocab.ok()) {
     return absl::Status(vocab.status().code(),
                         absl::StrCat("task ", def.name(), ": vocabulary: ", vocab.status().message()));
@@ -26,6 +74,7 @@ absl::Status RegisterTaskDefinition(const TaskDefinition& def, TaskRegistry* reg
   task.vocabulary = std::shared_ptr<const Vocabulary>(std::move(*vocab));
   task.add_eos = !def.has_add_eos() || def.add_eos();
   task.metric_fns.assign(def.metric_fns().begin(), def.metric_fns().end());
+  if (absl::Status s = BuildChain(def, &task); !s.ok()) return s;
   const std::map<std::string, std::string> splits(def.splits().begin(), def.splits().end());
   const std::string name = def.name();
   task.source = [splits, name](const std::string& split) -> absl::StatusOr<std::unique_ptr<ExampleSource>> {
@@ -36,8 +85,10 @@ absl::Status RegisterTaskDefinition(const TaskDefinition& def, TaskRegistry* reg
       return absl::InvalidArgumentError(
           absl::StrCat("task ", name, ": split \"", split, "\" is not one of ", absl::StrJoin(names, ", ")));
     }
-    absl::StatusOr<std::unique_ptr<ExampleSource>> source =
-        absl::EndsWith(it->second, ".jsonl") ? OpenJsonlSource({it->second}) : OpenTsvSource({it->second});
+    absl::StatusOr<std::unique_ptr<ExampleSource>> source = absl::EndsWith(it->second, ".jsonl")
+                                                                ? OpenJsonlSource({it->second})
+                                                            : IsPlainTextPath(it->second) ? OpenTextSource({it->second})
+                                                                                          : OpenTsvSource({it->second});
     if (!source.ok()) {
       return absl::Status(source.status().code(),
                           absl::StrCat("task ", name, " split ", split, ": ", source.status().message()));
@@ -45,6 +96,50 @@ absl::Status RegisterTaskDefinition(const TaskDefinition& def, TaskRegistry* reg
     return source;
   };
   return registry->Add(std::move(task));
+}
+
+absl::Status RegisterSpecTasks(const JobSpec& spec, TaskRegistry* registry) {
+  for (const TaskDefinition& def : spec.task_definitions()) {
+    if (absl::Status s = RegisterTaskDefinition(def, registry); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("task_definitions: ", s.message()));
+    }
+  }
+  // Mixtures once the mixtures they name are registered; what is left when
+  // no more can be added names an unknown component or a cycle.
+  std::vector<const MixtureDefinition*> pending;
+  for (const MixtureDefinition& mix : spec.mixture_definitions()) pending.push_back(&mix);
+  auto is_pending = [&](const std::string& name) {
+    for (const MixtureDefinition* m : pending) {
+      if (m->name() == name) return true;
+    }
+    return false;
+  };
+  while (!pending.empty()) {
+    bool progress = false;
+    for (auto it = pending.begin(); it != pending.end();) {
+      const MixtureDefinition& mix = **it;
+      bool ready = true;
+      for (const auto& c : mix.tasks()) ready = ready && !is_pending(c.name());
+      if (!ready) {
+        ++it;
+        continue;
+      }
+      std::vector<std::pair<std::string, double>> rates;
+      for (const auto& c : mix.tasks()) rates.emplace_back(c.name(), c.rate());
+      if (absl::Status s = registry->AddMixture(mix.name(), rates); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("mixture_definitions: ", s.message()));
+      }
+      it = pending.erase(it);
+      progress = true;
+    }
+    if (!progress) {
+      std::vector<std::string> names;
+      for (const MixtureDefinition* m : pending) names.push_back(m->name());
+      return absl::InvalidArgumentError(
+          absl::StrCat("mixture_definitions: ", absl::StrJoin(names, ", "), " contain each other (a cycle)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace trainyard

@@ -1,5 +1,6 @@
-// Tasks defined by files (JobSpec.task_definitions): registered by workers
-// and the interactive model under their names.
+// Tasks defined by files (JobSpec.task_definitions) and mixtures
+// (JobSpec.mixture_definitions): registered by workers and the interactive
+// model under their names.
 #ifndef TRAINYARD_DATA_TASK_DEFINITION_H_
 #define TRAINYARD_DATA_TASK_DEFINITION_H_
 
@@ -10,12 +11,19 @@
 namespace trainyard {
 
 // Adds `def` to `registry`: its splits read from the named files (.jsonl:
-// JSON lines with "inputs" and "targets"; otherwise tab-separated), its
-// vocabulary loaded (default: the bundled one). A split's files are opened
-// when the split is first used, so a bad path fails the job that reads it,
-// naming the file. kAlreadyExists for a taken name; kNotFound or
-// kInvalidArgument naming the vocabulary file.
+// JSON lines with "inputs" and "targets"; .txt: plain text, one document per
+// line as "text"; otherwise tab-separated), its preprocessing chain built
+// (spec/task_spec.h: rekey, split_tokens, span_corruption, prefix_lm), its
+// vocabulary loaded with its extra ids (default: the bundled vocabulary). A
+// split's files are opened when the split is first used, so a bad path
+// fails the job that reads it, naming the file. kAlreadyExists for a taken
+// name; kNotFound or kInvalidArgument naming the vocabulary file;
+// kInvalidArgument for a chain the spec validator refuses.
 absl::Status RegisterTaskDefinition(const TaskDefinition& def, TaskRegistry* registry);
+
+// Registers every task and mixture `spec` defines (mixtures after the
+// mixtures they contain). Errors name the definition.
+absl::Status RegisterSpecTasks(const JobSpec& spec, TaskRegistry* registry);
 
 }  // namespace trainyard
 

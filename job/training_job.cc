@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "collective/agreement.h"
@@ -15,6 +16,7 @@
 #include "data/task_definition.h"
 #include "evaluation/metric_fns.h"
 #include "google/protobuf/util/json_util.h"
+#include "job/infer_eval.h"
 #include "model/decoding.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -106,11 +108,7 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
     // Data first: a bad task name fails before any expensive work.
     if (job->options_.task_data) {
       TY_RETURN_IF_ERROR(RegisterBundledTasks(&job->registry_));
-      for (const TaskDefinition& def : spec.task_definitions()) {
-        if (absl::Status s = RegisterTaskDefinition(def, &job->registry_); !s.ok()) {
-          return absl::Status(s.code(), absl::StrCat("task_definitions: ", s.message()));
-        }
-      }
+      TY_RETURN_IF_ERROR(RegisterSpecTasks(spec, &job->registry_));
       absl::StatusOr<const Task*> task = job->registry_.Get(spec.task());
       if (!task.ok()) return absl::InvalidArgumentError(absl::StrCat("task: ", task.status().message()));
       if (!inference) {  // EVALUATION and INFERENCE read their split in Infer
@@ -131,6 +129,22 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
     }
 
     TY_ASSIGN_OR_RETURN(ModelConfig config, ResolveModelConfig(spec.model()));
+    if (job->options_.task_data) {
+      // Every id a task's vocabulary makes must have an embedding row.
+      std::vector<std::string> tasks(spec.eval().tasks().begin(), spec.eval().tasks().end());
+      tasks.push_back(spec.task());
+      for (const std::string& name : tasks) {
+        absl::StatusOr<const Task*> task = job->registry_.Get(name);
+        if (!task.ok()) return absl::InvalidArgumentError(absl::StrCat("eval.tasks: ", task.status().message()));
+        const Vocabulary& vocab = *(*task)->vocabulary;
+        if (vocab.size() > config.vocab_size()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "task ", name, ": its vocabulary has ", vocab.size(), " ids (", vocab.size() - vocab.extra_ids(),
+              " pieces of ", vocab.path(), " and ", vocab.extra_ids(), " extra ids), more than the model's vocab_size ",
+              config.vocab_size(), "; use a smaller vocabulary or a model with a larger vocab_size"));
+        }
+      }
+    }
     ModelOptions model_options;
     model_options.device = job->options_.device;
     model_options.compute_dtype = spec.dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat32;
@@ -330,10 +344,7 @@ absl::StatusOr<EvalOutcome> TrainingJob::Evaluate() {
   spdlog::info("job {}: evaluating step {} on {} task(s)", id(), trainer_->step(), spec_.eval().tasks_size());
   EvalOutcome out;
   try {
-    std::map<std::string, std::unique_ptr<BatchIterator>> owned;
-    std::map<std::string, BatchIterator*> iterators;
-    for (const std::string& name : spec_.eval().tasks()) {
-      TY_ASSIGN_OR_RETURN(const Task* task, registry_.Get(name));
+    auto eval_batches = [&](const Task& task) -> absl::StatusOr<std::unique_ptr<BatchIterator>> {
       IteratorOptions data;
       data.split = spec_.eval().split();
       data.rows = spec_.batch_size() / world_size();
@@ -347,12 +358,48 @@ absl::StatusOr<EvalOutcome> TrainingJob::Evaluate() {
       data.repeat = false;
       data.rank = rank();
       data.world_size = world_size();
-      TY_ASSIGN_OR_RETURN(std::unique_ptr<TaskIterator> it, TaskIterator::Create(*task, data));
-      owned[name] = std::make_unique<LimitedIterator>(std::make_unique<TaskBatchIterator>(std::move(it)),
-                                                      spec_.eval().num_batches());
+      TY_ASSIGN_OR_RETURN(std::unique_ptr<TaskIterator> it, TaskIterator::Create(task, data));
+      return std::unique_ptr<BatchIterator>(std::make_unique<LimitedIterator>(
+          std::make_unique<TaskBatchIterator>(std::move(it)), spec_.eval().num_batches()));
+    };
+    std::map<std::string, std::unique_ptr<BatchIterator>> owned;
+    std::map<std::string, BatchIterator*> iterators;
+    for (const std::string& name : spec_.eval().tasks()) {
+      TY_ASSIGN_OR_RETURN(const Task* task, registry_.Get(name));
+      TY_ASSIGN_OR_RETURN(owned[name], eval_batches(*task));
       iterators[name] = owned[name].get();
     }
     absl::StatusOr<MetricsByTask> metrics = trainer_->Eval(iterators);
+    // Inference evaluation: the same batches, decoded.
+    std::map<std::string, MetricResults> inferred;
+    if (metrics.ok() && spec_.eval().infer_metrics()) {
+      for (const std::string& name : spec_.eval().tasks()) {
+        TY_ASSIGN_OR_RETURN(const Task* task, registry_.Get(name));
+        TY_ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> batches, eval_batches(*task));
+        std::vector<MetricFn> fns;
+        for (const std::string& fn_name : task->metric_fns) {
+          absl::StatusOr<MetricFn> fn = BuiltinMetricFn(fn_name);
+          if (!fn.ok()) {
+            return absl::Status(fn.status().code(), absl::StrCat("task ", task->name, ": ", fn.status().message()));
+          }
+          fns.push_back(*fn);
+        }
+        fns.push_back(*BuiltinMetricFn("mean_log_likelihood"));
+        InferEvalOptions infer;
+        infer.decode = DecodeOptionsFromSpec(spec_, rank());
+        infer.rows = spec_.batch_size() / world_size();
+        infer.targets_length = spec_.feature_lengths().targets();
+        infer.preempted = options_.preempted;
+        infer.step = trainer_->step();
+        absl::StatusOr<MetricResults> values =
+            InferEval(model_.get(), batches.get(), *task->vocabulary, fns, infer, collective_);
+        if (!values.ok()) {
+          metrics = values.status();
+          break;
+        }
+        inferred[name] = std::move(*values);
+      }
+    }
     if (IsPreemptionError(metrics.status())) {
       double seconds = 0;
       TY_ASSIGN_OR_RETURN(out.emergency_checkpoint, WriteEmergencyCheckpoint(/*abandoned=*/false, &seconds));
@@ -365,11 +412,19 @@ absl::StatusOr<EvalOutcome> TrainingJob::Evaluate() {
     for (const auto& [task, values] : *metrics) {
       for (const auto& [k, v] : values) out.metrics[task + "/" + k] = v;
     }
+    for (const auto& [task, values] : inferred) {
+      WriteInferEval(task, values);
+      for (const auto& [k, v] : values) out.infer_metrics[task + "/" + k] = v;
+    }
     // Keep-best: this eval's metric belongs to the checkpoint of this step.
     const CheckpointConfig& ckpt = spec_.checkpoint();
-    auto best = out.metrics.find(ckpt.best_metric());
-    if (ckpt.keep_best() > 0 && best != out.metrics.end()) {
-      if (absl::Status s = RecordCheckpointMetric(spec_.output_dir(), trainer_->step(), best->second); !s.ok()) {
+    const double* best = nullptr;
+    for (const auto* values : {&out.metrics, &out.infer_metrics}) {
+      auto it = values->find(ckpt.best_metric());
+      if (best == nullptr && it != values->end()) best = &it->second;
+    }
+    if (ckpt.keep_best() > 0 && best != nullptr) {
+      if (absl::Status s = RecordCheckpointMetric(spec_.output_dir(), trainer_->step(), *best); !s.ok()) {
         spdlog::error("job {}: {}", id(), s.ToString());
       }
       ApplyRetention(spec_.output_dir(), spec_.keep_checkpoints(), ckpt.keep_best(),
@@ -379,6 +434,33 @@ absl::StatusOr<EvalOutcome> TrainingJob::Evaluate() {
     return absl::InternalError(absl::StrCat("evaluation: ", e.what()));
   }
   return out;
+}
+
+void TrainingJob::WriteInferEval(const std::string& task, const MetricResults& values) {
+  auto& writer = infer_eval_writers_[task];
+  if (writer == nullptr) {
+    writer = std::make_unique<MetricsManager>("inference_eval/" + task, spec_.output_dir(), 0, 1);
+  }
+  writer->WriteScalars(trainer_->step(), std::map<std::string, double>(values.begin(), values.end()));
+  // One JSON line per eval step, the file rewritten whole (never seen half
+  // written).
+  const std::string path =
+      absl::StrCat(spec_.output_dir(), "/inference_eval/", task, "-", spec_.eval().split(), ".jsonl");
+  std::string lines;
+  {
+    std::ifstream in(path);
+    std::stringstream existing;
+    existing << in.rdbuf();
+    lines = existing.str();
+  }
+  nlohmann::ordered_json line = {
+      {"task", task}, {"split", spec_.eval().split()}, {"step", trainer_->step()}, {"metrics", values}};
+  absl::StrAppend(&lines, line.dump(), "\n");
+  std::error_code ec;
+  std::filesystem::create_directories(spec_.output_dir() + "/inference_eval", ec);
+  if (absl::Status s = WriteFileAtomically(path, lines); !s.ok()) {
+    spdlog::error("job {}: inference evaluation of {}: {}", id(), task, s.ToString());
+  }
 }
 
 absl::StatusOr<InferOutcome> TrainingJob::Infer() {
@@ -401,25 +483,7 @@ absl::StatusOr<InferOutcome> TrainingJob::Infer() {
     data.rank = rank();
     data.world_size = world_size();
     TY_ASSIGN_OR_RETURN(std::unique_ptr<TaskIterator> it, TaskIterator::Create(*task, data));
-    DecodeOptions decode;
-    switch (config.method()) {
-      case InferenceConfig::BEAM:
-        decode.method = DecodeOptions::Method::kBeam;
-        break;
-      case InferenceConfig::SAMPLE:
-        decode.method = DecodeOptions::Method::kSample;
-        break;
-      default:
-        decode.method = DecodeOptions::Method::kGreedy;
-    }
-    decode.max_decode_length = config.max_decode_length();
-    if (config.beam_size() > 0) decode.beam_size = config.beam_size();
-    if (config.has_alpha()) decode.alpha = config.alpha();
-    if (config.has_temperature()) decode.temperature = config.temperature();
-    decode.top_k = config.top_k();
-    decode.top_p = config.top_p();
-    decode.seed = static_cast<uint64_t>(spec_.seed()) + static_cast<uint64_t>(rank());
-    decode.compute_dtype = spec_.dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat32;
+    const DecodeOptions decode = DecodeOptionsFromSpec(spec_, rank());
     const Vocabulary& vocab = *task->vocabulary;
     auto text = [&](const torch::Tensor& row) { return DecodeRow(vocab, row); };
     // This rank's shard, written as JSON lines with each example's index in
@@ -515,11 +579,11 @@ absl::StatusOr<std::vector<std::string>> TrainingJob::GatherDataStates() {
   if (!train_batches_) return std::vector<std::string>();
   const TaskIterator* it = train_batches_->task_iterator();
   std::vector<torch::Tensor> all;
-  TY_RETURN_IF_ERROR(
-      CollectiveFailure(collective_->AllGather(torch::tensor({it->epoch(), it->position()}, torch::kLong), &all)));
+  TY_RETURN_IF_ERROR(CollectiveFailure(
+      collective_->AllGather(torch::tensor({it->epoch(), it->position(), it->segment()}, torch::kLong), &all)));
   std::vector<std::string> states;
   for (const torch::Tensor& t : all)
-    states.push_back(FormatIteratorState({t[0].item<int64_t>(), t[1].item<int64_t>()}));
+    states.push_back(FormatIteratorState({t[0].item<int64_t>(), t[1].item<int64_t>(), t[2].item<int64_t>()}));
   return states;
 }
 
@@ -548,6 +612,10 @@ absl::StatusOr<std::string> TrainingJob::SaveCheckpoint(bool wait) {
   if (rank() != 0) return std::string();
   const int64_t step = trainer_->step();
   const std::string dir = absl::StrCat(spec_.output_dir(), "/checkpoint_", step);
+  // The output directory may not exist yet (the summary writers create it
+  // in the background).
+  std::error_code mkdir_error;
+  std::filesystem::create_directories(spec_.output_dir(), mkdir_error);
   if (checkpointer_.last_written() == dir) return dir;  // already written (e.g. preempted at a boundary)
   if (last_save_started_ == dir) {
     // This step's save is in flight (a stop right after a boundary): wait

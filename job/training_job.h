@@ -39,8 +39,10 @@
 #include "absl/status/statusor.h"
 #include "collective/collective.h"
 #include "data/task.h"
+#include "evaluation/metric_fns.h"
 #include "model/encoder_decoder_model.h"
 #include "proto/job.pb.h"
+#include "trainer/metrics_manager.h"
 #include "trainer/optimizer.h"
 #include "trainer/task_batches.h"
 #include "trainer/train_checkpoint.h"
@@ -76,6 +78,9 @@ struct TrainChunk {
 // An evaluation (Evaluate).
 struct EvalOutcome {
   std::map<std::string, double> metrics;  // rank 0: "<task>/<metric>"
+  // rank 0, with eval.infer_metrics: the tasks' metric functions over
+  // decoded predictions, "<task>/<metric>".
+  std::map<std::string, double> infer_metrics;
   bool preempted = false;
   bool asked_to_stop = false;
   std::string emergency_checkpoint;  // rank 0
@@ -124,8 +129,13 @@ class TrainingJob {
   absl::StatusOr<TrainChunk> Train(int64_t num_steps);
 
   // Evaluates the spec's eval tasks (num_batches of a fixed sample when
-  // set). Rank 0 records the keep-best metric of this step's checkpoint and
-  // applies retention. A stop agreed during it is handled as in Train.
+  // set); with eval.infer_metrics, also decodes the same batches and
+  // computes each task's metric functions (InferEval), which rank 0 writes
+  // as TensorBoard scalars under output_dir/inference_eval/<task>/ and as a
+  // JSON line per eval step in output_dir/inference_eval/<task>-<split>.jsonl.
+  // Rank 0 records the keep-best metric (from either) of this step's
+  // checkpoint and applies retention. A stop agreed during it is handled as
+  // in Train.
   absl::StatusOr<EvalOutcome> Evaluate();
 
   // EVALUATION and INFERENCE jobs: decodes and scores this rank's shard of
@@ -183,6 +193,9 @@ class TrainingJob {
   absl::StatusOr<std::string> WriteEmergencyCheckpoint(bool abandoned, double* seconds);
   // Applies a read checkpoint: parameters, optimizer and data positions.
   absl::Status Apply(const TrainCheckpoint& ckpt);
+  // Rank 0: one inference evaluation's values of `task`, to TensorBoard and
+  // JSON lines.
+  void WriteInferEval(const std::string& task, const MetricResults& values);
 
   class RewindableBatches;
 
@@ -195,8 +208,10 @@ class TrainingJob {
   std::unique_ptr<EncoderDecoderModel> model_;
   std::unique_ptr<Optimizer> optimizer_;  // training kinds
   std::unique_ptr<Trainer> trainer_;      // training kinds
-  AsyncCheckpointer checkpointer_;        // rank 0
-  std::string last_save_started_;         // rank 0: the directory of the last save
+  // rank 0: one TensorBoard writer per task for inference evaluation.
+  std::map<std::string, std::unique_ptr<MetricsManager>> infer_eval_writers_;
+  AsyncCheckpointer checkpointer_;  // rank 0
+  std::string last_save_started_;   // rank 0: the directory of the last save
   int64_t restored_step_ = 0;
   bool closed_ = false;
 };

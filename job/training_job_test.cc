@@ -18,6 +18,7 @@
 namespace trainyard {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 class TrainingJobTest : public ::testing::Test {
@@ -223,6 +224,18 @@ TEST_F(TrainingJobTest, BadSpecsAreRefusedByField) {
   EXPECT_THAT(TrainingJob::Create(spec, &local, {}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("num_microbatches: 3 does not divide the per-worker batch of 4 rows")));
+  // A vocabulary with more ids than the model has embeddings.
+  spec = Spec("bad", 1);
+  std::ofstream(root_ + "/qa.tsv") << "1\tone\n2\ttwo\n";
+  TaskDefinition* big = spec.add_task_definitions();
+  big->set_name("big_vocabulary");
+  (*big->mutable_splits())["train"] = root_ + "/qa.tsv";
+  big->set_extra_ids(1000);
+  spec.set_task("big_vocabulary");
+  EXPECT_THAT(TrainingJob::Create(spec, &local, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("task big_vocabulary: its vocabulary has "),
+                             HasSubstr(" and 1000 extra ids), more than the model's vocab_size 512"))));
   auto group = std::make_shared<FakeGroup>(3, absl::Seconds(1));
   FakeCollective three(group, 0);
   EXPECT_THAT(TrainingJob::Create(Spec("bad", 1), &three, {}).status(),

@@ -24,86 +24,23 @@
 #include "evaluation/metric_fns.h"
 #include "re2/re2.h"
 #include "spec/presets.h"
+#include "spec/task_validation.h"
+#include "spec/validation_util.h"
 
 namespace trainyard {
 namespace {
 
+using spec_internal::CheckIntRange;
+using spec_internal::CheckPath;
+using spec_internal::CheckRange;
+using spec_internal::Errors;
+using spec_internal::IsValidName;
+using spec_internal::kInf;
+using spec_internal::Quote;
+
 constexpr const char* kLearningRateFactors[] = {
     "constant", "linear_warmup", "rsqrt_decay", "rsqrt_normalized_decay", "decay_every", "cosine_decay", "linear_decay",
 };
-
-class Errors {
- public:
-  void Add(absl::string_view field, absl::string_view message) { lines_.push_back(absl::StrCat(field, ": ", message)); }
-  bool empty() const { return lines_.empty(); }
-  absl::Status ToStatus() const {
-    if (lines_.empty()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrJoin(lines_, "\n"));
-  }
-
- private:
-  std::vector<std::string> lines_;
-};
-
-std::string Quote(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s.substr(0, 200)) {
-    if (absl::ascii_isprint(static_cast<unsigned char>(c))) {
-      out.push_back(c);
-    } else {
-      absl::StrAppend(&out, "\\x", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
-    }
-  }
-  if (s.size() > 200) out += "...";
-  return out + "\"";
-}
-
-bool IsNameChar(char c, absl::string_view extra) {
-  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || extra.find(c) != extra.npos;
-}
-
-// A name of [A-Za-z0-9] then [A-Za-z0-9 + extra], 1..max_len characters.
-bool IsValidName(absl::string_view s, absl::string_view extra, size_t max_len) {
-  if (s.empty() || s.size() > max_len) return false;
-  if (!absl::ascii_isalnum(static_cast<unsigned char>(s[0]))) return false;
-  for (char c : s) {
-    if (!IsNameChar(c, extra)) return false;
-  }
-  return true;
-}
-
-// Checks a float lies in [lo, hi] (or [lo, hi) / (lo, hi]) and is finite.
-void CheckRange(Errors* errors, absl::string_view field, double v, double lo, bool lo_open, double hi, bool hi_open) {
-  const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  if (!ok) {
-    errors->Add(field, absl::StrCat(v, " is out of range; allowed: ", lo_open ? "(" : "[", lo, ", ",
-                                    std::isinf(hi) ? "inf" : absl::StrCat(hi), hi_open ? ")" : "]"));
-  }
-}
-
-constexpr double kInf = INFINITY;
-
-void CheckIntRange(Errors* errors, absl::string_view field, int64_t v, int64_t lo, int64_t hi) {
-  if (v < lo || v > hi) {
-    errors->Add(field, absl::StrCat(v, " is out of range; allowed: ", lo, "..", hi));
-  }
-}
-
-// Lexically normalises a path: no "..", no empty or "." components kept.
-// Returns false if the path contains "..", a NUL or a newline.
-bool CheckPath(Errors* errors, absl::string_view field, absl::string_view path) {
-  if (path.find('\0') != path.npos || path.find('\n') != path.npos) {
-    errors->Add(field, absl::StrCat(Quote(path), " contains a NUL or newline character"));
-    return false;
-  }
-  for (absl::string_view part : absl::StrSplit(path, '/')) {
-    if (part == "..") {
-      errors->Add(field, absl::StrCat(Quote(path), " contains \"..\"; paths may not climb out of their root"));
-      return false;
-    }
-  }
-  return true;
-}
 
 std::string CleanPath(absl::string_view path) {
   std::vector<absl::string_view> parts;
@@ -325,6 +262,9 @@ void ValidateActions(Errors* errors, JobSpec* spec) {
         break;
       case ACTION_TRAIN_EVAL:
       case ACTION_INFER_EVAL:
+        if (action->on() == ACTION_INFER_EVAL && !spec->eval().infer_metrics()) {
+          errors->Add(prefix + ".on", "ACTION_INFER_EVAL acts on inference metrics: set eval.infer_metrics: true");
+        }
         if (spec->eval_period() <= 0) {
           errors->Add(prefix + ".on",
                       absl::StrCat(ActionMode_Name(action->on()), " needs periodic evaluation: set eval_period > 0"));
@@ -474,38 +414,6 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   if (!spec->has_model()) spec->mutable_model();
   ValidateModel(&errors, spec->mutable_model());
 
-  if (spec->task().empty()) {
-    errors.Add("task", "missing; the name of a registered task or mixture");
-  } else if (!IsValidName(spec->task(), "_.:/-", 256)) {
-    errors.Add("task", absl::StrCat(Quote(spec->task()), " is not a task name; use 1-256 of [A-Za-z0-9_.:/-]"));
-  }
-
-  std::set<std::string> defined;
-  for (int i = 0; i < spec->task_definitions_size(); ++i) {
-    const TaskDefinition& def = spec->task_definitions(i);
-    const std::string prefix = absl::StrCat("task_definitions[", i, "]");
-    if (!IsValidName(def.name(), "_.:/-", 256)) {
-      errors.Add(prefix + ".name",
-                 absl::StrCat(Quote(def.name()), " is not a task name; use 1-256 of [A-Za-z0-9_.:/-]"));
-    } else if (!defined.insert(def.name()).second) {
-      errors.Add(prefix + ".name", absl::StrCat(Quote(def.name()), " is defined twice"));
-    }
-    if (def.splits().empty()) errors.Add(prefix + ".splits", "missing; map split names to files of examples");
-    for (const auto& [split, path] : def.splits()) {
-      if (!IsValidName(split, "_.-", 64)) {
-        errors.Add(prefix + ".splits", absl::StrCat(Quote(split), " is not a split name; use [A-Za-z0-9_.-]"));
-      }
-      if (path.empty()) errors.Add(absl::StrCat(prefix, ".splits[", split, "]"), "empty path");
-    }
-    for (int k = 0; k < def.metric_fns_size(); ++k) {
-      if (!BuiltinMetricFn(def.metric_fns(k)).ok()) {
-        errors.Add(
-            absl::StrCat(prefix, ".metric_fns[", k, "]"),
-            absl::StrCat(Quote(def.metric_fns(k)), " is not one of: ", absl::StrJoin(BuiltinMetricFnNames(), ", ")));
-      }
-    }
-  }
-
   const FeatureLengths& lengths = spec->feature_lengths();
   CheckIntRange(&errors, "feature_lengths.inputs", lengths.inputs(), 1, kMaxFeatureLength);
   CheckIntRange(&errors, "feature_lengths.targets", lengths.targets(), 1, kMaxFeatureLength);
@@ -579,14 +487,9 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   if (!data->has_shuffle()) data->set_shuffle(true);
   if (!data->vocabulary().empty()) CheckPath(&errors, "data.vocabulary", data->vocabulary());
 
+  // task, task_definitions, mixture_definitions, eval.tasks.
+  spec_internal::ValidateTasks(&errors, spec);
   EvalConfig* eval = spec->mutable_eval();
-  if (eval->tasks().empty() && !spec->task().empty()) eval->add_tasks(spec->task());
-  for (int i = 0; i < eval->tasks_size(); ++i) {
-    if (!IsValidName(eval->tasks(i), "_.:/-", 256)) {
-      errors.Add(absl::StrCat("eval.tasks[", i, "]"),
-                 absl::StrCat(Quote(eval->tasks(i)), " is not a task name; use [A-Za-z0-9_.:/-]"));
-    }
-  }
   if (eval->split().empty()) eval->set_split("validation");
   CheckIntRange(&errors, "eval.num_batches", eval->num_batches(), 0, 1 << 30);
 

@@ -18,7 +18,7 @@ JobSpec Minimal() {
   absl::StatusOr<JobSpec> spec = ParseJobSpec(R"pb(
                                                 name: "demo"
                                                 model { preset: "tiny" }
-                                                task: "copy"
+                                                task: "digits_to_words"
                                                 feature_lengths { inputs: 32 targets: 16 }
                                                 batch_size: 16
                                                 total_steps: 1000
@@ -60,7 +60,7 @@ TEST(ValidatorTest, MinimalSpecGetsEveryDefault) {
   EXPECT_EQ(spec.data().train_split(), "train");
   EXPECT_TRUE(spec.data().pack());
   ASSERT_EQ(spec.eval().tasks_size(), 1);
-  EXPECT_EQ(spec.eval().tasks(0), "copy");
+  EXPECT_EQ(spec.eval().tasks(0), "digits_to_words");
   EXPECT_EQ(spec.inference().method(), InferenceConfig::GREEDY);
   EXPECT_EQ(spec.inference().max_decode_length(), 16);
   EXPECT_TRUE(spec.checkpoint().async());
@@ -83,7 +83,7 @@ TEST(ValidatorTest, BucketSizeIsBounded) {
 TEST(ValidatorTest, NormalizationIsIdempotent) {
   JobSpec once = Minimal();
   once.add_actions()->mutable_early_stopping()->set_metric("loss");
-  once.mutable_actions(0)->mutable_early_stopping()->set_task("copy");
+  once.mutable_actions(0)->mutable_early_stopping()->set_task("digits_to_words");
   once.mutable_actions(0)->mutable_early_stopping()->set_mode(EarlyStopping::MIN);
   once.set_eval_period(100);
   once.mutable_learning_rate()->set_factors("constant*linear_warmup*cosine_decay");
@@ -249,7 +249,7 @@ TEST(ValidatorTest, AssignmentMapPatternsMustCompile) {
 TEST(ValidatorTest, ActionTasksMustBeEvaluated) {
   JobSpec spec = Minimal();
   EarlyStopping* es = spec.add_actions()->mutable_early_stopping();
-  es->set_task("copy");
+  es->set_task("digits_to_words");
   es->set_metric("loss");
   es->set_mode(EarlyStopping::MIN);
   EXPECT_THAT(Validate(spec),
@@ -260,9 +260,25 @@ TEST(ValidatorTest, ActionTasksMustBeEvaluated) {
   es->set_task("glue");
   EXPECT_THAT(Validate(spec),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("actions[0].early_stopping.task: \"glue\" is not "
-                                                                     "an eval task; allowed: copy")));
+                                                                     "an eval task; allowed: digits_to_words")));
   spec.mutable_actions(0)->set_on(ACTION_TRAIN);
   EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("only the \"train\" metrics")));
+}
+
+TEST(ValidatorTest, InferEvalActionsNeedInferenceMetrics) {
+  JobSpec spec = Minimal();
+  spec.set_eval_period(100);
+  ActionConfig* action = spec.add_actions();
+  action->set_on(ACTION_INFER_EVAL);
+  EarlyStopping* es = action->mutable_early_stopping();
+  es->set_task("digits_to_words");
+  es->set_metric("exact_match");
+  es->set_mode(EarlyStopping::MAX);
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("actions[0].on: ACTION_INFER_EVAL acts on inference metrics: set "
+                                                 "eval.infer_metrics: true")));
+  spec.mutable_eval()->set_infer_metrics(true);
+  EXPECT_THAT(Validate(spec), IsOk());
 }
 
 TEST(ValidatorTest, SamplingOptionsOnlyWithSampling) {

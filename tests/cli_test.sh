@@ -66,7 +66,7 @@ ko() { case_fail "$1" "stderr: $(cat "$tmp/err" 2>/dev/null)"; }
 "$trainyard" --help 2>"$tmp/err" | grep -q '^  validate' && ok "--help lists validate" || ko "--help lists validate"
 "$trainyard" validate --help 2>"$tmp/err" | grep -q -- '--set PATH=VALUE' && ok "validate --help" || ko "validate --help"
 "$trainyard" model-info --help 2>"$tmp/err" | grep -q -- '--preset NAME' && ok "model-info --help" || ko "model-info --help"
-echo 'name: "from-stdin" model { preset: "tiny" } task: "t" feature_lengths { inputs: 8 targets: 8 } batch_size: 4 total_steps: 1 output_dir: "o"' \
+echo 'name: "from-stdin" model { preset: "tiny" } task: "digits_to_words" feature_lengths { inputs: 8 targets: 8 } batch_size: 4 total_steps: 1 output_dir: "o"' \
   | "$trainyard" validate - 2>"$tmp/err" | grep -q '^name: "from-stdin"$' && ok "spec from stdin" || ko "spec from stdin"
 
 # model-info.

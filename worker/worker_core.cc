@@ -266,6 +266,7 @@ absl::StatusOr<EvaluateResponse> WorkerCore::Evaluate(const EvaluateRequest& req
     return response;
   }
   for (const auto& [k, v] : eval.metrics) (*response.mutable_metrics())[k] = v;
+  for (const auto& [k, v] : eval.infer_metrics) (*response.mutable_infer_metrics())[k] = v;
   return response;
 }
 

@@ -1,0 +1,46 @@
+// Inference evaluation during training (T5X's infer_eval): every rank
+// decodes its share of an eval task's batches with the job's decoding
+// options and scores the targets; the ranks stop together (a preemption on
+// any of them ends the evaluation on all, as in Trainer::Eval), the rows are
+// gathered, and rank 0 computes the task's metric functions over them.
+#ifndef TRAINYARD_JOB_INFER_EVAL_H_
+#define TRAINYARD_JOB_INFER_EVAL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "collective/collective.h"
+#include "data/vocabulary.h"
+#include "evaluation/metric_fns.h"
+#include "model/model.h"
+#include "proto/job.pb.h"
+#include "trainer/trainer.h"
+
+namespace trainyard {
+
+// The decoding options of `spec.inference` for `rank` (sampling seeds differ
+// by rank), as EVALUATION and INFERENCE jobs and inference evaluation use
+// them.
+DecodeOptions DecodeOptionsFromSpec(const JobSpec& spec, int rank);
+
+struct InferEvalOptions {
+  DecodeOptions decode;
+  int64_t rows = 0;                              // every batch's rows on every rank
+  int64_t targets_length = 0;                    // the batches' target length
+  const std::atomic<bool>* preempted = nullptr;  // checked between batches
+  int64_t step = 0;                              // for the PreemptionError
+};
+
+// Decodes and scores every batch of `batches` (rows without targets, the
+// padding of a short last batch, are left out) and returns, on rank 0, the
+// values of `fns` over all ranks' rows plus "examples"; the other ranks get
+// an empty result. A preemption on any rank: PreemptionError on every rank.
+absl::StatusOr<MetricResults> InferEval(Model* model, BatchIterator* batches, const Vocabulary& vocabulary,
+                                        const std::vector<MetricFn>& fns, const InferEvalOptions& options,
+                                        Collective* collective);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_JOB_INFER_EVAL_H_

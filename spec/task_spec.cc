@@ -1,0 +1,475 @@
+#include "spec/task_spec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "evaluation/metric_fns.h"
+#include "spec/task_validation.h"
+
+namespace trainyard {
+
+const std::vector<std::string>& BundledTaskNames() {
+  static const std::vector<std::string>* names = new std::vector<std::string>{"digits_to_words"};
+  return *names;
+}
+
+SpanCorruptionLengths SpanCorruptionLengthsOf(int64_t segment_tokens, double noise_density,
+                                              double mean_noise_span_length, int eos) {
+  // The same rounding as RandomSpansNoiseMask (data/span_corruption.cc).
+  SpanCorruptionLengths out;
+  const int64_t length = std::max<int64_t>(segment_tokens, 2);
+  int64_t noise = static_cast<int64_t>(std::llround(static_cast<double>(length) * noise_density));
+  noise = std::min(std::max<int64_t>(noise, 1), length - 1);
+  int64_t spans =
+      std::max<int64_t>(1, static_cast<int64_t>(std::llround(static_cast<double>(noise) / mean_noise_span_length)));
+  spans = std::min(spans, std::min(noise, length - noise));
+  out.segment_tokens = segment_tokens;
+  out.noise_tokens = noise;
+  out.spans = spans;
+  out.inputs = length - noise + spans + eos;
+  out.targets = noise + spans + eos;
+  return out;
+}
+
+SpanCorruptionLengths SpanCorruptionLengthsFor(int64_t inputs_length, double noise_density,
+                                               double mean_noise_span_length, int eos) {
+  int64_t tokens = 2;
+  while (tokens < (int64_t{1} << 24) &&
+         SpanCorruptionLengthsOf(tokens + 1, noise_density, mean_noise_span_length, eos).inputs <= inputs_length) {
+    ++tokens;
+  }
+  return SpanCorruptionLengthsOf(tokens, noise_density, mean_noise_span_length, eos);
+}
+
+const SpanCorruptionConfig* FindSpanCorruption(const TaskDefinition& def) {
+  for (const PreprocessorConfig& p : def.preprocessors()) {
+    if (p.has_span_corruption()) return &p.span_corruption();
+  }
+  return nullptr;
+}
+
+bool HasPrefixLm(const TaskDefinition& def) {
+  for (const PreprocessorConfig& p : def.preprocessors()) {
+    if (p.has_prefix_lm()) return true;
+  }
+  return false;
+}
+
+const SplitTokensConfig* FindSplitTokens(const TaskDefinition& def) {
+  for (const PreprocessorConfig& p : def.preprocessors()) {
+    if (p.has_split_tokens()) return &p.split_tokens();
+  }
+  return nullptr;
+}
+
+namespace {
+
+double NoiseDensity(const SpanCorruptionConfig& s) {
+  return s.has_noise_density() ? s.noise_density() : kDefaultNoiseDensity;
+}
+double MeanNoiseSpanLength(const SpanCorruptionConfig& s) {
+  return s.has_mean_noise_span_length() ? s.mean_noise_span_length() : kDefaultMeanNoiseSpanLength;
+}
+int Eos(const TaskDefinition& def) { return !def.has_add_eos() || def.add_eos() ? 1 : 0; }
+
+}  // namespace
+
+int64_t SegmentLength(const TaskDefinition& def, int64_t inputs_length) {
+  const SplitTokensConfig* split = FindSplitTokens(def);
+  const SpanCorruptionConfig* span = FindSpanCorruption(def);
+  if (split != nullptr && split->max_tokens_per_segment() > 0) return split->max_tokens_per_segment();
+  if (span != nullptr) {
+    return SpanCorruptionLengthsFor(inputs_length, NoiseDensity(*span), MeanNoiseSpanLength(*span), Eos(def))
+        .segment_tokens;
+  }
+  if (split != nullptr || HasPrefixLm(def)) return std::max<int64_t>(1, inputs_length - Eos(def));
+  return 0;
+}
+
+int ExtraIds(const TaskDefinition& def) {
+  if (def.has_extra_ids()) return def.extra_ids();
+  return FindSpanCorruption(def) != nullptr ? kDefaultSpanCorruptionExtraIds : 0;
+}
+
+bool IsPlainTextPath(const std::string& path) { return absl::EndsWith(path, ".txt"); }
+
+namespace {
+
+const TaskDefinition* FindDefinition(const JobSpec& spec, const std::string& name) {
+  for (const TaskDefinition& def : spec.task_definitions()) {
+    if (def.name() == name) return &def;
+  }
+  return nullptr;
+}
+
+const MixtureDefinition* FindMixture(const JobSpec& spec, const std::string& name) {
+  for (const MixtureDefinition& mix : spec.mixture_definitions()) {
+    if (mix.name() == name) return &mix;
+  }
+  return nullptr;
+}
+
+bool IsBundled(const std::string& name) {
+  const std::vector<std::string>& bundled = BundledTaskNames();
+  return std::find(bundled.begin(), bundled.end(), name) != bundled.end();
+}
+
+absl::Status AddLeaves(const JobSpec& spec, const std::string& name, double share, std::vector<std::string>* path,
+                       std::vector<std::pair<std::string, double>>* leaves) {
+  const MixtureDefinition* mix = FindMixture(spec, name);
+  if (mix == nullptr) {
+    if (!IsBundled(name) && FindDefinition(spec, name) == nullptr) {
+      return absl::NotFoundError(absl::StrCat("\"", name, "\" is neither a bundled task nor defined in the spec"));
+    }
+    for (auto& [leaf, s] : *leaves) {
+      if (leaf == name) {
+        s += share;
+        return absl::OkStatus();
+      }
+    }
+    leaves->emplace_back(name, share);
+    return absl::OkStatus();
+  }
+  if (std::find(path->begin(), path->end(), name) != path->end()) {
+    path->push_back(name);
+    return absl::InvalidArgumentError(absl::StrCat("mixtures form a cycle: ", absl::StrJoin(*path, " -> ")));
+  }
+  double sum = 0;
+  for (const auto& c : mix->tasks()) sum += c.rate();
+  if (!(sum > 0) || !std::isfinite(sum)) {
+    return absl::InvalidArgumentError(absl::StrCat("mixture \"", name, "\" has no positive rates"));
+  }
+  path->push_back(name);
+  for (const auto& c : mix->tasks()) {
+    absl::Status s = AddLeaves(spec, c.name(), share * c.rate() / sum, path, leaves);
+    if (!s.ok()) return s;
+  }
+  path->pop_back();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::pair<std::string, double>>> LeafTasks(const JobSpec& spec, const std::string& name) {
+  std::vector<std::pair<std::string, double>> leaves;
+  std::vector<std::string> path;
+  absl::Status s = AddLeaves(spec, name, 1.0, &path, &leaves);
+  if (!s.ok()) return s;
+  return leaves;
+}
+
+namespace spec_internal {
+namespace {
+
+constexpr char kTaskNameChars[] = "_.:/-";
+
+std::string Features(const std::set<std::string>& features) {
+  return features.empty() ? std::string("(none)") : absl::StrJoin(features, ", ");
+}
+
+// One definition's chain: order, parameters, and the features each step
+// sees. Fills in defaults (and T5's rekey of plain text).
+void ValidateChain(Errors* errors, const std::string& prefix, TaskDefinition* def) {
+  bool plain = false, files = false;
+  for (const auto& [split, path] : def->splits()) (IsPlainTextPath(path) ? plain : files) = true;
+  if (plain && files) {
+    errors->Add(prefix + ".splits",
+                "mixes plain text (.txt) with example files (.jsonl, .tsv); a task's splits have the same features");
+  }
+  bool has_rekey = false;
+  for (const PreprocessorConfig& p : def->preprocessors()) has_rekey |= p.has_rekey();
+  // Plain text without a rekey of its own gets T5's, written into the
+  // spec after the checks (so that errors name the steps as the user
+  // numbered them).
+  const bool implicit_rekey = plain && !has_rekey;
+  std::set<std::string> features = implicit_rekey ? std::set<std::string>{"targets"}
+                                   : plain        ? std::set<std::string>{"text"}
+                                                  : std::set<std::string>{"inputs", "targets"};
+  bool token_stage = false, split_seen = false;
+  std::string objective;  // "span_corruption" or "prefix_lm"
+  for (int k = 0; k < def->preprocessors_size(); ++k) {
+    PreprocessorConfig* p = def->mutable_preprocessors(k);
+    const std::string field = absl::StrCat(prefix, ".preprocessors[", k, "]");
+    switch (p->kind_case()) {
+      case PreprocessorConfig::kRekey: {
+        if (token_stage) {
+          errors->Add(field + ".rekey",
+                      "renames text features, so it comes before split_tokens, span_corruption and prefix_lm");
+        }
+        if (p->rekey().key_map().empty()) {
+          errors->Add(field + ".rekey.key_map", "empty; map each new feature name to an existing feature");
+        }
+        std::set<std::string> next;
+        for (const auto& [to, from] : p->rekey().key_map()) {
+          if (!IsValidName(to, "_-", 64)) {
+            errors->Add(field + ".rekey.key_map", absl::StrCat(Quote(to), " is not a feature name; use [A-Za-z0-9_-]"));
+          }
+          if (!features.count(from)) {
+            errors->Add(
+                absl::StrCat(field, ".rekey.key_map[", to, "]"),
+                absl::StrCat(Quote(from), " is not a feature of the examples here; they have: ", Features(features)));
+          }
+          next.insert(to);
+        }
+        features = std::move(next);
+        break;
+      }
+      case PreprocessorConfig::kSplitTokens:
+        if (split_seen) errors->Add(field + ".split_tokens", "a chain splits its documents once");
+        if (!objective.empty())
+          errors->Add(field + ".split_tokens", absl::StrCat("comes after ", objective, "; put it before"));
+        CheckIntRange(errors, field + ".split_tokens.max_tokens_per_segment",
+                      p->split_tokens().max_tokens_per_segment(), 0, 1 << 20);
+        split_seen = token_stage = true;
+        break;
+      case PreprocessorConfig::kSpanCorruption:
+      case PreprocessorConfig::kPrefixLm: {
+        const std::string name = p->has_span_corruption() ? "span_corruption" : "prefix_lm";
+        if (!objective.empty()) {
+          errors->Add(field + "." + name, absl::StrCat("the chain already has ", objective,
+                                                       "; each makes inputs from the targets, one per chain"));
+        }
+        objective = name;
+        token_stage = true;
+        if (p->has_span_corruption()) {
+          SpanCorruptionConfig* s = p->mutable_span_corruption();
+          if (!s->has_noise_density()) s->set_noise_density(static_cast<float>(kDefaultNoiseDensity));
+          if (!s->has_mean_noise_span_length()) {
+            s->set_mean_noise_span_length(static_cast<float>(kDefaultMeanNoiseSpanLength));
+          }
+          CheckRange(errors, field + ".span_corruption.noise_density", s->noise_density(), 0, true, 1, true);
+          CheckRange(errors, field + ".span_corruption.mean_noise_span_length", s->mean_noise_span_length(), 1, false,
+                     1000, false);
+        }
+        break;
+      }
+      case PreprocessorConfig::KIND_NOT_SET:
+        errors->Add(field, "set one of rekey, split_tokens, span_corruption, prefix_lm");
+        break;
+    }
+  }
+  if (token_stage && !features.count("targets")) {
+    errors->Add(prefix + ".preprocessors", absl::StrCat("split_tokens, span_corruption and prefix_lm work on the "
+                                                        "`targets` feature; the examples have: ",
+                                                        Features(features), " (rekey one to targets)"));
+  } else if (objective.empty() && (!features.count("inputs") || !features.count("targets"))) {
+    errors->Add(prefix + ".preprocessors",
+                absl::StrCat("the examples reach the model with ", Features(features),
+                             "; they need inputs and targets: rekey them, or add span_corruption or prefix_lm to "
+                             "make inputs from the targets"));
+  }
+  if (implicit_rekey) {
+    std::vector<PreprocessorConfig> chain(def->preprocessors().begin(), def->preprocessors().end());
+    def->clear_preprocessors();
+    (*def->add_preprocessors()->mutable_rekey()->mutable_key_map())["targets"] = "text";
+    for (PreprocessorConfig& p : chain) *def->add_preprocessors() = std::move(p);
+  }
+  if (!def->has_extra_ids()) def->set_extra_ids(ExtraIds(*def));
+  CheckIntRange(errors, prefix + ".extra_ids", def->extra_ids(), 0, 1000);
+  if (objective == "span_corruption" && def->extra_ids() < 1) {
+    errors->Add(prefix + ".extra_ids", "0; span_corruption replaces spans by sentinel ids: give it some (T5: 100)");
+  }
+}
+
+// What identifies a vocabulary in a mixture: its file (empty: the bundled
+// one) and its extra ids.
+std::pair<std::string, int> VocabularyKey(const JobSpec& spec, const std::string& leaf) {
+  const TaskDefinition* def = FindDefinition(spec, leaf);
+  if (def == nullptr) return {"", 0};  // bundled
+  return {def->vocabulary(), def->extra_ids()};
+}
+
+std::string DescribeVocabulary(const std::pair<std::string, int>& key) {
+  return absl::StrCat(key.first.empty() ? "the bundled vocabulary" : key.first, " with ", key.second, " extra ids");
+}
+
+}  // namespace
+
+void ValidateTasks(Errors* errors, JobSpec* spec) {
+  if (spec->task().empty()) {
+    errors->Add("task", "missing; the name of a registered task or mixture");
+  } else if (!IsValidName(spec->task(), kTaskNameChars, 256)) {
+    errors->Add("task", absl::StrCat(Quote(spec->task()), " is not a task name; use 1-256 of [A-Za-z0-9_.:/-]"));
+  }
+
+  std::set<std::string> defined;
+  for (int i = 0; i < spec->task_definitions_size(); ++i) {
+    TaskDefinition* def = spec->mutable_task_definitions(i);
+    const std::string prefix = absl::StrCat("task_definitions[", i, "]");
+    if (!IsValidName(def->name(), kTaskNameChars, 256)) {
+      errors->Add(prefix + ".name",
+                  absl::StrCat(Quote(def->name()), " is not a task name; use 1-256 of [A-Za-z0-9_.:/-]"));
+    } else if (IsBundled(def->name())) {
+      errors->Add(prefix + ".name", absl::StrCat(Quote(def->name()), " is a bundled task; choose another name"));
+    } else if (!defined.insert(def->name()).second) {
+      errors->Add(prefix + ".name", absl::StrCat(Quote(def->name()), " is defined twice"));
+    }
+    if (def->splits().empty()) errors->Add(prefix + ".splits", "missing; map split names to files of examples");
+    for (const auto& [split, path] : def->splits()) {
+      if (!IsValidName(split, "_.-", 64)) {
+        errors->Add(prefix + ".splits", absl::StrCat(Quote(split), " is not a split name; use [A-Za-z0-9_.-]"));
+      }
+      if (path.empty()) errors->Add(absl::StrCat(prefix, ".splits[", split, "]"), "empty path");
+    }
+    for (int k = 0; k < def->metric_fns_size(); ++k) {
+      if (!BuiltinMetricFn(def->metric_fns(k)).ok()) {
+        errors->Add(
+            absl::StrCat(prefix, ".metric_fns[", k, "]"),
+            absl::StrCat(Quote(def->metric_fns(k)), " is not one of: ", absl::StrJoin(BuiltinMetricFnNames(), ", ")));
+      }
+    }
+    ValidateChain(errors, prefix, def);
+  }
+
+  std::set<std::string> mixtures;
+  for (int i = 0; i < spec->mixture_definitions_size(); ++i) {
+    const MixtureDefinition& mix = spec->mixture_definitions(i);
+    const std::string prefix = absl::StrCat("mixture_definitions[", i, "]");
+    if (!IsValidName(mix.name(), kTaskNameChars, 256)) {
+      errors->Add(prefix + ".name",
+                  absl::StrCat(Quote(mix.name()), " is not a mixture name; use 1-256 of [A-Za-z0-9_.:/-]"));
+    } else if (IsBundled(mix.name()) || defined.count(mix.name())) {
+      errors->Add(prefix + ".name", absl::StrCat(Quote(mix.name()), " is already a task"));
+    } else if (!mixtures.insert(mix.name()).second) {
+      errors->Add(prefix + ".name", absl::StrCat(Quote(mix.name()), " is defined twice"));
+    }
+    if (mix.tasks().empty()) errors->Add(prefix + ".tasks", "missing; the component tasks and their rates");
+    std::set<std::string> components;
+    for (int k = 0; k < mix.tasks_size(); ++k) {
+      const auto& c = mix.tasks(k);
+      const std::string field = absl::StrCat(prefix, ".tasks[", k, "]");
+      if (!components.insert(c.name()).second) {
+        errors->Add(field + ".name", absl::StrCat(Quote(c.name()), " is listed twice"));
+      }
+      if (!(c.rate() > 0) || !std::isfinite(c.rate())) {
+        errors->Add(field + ".rate", absl::StrCat(c.rate(), " is not allowed; a rate is a finite number > 0"));
+      }
+    }
+  }
+
+  // Every name a spec can use, for the errors below.
+  std::vector<std::string> known = BundledTaskNames();
+  known.insert(known.end(), defined.begin(), defined.end());
+  known.insert(known.end(), mixtures.begin(), mixtures.end());
+  const std::string known_list = absl::StrJoin(known, ", ");
+  auto unknown = [&](const std::string& name) {
+    return absl::StrCat(Quote(name), " is not a known task or mixture; known: ", known_list,
+                        " (bundled tasks, and task_definitions and mixture_definitions of this spec)");
+  };
+
+  // Mixtures: components known, no cycles, one vocabulary.
+  for (int i = 0; i < spec->mixture_definitions_size(); ++i) {
+    const MixtureDefinition& mix = spec->mixture_definitions(i);
+    const std::string prefix = absl::StrCat("mixture_definitions[", i, "]");
+    bool components_known = true;
+    for (int k = 0; k < mix.tasks_size(); ++k) {
+      const std::string& name = mix.tasks(k).name();
+      if (!IsBundled(name) && !defined.count(name) && !mixtures.count(name)) {
+        errors->Add(absl::StrCat(prefix, ".tasks[", k, "].name"), unknown(name));
+        components_known = false;
+      }
+    }
+    if (!components_known || mix.tasks().empty()) continue;
+    absl::StatusOr<std::vector<std::pair<std::string, double>>> leaves = LeafTasks(*spec, mix.name());
+    if (!leaves.ok()) {
+      if (absl::IsInvalidArgument(leaves.status()) && absl::StrContains(leaves.status().message(), "cycle")) {
+        errors->Add(prefix + ".tasks", leaves.status().message());
+      }
+      continue;  // a bad rate, reported above
+    }
+    const auto first = VocabularyKey(*spec, (*leaves)[0].first);
+    for (const auto& [leaf, share] : *leaves) {
+      const auto key = VocabularyKey(*spec, leaf);
+      if (key != first) {
+        errors->Add(prefix + ".tasks",
+                    absl::StrCat((*leaves)[0].first, " uses ", DescribeVocabulary(first), ", ", leaf, " uses ",
+                                 DescribeVocabulary(key), "; a mixture's tasks share one vocabulary"));
+        break;
+      }
+    }
+  }
+
+  auto known_name = [&](const std::string& name) {
+    return IsBundled(name) || defined.count(name) > 0 || mixtures.count(name) > 0;
+  };
+  std::vector<std::string> used;  // the tasks whose examples reach the model
+  if (!spec->task().empty() && IsValidName(spec->task(), kTaskNameChars, 256)) {
+    if (!known_name(spec->task())) {
+      errors->Add("task", unknown(spec->task()));
+    } else if (absl::StatusOr<std::vector<std::pair<std::string, double>>> leaves = LeafTasks(*spec, spec->task());
+               leaves.ok()) {
+      for (const auto& [leaf, share] : *leaves) used.push_back(leaf);
+    }
+  }
+
+  // eval.tasks: default `task`; a mixture stands for its component tasks.
+  EvalConfig* eval = spec->mutable_eval();
+  if (eval->tasks().empty() && !spec->task().empty()) eval->add_tasks(spec->task());
+  std::vector<std::string> eval_tasks;
+  for (int i = 0; i < eval->tasks_size(); ++i) {
+    const std::string& name = eval->tasks(i);
+    const std::string field = absl::StrCat("eval.tasks[", i, "]");
+    if (!IsValidName(name, kTaskNameChars, 256)) {
+      errors->Add(field, absl::StrCat(Quote(name), " is not a task name; use [A-Za-z0-9_.:/-]"));
+      continue;
+    }
+    if (!known_name(name)) {
+      errors->Add(field, unknown(name));
+      continue;
+    }
+    absl::StatusOr<std::vector<std::pair<std::string, double>>> leaves = LeafTasks(*spec, name);
+    if (!leaves.ok()) continue;  // reported with the mixture
+    for (const auto& [leaf, share] : *leaves) {
+      if (std::find(eval_tasks.begin(), eval_tasks.end(), leaf) == eval_tasks.end()) eval_tasks.push_back(leaf);
+      used.push_back(leaf);
+    }
+  }
+  if (errors->empty()) {
+    eval->clear_tasks();
+    for (const std::string& t : eval_tasks) eval->add_tasks(t);
+  }
+
+  // Span corruption at this job's lengths: the targets it makes must fit,
+  // and each span needs a sentinel.
+  const int64_t inputs_length = spec->feature_lengths().inputs();
+  if (inputs_length < 1) return;
+  std::set<std::string> checked;
+  for (const std::string& leaf : used) {
+    int index = -1;
+    for (int i = 0; i < spec->task_definitions_size(); ++i) {
+      if (spec->task_definitions(i).name() == leaf) index = i;
+    }
+    if (index < 0 || !checked.insert(leaf).second) continue;
+    const TaskDefinition* def = &spec->task_definitions(index);
+    const SpanCorruptionConfig* span = FindSpanCorruption(*def);
+    if (span == nullptr) continue;
+    const int64_t segment = SegmentLength(*def, inputs_length);
+    const SpanCorruptionLengths lengths =
+        SpanCorruptionLengthsOf(segment, NoiseDensity(*span), MeanNoiseSpanLength(*span), Eos(*def));
+    if (lengths.targets > spec->feature_lengths().targets()) {
+      errors->Add(
+          "feature_lengths.targets",
+          absl::StrCat(spec->feature_lengths().targets(), " is shorter than the ", lengths.targets,
+                       " tokens span_corruption of task ", leaf, " makes of a ", segment, "-token segment (inputs ",
+                       inputs_length, "); set targets to at least ", lengths.targets));
+    }
+    if (lengths.inputs > inputs_length) {
+      errors->Add("feature_lengths.inputs",
+                  absl::StrCat(inputs_length, ": task ", leaf, "'s segments of ", segment, " tokens make inputs of ",
+                               lengths.inputs, " tokens; shorten split_tokens.max_tokens_per_segment"));
+    }
+    if (lengths.spans > def->extra_ids()) {
+      errors->Add(absl::StrCat("task_definitions[", index, "].extra_ids"),
+                  absl::StrCat(def->extra_ids(), ": span_corruption makes up to ", lengths.spans, " spans of a ",
+                               segment, "-token segment, one sentinel id each; give at least ", lengths.spans));
+    }
+  }
+}
+
+}  // namespace spec_internal
+}  // namespace trainyard
