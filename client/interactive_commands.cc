@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/commands.h"
@@ -11,12 +13,22 @@
 #include "client/job_client.h"
 #include "common/status_macros.h"
 #include "interactive/interactive_model.h"
+#include "job/infer_eval.h"
 #include "nlohmann/json.hpp"
+#include "spec/jobspec_validator.h"
 
 namespace trainyard {
 namespace {
 
+// Decoding flags (predict, evaluate), as an InferenceConfig's fields.
+struct Decoding {
+  std::string method, alpha, temperature, top_p, seed;
+  int beam_size = 0, top_k = 0, max_decode_length = 0;
+};
+
 struct Common {
+  bool decodes = false;  // the command has the decoding flags
+  Decoding decoding;
   std::string coordinator;  // set: a session on the coordinator's workers
   std::string checkpoint;
   std::vector<std::string> inputs, targets;
@@ -42,6 +54,81 @@ void AddCommon(FlagSet* flags, Common* c, bool targets) {
   flags->AddInt("workers", &c->workers, "N",
                 "with --coordinator: hold the model on N workers, data-parallel (each takes\n"
                 "--batch-size / N rows of every batch; default 1)");
+}
+
+// The decoding options INFERENCE jobs have (InferenceConfig), in this
+// process and in sessions alike.
+void AddDecoding(FlagSet* flags, Common* c) {
+  c->decodes = true;
+  Decoding* d = &c->decoding;
+  flags->AddString("method", &d->method, "greedy|beam|sample", "how to decode (default greedy)");
+  flags->AddInt("beam-size", &d->beam_size, "N", "beam: beams per example (default 4)");
+  flags->AddString("alpha", &d->alpha, "X", "beam: length penalty exponent (default 0.6)");
+  flags->AddString("temperature", &d->temperature, "X", "sample: softmax temperature (default 1.0)");
+  flags->AddInt("top-k", &d->top_k, "N", "sample: draw from the N likeliest tokens (default: all)");
+  flags->AddString("top-p", &d->top_p, "X", "sample: draw from the smallest set of probability >= X (default: all)");
+  flags->AddString("sample-seed", &d->seed, "N", "sample: the seed (default 0; worker r of a session adds r)");
+  flags->AddInt("max-decode-length", &d->max_decode_length, "N",
+                "longest prediction in tokens (default --target-length)");
+}
+
+// The flags as an InferenceConfig (checked later with the session request).
+absl::StatusOr<InferenceConfig> ToInference(const Decoding& d) {
+  InferenceConfig config;
+  const std::string method = absl::AsciiStrToLower(d.method);
+  if (method == "beam") {
+    config.set_method(InferenceConfig::BEAM);
+  } else if (method == "sample") {
+    config.set_method(InferenceConfig::SAMPLE);
+  } else if (method == "greedy" || method.empty()) {
+    config.set_method(InferenceConfig::GREEDY);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--method: '", d.method, "'; one of greedy, beam, sample"));
+  }
+  auto number = [](const std::string& flag, const std::string& text, auto set) -> absl::Status {
+    if (text.empty()) return absl::OkStatus();
+    double v;
+    if (!absl::SimpleAtod(text, &v)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", text, "' is not a number"));
+    }
+    set(v);
+    return absl::OkStatus();
+  };
+  TY_RETURN_IF_ERROR(number("alpha", d.alpha, [&](double v) { config.set_alpha(static_cast<float>(v)); }));
+  TY_RETURN_IF_ERROR(
+      number("temperature", d.temperature, [&](double v) { config.set_temperature(static_cast<float>(v)); }));
+  TY_RETURN_IF_ERROR(number("top-p", d.top_p, [&](double v) { config.set_top_p(static_cast<float>(v)); }));
+  if (!d.seed.empty()) {
+    int64_t seed;
+    if (!absl::SimpleAtoi(d.seed, &seed)) {
+      return absl::InvalidArgumentError(absl::StrCat("--sample-seed: '", d.seed, "' is not an integer"));
+    }
+    config.set_seed(seed);
+  }
+  config.set_beam_size(d.beam_size);
+  config.set_top_k(d.top_k);
+  config.set_max_decode_length(d.max_decode_length);
+  return config;
+}
+
+// The session request these flags ask for, normalised (also for a run in
+// this process, so that both check and default alike).
+absl::StatusOr<OpenSessionRequest> SessionRequestOf(const Common& c) {
+  OpenSessionRequest open;
+  open.set_checkpoint(c.checkpoint);
+  open.set_batch_size(c.batch_size);
+  open.mutable_feature_lengths()->set_inputs(c.input_length);
+  open.mutable_feature_lengths()->set_targets(c.target_length);
+  open.set_idle_timeout_seconds(120);
+  open.set_num_workers(c.workers);
+  if (c.decodes) {
+    TY_ASSIGN_OR_RETURN(*open.mutable_inference(), ToInference(c.decoding));
+  }
+  absl::StatusOr<OpenSessionRequest> normalized = NormalizeOpenSessionRequest(open, {});
+  if (!normalized.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("decoding and batch flags: ", normalized.status().message()));
+  }
+  return normalized;
 }
 
 absl::StatusOr<std::vector<NaturalExample>> LoadExamples(const Common& c, bool need_targets) {
@@ -92,7 +179,7 @@ absl::StatusOr<std::vector<NaturalExample>> LoadExamples(const Common& c, bool n
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<InteractiveModel>> Open(const Common& c) {
+absl::StatusOr<std::unique_ptr<InteractiveModel>> Open(const Common& c, const OpenSessionRequest& request) {
   // Logs (warnings: truncation, skipped checkpoints) go to stderr; stdout
   // carries the results only.
   std::ostringstream ignored;
@@ -107,6 +194,7 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> Open(const Common& c) {
   options.task_feature_lengths.set_targets(c.target_length);
   options.restore.set_mode(RestoreConfig::SPECIFIC);
   options.restore.set_path(c.checkpoint);
+  options.decode = DecodeOptionsFromConfig(request.inference(), /*seed=*/0, /*rank=*/0);  // as a session's rank 0
   return InteractiveModel::Create(options);  // the checkpoint's model, no output_dir
 }
 
@@ -118,19 +206,14 @@ class Backend {
     auto b = std::unique_ptr<Backend>(new Backend);
     if (c.coordinator.empty()) {
       if (c.workers != 1) return absl::InvalidArgumentError("--workers: needs --coordinator");
-      TY_ASSIGN_OR_RETURN(b->model_, Open(c));
+      TY_ASSIGN_OR_RETURN(OpenSessionRequest request, SessionRequestOf(c));
+      TY_ASSIGN_OR_RETURN(b->model_, Open(c, request));
       return b;
     }
     if (c.checkpoint.empty()) return absl::InvalidArgumentError("--checkpoint: required");
     if (c.workers < 1) return absl::InvalidArgumentError(absl::StrCat("--workers: ", c.workers, "; must be >= 1"));
+    TY_ASSIGN_OR_RETURN(OpenSessionRequest open, SessionRequestOf(c));
     b->client_ = std::make_unique<JobClient>(c.coordinator);
-    OpenSessionRequest open;
-    open.set_checkpoint(c.checkpoint);
-    open.set_batch_size(c.batch_size);
-    open.mutable_feature_lengths()->set_inputs(c.input_length);
-    open.mutable_feature_lengths()->set_targets(c.target_length);
-    open.set_idle_timeout_seconds(120);
-    open.set_num_workers(c.workers);
     TY_ASSIGN_OR_RETURN(OpenSessionResponse opened, b->client_->OpenSession(open));
     b->session_ = opened.session_id();
     return b;
@@ -198,10 +281,11 @@ int Fail(const absl::Status& s, std::ostream& err) {
 
 int RunPredictExamples(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Common c;
-  FlagSet flags("predict --checkpoint DIR (--input TEXT... | --examples FILE.jsonl) --json",
-                "Greedy predictions and their log-likelihoods, one JSON object per example:\n"
-                "{\"input\", \"prediction\", \"score\"}.");
+  FlagSet flags("predict --checkpoint DIR (--input TEXT... | --examples FILE.jsonl) --json [decoding flags]",
+                "Predictions (greedy, beam search or sampling) and their log-likelihoods, one\n"
+                "JSON object per example: {\"input\", \"prediction\", \"score\"}.");
   AddCommon(&flags, &c, /*targets=*/false);
+  AddDecoding(&flags, &c);
   std::vector<std::string> positional;
   if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;
   absl::StatusOr<std::vector<NaturalExample>> examples = LoadExamples(c, false);
@@ -265,6 +349,7 @@ int RunEvaluate(const std::vector<std::string>& args, std::ostream& out, std::os
       "functions over them (default: exact_match, sequence_accuracy, token_f1, bleu,\n"
       "rouge, mean_log_likelihood).");
   AddCommon(&flags, &c, /*targets=*/true);
+  AddDecoding(&flags, &c);
   flags.AddRepeated("metric", &metrics, "NAME", "a built-in metric function (repeatable)");
   std::vector<std::string> positional;
   if (absl::optional<int> code = flags.ParseCommand(args, &positional, out, err)) return *code;

@@ -7,8 +7,7 @@
 
 namespace trainyard {
 
-DecodeOptions DecodeOptionsFromSpec(const JobSpec& spec, int rank) {
-  const InferenceConfig& config = spec.inference();
+DecodeOptions DecodeOptionsFromConfig(const InferenceConfig& config, uint64_t seed, int rank) {
   DecodeOptions decode;
   switch (config.method()) {
     case InferenceConfig::BEAM:
@@ -26,7 +25,12 @@ DecodeOptions DecodeOptionsFromSpec(const JobSpec& spec, int rank) {
   if (config.has_temperature()) decode.temperature = config.temperature();
   decode.top_k = config.top_k();
   decode.top_p = config.top_p();
-  decode.seed = static_cast<uint64_t>(spec.seed()) + static_cast<uint64_t>(rank);
+  decode.seed = (config.has_seed() ? static_cast<uint64_t>(config.seed()) : seed) + static_cast<uint64_t>(rank);
+  return decode;
+}
+
+DecodeOptions DecodeOptionsFromSpec(const JobSpec& spec, int rank) {
+  DecodeOptions decode = DecodeOptionsFromConfig(spec.inference(), static_cast<uint64_t>(spec.seed()), rank);
   decode.compute_dtype = spec.dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat32;
   return decode;
 }

@@ -20,9 +20,11 @@
 
 namespace trainyard {
 
-// The decoding options of `spec.inference` for `rank` (sampling seeds differ
-// by rank), as EVALUATION and INFERENCE jobs and inference evaluation use
-// them.
+// The decoding options of a (validated) InferenceConfig; `seed` is the
+// sampling seed when the config has none. Rank r samples with seed + r.
+DecodeOptions DecodeOptionsFromConfig(const InferenceConfig& config, uint64_t seed, int rank);
+// Those of `spec.inference` (the job's seed by default, its dtype), as
+// EVALUATION and INFERENCE jobs and inference evaluation use them.
 DecodeOptions DecodeOptionsFromSpec(const JobSpec& spec, int rank);
 
 struct InferEvalOptions {

@@ -165,6 +165,7 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
       trainer.loss = LossOptions::FromConfig(spec.loss());
       trainer.seed = static_cast<uint64_t>(spec.seed());
       trainer.summary_dir = spec.output_dir();  // written by rank 0 only
+      trainer.compute_weight_metrics = spec.summary().weight_metrics();
       trainer.preemption_requested = job->options_.stop;
       job->trainer_ =
           std::make_unique<Trainer>(job->model_.get(), job->optimizer_.get(), std::move(lr), collective, trainer);

@@ -213,6 +213,29 @@ TEST_F(TrainingJobTest, DivergedParametersAreCaughtOnEveryRankNamingTheParameter
       });
 }
 
+TEST_F(TrainingJobTest, WeightMetricsJoinTheSummaryWhenTheSpecAsks) {
+  LocalCollective local;
+  for (bool on : {false, true}) {
+    JobSpec spec = Spec(on ? "on" : "off", 1);
+    spec.mutable_summary()->set_weight_metrics(on);
+    absl::StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(spec, &local, {});
+    ASSERT_THAT(job.status(), IsOk());
+    ASSERT_THAT((*job)->Restore("").status(), IsOk());
+    absl::StatusOr<TrainChunk> chunk = (*job)->Train(2);
+    ASSERT_THAT(chunk.status(), IsOk());
+    const auto& summary = chunk->summary;
+    EXPECT_EQ(summary.count("weight_gradient_norm"), on ? 1u : 0u);
+    int per_parameter = 0;
+    for (const auto& [k, v] : summary) per_parameter += k.rfind("weight_rms/", 0) == 0;
+    // tiny's 52 parameters: the embedding and output layer; per encoder
+    // layer 4 attention projections, 3 feed-forward matrices, 2 norms (x 2);
+    // per decoder layer 8, 3 and 3 (x 2); a relative bias and a final norm
+    // per stack.
+    EXPECT_EQ(per_parameter, on ? 52 : 0);
+    if (on) EXPECT_GT(summary.at("weight_gradient_norm"), 0.0);
+  }
+}
+
 TEST_F(TrainingJobTest, BadSpecsAreRefusedByField) {
   LocalCollective local;
   JobSpec spec = Spec("bad", 1);

@@ -227,6 +227,38 @@ void ValidateEarlyStopping(Errors* errors, const std::string& prefix, EarlyStopp
   CheckRange(errors, prefix + ".rtol", es->rtol(), 0, false, kInf, true);
 }
 
+// The decoding fields of an InferenceConfig (jobs and sessions alike):
+// defaults by method, ranges, and the options of other methods refused.
+void ValidateDecoding(Errors* errors, InferenceConfig* inference, int default_max_decode_length) {
+  if (inference->method() == InferenceConfig::METHOD_UNSPECIFIED) {
+    inference->set_method(InferenceConfig::GREEDY);
+  }
+  if (!InferenceConfig::Method_IsValid(inference->method())) {
+    errors->Add("inference.method", absl::StrCat(inference->method(), " is not a method; GREEDY, BEAM or SAMPLE"));
+  }
+  if (inference->method() == InferenceConfig::BEAM) {
+    if (inference->beam_size() == 0) inference->set_beam_size(4);
+    if (!inference->has_alpha()) inference->set_alpha(0.6f);
+    CheckIntRange(errors, "inference.beam_size", inference->beam_size(), 1, 256);
+    CheckRange(errors, "inference.alpha", inference->alpha(), 0, false, 10, false);
+  } else {
+    if (inference->beam_size() != 0) errors->Add("inference.beam_size", "only applies with inference.method: BEAM");
+    if (inference->has_alpha()) errors->Add("inference.alpha", "only applies with inference.method: BEAM");
+  }
+  if (inference->method() == InferenceConfig::SAMPLE) {
+    if (!inference->has_temperature()) inference->set_temperature(1.0f);
+    CheckRange(errors, "inference.temperature", inference->temperature(), 0, true, 100, false);
+    CheckIntRange(errors, "inference.top_k", inference->top_k(), 0, 1 << 22);
+    CheckRange(errors, "inference.top_p", inference->top_p(), 0, false, 1, false);
+  } else if (inference->top_k() != 0 || inference->top_p() != 0 || inference->has_temperature() ||
+             inference->has_seed()) {
+    errors->Add("inference", "temperature, top_k, top_p and seed only apply with method: SAMPLE");
+  }
+  if (inference->seed() < 0) errors->Add("inference.seed", absl::StrCat(inference->seed(), "; must be >= 0"));
+  if (inference->max_decode_length() == 0) inference->set_max_decode_length(default_max_decode_length);
+  CheckIntRange(errors, "inference.max_decode_length", inference->max_decode_length(), 1, kMaxFeatureLength);
+}
+
 void ValidateActions(Errors* errors, JobSpec* spec) {
   const std::set<std::string> eval_tasks(spec->eval().tasks().begin(), spec->eval().tasks().end());
   for (int i = 0; i < spec->actions_size(); ++i) {
@@ -368,6 +400,12 @@ absl::StatusOr<OpenSessionRequest> NormalizeOpenSessionRequest(const OpenSession
                                                    " (each worker takes an equal share of a batch)"));
   }
   request.set_num_workers(num_workers);
+  Errors errors;
+  if (!request.inference().split().empty() || request.inference().num_batches() != 0) {
+    errors.Add("inference", "split and num_batches do not apply: a session decodes the examples it is given");
+  }
+  ValidateDecoding(&errors, request.mutable_inference(), request.feature_lengths().targets());
+  TY_RETURN_IF_ERROR(errors.ToStatus());
   return request;
 }
 
@@ -494,29 +532,7 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   CheckIntRange(&errors, "eval.num_batches", eval->num_batches(), 0, 1 << 30);
 
   InferenceConfig* inference = spec->mutable_inference();
-  if (inference->method() == InferenceConfig::METHOD_UNSPECIFIED) {
-    inference->set_method(InferenceConfig::GREEDY);
-  }
-  if (inference->method() == InferenceConfig::BEAM) {
-    if (inference->beam_size() == 0) inference->set_beam_size(4);
-    if (!inference->has_alpha()) inference->set_alpha(0.6f);
-    CheckIntRange(&errors, "inference.beam_size", inference->beam_size(), 1, 256);
-    CheckRange(&errors, "inference.alpha", inference->alpha(), 0, false, 10, false);
-  } else if (inference->beam_size() != 0) {
-    errors.Add("inference.beam_size", "only applies with inference.method: BEAM");
-  }
-  if (inference->method() == InferenceConfig::SAMPLE) {
-    if (!inference->has_temperature()) inference->set_temperature(1.0f);
-    CheckRange(&errors, "inference.temperature", inference->temperature(), 0, true, 100, false);
-    CheckIntRange(&errors, "inference.top_k", inference->top_k(), 0, 1 << 22);
-    CheckRange(&errors, "inference.top_p", inference->top_p(), 0, false, 1, false);
-  } else if (inference->top_k() != 0 || inference->top_p() != 0 || inference->has_temperature()) {
-    errors.Add("inference", "temperature, top_k and top_p only apply with method: SAMPLE");
-  }
-  if (inference->max_decode_length() == 0) {
-    inference->set_max_decode_length(lengths.targets());
-  }
-  CheckIntRange(&errors, "inference.max_decode_length", inference->max_decode_length(), 1, kMaxFeatureLength);
+  ValidateDecoding(&errors, inference, lengths.targets());
   if (inference->split().empty()) inference->set_split("validation");
   CheckIntRange(&errors, "inference.num_batches", inference->num_batches(), 0, 1 << 30);
 

@@ -281,6 +281,34 @@ TEST(ValidatorTest, InferEvalActionsNeedInferenceMetrics) {
   EXPECT_THAT(Validate(spec), IsOk());
 }
 
+TEST(SessionRequestTest, DecodingIsCheckedAndDefaultedAsForJobs) {
+  OpenSessionRequest open;
+  open.set_checkpoint("/ckpt/checkpoint_1");
+  absl::StatusOr<OpenSessionRequest> normalized = NormalizeOpenSessionRequest(open, {});
+  ASSERT_THAT(normalized, IsOk());
+  EXPECT_EQ(normalized->inference().method(), InferenceConfig::GREEDY);
+  EXPECT_EQ(normalized->inference().max_decode_length(), 64);  // the targets length
+  open.mutable_inference()->set_method(InferenceConfig::BEAM);
+  normalized = NormalizeOpenSessionRequest(open, {});
+  ASSERT_THAT(normalized, IsOk());
+  EXPECT_EQ(normalized->inference().beam_size(), 4);
+  EXPECT_FLOAT_EQ(normalized->inference().alpha(), 0.6f);
+  open.mutable_inference()->set_seed(3);
+  EXPECT_THAT(NormalizeOpenSessionRequest(open, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("inference: temperature, top_k, top_p and seed only apply with method: SAMPLE")));
+  open.mutable_inference()->set_method(InferenceConfig::SAMPLE);
+  open.mutable_inference()->set_top_p(1.5f);
+  EXPECT_THAT(NormalizeOpenSessionRequest(open, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inference.top_p: 1.5 is out of range")));
+  open.mutable_inference()->set_top_p(0.9f);
+  open.mutable_inference()->set_split("train");
+  EXPECT_THAT(NormalizeOpenSessionRequest(open, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("inference: split and num_batches do not apply: a session decodes the examples it "
+                                 "is given")));
+}
+
 TEST(ValidatorTest, SamplingOptionsOnlyWithSampling) {
   JobSpec spec = Minimal();
   spec.mutable_inference()->set_top_k(40);

@@ -30,6 +30,8 @@ constexpr Preset kPresets[] = {
     {"t5_small", kT5Vocab, 512, 8, 64, 2048, 6, false},
     {"t5_base", kT5Vocab, 768, 12, 64, 3072, 12, false},
     {"t5_large", kT5Vocab, 1024, 16, 64, 4096, 24, false},
+    {"t5_3b", kT5Vocab, 1024, 32, 128, 16384, 24, false},
+    {"t5_11b", kT5Vocab, 1024, 128, 128, 65536, 24, false},
     {"t5_1_1_small", kT5Vocab, 512, 6, 64, 1024, 8, true},
     {"t5_1_1_base", kT5Vocab, 768, 12, 64, 2048, 12, true},
     {"t5_1_1_large", kT5Vocab, 1024, 16, 64, 2816, 24, true},

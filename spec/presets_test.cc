@@ -25,7 +25,8 @@ TEST_P(PresetCountTest, MatchesPublishedCount) {
 
 INSTANTIATE_TEST_SUITE_P(Published, PresetCountTest,
                          ::testing::Values(Expected{"t5_small", 60506624}, Expected{"t5_base", 222903552},
-                                           Expected{"t5_large", 737668096}, Expected{"t5_1_1_small", 76961152},
+                                           Expected{"t5_large", 737668096}, Expected{"t5_3b", 2851598336LL},
+                                           Expected{"t5_11b", 11307321344LL}, Expected{"t5_1_1_small", 76961152},
                                            Expected{"t5_1_1_base", 247577856}, Expected{"t5_1_1_large", 783150080},
                                            Expected{"t5_1_1_xl", 2849757184LL}, Expected{"t5_1_1_xxl", 11135332352LL}),
                          [](const ::testing::TestParamInfo<Expected>& info) { return info.param.preset; });

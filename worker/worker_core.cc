@@ -15,6 +15,7 @@
 #include "common/status_macros.h"
 #include "evaluation/metric_fns.h"
 #include "interactive/interactive_model.h"
+#include "job/infer_eval.h"
 #include "job/training_job.h"
 #include "spdlog/spdlog.h"
 #include "spec/jobspec.h"
@@ -378,6 +379,8 @@ absl::StatusOr<OpenSessionResponse> WorkerCore::OpenSession(const WorkerOpenSess
   options.output_dir = open.output_dir();
   options.restore.set_mode(RestoreConfig::SPECIFIC);
   options.restore.set_path(open.checkpoint());
+  options.decode = DecodeOptionsFromConfig(open.inference(), /*seed=*/0, request.rank());
+  if (open.inference().max_decode_length() == 0) options.decode.max_decode_length = 0;  // the targets length
   absl::StatusOr<std::unique_ptr<InteractiveModel>> model = InteractiveModel::Create(options);
   if (!model.ok()) return release(model.status());
   session->model = std::move(*model);

@@ -413,6 +413,38 @@ class SystemTest(unittest.TestCase):
         self.assertEqual([p["prediction"] for p in parallel], [p["prediction"] for p in predicted])
         for got, want in zip(parallel, predicted):
             self.assertAlmostEqual(got["score"], want["score"], delta=1e-4)
+        # The decoding options of INFERENCE jobs, in this process and in
+        # sessions alike: beam search (also data-parallel), and sampling.
+        beam = ("--method", "beam", "--beam-size", "3", "--alpha", "0.6")
+        r = run("predict", "--checkpoint", ckpt, "--examples", examples, "--json", *lengths, *beam)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        beamed = [json.loads(x) for x in r.stdout.splitlines()]
+        self.assertEqual(len(beamed), 24)
+        for workers in ("1", "2"):
+            r = run("predict", "--coordinator", c.address, "--workers", workers, "--checkpoint", ckpt, "--examples",
+                    examples, "--json", *lengths, *beam)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            got = [json.loads(x) for x in r.stdout.splitlines()]
+            self.assertEqual([p["prediction"] for p in got], [p["prediction"] for p in beamed], workers)
+            for g, w in zip(got, beamed):
+                self.assertAlmostEqual(g["score"], w["score"], delta=1e-4)
+        sample = ("--method", "sample", "--temperature", "1.5", "--top-k", "5", "--sample-seed", "7")
+        r = run("predict", "--checkpoint", ckpt, "--examples", examples, "--json", *lengths, *sample)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        sampled = [json.loads(x) for x in r.stdout.splitlines()]
+        self.assertNotEqual([p["prediction"] for p in sampled], [p["prediction"] for p in predicted])
+        r = run("predict", "--coordinator", c.address, "--checkpoint", ckpt, "--examples", examples, "--json",
+                *lengths, *sample)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([json.loads(x) for x in r.stdout.splitlines()], sampled)
+        r = run("predict", "--checkpoint", ckpt, "--input", "1", "--json", "--method", "nucleus")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--method: 'nucleus'; one of greedy, beam, sample", r.stderr)
+        r = run("predict", "--coordinator", c.address, "--checkpoint", ckpt, "--input", "1", "--json", "--top-k", "5")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("temperature, top_k, top_p and seed only apply with method: SAMPLE", r.stderr)
+        r = run("score", "--checkpoint", ckpt, "--input", "1", "--target", "one", "--method", "beam")
+        self.assertEqual(r.returncode, 2, r.stderr)  # scoring does not decode
         r = run("predict", "--coordinator", c.address, "--workers", "3", "--checkpoint", ckpt, "--input", "1",
                 *lengths)
         self.assertNotEqual(r.returncode, 0)
