@@ -65,6 +65,7 @@ const std::vector<Command>& TrainyardCommands() {
       {"list", RunList, "the coordinator's jobs"},
       {"watch", RunWatch, "follow a job with a progress bar until it ends"},
       {"cancel", RunCancel, "cancel a job"},
+      {"checkpoint", RunCheckpoint, "make a running job write a checkpoint now"},
       {"coordinator", RunCoordinator, "run the coordinator process"},
       {"worker", nullptr, kWorkerSummary},
       {"predict", nullptr, kPredictSummary},

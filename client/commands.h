@@ -53,6 +53,7 @@ int RunStatus(const std::vector<std::string>& args, std::ostream& out, std::ostr
 int RunList(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int RunWatch(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int RunCancel(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int RunCheckpoint(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // Logging for the process commands at `level` (their --log-level); on a bad
 // level prints the error and returns the exit code.

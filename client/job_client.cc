@@ -101,6 +101,19 @@ absl::StatusOr<JobInfo> JobClient::Cancel(const std::string& job_id, const std::
   return response.job();
 }
 
+absl::StatusOr<CheckpointJobResponse> JobClient::Checkpoint(const std::string& job_id, absl::Duration timeout) {
+  if (!setup_.ok()) return setup_;
+  CheckpointJobRequest request;
+  request.set_job_id(job_id);
+  request.set_timeout_seconds(static_cast<int32_t>(absl::ToInt64Seconds(timeout)));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(10)));
+  AddBearerToken(token_, &ctx);
+  CheckpointJobResponse response;
+  if (grpc::Status s = stub_->CheckpointJob(&ctx, request, &response); !s.ok()) return Annotated(s, address_, tls_);
+  return response;
+}
+
 absl::StatusOr<OpenSessionResponse> JobClient::OpenSession(const OpenSessionRequest& request,
                                                            absl::Duration session_timeout) {
   if (!setup_.ok()) return setup_;

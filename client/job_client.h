@@ -31,6 +31,8 @@ class JobClient {
   // Jobs newest first, fetched a page at a time: at most `limit` (0: all).
   absl::StatusOr<std::vector<JobInfo>> List(int limit);
   absl::StatusOr<JobInfo> Cancel(const std::string& job_id, const std::string& reason);
+  // Waits up to `timeout` (the call's deadline too) for the checkpoint.
+  absl::StatusOr<CheckpointJobResponse> Checkpoint(const std::string& job_id, absl::Duration timeout);
   // Calls `on_event` for every event until the job ends (returns its final
   // JobInfo), the stream breaks, or `on_event` returns false.
   absl::StatusOr<JobInfo> Watch(const std::string& job_id, const std::function<bool(const JobEvent&)>& on_event);

@@ -126,6 +126,24 @@ int RunWatch(const std::vector<std::string>& args, std::ostream& out, std::ostre
   return WatchUntilDone(command.client(), command.arg(0), out, err, IsTerminal(out));
 }
 
+int RunCheckpoint(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  int timeout = 600;
+  JobCommand command("checkpoint --coordinator HOST:PORT JOB [--timeout SECONDS]",
+                     "Makes a running training job write a checkpoint at its next boundary\n"
+                     "between chunks of steps (at most a summary period away) and prints its\n"
+                     "path once it is durable.");
+  command.flags().AddInt("timeout", &timeout, "SECONDS", "how long to wait for it (default 600, 1..86400)");
+  if (absl::optional<int> code = command.Parse(args, 1, "exactly one JOB id", out, err)) return *code;
+  if (timeout < 1 || timeout > 86400) {
+    err << "error: --timeout: " << timeout << "; allowed 1..86400\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<CheckpointJobResponse> saved = command.client()->Checkpoint(command.arg(0), absl::Seconds(timeout));
+  if (!saved.ok()) return Fail(err, saved.status());
+  out << saved->path() << "\n";
+  return kExitOk;
+}
+
 int RunCancel(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::string reason;
   JobCommand command("cancel --coordinator HOST:PORT JOB [--reason TEXT]",

@@ -565,6 +565,31 @@ absl::StatusOr<JobInfo> Coordinator::CancelJob(const std::string& job_id, const 
   return info;
 }
 
+absl::StatusOr<CheckpointJobResponse> Coordinator::CheckpointJob(const CheckpointJobRequest& request) {
+  const int seconds = request.timeout_seconds() == 0 ? 600 : request.timeout_seconds();
+  if (seconds < 1 || seconds > 86400) {
+    return absl::InvalidArgumentError(absl::StrCat("timeout_seconds: ", seconds, "; allowed 1..86400"));
+  }
+  std::shared_ptr<JobDriver> attempt;
+  {
+    MutexLock lock(&mu_);
+    auto it = jobs_.find(request.job_id());
+    if (it == jobs_.end()) return UnknownJob(request.job_id());
+    Job* job = it->second.get();
+    if (job->info.state() != RUNNING || job->attempt == nullptr || job->driver_done) {
+      return absl::FailedPreconditionError(absl::StrCat("job '", request.job_id(), "' is ",
+                                                        JobState_Name(job->info.state()),
+                                                        "; only a RUNNING job can write a checkpoint on request"));
+    }
+    attempt = job->attempt;
+  }
+  TY_ASSIGN_OR_RETURN(JobDriver::SavedCheckpoint saved, attempt->CheckpointNow(absl::Seconds(seconds)));
+  CheckpointJobResponse response;
+  response.set_path(saved.path);
+  response.set_step(saved.step);
+  return response;
+}
+
 absl::StatusOr<OpenSessionResponse> Coordinator::OpenSession(const OpenSessionRequest& request) {
   {
     MutexLock lock(&mu_);

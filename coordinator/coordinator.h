@@ -110,6 +110,10 @@ class Coordinator : private JobDriverHost {
   absl::StatusOr<ListJobsResponse> ListJobs(const ListJobsRequest& request);
   // kFailedPrecondition if the job already ended.
   absl::StatusOr<JobInfo> CancelJob(const std::string& job_id, const std::string& reason);
+  // A checkpoint of a RUNNING training job at its next boundary between
+  // chunks (JobDriver::CheckpointNow); kFailedPrecondition in any other
+  // state, kInvalidArgument for a timeout out of 1..86400 s.
+  absl::StatusOr<CheckpointJobResponse> CheckpointJob(const CheckpointJobRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until the job changes after `*version` (0 = return at once) or
   // `timeout` passes; returns the job and sets `*version`.
   absl::StatusOr<JobInfo> WaitForChange(const std::string& job_id, int64_t* version, absl::Duration timeout);

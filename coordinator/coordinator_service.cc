@@ -89,6 +89,15 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* context, const Cance
   return grpc::Status::OK;
 }
 
+grpc::Status JobServiceImpl::CheckpointJob(grpc::ServerContext* context, const CheckpointJobRequest* request,
+                                           CheckpointJobResponse* response) {
+  if (grpc::Status s = Admit(*context); !s.ok()) return s;
+  absl::StatusOr<CheckpointJobResponse> r = coordinator_->CheckpointJob(*request);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *response = std::move(*r);
+  return grpc::Status::OK;
+}
+
 grpc::Status JobServiceImpl::OpenSession(grpc::ServerContext* context, const OpenSessionRequest* request,
                                          OpenSessionResponse* response) {
   if (grpc::Status s = Admit(*context); !s.ok()) return s;

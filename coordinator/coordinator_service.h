@@ -29,6 +29,8 @@ class JobServiceImpl final : public JobService::Service {
   grpc::Status GetJob(grpc::ServerContext*, const GetJobRequest* request, JobInfo* response) override;
   grpc::Status ListJobs(grpc::ServerContext*, const ListJobsRequest* request, ListJobsResponse* response) override;
   grpc::Status CancelJob(grpc::ServerContext*, const CancelJobRequest* request, CancelJobResponse* response) override;
+  grpc::Status CheckpointJob(grpc::ServerContext*, const CheckpointJobRequest* request,
+                             CheckpointJobResponse* response) override;
   // Streams a JobEvent now and on every change until the job ends, the
   // client goes away, or the coordinator shuts down.
   grpc::Status WatchJob(grpc::ServerContext* context, const WatchJobRequest* request,

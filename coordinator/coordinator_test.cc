@@ -134,6 +134,13 @@ class FakeClient : public WorkerClient {
     }
     return response;
   }
+  absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& r) override {
+    Record(absl::StrCat("save ", r.step(), r.wait() ? " wait" : ""));
+    std::lock_guard<std::mutex> lock(w_->mu);
+    SaveCheckpointResponse response;
+    if (w_->rank == 0) response.set_path(absl::StrCat("ckpt_", r.step()));
+    return response;
+  }
   absl::StatusOr<EvaluateResponse> Evaluate(const EvaluateRequest& r) override {
     Record(absl::StrCat("eval ", r.step()));
     EvaluateResponse response;
@@ -911,6 +918,55 @@ TEST_F(CoordinatorTest, ARestartRecordsTheCheckpointTheWorkersRestored) {
   // The second attempt runs from step 20, not 40.
   EXPECT_EQ(runs, (std::vector<std::string>{"run 0+20 ckpt", "run 20+20 ckpt", "run 40+20 ckpt", "run 20+20 ckpt",
                                             "run 40+20 ckpt"}));
+}
+
+TEST_F(CoordinatorTest, ACheckpointOnRequestIsWrittenOnEveryRankAtTheNextBoundary) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  AddWorker(c.get(), "b");
+  CheckpointJobRequest unknown;
+  unknown.set_job_id("nope-1");
+  EXPECT_THAT(c->CheckpointJob(unknown).status(), StatusCodeIs(absl::StatusCode::kNotFound));
+  // The second chunk (steps 20..40) waits until the request is in.
+  Worker("a")->hold_run = 2;
+  const std::string id = c->SubmitJob(Spec(2, 60))->job_id();
+  CheckpointJobRequest request;
+  request.set_job_id(id);
+  EXPECT_THAT(c->CheckpointJob(request).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("is PENDING; only a RUNNING job can write a checkpoint on request")));
+  c->Start();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    std::lock_guard<std::mutex> lock(Worker("a")->mu);
+    if (Worker("a")->held) break;
+  }
+  absl::StatusOr<CheckpointJobResponse> saved;
+  std::thread asker([&] { saved = c->CheckpointJob(request); });
+  absl::SleepFor(absl::Milliseconds(50));  // the request is waiting for the boundary
+  {
+    std::lock_guard<std::mutex> lock(Worker("a")->mu);
+    Worker("a")->released = true;
+    Worker("a")->cv.notify_all();
+  }
+  asker.join();
+  ASSERT_THAT(saved.status(), IsOk());
+  EXPECT_EQ(saved->path(), "ckpt_40");
+  EXPECT_EQ(saved->step(), 40);
+  JobInfo done = WaitForState(c.get(), id, SUCCEEDED);
+  for (const char* w : {"a", "b"}) {
+    const std::vector<std::string> calls = CallsAfterAbort(w);
+    EXPECT_EQ(std::count(calls.begin(), calls.end(), "save 40 wait"), 1) << w;
+    auto save = std::find(calls.begin(), calls.end(), "save 40 wait");
+    ASSERT_NE(save, calls.end());
+    EXPECT_EQ(*std::next(save), "run 40+20 ckpt") << w;  // then the last chunk
+  }
+  // After the job: refused, naming the state.
+  EXPECT_THAT(c->CheckpointJob(request).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("is SUCCEEDED")));
+  request.set_timeout_seconds(-1);
+  EXPECT_THAT(c->CheckpointJob(request).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("timeout_seconds: -1; allowed 1..86400")));
 }
 
 }  // namespace

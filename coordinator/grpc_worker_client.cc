@@ -52,6 +52,11 @@ class GrpcWorkerClient : public WorkerClient {
       return stub_->Infer(ctx, request, r);
     });
   }
+  absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& request) override {
+    return Call<SaveCheckpointResponse>(
+        std::chrono::hours(1),
+        [&](grpc::ClientContext* ctx, SaveCheckpointResponse* r) { return stub_->SaveCheckpoint(ctx, request, r); });
+  }
   absl::StatusOr<EvaluateResponse> Evaluate(const EvaluateRequest& request) override {
     return Call<EvaluateResponse>(std::chrono::hours(24 * 365), [&](grpc::ClientContext* ctx, EvaluateResponse* r) {
       return stub_->Evaluate(ctx, request, r);

@@ -54,6 +54,27 @@ void JobDriver::ShutDown() {
   changed_.SignalAll();
 }
 
+absl::StatusOr<JobDriver::SavedCheckpoint> JobDriver::CheckpointNow(absl::Duration timeout) {
+  const JobKind kind = plan_.spec.kind();
+  if (kind == EVALUATION || kind == INFERENCE) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", plan_.job_id, "' is an ", JobKind_Name(kind), " job: it has no training state to save"));
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  MutexLock lock(&mu_);
+  const int64_t ticket = ++checkpoints_asked_;
+  changed_.SignalAll();
+  while (checkpoints_served_ < ticket && !ended_.has_value()) {
+    if (changed_.WaitWithDeadline(&mu_, deadline)) {
+      if (checkpoints_served_ >= ticket || ended_.has_value()) break;
+      return absl::DeadlineExceededError(absl::StrCat("job '", plan_.job_id, "' did not reach a boundary between ",
+                                                      "chunks within ", absl::FormatDuration(timeout)));
+    }
+  }
+  if (checkpoints_served_ >= ticket) return last_saved_;
+  return *ended_;
+}
+
 std::optional<JobDriver::StopRequest> JobDriver::stop_request() {
   MutexLock lock(&mu_);
   return stop_;
@@ -218,7 +239,42 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
     *final_reason = absl::StrCat(plan_.rank_names[r], " was asked to stop; emergency checkpoint at step ", last_step,
                                  during, checkpoint.empty() ? "" : ": " + checkpoint);
   };
+  int64_t checkpoints_served = 0;
   while (step < spec.total_steps()) {
+    // On-demand checkpoints asked since the last chunk: one save serves them
+    // all.
+    int64_t asked;
+    {
+      MutexLock lock(&mu_);
+      asked = checkpoints_asked_;
+    }
+    if (asked > checkpoints_served) {
+      std::vector<SaveCheckpointResponse> saved;
+      const absl::Status status = OnAllRanks<SaveCheckpointResponse>(
+          "SaveCheckpoint",
+          [&](int r) {
+            SaveCheckpointRequest request;
+            request.set_job_id(job_id);
+            request.set_step(step);
+            request.set_wait(true);
+            return plan_.clients[r]->SaveCheckpoint(request);
+          },
+          &saved);
+      {
+        MutexLock lock(&mu_);
+        if (status.ok()) {
+          last_saved_ = SavedCheckpoint{saved[0].path(), step};
+        } else {
+          last_saved_ = status;
+        }
+        checkpoints_served_ = checkpoints_served = asked;
+      }
+      changed_.SignalAll();
+      TY_RETURN_IF_ERROR(status);
+      latest_checkpoint_ = saved[0].path();
+      spdlog::info("job {}: checkpoint {} written on request", job_id, latest_checkpoint_);
+      host_->RecordProgress(job_id, [&](JobInfo* info) { info->set_latest_checkpoint(latest_checkpoint_); });
+    }
     const int64_t n = NextChunk(step, periods);
     const bool last = step + n == spec.total_steps();
     std::vector<RunStepsResponse> ran;
@@ -298,6 +354,19 @@ void JobDriver::Run() {
   JobState final_state = SUCCEEDED;
   std::string final_reason;
   const absl::Status status = Drive(&final_state, &final_reason);
+  {
+    // Whoever still waits for an on-demand checkpoint learns how this ended.
+    MutexLock lock(&mu_);
+    const int64_t total_steps = plan_.spec.total_steps();
+    if (status.ok() && final_state == SUCCEEDED && !latest_checkpoint_.empty()) {
+      ended_ = SavedCheckpoint{latest_checkpoint_, total_steps};
+    } else {
+      ended_ = absl::FailedPreconditionError(
+          absl::StrCat("job '", job_id, "' stopped before its next boundary between chunks: ",
+                       stop_ ? stop_->reason : (status.ok() ? final_reason : status.ToString())));
+    }
+  }
+  changed_.SignalAll();
 
   bool retryable = final_state == PREEMPTED;
   const std::optional<StopRequest> stop = stop_request();

@@ -29,6 +29,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/mutex.h"
 #include "coordinator/worker_client.h"
 #include "proto/job_service.pb.h"
@@ -78,6 +79,17 @@ class JobDriver {
   // The coordinator is stopping: end the attempt without a state change.
   void ShutDown();
 
+  // An on-demand checkpoint: written on every rank at the next boundary
+  // between chunks, after which this returns its path and step. If the
+  // attempt ends first: the final checkpoint of a job that succeeded, else
+  // kFailedPrecondition with how it ended; kDeadlineExceeded after
+  // `timeout`; kFailedPrecondition at once for a job that does not train.
+  struct SavedCheckpoint {
+    std::string path;
+    int64_t step = 0;
+  };
+  absl::StatusOr<SavedCheckpoint> CheckpointNow(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct StopRequest {
     JobState state;
@@ -102,6 +114,12 @@ class JobDriver {
   Mutex mu_;
   CondVar changed_;  // a rank answered, or a stop was requested
   std::optional<StopRequest> stop_ ABSL_GUARDED_BY(mu_);
+  // On-demand checkpoints: tickets asked and served, the last result, and
+  // how the attempt ended (set once Drive returns).
+  int64_t checkpoints_asked_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t checkpoints_served_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::StatusOr<SavedCheckpoint> last_saved_ ABSL_GUARDED_BY(mu_) = absl::UnknownError("none yet");
+  std::optional<absl::StatusOr<SavedCheckpoint>> ended_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace trainyard

@@ -23,6 +23,7 @@ class WorkerClient {
   virtual absl::StatusOr<RunStepsResponse> RunSteps(const RunStepsRequest& request) = 0;
   virtual absl::StatusOr<EvaluateResponse> Evaluate(const EvaluateRequest& request) = 0;
   virtual absl::StatusOr<InferResponse> Infer(const InferRequest& request) = 0;
+  virtual absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& request) = 0;
   virtual absl::StatusOr<OpenSessionResponse> OpenSession(const WorkerOpenSessionRequest& request) = 0;
   virtual absl::StatusOr<SessionResponse> RunSession(const SessionRequest& request) = 0;
   virtual absl::Status AbortJob(const AbortJobRequest& request) = 0;

@@ -251,6 +251,15 @@ class SystemTest(unittest.TestCase):
         s = c.status(short)
         self.assertEqual(s["state"], "PENDING")
         self.assertIn("waiting for 2 idle workers (0 idle of 2 registered)", s["reason"])
+        # A checkpoint on request: written at the next chunk boundary, durable
+        # (its manifest is there) when `trainyard checkpoint` prints it.
+        path = c.cli("checkpoint", long_job, "--timeout", "60").stdout.strip()
+        self.assertRegex(path, r"/long/checkpoint_\d+$")
+        self.assertTrue(os.path.isfile(os.path.join(path, "MANIFEST.json")), os.listdir(path))
+        self.assertEqual(c.status(long_job)["latest_checkpoint"], path)
+        refused = c.cli("checkpoint", short, check=False)
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("is PENDING; only a RUNNING job can write a checkpoint on request", refused.stderr)
         cancelled = c.cli("cancel", long_job, "--reason", "testing")
         self.assertIn(long_job, cancelled.stdout)
         s = c.wait_state(long_job, ["CANCELLED"], 60)
