@@ -25,6 +25,7 @@ import junit  # noqa: E402  (tests/testing: each test a case in $XML_OUTPUT_FILE
 from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
 
 TRAINYARD = None  # set in main
+REPO = os.getcwd()  # the runfiles tree: examples/, data/corpus/
 
 JOB = """
 name: "work"
@@ -127,6 +128,19 @@ eval { num_batches: 2 }
         evals = scalars(os.path.join(out, "training_eval", "my_corpus_span"), "loss")
         self.assertEqual([s for s, _ in evals], [60])
 
+    def test_the_pretraining_example_lowers_the_loss_on_the_bundled_corpus(self):
+        out = os.path.join(self.dir, "pretrain")
+        r = subprocess.run([TRAINYARD, "local", "examples/pretrain_local.textproto", "--state-dir",
+                            os.path.join(self.dir, "state"), "--set", "total_steps=80", "--set", "eval_period=80",
+                            "--set", "checkpoint_period=0", "--set", f"output_dir={out}"],
+                           capture_output=True, text=True, timeout=600, cwd=REPO)  # run from the repository's root
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("SUCCEEDED, step 80/80", r.stdout)
+        loss = scalars(os.path.join(out, "train"), "loss")
+        print(f"pretrain_local loss by step: {loss}")
+        self.assertEqual([s for s, _ in loss], [20, 40, 60, 80])
+        self.assertLess(loss[-1][1], 0.85 * loss[0][1], loss)
+
     def test_a_mixture_trains_and_is_evaluated_per_task(self):
         rows = "".join(f"what is {n} plus one?\t{n + 1}\n" for n in range(200))
         self.write("qa/train.tsv", rows)
@@ -211,6 +225,93 @@ actions { on: ACTION_INFER_EVAL early_stopping { task: "digits_to_words" metric:
         r = self.local(spec, "--output-root", root)  # output_dir "out" is taken from the root
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertTrue(os.path.isdir(os.path.join(root, "out", "checkpoint_2")))
+
+
+class ExamplesTest(unittest.TestCase):
+    """Every shipped example (examples/*.textproto, *.json) runs: shrunk to the
+    tiny model, a few steps and one or two workers, with the bundled corpus
+    and generated examples in place of the user's data, and checkpoints made
+    by the shrunk tiny_local example in place of the user's."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="examples-", dir=os.environ.get("TEST_TMPDIR"))
+        cls.base = None  # the shrunk tiny_local run's output_dir
+
+    def normalized(self, path):
+        r = subprocess.run([TRAINYARD, "validate", path, "--json"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
+    def digits_file(self, split):
+        path = os.path.join(self.dir, f"digits-{split}.tsv")
+        with open(path, "w") as f:
+            for n in range(40):
+                f.write(f"{n}\t{['zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven'][n % 8]}\n")
+        return path
+
+    def shrink(self, spec):
+        name = spec["name"]
+        spec["model"] = {"preset": "tiny"}
+        workers = min(int(spec.get("num_workers", 1)), 2)
+        micro = int(spec.get("num_microbatches", 1))
+        spec["num_workers"] = workers
+        spec["batch_size"] = 4 * workers * micro
+        spec["feature_lengths"] = {"inputs": 64, "targets": 32}
+        spec.get("inference", {}).pop("max_decode_length", None)
+        spec.get("inference", {})["num_batches"] = 1
+        if spec.get("kind") in ("TRAIN", "FINETUNING", "PRETRAINING"):
+            spec["total_steps"] = 6
+            spec["summary_period"] = 2
+            for period in ("eval_period", "checkpoint_period"):
+                if int(spec.get(period, 0)) > 0:
+                    spec[period] = 3
+            spec.setdefault("eval", {})["num_batches"] = 1
+            lr = spec.get("learning_rate", {})
+            if int(lr.get("warmup_steps", 0)) > 0:
+                lr["warmup_steps"] = 2
+            if int(lr.get("steps_per_cycle", 0)) > 0:
+                lr["steps_per_cycle"] = 6
+        spec["output_dir"] = os.path.join(self.dir, "out-" + name)
+        for task in spec.get("task_definitions", []):
+            for split, path in task["splits"].items():
+                if path.endswith(".txt"):
+                    task["splits"][split] = os.path.join(REPO, "data", "corpus",
+                                                         "train.txt" if split == "train" else "valid.txt")
+                    task["vocabulary"] = os.path.join(REPO, "data", "corpus", "spm.model")
+                else:
+                    task["splits"][split] = self.digits_file(split)
+                    task.pop("vocabulary", None)  # the bundled one
+        restore = spec.get("restore", {})
+        if restore.get("path"):
+            self.assertIsNotNone(self.base, "tiny_local.textproto runs first and makes the checkpoints")
+            restore["path"] = (os.path.join(self.base, "checkpoint_6") if restore.get("mode") == "SPECIFIC"
+                               else self.base)
+        return spec
+
+    def run_example(self, name):
+        spec = self.shrink(self.normalized(os.path.join(REPO, "examples", name)))
+        path = os.path.join(self.dir, name + ".json")
+        with open(path, "w") as f:
+            json.dump(spec, f)
+        r = subprocess.run([TRAINYARD, "local", path, "--state-dir", os.path.join(self.dir, "state-" + name)],
+                           capture_output=True, text=True, timeout=600, cwd=self.dir)
+        self.assertEqual(r.returncode, 0, f"{name}:\n{r.stdout}\n{r.stderr}")
+        self.assertIn("SUCCEEDED", r.stdout, name)
+        return spec
+
+    def test_every_example_runs(self):
+        names = sorted(os.listdir(os.path.join(REPO, "examples")))
+        specs = [n for n in names if n.endswith((".textproto", ".json"))]
+        self.assertIn("tiny_local.textproto", specs)
+        self.assertGreaterEqual(len(specs), 6, specs)
+        base = self.run_example("tiny_local.textproto")
+        ExamplesTest.base = base["output_dir"]
+        self.assertTrue(os.path.isdir(os.path.join(self.base, "checkpoint_6")))
+        for name in specs:
+            if name != "tiny_local.textproto":
+                with self.subTest(example=name):
+                    self.run_example(name)
 
 
 def main():
