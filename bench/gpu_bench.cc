@@ -3,17 +3,9 @@
 // random batches, timed after warm-up steps with the device synchronised.
 // bench/gpu/run.sh runs it on a GPU machine beside bench/gpu/hf_peer.py.
 //
-// Model FLOPs per example follow the PaLM paper's appendix (training = 3x
-// the forward's matrix products; attention scores and their weighted sum
-// counted in full): with d = d_model, h*q = heads*d_kv, f = d_ff (x2 for
-// the gated MLP's two input projections), V = vocabulary, I/T = input and
-// target lengths, Le/Ld = encoder/decoder layers,
-//   forward = 2*T*d*V                                     (output projection)
-//           + 2*I*Le*(4*d*h*q + 3*d*f or 2*d*f)            (encoder layers)
-//           + 2*T*Ld*(8*d*h*q + 3*d*f or 2*d*f)            (decoder layers)
-//           + 4*h*q*(Le*I*I + Ld*(T*T + T*I))              (attention)
-// MFU = 3 * forward * examples/s / peak (--peak-tflops, default the H200's
-// dense bf16 989).
+// Model FLOPs per example: ForwardFlopsPerExample (spec/presets.h, the
+// PaLM paper's appendix; the trainer's timing/mfu counts the same). MFU = 3 * forward * examples/s / peak
+// (--peak-tflops, default the H200's dense bf16 989).
 //
 // usage: gpu_bench [--preset t5_1_1_base] [--device cuda:0] [--dtype bf16|fp32]
 //                  [--batch 64] [--inputs 512] [--targets 128] [--steps 20]
@@ -33,15 +25,6 @@
 
 namespace trainyard {
 namespace {
-
-double ForwardFlopsPerExample(const ModelConfig& c, int64_t inputs, int64_t targets) {
-  const double d = c.d_model(), hq = static_cast<double>(c.num_heads()) * c.d_kv(), f = c.d_ff();
-  const double V = c.vocab_size(), I = static_cast<double>(inputs), T = static_cast<double>(targets);
-  const double mlp = c.feed_forward() == ModelConfig::GATED_GELU ? 3 * d * f : 2 * d * f;
-  const double Le = c.num_encoder_layers(), Ld = c.num_decoder_layers();
-  return 2 * T * d * V + 2 * I * Le * (4 * d * hq + mlp) + 2 * T * Ld * (8 * d * hq + mlp) +
-         4 * hq * (Le * I * I + Ld * (T * T + T * I));
-}
 
 class RandomBatches : public BatchIterator {
  public:

@@ -1,9 +1,10 @@
 // `trainyard worker` (in trainyard-torch): runs a worker process.
 #include <ATen/Parallel.h>
-#include "client/commands.h"
 
 #include <thread>
 
+#include "absl/strings/numbers.h"
+#include "client/commands.h"
 #include "client/flags.h"
 #include "common/blas.h"
 #include "common/logging.h"
@@ -31,6 +32,10 @@ int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostr
   flags.AddInt("collective-timeout", &collective_timeout, "SECONDS",
                "a collective operation waits at most this long for its peers (default 60)");
   flags.AddString("log-level", &log_level, "LEVEL", "trace, debug, info, warn, error (default info)");
+  std::string peak_tflops;
+  flags.AddString("peak-tflops", &peak_tflops, "X",
+                  "the device's dense peak in TFLOP/s for the compute dtype, for the train summary's\n"
+                  "timing/mfu (default: measured once by a matrix-product probe)");
   AddTlsFlags(&flags, &options.tls, &options.insecure);
   flags.AddString("metrics-listen", &options.metrics_listen, "HOST:PORT",
                   "serve Prometheus /metrics and /healthz over HTTP there (default: off)");
@@ -47,6 +52,14 @@ int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostr
   if (threads < 0 || threads > 1024) {
     err << "error: --threads: " << threads << "; allowed 1..1024 (0: every core)\n";
     return kExitUsage;
+  }
+  if (!peak_tflops.empty()) {
+    double tflops = 0;
+    if (!absl::SimpleAtod(peak_tflops, &tflops) || !(tflops > 0) || tflops > 1e6) {
+      err << "error: --peak-tflops: '" << peak_tflops << "'; want a number of TFLOP/s in (0, 1e6]\n";
+      return kExitUsage;
+    }
+    options.peak_flops = tflops * 1e12;
   }
   if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.collective_timeout = absl::Seconds(collective_timeout);

@@ -4,12 +4,14 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "collective/agreement.h"
 #include "common/durable_file.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "data/bundled.h"
 #include "data/iterator.h"
@@ -160,6 +162,17 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
       trainer.seed = static_cast<uint64_t>(spec.seed());
       trainer.summary_dir = spec.output_dir();  // written by rank 0 only
       trainer.compute_weight_metrics = spec.summary().weight_metrics();
+      trainer.model_flops_per_step =
+          3 * ForwardFlopsPerExample(config, spec.feature_lengths().inputs(), spec.feature_lengths().targets()) *
+          static_cast<double>(spec.batch_size());
+      trainer.peak_flops_per_device = job->options_.peak_flops;
+      if (trainer.peak_flops_per_device <= 0) {
+        trainer.peak_flops_per_device = MeasurePeakFlops(job->options_.device, model_options.compute_dtype);
+        if (rank == 0) {
+          spdlog::info("job {}: timing/mfu against {:.3g} TFLOP/s per device, measured by a matrix-product probe",
+                       job->id(), trainer.peak_flops_per_device / 1e12);
+        }
+      }
       trainer.preemption_requested = job->options_.stop;
       job->trainer_ =
           std::make_unique<Trainer>(job->model_.get(), job->optimizer_.get(), std::move(lr), collective, trainer);
@@ -506,5 +519,28 @@ absl::StatusOr<std::string> TrainingJob::SaveCheckpoint(bool wait) {
 }
 
 absl::Status TrainingJob::WaitForSaves() { return checkpointer_.Wait(); }
+
+double MeasurePeakFlops(const c10::Device& device, torch::ScalarType dtype) {
+  static Mutex mu;
+  static auto* cache = new std::map<std::pair<std::string, int>, double>;
+  const auto key = std::make_pair(device.str(), static_cast<int>(dtype));
+  MutexLock lock(&mu);
+  auto it = cache->find(key);
+  if (it != cache->end()) return it->second;
+  const int64_t n = device.is_cuda() ? 4096 : 1024;
+  torch::NoGradGuard no_grad;
+  const auto options = torch::TensorOptions().device(device).dtype(dtype);
+  const torch::Tensor a = torch::ones({n, n}, options), b = torch::ones({n, n}, options);
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {  // the first warms up
+    const auto t0 = std::chrono::steady_clock::now();
+    torch::Tensor c = torch::mm(a, b);
+    (void)c.sum().item<double>();  // waits for the device
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0 && seconds > 0) best = std::max(best, 2.0 * n * n * n / seconds);
+  }
+  (*cache)[key] = best;
+  return best;
+}
 
 }  // namespace trainyard

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include <c10/core/Device.h>
+#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -63,7 +64,16 @@ struct TrainingJobOptions {
   // jobs). False: the owner feeds batches to trainer() itself (the
   // interactive model); Train is then refused.
   bool task_data = true;
+  // The device's peak FLOP/s for timing/mfu in the train summary; 0: measured
+  // once per process, device and dtype by a matrix-product probe
+  // (MeasurePeakFlops).
+  double peak_flops = 0;
 };
+
+// The best FLOP/s of a few 1024^3 (CPU) or 4096^3 (CUDA) matrix products in
+// `dtype` on `device`: what the device reaches on the model's main kernel,
+// used as the peak when none is given. Cached per device and dtype.
+double MeasurePeakFlops(const c10::Device& device, torch::ScalarType dtype);
 
 // A chunk of steps (Train).
 struct TrainChunk {

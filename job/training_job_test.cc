@@ -14,6 +14,7 @@
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 #include "spec/jobspec_validator.h"
+#include "spec/presets.h"
 
 namespace trainyard {
 namespace {
@@ -234,6 +235,27 @@ TEST_F(TrainingJobTest, WeightMetricsJoinTheSummaryWhenTheSpecAsks) {
     EXPECT_EQ(per_parameter, on ? 52 : 0);
     if (on) EXPECT_GT(summary.at("weight_gradient_norm"), 0.0);
   }
+}
+
+TEST_F(TrainingJobTest, TheSummaryCountsModelFlopsAndTheirUtilisation) {
+  LocalCollective local;
+  JobSpec spec = Spec("mfu", 1);
+  TrainingJobOptions options;
+  options.peak_flops = 1e12;
+  absl::StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(spec, &local, options);
+  ASSERT_THAT(job.status(), IsOk());
+  ASSERT_THAT((*job)->Restore("").status(), IsOk());
+  absl::StatusOr<TrainChunk> chunk = (*job)->Train(2);
+  ASSERT_THAT(chunk.status(), IsOk());
+  const auto& summary = chunk->summary;
+  // 3 x the forward of one 16/32-token example x 4 rows x 2 steps.
+  const double forward = ForwardFlopsPerExample(*PresetConfig("tiny"), 16, 32);
+  EXPECT_DOUBLE_EQ(summary.at("timing/model_flops"), 3 * forward * 4 * 2);
+  EXPECT_DOUBLE_EQ(summary.at("timing/mfu"), summary.at("timing/model_flops_per_second_per_core") / 1e12);
+  // Without a peak, the probe's: measured once, then the same.
+  const double probe = MeasurePeakFlops(c10::Device(c10::DeviceType::CPU), torch::kFloat32);
+  EXPECT_GT(probe, 1e8);  // any CPU does 0.1 GFLOP/s
+  EXPECT_EQ(MeasurePeakFlops(c10::Device(c10::DeviceType::CPU), torch::kFloat32), probe);
 }
 
 TEST_F(TrainingJobTest, BadSpecsAreRefusedByField) {

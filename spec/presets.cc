@@ -129,4 +129,13 @@ int64_t CountParameters(const ModelConfig& c) {
   return total;
 }
 
+double ForwardFlopsPerExample(const ModelConfig& c, int64_t inputs, int64_t targets) {
+  const double d = c.d_model(), hq = static_cast<double>(c.num_heads()) * c.d_kv(), f = c.d_ff();
+  const double V = c.vocab_size(), I = static_cast<double>(inputs), T = static_cast<double>(targets);
+  const double mlp = c.feed_forward() == ModelConfig::GATED_GELU ? 3 * d * f : 2 * d * f;
+  const double Le = c.num_encoder_layers(), Ld = c.num_decoder_layers();
+  return 2 * T * d * V + 2 * I * Le * (4 * d * hq + mlp) + 2 * T * Ld * (8 * d * hq + mlp) +
+         4 * hq * (Le * I * I + Ld * (T * T + T * I));
+}
+
 }  // namespace trainyard

@@ -38,6 +38,18 @@ void FillModelConfigDefaults(ModelConfig* config);
 // Number of trainable parameters of a T5 with this config, in closed form.
 int64_t CountParameters(const ModelConfig& config);
 
+// Model FLOPs of one example's forward pass at these lengths, as the PaLM
+// paper's appendix counts them (training = 3x; the matrix products, with
+// attention scores and their weighted sum in full): with d = d_model,
+// h*q = heads*d_kv, f = d_ff (x3/2 for the gated MLP's two input
+// projections), V = vocabulary, I/T = input/target lengths, Le/Ld =
+// encoder/decoder layers,
+//   forward = 2*T*d*V                                     (output projection)
+//           + 2*I*Le*(4*d*h*q + 3*d*f or 2*d*f)            (encoder layers)
+//           + 2*T*Ld*(8*d*h*q + 3*d*f or 2*d*f)            (decoder layers)
+//           + 4*h*q*(Le*I*I + Ld*(T*T + T*I))              (attention)
+double ForwardFlopsPerExample(const ModelConfig& config, int64_t inputs, int64_t targets);
+
 }  // namespace trainyard
 
 #endif  // TRAINYARD_SPEC_PRESETS_H_

@@ -84,13 +84,17 @@ absl::optional<std::map<std::string, double>> MetricsManager::WriteMetricsSummar
   metrics["timing/uptime"] = absl::ToDoubleSeconds(now - created_);
   if (seconds > 0) {
     metrics["timing/steps_per_second"] = static_cast<double>(num_steps) / seconds;
-    for (const char* total : {"seqs", "target_tokens"}) {
+    for (const char* total : {"seqs", "target_tokens", "model_flops"}) {
       auto it = metrics.find(absl::StrCat("timing/", total));
       if (it == metrics.end()) continue;
       const double rate = it->second / seconds;
       metrics[absl::StrCat("timing/", total, "_per_second")] = rate;
       metrics[absl::StrCat("timing/", total, "_per_second_per_core")] = rate / num_workers_;
     }
+  }
+  auto per_core = metrics.find("timing/model_flops_per_second_per_core");
+  if (peak_flops_per_core_ > 0 && per_core != metrics.end()) {
+    metrics["timing/mfu"] = per_core->second / peak_flops_per_core_;
   }
   std::vector<std::string> parts;
   for (const auto& [name, value] : metrics) parts.push_back(absl::StrCat(name, "=", value));

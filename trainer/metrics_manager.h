@@ -51,6 +51,10 @@ class MetricsManager {
   // 0) or nullopt (other ranks).
   absl::optional<std::map<std::string, double>> WriteMetricsSummary(std::map<std::string, double> metrics, int64_t step,
                                                                     int64_t num_steps);
+  // The peak FLOP/s of one worker's device: summaries with
+  // timing/model_flops (the period's model FLOPs over all workers) then get
+  // timing/mfu = timing/model_flops_per_second_per_core / peak. 0: none.
+  void set_peak_flops_per_core(double peak) { peak_flops_per_core_ = peak; }
   // Writes everything queued, joins the writer thread; returns the first
   // write error, if any. Idempotent.
   absl::Status Close();
@@ -67,6 +71,7 @@ class MetricsManager {
   const std::string log_dir_;
   const bool enabled_;
   const int num_workers_;
+  double peak_flops_per_core_ = 0;
   Clock* const clock_;
   const absl::Time created_;
   absl::Time timer_start_;

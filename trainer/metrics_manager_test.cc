@@ -30,6 +30,24 @@ TEST(Crc32cTest, KnownVectorsAndMask) {
   EXPECT_EQ(MaskedCrc32c("123456789"), ((crc >> 15) | (crc << 17)) + 0xa282ead8u);
 }
 
+TEST(MetricsManagerTest, ModelFlopsUtilisationAgainstThePeakPerCore) {
+  SimulatedClock clock(absl::FromUnixSeconds(1000));
+  MetricsManager manager("train", ::testing::TempDir() + "/mm_mfu", /*rank=*/0, /*num_workers=*/2, &clock);
+  manager.StartDurationTimer();
+  clock.AdvanceTime(absl::Seconds(4));
+  auto plain = manager.WriteMetricsSummary({{"timing/model_flops", 8e12}}, 10, 10);
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_DOUBLE_EQ(plain->at("timing/model_flops_per_second"), 2e12);
+  EXPECT_DOUBLE_EQ(plain->at("timing/model_flops_per_second_per_core"), 1e12);
+  EXPECT_EQ(plain->count("timing/mfu"), 0u);  // no peak given
+  manager.set_peak_flops_per_core(4e12);
+  clock.AdvanceTime(absl::Seconds(4));
+  auto summary = manager.WriteMetricsSummary({{"timing/model_flops", 8e12}}, 20, 10);
+  ASSERT_TRUE(summary.has_value());
+  EXPECT_DOUBLE_EQ(summary->at("timing/mfu"), 0.25);  // 1e12 per core of 4e12
+  EXPECT_TRUE(manager.Close().ok());
+}
+
 TEST(MetricsManagerTest, TimingMetricsFromTheInjectedClock) {
   SimulatedClock clock(absl::FromUnixSeconds(1000));
   const std::string dir = ::testing::TempDir() + "/mm_timing";

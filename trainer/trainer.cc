@@ -90,6 +90,7 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
   if (!params_.empty()) device_ = params_[0].second.device();
   train_metrics_ =
       std::make_unique<MetricsManager>("train", options_.summary_dir, collective_->rank(), collective_->world_size());
+  train_metrics_->set_peak_flops_per_core(options_.peak_flops_per_device);
   progress_.store(optimizer_->step());
   if (options_.overlap_allreduce && collective_->world_size() > 1) {
     std::vector<torch::Tensor> tensors;
@@ -252,6 +253,9 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
   for (const auto& [k, v] : last_step_metrics) summary[k] = v;
   summary["timing/seqs"] = seqs;
   summary["timing/target_tokens"] = target_tokens;
+  if (options_.model_flops_per_step > 0) {
+    summary["timing/model_flops"] = options_.model_flops_per_step * static_cast<double>(num_steps);
+  }
   // This rank's time in the gradient all-reduce (not overlapped with
   // compute), per step.
   summary["timing/allreduce_seconds_per_step"] =

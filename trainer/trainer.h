@@ -81,6 +81,12 @@ struct TrainerOptions {
   // backward.
   bool overlap_allreduce = true;
   int64_t allreduce_bucket_bytes = 4 << 20;
+  // Model FLOPs of one step over all ranks (3 x ForwardFlopsPerExample x
+  // the global batch's rows) and one device's peak FLOP/s: the summary's
+  // timing/model_flops, timing/model_flops_per_second(_per_core) and, with
+  // a peak, timing/mfu. 0: not reported.
+  double model_flops_per_step = 0;
+  double peak_flops_per_device = 0;
 };
 
 // T5X's PreemptionError: the status Train returns when preemption was

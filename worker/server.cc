@@ -66,6 +66,7 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
   core_options.metrics = &metrics;
   core_options.host_address = advertise;
   core_options.device = device;
+  core_options.peak_flops = options.peak_flops;
   core_options.collective_timeout = options.collective_timeout;
   core_options.store_factory = [channel](const std::string& scope) { return NewCoordinatorStore(channel, scope); };
   WorkerCore core(core_options);

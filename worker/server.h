@@ -22,6 +22,9 @@ struct WorkerServerOptions {
   // machine's hostname when listening on all interfaces.
   std::string advertise_host;
   std::string device = "cpu";
+  // The device's dense peak FLOP/s for the train summary's timing/mfu; 0:
+  // measured by a matrix-product probe (MeasurePeakFlops).
+  double peak_flops = 0;
   absl::Duration collective_timeout = absl::Seconds(60);
   // On SIGTERM, how long to wait for the job's emergency checkpoint and
   // teardown before stopping anyway (keep it under Kubernetes'

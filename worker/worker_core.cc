@@ -167,6 +167,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   TrainingJobOptions options;
   options.id = job->id;
   options.device = options_.device;
+  options.peak_flops = options_.peak_flops;
   options.stop = &job->stop;
   options.preempted = &job->preempt;
   absl::StatusOr<std::unique_ptr<TrainingJob>> training = TrainingJob::Create(spec, job->collective.get(), options);
