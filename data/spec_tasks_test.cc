@@ -42,8 +42,8 @@ std::vector<std::string> Documents() {
 }
 
 // The directory the specs' relative paths are read from, as a user's
-// working directory: corpus/{train-0,train-1,valid}.txt, corpus/spm.model,
-// qa/{train,valid}.tsv.
+// working directory: corpus/{train-0,train-1,valid}.txt (Debian's licence
+// texts), corpus/spm.model, qa/{train,valid}.tsv.
 class SpecTasksTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -58,9 +58,12 @@ class SpecTasksTest : public ::testing::Test {
     train0.close();
     train1.close();
     valid.close();
-    ASSERT_THAT(
-        TrainVocabulary({*dir_ + "/corpus/train-0.txt", *dir_ + "/corpus/train-1.txt"}, 400, *dir_ + "/corpus/spm"),
-        IsOk());
+    // The bundled corpus's vocabulary (400 pieces) as the user's: training
+    // one here would load SentencePiece's trainer into a process that also
+    // has libprotobuf, which the sanitizer builds cannot keep apart
+    // (data/internal/sentencepiece_wrapper.h).
+    std::filesystem::copy_file("data/corpus/spm.model", *dir_ + "/corpus/spm.model",
+                               std::filesystem::copy_options::overwrite_existing);
     for (const char* split : {"train", "valid"}) {
       std::ofstream qa(absl::StrCat(*dir_, "/qa/", split, ".tsv"));
       for (int i = 0; i < 50; ++i) qa << "seven " << i << "\tnine " << i << "\n";
