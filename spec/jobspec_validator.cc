@@ -178,6 +178,10 @@ void ValidateRestore(Errors* errors, RestoreConfig* restore, JobKind kind) {
   if (restore->mode() == RestoreConfig::MODE_UNSPECIFIED) restore->set_mode(RestoreConfig::LATEST);
   if (!restore->has_strict()) restore->set_strict(true);
   if (!restore->path().empty()) CheckPath(errors, "restore.path", restore->path());
+  if (restore->dtype() == BFLOAT16) {
+    errors->Add("restore.dtype", "BFLOAT16: restored parameters are float32 master weights whatever the checkpoint "
+                                 "holds; `dtype` sets the computation's type, checkpoint.save_dtype what is saved");
+  }
   CheckIntRange(errors, "restore.step", restore->step(), 0, kMaxSteps);
   if (restore->mode() == RestoreConfig::SPECIFIC && restore->path().empty() && restore->step() == 0) {
     errors->Add("restore.mode",
@@ -523,7 +527,10 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   }
   if (!data->has_pack()) data->set_pack(true);
   if (!data->has_shuffle()) data->set_shuffle(true);
-  if (!data->vocabulary().empty()) CheckPath(&errors, "data.vocabulary", data->vocabulary());
+  if (!data->vocabulary().empty()) {
+    errors.Add("data.vocabulary", "a vocabulary for the whole job is not supported: each task has its own (the "
+                                  "bundled task's, or task_definitions[].vocabulary)");
+  }
 
   // task, task_definitions, mixture_definitions, eval.tasks.
   spec_internal::ValidateTasks(&errors, spec);
