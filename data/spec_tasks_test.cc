@@ -58,10 +58,8 @@ class SpecTasksTest : public ::testing::Test {
     train0.close();
     train1.close();
     valid.close();
-    // The bundled corpus's vocabulary (400 pieces) as the user's: training
-    // one here would load SentencePiece's trainer into a process that also
-    // has libprotobuf, which the sanitizer builds cannot keep apart
-    // (data/internal/sentencepiece_wrapper.h).
+    // The bundled corpus's vocabulary (400 pieces) as the user's
+    // (tests/workloads trains one with `trainyard vocab train`).
     std::filesystem::copy_file("data/corpus/spm.model", *dir_ + "/corpus/spm.model",
                                std::filesystem::copy_options::overwrite_existing);
     for (const char* split : {"train", "valid"}) {
