@@ -133,6 +133,38 @@ TEST_F(PretrainingTest, PrefixLmSplitsTheTextIntoInputsAndTargets) {
   EXPECT_EQ(*(*vocab_)->Decode(all), text);
 }
 
+// The iterator over split documents without a job spec (so that it also
+// runs under the sanitizers; data/spec_tasks_test covers the spec's chains).
+TEST_F(PretrainingTest, SplitDocumentsResumeAtTheirNextSegment) {
+  Task task = SpanCorruptionTask();
+  task.split_length = [](int64_t inputs_length) { return inputs_length + 6; };  // 70 for 64
+  IteratorOptions options;
+  options.rows = 3;
+  options.inputs_length = 64;
+  options.targets_length = 16;
+  options.pack = false;
+  options.seed = 2;
+  auto a = std::move(TaskIterator::Create(task, options)).value();
+  for (int b = 0; b < 200 && a->segment() == 0; ++b) ASSERT_TRUE(a->Next().ok());
+  ASSERT_GT(a->segment(), 0) << "no batch ended inside a document";
+  auto b = std::move(TaskIterator::Create(task, options)).value();
+  ASSERT_THAT(b->Restore(a->State()), IsOk());
+  for (int k = 0; k < 5; ++k) {
+    const ConvertedBatch want = *a->Next();
+    const ConvertedBatch got = *b->Next();
+    EXPECT_EQ(got.encoder_input_tokens, want.encoder_input_tokens) << k;
+    EXPECT_EQ(got.decoder_target_tokens, want.decoder_target_tokens) << k;
+    EXPECT_EQ(got.truncated_examples, 0);
+  }
+  // Every segment of a long paragraph is at most 70 tokens before corruption.
+  const std::string text = Paragraphs()[3].at("text");
+  absl::StatusOr<std::vector<TokenizedExample>> segments =
+      TokenizeSegments(task, {{"targets", text}}, options.inputs_length, /*seed=*/1);
+  ASSERT_TRUE(segments.ok()) << segments.status();
+  const size_t tokens = (*vocab_)->Encode(text)->size();
+  EXPECT_EQ(segments->size(), (tokens + 69) / 70);
+}
+
 TEST(RekeyTest, RenamesAndNamesAMissingFeature) {
   Preprocessor rekey = Rekey({{"targets", "text"}});
   absl::StatusOr<absl::optional<Example>> out = rekey({{"text", "abc"}, {"id", "7"}});
