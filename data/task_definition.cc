@@ -48,7 +48,7 @@ absl::Status BuildChain(const TaskDefinition& def, Task* task) {
         return absl::InvalidArgumentError(absl::StrCat("task ", def.name(), ": a preprocessor with no kind"));
     }
   }
-  if (SegmentLength(def, 512) > 0) {
+  if (SplitsDocuments(def)) {
     const TaskDefinition copy = def;
     task->split_length = [copy](int64_t inputs_length) { return SegmentLength(copy, inputs_length); };
   }

@@ -79,6 +79,10 @@ int Eos(const TaskDefinition& def) { return !def.has_add_eos() || def.add_eos() 
 
 }  // namespace
 
+bool SplitsDocuments(const TaskDefinition& def) {
+  return FindSplitTokens(def) != nullptr || FindSpanCorruption(def) != nullptr || HasPrefixLm(def);
+}
+
 int64_t SegmentLength(const TaskDefinition& def, int64_t inputs_length) {
   const SplitTokensConfig* split = FindSplitTokens(def);
   const SpanCorruptionConfig* span = FindSpanCorruption(def);

@@ -50,6 +50,9 @@ const SpanCorruptionConfig* FindSpanCorruption(const TaskDefinition& def);
 bool HasPrefixLm(const TaskDefinition& def);
 const SplitTokensConfig* FindSplitTokens(const TaskDefinition& def);
 
+// Whether `def`'s chain splits documents into segments (split_tokens,
+// span_corruption or prefix_lm).
+bool SplitsDocuments(const TaskDefinition& def);
 // The length of the segments `def`'s chain splits each document's targets
 // into, for a job with feature_lengths.inputs = inputs_length; 0 when the
 // chain does not split (see SplitTokensConfig in proto/job.proto).
