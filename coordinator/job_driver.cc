@@ -239,16 +239,16 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
     *final_reason = absl::StrCat(plan_.rank_names[r], " was asked to stop; emergency checkpoint at step ", last_step,
                                  during, checkpoint.empty() ? "" : ": " + checkpoint);
   };
-  int64_t checkpoints_served = 0;
   while (step < spec.total_steps()) {
     // On-demand checkpoints asked since the last chunk: one save serves them
     // all.
-    int64_t asked;
+    int64_t asked, served;
     {
       MutexLock lock(&mu_);
       asked = checkpoints_asked_;
+      served = checkpoints_served_;
     }
-    if (asked > checkpoints_served) {
+    if (asked > served) {
       std::vector<SaveCheckpointResponse> saved;
       const absl::Status status = OnAllRanks<SaveCheckpointResponse>(
           "SaveCheckpoint",
@@ -267,7 +267,7 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
         } else {
           last_saved_ = status;
         }
-        checkpoints_served_ = checkpoints_served = asked;
+        checkpoints_served_ = asked;
       }
       changed_.SignalAll();
       TY_RETURN_IF_ERROR(status);
