@@ -25,22 +25,9 @@
 #include "spec/overrides.h"
 
 namespace trainyard {
-namespace {}  // namespace
 namespace {
 
 int64_t UnixMillis(Clock* clock) { return absl::ToUnixMillis(clock->Now()); }
-
-std::string JobIdFor(const std::string& name, int64_t sequence) {
-  std::string base;
-  for (char c : name) {
-    const bool ok =
-        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
-    base += ok ? c : '-';
-  }
-  if (base.empty()) base = "job";
-  if (base.size() > 48) base.resize(48);
-  return absl::StrCat(base, "-", sequence);
-}
 
 // Four random hex digits: tell this coordinator's worker ids from a
 // previous one's.

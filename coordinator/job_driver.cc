@@ -14,6 +14,18 @@
 #include "spec/actions.h"
 
 namespace trainyard {
+
+std::string JobIdFor(const std::string& name, int64_t sequence) {
+  std::string base;
+  for (char c : name) {
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+    base += ok ? c : '-';
+  }
+  if (base.empty()) base = "job";
+  if (base.size() > 48) base.resize(48);
+  return absl::StrCat(base, "-", sequence);
+}
 namespace {
 
 // An error from the transport (the worker could not be reached or vanished)

@@ -20,6 +20,7 @@
 #ifndef TRAINYARD_COORDINATOR_JOB_DRIVER_H_
 #define TRAINYARD_COORDINATOR_JOB_DRIVER_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -36,6 +37,12 @@
 #include "proto/worker.pb.h"
 
 namespace trainyard {
+
+// The id of the `sequence`th job submitted to a coordinator under `name`:
+// the name with characters other than [A-Za-z0-9._-] replaced by '-' (at
+// most 48 of them; "job" when empty), then "-<sequence>". It names the job
+// in every call, log line, checkpoint's metadata and rendezvous scope.
+std::string JobIdFor(const std::string& name, int64_t sequence);
 
 // What the coordinator knows when it starts an attempt.
 struct AttemptPlan {
