@@ -11,7 +11,7 @@ base="${TRAINYARD_FUZZ_OUTPUT_BASE:-$HOME/.cache/trainyard-fuzz/$(pwd | md5sum |
 bazel_fuzz() { bazel --output_base="$base" "$@"; }
 trap 'bazel_fuzz shutdown >/dev/null 2>&1 || true' EXIT
 
-targets=(//spec:jobspec_fuzzer //spec:session_request_fuzzer //common:security_fuzzer //common:http_request_fuzzer //data:source_fuzzer)
+targets=(//spec:jobspec_fuzzer //spec:session_request_fuzzer //common:security_fuzzer //common:http_request_fuzzer //data:source_fuzzer //checkpoint:msgpack_fuzzer)
 
 # Seeds: real inputs of each kind.
 seed_corpus() {  # NAME DIR
@@ -32,6 +32,10 @@ seed_corpus() {  # NAME DIR
     source_fuzzer)
       printf '{"inputs": "12", "targets": "twelve"}\n{"inputs": "\\u00e9", "targets": "x"}\n' >"$2/jsonl"
       printf '12\ttwelve\n7\tseven\n' >"$2/tsv" ;;
+    msgpack_fuzzer)
+      # {"version": 3, "optimizer": {"step": ext 1 [[], "int32", 4 bytes]}}
+      printf '\x82\xa7version\x03\xa9optimizer\x81\xa4step\xc7\x0e\x01\x93\x90\xa5int32\xc4\x04\x01\x00\x00\x00' >"$2/state"
+      printf '\xdc\x00\x03\xcb\x3f\xf0\x00\x00\x00\x00\x00\x00\xd3\xff\xff\xff\xff\xff\xff\xff\xfe\xc0' >"$2/scalars" ;;
   esac
 }
 # ld.gold warns about every ASan symbol it cannot export: keep the build log

@@ -1,0 +1,244 @@
+#include "checkpoint/msgpack.h"
+
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace trainyard {
+namespace {
+
+class Decoder {
+ public:
+  Decoder(absl::string_view data, int max_depth) : data_(data), max_depth_(max_depth) {}
+
+  absl::StatusOr<MsgpackValue> Document() {
+    MsgpackValue v;
+    absl::Status s = Value(0, &v);
+    if (!s.ok()) return s;
+    if (pos_ != data_.size()) return Error(absl::StrCat(data_.size() - pos_, " bytes after the document's end"));
+    return v;
+  }
+
+ private:
+  absl::Status Error(const std::string& what) const {
+    return absl::DataLossError(absl::StrCat("msgpack: at byte ", pos_, ": ", what));
+  }
+  absl::Status Need(uint64_t n) const {
+    if (n > data_.size() - pos_) {
+      return Error(absl::StrCat("needs ", n, " more bytes, ", data_.size() - pos_, " left"));
+    }
+    return absl::OkStatus();
+  }
+  // A big-endian unsigned integer of `n` bytes.
+  absl::StatusOr<uint64_t> Uint(int n) {
+    absl::Status s = Need(n);
+    if (!s.ok()) return s;
+    uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v = (v << 8) | static_cast<uint8_t>(data_[pos_ + i]);
+    pos_ += n;
+    return v;
+  }
+  absl::Status Bytes(uint64_t n, std::string* out) {
+    absl::Status s = Need(n);
+    if (!s.ok()) return s;
+    out->assign(data_.data() + pos_, n);
+    pos_ += n;
+    return absl::OkStatus();
+  }
+  absl::Status Ext(uint64_t n, MsgpackValue* v) {
+    absl::StatusOr<uint64_t> type = Uint(1);
+    if (!type.ok()) return type.status();
+    v->type = MsgpackValue::Type::kExt;
+    v->ext_type = static_cast<int8_t>(static_cast<uint8_t>(*type));
+    return Bytes(n, &v->bytes);
+  }
+  absl::Status Array(uint64_t n, int depth, MsgpackValue* v) {
+    // Every element takes at least a byte.
+    absl::Status s = Need(n);
+    if (!s.ok()) return s;
+    v->type = MsgpackValue::Type::kArray;
+    v->items.resize(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      s = Value(depth + 1, &v->items[i]);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Map(uint64_t n, int depth, MsgpackValue* v) {
+    absl::Status s = Need(2 * n);
+    if (!s.ok()) return s;
+    v->type = MsgpackValue::Type::kMap;
+    v->entries.resize(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      s = Value(depth + 1, &v->entries[i].first);
+      if (s.ok()) s = Value(depth + 1, &v->entries[i].second);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Value(int depth, MsgpackValue* v) {
+    if (depth > max_depth_) return Error(absl::StrCat("nested deeper than ", max_depth_));
+    absl::StatusOr<uint64_t> tag_or = Uint(1);
+    if (!tag_or.ok()) return tag_or.status();
+    const uint8_t tag = static_cast<uint8_t>(*tag_or);
+    using T = MsgpackValue::Type;
+    auto sized = [&](int n) -> absl::StatusOr<uint64_t> { return Uint(n); };
+    if (tag <= 0x7f) {
+      v->type = T::kInt;
+      v->integer = tag;
+      return absl::OkStatus();
+    }
+    if (tag >= 0xe0) {
+      v->type = T::kInt;
+      v->integer = static_cast<int8_t>(tag);
+      return absl::OkStatus();
+    }
+    if ((tag & 0xf0) == 0x80) return Map(tag & 0x0f, depth, v);
+    if ((tag & 0xf0) == 0x90) return Array(tag & 0x0f, depth, v);
+    if ((tag & 0xe0) == 0xa0) {
+      v->type = T::kString;
+      return Bytes(tag & 0x1f, &v->bytes);
+    }
+    switch (tag) {
+      case 0xc0:
+        v->type = T::kNil;
+        return absl::OkStatus();
+      case 0xc2:
+      case 0xc3:
+        v->type = T::kBool;
+        v->boolean = tag == 0xc3;
+        return absl::OkStatus();
+      case 0xc4:
+      case 0xc5:
+      case 0xc6: {
+        absl::StatusOr<uint64_t> n = sized(1 << (tag - 0xc4));
+        if (!n.ok()) return n.status();
+        v->type = T::kBinary;
+        return Bytes(*n, &v->bytes);
+      }
+      case 0xc7:
+      case 0xc8:
+      case 0xc9: {
+        absl::StatusOr<uint64_t> n = sized(1 << (tag - 0xc7));
+        if (!n.ok()) return n.status();
+        return Ext(*n, v);
+      }
+      case 0xca: {
+        absl::StatusOr<uint64_t> bits = Uint(4);
+        if (!bits.ok()) return bits.status();
+        const uint32_t b = static_cast<uint32_t>(*bits);
+        float f;
+        std::memcpy(&f, &b, 4);
+        v->type = T::kFloat;
+        v->number = f;
+        return absl::OkStatus();
+      }
+      case 0xcb: {
+        absl::StatusOr<uint64_t> bits = Uint(8);
+        if (!bits.ok()) return bits.status();
+        const uint64_t b = *bits;
+        std::memcpy(&v->number, &b, 8);
+        v->type = T::kFloat;
+        return absl::OkStatus();
+      }
+      case 0xcc:
+      case 0xcd:
+      case 0xce:
+      case 0xcf: {
+        absl::StatusOr<uint64_t> n = Uint(1 << (tag - 0xcc));
+        if (!n.ok()) return n.status();
+        if (*n > static_cast<uint64_t>(INT64_MAX)) return Error("an unsigned integer above 2^63 - 1");
+        v->type = T::kInt;
+        v->integer = static_cast<int64_t>(*n);
+        return absl::OkStatus();
+      }
+      case 0xd0:
+      case 0xd1:
+      case 0xd2:
+      case 0xd3: {
+        const int width = 1 << (tag - 0xd0);
+        absl::StatusOr<uint64_t> n = Uint(width);
+        if (!n.ok()) return n.status();
+        v->type = T::kInt;
+        // Sign-extend from `width` bytes.
+        const int shift = 64 - 8 * width;
+        v->integer = static_cast<int64_t>(*n << shift) >> shift;
+        return absl::OkStatus();
+      }
+      case 0xd4:
+      case 0xd5:
+      case 0xd6:
+      case 0xd7:
+      case 0xd8:
+        return Ext(1u << (tag - 0xd4), v);
+      case 0xd9:
+      case 0xda:
+      case 0xdb: {
+        absl::StatusOr<uint64_t> n = sized(1 << (tag - 0xd9));
+        if (!n.ok()) return n.status();
+        v->type = T::kString;
+        return Bytes(*n, &v->bytes);
+      }
+      case 0xdc:
+      case 0xdd: {
+        absl::StatusOr<uint64_t> n = sized(tag == 0xdc ? 2 : 4);
+        if (!n.ok()) return n.status();
+        return Array(*n, depth, v);
+      }
+      case 0xde:
+      case 0xdf: {
+        absl::StatusOr<uint64_t> n = sized(tag == 0xde ? 2 : 4);
+        if (!n.ok()) return n.status();
+        return Map(*n, depth, v);
+      }
+      default:
+        --pos_;
+        return Error(absl::StrCat("0x", absl::Hex(tag), " is not a MessagePack type"));
+    }
+  }
+
+  absl::string_view data_;
+  const int max_depth_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+const MsgpackValue* MsgpackValue::Find(absl::string_view key) const {
+  for (const auto& [k, v] : entries) {
+    if ((k.type == Type::kString || k.type == Type::kBinary) && k.bytes == key) return &v;
+  }
+  return nullptr;
+}
+
+const char* MsgpackValue::TypeName() const {
+  switch (type) {
+    case Type::kNil:
+      return "nil";
+    case Type::kBool:
+      return "bool";
+    case Type::kInt:
+      return "int";
+    case Type::kFloat:
+      return "float";
+    case Type::kString:
+      return "str";
+    case Type::kBinary:
+      return "bin";
+    case Type::kArray:
+      return "array";
+    case Type::kMap:
+      return "map";
+    case Type::kExt:
+      return "ext";
+  }
+  return "?";
+}
+
+absl::StatusOr<MsgpackValue> DecodeMsgpack(absl::string_view data, int max_depth) {
+  return Decoder(data, max_depth).Document();
+}
+
+}  // namespace trainyard

@@ -1,0 +1,305 @@
+#include "checkpoint/t5x_checkpoint.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "checkpoint/msgpack.h"
+
+namespace trainyard {
+namespace {
+
+namespace fs = std::filesystem;
+
+// flax's ext codes (serialization._MsgpackExtType).
+constexpr int8_t kExtNdarray = 1;
+constexpr int8_t kExtNpScalar = 3;
+
+std::string Key(const MsgpackValue& k) {
+  if (k.type == MsgpackValue::Type::kString || k.type == MsgpackValue::Type::kBinary) return k.bytes;
+  if (k.type == MsgpackValue::Type::kInt) return absl::StrCat(k.integer);
+  return std::string("<") + k.TypeName() + ">";
+}
+
+class Reader {
+ public:
+  Reader(std::string dir, std::string file) : dir_(std::move(dir)), file_(std::move(file)) {}
+
+  // Every leaf under `node` into `out`, by path from `prefix`.
+  absl::Status Walk(const MsgpackValue& node, const std::string& prefix, std::map<std::string, ZarrArray>* out) {
+    using T = MsgpackValue::Type;
+    switch (node.type) {
+      case T::kNil:
+        return absl::OkStatus();  // an empty leaf
+      case T::kExt: {
+        absl::StatusOr<ZarrArray> array = Inline(node, prefix);
+        if (!array.ok()) return array.status();
+        (*out)[prefix] = std::move(*array);
+        return absl::OkStatus();
+      }
+      case T::kInt: {
+        ZarrArray a;
+        a.dtype = "int64";
+        a.data.assign(reinterpret_cast<const char*>(&node.integer), 8);
+        (*out)[prefix] = std::move(a);
+        return absl::OkStatus();
+      }
+      case T::kFloat: {
+        ZarrArray a;
+        a.dtype = "float64";
+        a.data.assign(reinterpret_cast<const char*>(&node.number), 8);
+        (*out)[prefix] = std::move(a);
+        return absl::OkStatus();
+      }
+      case T::kMap: {
+        if (node.Find("driver") != nullptr && node.Find("metadata") != nullptr) {
+          absl::StatusOr<ZarrArray> array = Stored(node, prefix);
+          if (!array.ok()) return array.status();
+          (*out)[prefix] = std::move(*array);
+          return absl::OkStatus();
+        }
+        if (const MsgpackValue* chunked = node.Find("__msgpack_chunked_array__");
+            chunked != nullptr && chunked->type == T::kBool && chunked->boolean) {
+          absl::StatusOr<ZarrArray> array = Chunked(node, prefix);
+          if (!array.ok()) return array.status();
+          (*out)[prefix] = std::move(*array);
+          return absl::OkStatus();
+        }
+        for (const auto& [k, v] : node.entries) {
+          absl::Status s = Walk(v, prefix.empty() ? Key(k) : prefix + "/" + Key(k), out);
+          if (!s.ok()) return s;
+        }
+        return absl::OkStatus();
+      }
+      default:
+        return Error(prefix,
+                     absl::StrCat("a ", node.TypeName(), " where an array, a TensorStore spec or a map belongs"));
+    }
+  }
+
+ private:
+  absl::Status Error(const std::string& leaf, const std::string& what) const {
+    return absl::InvalidArgumentError(absl::StrCat(file_, ": ", leaf.empty() ? "the top level" : leaf, ": ", what));
+  }
+
+  // flax: ExtType(1 or 3, packb([shape, dtype name, bytes])).
+  absl::StatusOr<ZarrArray> Inline(const MsgpackValue& ext, const std::string& leaf) {
+    if (ext.ext_type != kExtNdarray && ext.ext_type != kExtNpScalar) {
+      return Error(leaf, absl::StrCat("msgpack ext type ", ext.ext_type, " is not an array (flax writes 1 and 3)"));
+    }
+    absl::StatusOr<MsgpackValue> payload = DecodeMsgpack(ext.bytes);
+    if (!payload.ok()) return Error(leaf, std::string(payload.status().message()));
+    using T = MsgpackValue::Type;
+    if (payload->type != T::kArray || payload->items.size() != 3 || payload->items[0].type != T::kArray ||
+        (payload->items[1].type != T::kString && payload->items[1].type != T::kBinary) ||
+        payload->items[2].type != T::kBinary) {
+      return Error(leaf, "an array's payload is not [shape, dtype, bytes]");
+    }
+    ZarrArray a;
+    for (const MsgpackValue& d : payload->items[0].items) {
+      if (d.type != T::kInt || d.integer < 0) return Error(leaf, "an array's shape is not a list of sizes");
+      a.shape.push_back(d.integer);
+    }
+    a.dtype = payload->items[1].bytes;
+    const int item = ZarrDtypeSize(a.dtype);
+    if (item == 0) {
+      return Error(leaf,
+                   absl::StrCat("dtype \"", a.dtype,
+                                "\" is not supported; allowed: float16, float32, float64, bfloat16, int32, int64"));
+    }
+    uint64_t elements = 1;
+    for (int64_t d : a.shape) {
+      if (d != 0 && elements > (uint64_t{1} << 60) / static_cast<uint64_t>(d)) return Error(leaf, "an absurd shape");
+      elements *= static_cast<uint64_t>(d);
+    }
+    a.data = std::move(payload->items[2].bytes);
+    if (a.data.size() != elements * static_cast<uint64_t>(item)) {
+      return absl::DataLossError(absl::StrCat(file_, ": ", leaf, ": ", a.data.size(), " bytes for shape [",
+                                              absl::StrJoin(a.shape, ", "), "] of ", a.dtype));
+    }
+    return a;
+  }
+
+  // flax's arrays over 1 GiB: {"__msgpack_chunked_array__": true,
+  // "shape": {"0": d0, ...}, "chunks": {"0": ext, ...}}, flat chunks in order.
+  absl::StatusOr<ZarrArray> Chunked(const MsgpackValue& node, const std::string& leaf) {
+    const MsgpackValue* shape = node.Find("shape");
+    const MsgpackValue* chunks = node.Find("chunks");
+    using T = MsgpackValue::Type;
+    if (shape == nullptr || chunks == nullptr || shape->type != T::kMap || chunks->type != T::kMap) {
+      return Error(leaf, "a chunked array without its shape and chunks");
+    }
+    ZarrArray a;
+    for (size_t i = 0; i < shape->entries.size(); ++i) {
+      const MsgpackValue* d = shape->Find(absl::StrCat(i));
+      if (d == nullptr || d->type != T::kInt || d->integer < 0) return Error(leaf, "a chunked array's shape is bad");
+      a.shape.push_back(d->integer);
+    }
+    for (size_t i = 0; i < chunks->entries.size(); ++i) {
+      const MsgpackValue* c = chunks->Find(absl::StrCat(i));
+      if (c == nullptr || c->type != T::kExt) return Error(leaf, absl::StrCat("chunk ", i, " is missing"));
+      absl::StatusOr<ZarrArray> part = Inline(*c, absl::StrCat(leaf, " (chunk ", i, ")"));
+      if (!part.ok()) return part.status();
+      if (i == 0) a.dtype = part->dtype;
+      if (part->dtype != a.dtype) return Error(leaf, "chunks of different dtypes");
+      a.data += part->data;
+    }
+    uint64_t elements = 1;
+    for (int64_t d : a.shape) elements *= static_cast<uint64_t>(d);
+    if (a.dtype.empty() || a.data.size() != elements * static_cast<uint64_t>(ZarrDtypeSize(a.dtype))) {
+      return absl::DataLossError(
+          absl::StrCat(file_, ": ", leaf, ": the chunks do not fill shape [", absl::StrJoin(a.shape, ", "), "]"));
+    }
+    return a;
+  }
+
+  // A TensorStore spec: the zarr array at the spec's path, relative to the
+  // checkpoint directory (kvstore.path; older T5X: a top-level path).
+  absl::StatusOr<ZarrArray> Stored(const MsgpackValue& spec, const std::string& leaf) {
+    using T = MsgpackValue::Type;
+    const MsgpackValue* driver = spec.Find("driver");
+    if (driver->type != T::kString || driver->bytes != "zarr") {
+      return Error(leaf, absl::StrCat("TensorStore driver \"", driver->bytes, "\"; only zarr is supported"));
+    }
+    std::string path;
+    if (const MsgpackValue* kv = spec.Find("kvstore"); kv != nullptr && kv->type == T::kMap) {
+      if (const MsgpackValue* p = kv->Find("path"); p != nullptr && p->type == T::kString) path = p->bytes;
+    }
+    if (path.empty()) {
+      if (const MsgpackValue* p = spec.Find("path"); p != nullptr && p->type == T::kString) path = p->bytes;
+    }
+    while (!path.empty() && path.back() == '/') path.pop_back();
+    if (path.empty()) return Error(leaf, "a TensorStore spec without a path");
+    if (path[0] == '/' || absl::StrContains(path, "://")) {
+      // T5X writes paths relative to the checkpoint; an absolute one would
+      // read whatever it names.
+      return Error(leaf, absl::StrCat("TensorStore path \"", path, "\" is not relative to the checkpoint directory"));
+    }
+    for (absl::string_view part : absl::StrSplit(path, '/')) {
+      if (part == "..")
+        return Error(leaf, absl::StrCat("TensorStore path \"", path, "\" leaves the checkpoint directory"));
+    }
+    absl::StatusOr<ZarrArray> array = ReadZarrArray(dir_ + "/" + path);
+    if (!array.ok()) {
+      return absl::Status(array.status().code(), absl::StrCat(leaf, ": ", array.status().message()));
+    }
+    // The spec's shape, when it has one, must be the array's.
+    if (const MsgpackValue* meta = spec.Find("metadata"); meta != nullptr && meta->type == T::kMap) {
+      if (const MsgpackValue* shape = meta->Find("shape"); shape != nullptr && shape->type == T::kArray) {
+        std::vector<int64_t> want;
+        for (const MsgpackValue& d : shape->items) want.push_back(d.integer);
+        if (want != array->shape) {
+          return absl::DataLossError(absl::StrCat(file_, ": ", leaf, ": the spec says shape [",
+                                                  absl::StrJoin(want, ", "), "], ", path, "/.zarray [",
+                                                  absl::StrJoin(array->shape, ", "), "]"));
+        }
+      }
+    }
+    return array;
+  }
+
+  const std::string dir_;
+  const std::string file_;
+};
+
+absl::StatusOr<std::string> ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The checkpoint_<step> directory `path` names.
+absl::StatusOr<std::string> StepDir(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return fs::path(path).parent_path().string();
+  if (!fs::is_directory(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint directory"));
+  if (fs::exists(path + "/state/checkpoint", ec) || fs::exists(path + "/_METADATA", ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": an Orbax-format checkpoint (newer T5X); only T5X's msgpack + TensorStore format is read"));
+  }
+  if (fs::exists(path + "/checkpoint", ec)) return path;
+  int64_t best = -1;
+  std::string found;
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    const std::string name = entry.path().filename().string();
+    int64_t step;
+    if (absl::StartsWith(name, "checkpoint_") && absl::SimpleAtoi(name.substr(11), &step) &&
+        fs::exists(entry.path() / "checkpoint", ec) && step > best) {
+      best = step;
+      found = entry.path().string();
+    }
+  }
+  if (found.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(path, ": neither a T5X checkpoint (no `checkpoint` file) nor a directory of checkpoint_<step>"));
+  }
+  return found;
+}
+
+}  // namespace
+
+absl::StatusOr<T5xCheckpoint> ReadT5xCheckpoint(const std::string& path) {
+  absl::StatusOr<std::string> dir = StepDir(path);
+  if (!dir.ok()) return dir.status();
+  const std::string file = *dir + "/checkpoint";
+  absl::StatusOr<std::string> bytes = ReadWhole(file);
+  if (!bytes.ok()) return bytes.status();
+  absl::StatusOr<MsgpackValue> root = DecodeMsgpack(*bytes);
+  if (!root.ok()) return absl::DataLossError(absl::StrCat(file, ": ", root.status().message()));
+  if (root->type != MsgpackValue::Type::kMap) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ": not a T5X checkpoint (the top level is a ", root->TypeName(), ", not a map)"));
+  }
+  T5xCheckpoint out;
+  out.dir = *dir;
+  const MsgpackValue* version = root->Find("version");
+  if (version == nullptr || version->type != MsgpackValue::Type::kInt || version->integer < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file, ": checkpoint version ", version == nullptr ? std::string("missing") : absl::StrCat(version->integer),
+        "; T5X checkpoints of version 2 or later are read (T5X itself refuses older ones)"));
+  }
+  out.version = static_cast<int>(version->integer);
+  const MsgpackValue* optimizer = root->Find("optimizer");
+  if (optimizer == nullptr || optimizer->type != MsgpackValue::Type::kMap) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": no \"optimizer\" map (T5X's train state)"));
+  }
+  const MsgpackValue* target = optimizer->Find("target");
+  if (target == nullptr || target->type != MsgpackValue::Type::kMap) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": no optimizer.target map (the parameters)"));
+  }
+  Reader reader(*dir, file);
+  absl::Status s = reader.Walk(*target, "", &out.target);
+  if (!s.ok()) return s;
+  if (const MsgpackValue* state = optimizer->Find("state");
+      state != nullptr && state->type == MsgpackValue::Type::kMap) {
+    s = reader.Walk(*state, "", &out.state);
+    if (!s.ok()) return s;
+  }
+  if (auto it = out.state.find("step"); it != out.state.end()) {
+    const ZarrArray& step = it->second;
+    if (step.dtype == "int32" && step.data.size() == 4) {
+      int32_t v;
+      std::memcpy(&v, step.data.data(), 4);
+      out.step = v;
+    } else if (step.dtype == "int64" && step.data.size() == 8) {
+      std::memcpy(&out.step, step.data.data(), 8);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": state/step is not an integer scalar"));
+    }
+    if (out.step < 0) return absl::InvalidArgumentError(absl::StrCat(file, ": state/step is ", out.step));
+    out.state.erase(it);
+  }
+  return out;
+}
+
+}  // namespace trainyard

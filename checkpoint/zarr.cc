@@ -1,0 +1,280 @@
+#include "checkpoint/zarr.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace trainyard {
+namespace {
+
+absl::StatusOr<std::string> ReadWhole(const std::string& path, bool* missing) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (missing != nullptr) {
+      *missing = true;
+      return std::string();
+    }
+    return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+  }
+  std::stringstream s;
+  s << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  return s.str();
+}
+
+struct Dtype {
+  std::string name;
+  int size = 0;
+  bool big_endian = false;
+};
+
+absl::StatusOr<Dtype> ParseDtype(const std::string& file, const nlohmann::json& j) {
+  if (!j.is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": dtype: ", j.dump(), " is not a simple dtype string"));
+  }
+  const std::string s = j.get<std::string>();
+  if (s == "bfloat16") return Dtype{"bfloat16", 2, false};
+  if (s.size() == 3 && (s[0] == '<' || s[0] == '>' || s[0] == '|')) {
+    const std::string kind = s.substr(1);
+    const bool big = s[0] == '>';
+    if (kind == "f2") return Dtype{"float16", 2, big};
+    if (kind == "f4") return Dtype{"float32", 4, big};
+    if (kind == "f8") return Dtype{"float64", 8, big};
+    if (kind == "i4") return Dtype{"int32", 4, big};
+    if (kind == "i8") return Dtype{"int64", 8, big};
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(file, ": dtype \"", s, "\" is not supported; allowed: <f2, <f4, <f8, bfloat16, <i4, <i8"));
+}
+
+absl::StatusOr<std::vector<int64_t>> Dims(const std::string& file, const nlohmann::json& meta, const char* key) {
+  if (!meta.contains(key) || !meta[key].is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": ", key, ": missing or not a list"));
+  }
+  std::vector<int64_t> out;
+  for (const auto& d : meta[key]) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": ", key, ": ", meta[key].dump(), " is not a list of sizes"));
+    }
+    out.push_back(d.get<int64_t>());
+  }
+  return out;
+}
+
+// Inflates `in` into exactly `size` bytes: gzip (windowBits 15 + 16) or zlib.
+absl::StatusOr<std::string> Inflate(const std::string& in, uint64_t size, bool gzip, const std::string& what) {
+  std::string out(size, '\0');
+  z_stream z;
+  std::memset(&z, 0, sizeof(z));
+  if (inflateInit2(&z, gzip ? 15 + 16 : 15) != Z_OK) return absl::InternalError("zlib: inflateInit2 failed");
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(size);
+  const int rc = inflate(&z, Z_FINISH);
+  const uint64_t produced = z.total_out;
+  inflateEnd(&z);
+  if (rc != Z_STREAM_END || produced != size) {
+    return absl::DataLossError(absl::StrCat(what, ": does not ", gzip ? "gunzip" : "inflate", " to the chunk's ", size,
+                                            " bytes (zlib status ", rc, ", ", produced, " bytes)"));
+  }
+  return out;
+}
+
+// One element of the fill value in little-endian bytes.
+absl::StatusOr<std::string> FillBytes(const std::string& file, const nlohmann::json& fill, const Dtype& dtype) {
+  std::string out(dtype.size, '\0');
+  if (fill.is_null()) return out;
+  double v = 0;
+  if (fill.is_number()) {
+    v = fill.get<double>();
+  } else if (fill.is_string() && (fill == "NaN" || fill == "Infinity" || fill == "-Infinity")) {
+    v = fill == "NaN" ? NAN : (fill == "Infinity" ? INFINITY : -INFINITY);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": fill_value ", fill.dump(), " is not a number"));
+  }
+  if (dtype.name == "float32") {
+    const float f = static_cast<float>(v);
+    std::memcpy(out.data(), &f, 4);
+  } else if (dtype.name == "float64") {
+    std::memcpy(out.data(), &v, 8);
+  } else if (dtype.name == "int32") {
+    const int32_t i = static_cast<int32_t>(v);
+    std::memcpy(out.data(), &i, 4);
+  } else if (dtype.name == "int64") {
+    const int64_t i = static_cast<int64_t>(v);
+    std::memcpy(out.data(), &i, 8);
+  } else if (v != 0) {
+    // float16/bfloat16: only a zero fill (what TensorStore writes).
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ": fill_value ", fill.dump(), " for ", dtype.name, "; only null or 0 is supported"));
+  }
+  return out;
+}
+
+}  // namespace
+
+int ZarrDtypeSize(const std::string& dtype) {
+  if (dtype == "float16" || dtype == "bfloat16") return 2;
+  if (dtype == "float32" || dtype == "int32") return 4;
+  if (dtype == "float64" || dtype == "int64") return 8;
+  return 0;
+}
+
+absl::StatusOr<ZarrArray> ReadZarrArray(const std::string& dir, uint64_t max_bytes) {
+  const std::string file = dir + "/.zarray";
+  absl::StatusOr<std::string> text = ReadWhole(file, nullptr);
+  if (!text.ok()) return text.status();
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(*text);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat(file, ": not JSON: ", e.what()));
+  }
+  if (!meta.is_object()) return absl::DataLossError(absl::StrCat(file, ": not a JSON object"));
+  if (meta.value("zarr_format", 0) != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": zarr_format ",
+                                                   meta.value("zarr_format", nlohmann::json()).dump(),
+                                                   "; only zarr v2 arrays are supported"));
+  }
+  if (meta.value("order", std::string("C")) != "C") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ": order ", meta["order"].dump(), "; only \"C\" is supported"));
+  }
+  if (meta.contains("filters") && !meta["filters"].is_null() && !meta["filters"].empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": filters ", meta["filters"].dump(), " are not supported"));
+  }
+  absl::StatusOr<Dtype> dtype = ParseDtype(file, meta.value("dtype", nlohmann::json()));
+  if (!dtype.ok()) return dtype.status();
+  absl::StatusOr<std::vector<int64_t>> shape = Dims(file, meta, "shape");
+  if (!shape.ok()) return shape.status();
+  absl::StatusOr<std::vector<int64_t>> chunks = Dims(file, meta, "chunks");
+  if (!chunks.ok()) return chunks.status();
+  if (chunks->size() != shape->size()) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": chunks [", absl::StrJoin(*chunks, ", "), "] and shape [",
+                                                   absl::StrJoin(*shape, ", "), "] differ in rank"));
+  }
+  for (int64_t c : *chunks) {
+    if (c == 0) return absl::InvalidArgumentError(absl::StrCat(file, ": chunks: a chunk size of 0"));
+  }
+  bool gzip = false, compressed = false;
+  if (meta.contains("compressor") && !meta["compressor"].is_null()) {
+    const nlohmann::json& c = meta["compressor"];
+    const std::string id = c.is_object() ? c.value("id", std::string()) : std::string();
+    if (id != "gzip" && id != "zlib") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": compressor ", c.dump(), " is not supported; allowed: gzip, zlib, null"));
+    }
+    gzip = id == "gzip";
+    compressed = true;
+  }
+  const std::string separator = meta.value("dimension_separator", std::string("."));
+  if (separator != "." && separator != "/") {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": dimension_separator \"", separator, "\"; allowed: . /"));
+  }
+  absl::StatusOr<std::string> fill = FillBytes(file, meta.value("fill_value", nlohmann::json()), *dtype);
+  if (!fill.ok()) return fill.status();
+
+  // Sizes, with overflow checked against the limit.
+  const int rank = static_cast<int>(shape->size());
+  uint64_t elements = 1, chunk_elements = 1;
+  for (int d = 0; d < rank; ++d) {
+    const uint64_t s = static_cast<uint64_t>((*shape)[d]);
+    if (s != 0 && elements > max_bytes / s) {
+      return absl::ResourceExhaustedError(absl::StrCat(file, ": larger than ", max_bytes, " bytes"));
+    }
+    elements *= s;
+    const uint64_t c = static_cast<uint64_t>((*chunks)[d]);
+    if (chunk_elements > max_bytes / c) {
+      return absl::ResourceExhaustedError(absl::StrCat(file, ": chunks larger than ", max_bytes, " bytes"));
+    }
+    chunk_elements *= c;
+  }
+  const uint64_t item = static_cast<uint64_t>(dtype->size);
+  if (elements > max_bytes / item || chunk_elements > max_bytes / item) {
+    return absl::ResourceExhaustedError(absl::StrCat(file, ": larger than ", max_bytes, " bytes"));
+  }
+  ZarrArray out;
+  out.dtype = dtype->name;
+  out.shape = *shape;
+  out.data.resize(elements * item);
+  if (elements == 0) return out;
+
+  // Row-major strides of the array and of a chunk, in elements.
+  std::vector<uint64_t> stride(rank, 1), chunk_stride(rank, 1);
+  for (int d = rank - 2; d >= 0; --d) {
+    stride[d] = stride[d + 1] * static_cast<uint64_t>((*shape)[d + 1]);
+    chunk_stride[d] = chunk_stride[d + 1] * static_cast<uint64_t>((*chunks)[d + 1]);
+  }
+  std::vector<int64_t> grid(rank), index(rank, 0);
+  for (int d = 0; d < rank; ++d) grid[d] = ((*shape)[d] + (*chunks)[d] - 1) / (*chunks)[d];
+  while (true) {
+    std::vector<std::string> parts;
+    for (int64_t i : index) parts.push_back(absl::StrCat(i));
+    const std::string key = rank == 0 ? "0" : absl::StrJoin(parts, separator);
+    const std::string path = dir + "/" + key;
+    bool missing = false;
+    absl::StatusOr<std::string> raw = ReadWhole(path, &missing);
+    if (!raw.ok()) return raw.status();
+    std::string chunk;
+    if (missing) {
+      chunk.resize(chunk_elements * item);
+      for (uint64_t e = 0; e < chunk_elements; ++e) std::memcpy(&chunk[e * item], fill->data(), item);
+    } else if (compressed) {
+      absl::StatusOr<std::string> inflated = Inflate(*raw, chunk_elements * item, gzip, path);
+      if (!inflated.ok()) return inflated.status();
+      chunk = std::move(*inflated);
+    } else {
+      if (raw->size() != chunk_elements * item) {
+        return absl::DataLossError(
+            absl::StrCat(path, ": ", raw->size(), " bytes; an uncompressed chunk has ", chunk_elements * item));
+      }
+      chunk = std::move(*raw);
+    }
+    if (dtype->big_endian) {
+      for (uint64_t e = 0; e < chunk_elements; ++e) std::reverse(&chunk[e * item], &chunk[e * item] + item);
+    }
+    // Copy the in-bounds part, one innermost run at a time.
+    std::vector<int64_t> origin(rank), extent(rank);
+    uint64_t runs = 1;
+    for (int d = 0; d < rank; ++d) {
+      origin[d] = index[d] * (*chunks)[d];
+      extent[d] = std::min((*chunks)[d], (*shape)[d] - origin[d]);
+      if (d < rank - 1) runs *= static_cast<uint64_t>(extent[d]);
+    }
+    const uint64_t run_bytes = (rank == 0 ? 1 : static_cast<uint64_t>(extent[rank - 1])) * item;
+    std::vector<int64_t> within(rank, 0);
+    for (uint64_t r = 0; r < runs; ++r) {
+      uint64_t src = 0, dst = 0;
+      for (int d = 0; d < rank; ++d) {
+        src += static_cast<uint64_t>(within[d]) * chunk_stride[d];
+        dst += static_cast<uint64_t>(origin[d] + within[d]) * stride[d];
+      }
+      std::memcpy(&out.data[dst * item], &chunk[src * item], run_bytes);
+      for (int d = rank - 2; d >= 0; --d) {
+        if (++within[d] < extent[d]) break;
+        within[d] = 0;
+      }
+    }
+    // The next chunk of the grid.
+    int d = rank - 1;
+    for (; d >= 0; --d) {
+      if (++index[d] < grid[d]) break;
+      index[d] = 0;
+    }
+    if (d < 0) break;
+  }
+  return out;
+}
+
+}  // namespace trainyard
