@@ -1,25 +1,32 @@
 // `trainyard convert`: Hugging Face T5 checkpoints to Trainyard checkpoints
-// and back, so public T5 weights can be fine-tuned and results handed back to
-// the Python world.
+// and back, and T5X checkpoints in, so public T5 weights can be fine-tuned
+// and results handed back to the Python world.
 #include <string>
 #include <vector>
 
 #include "client/commands.h"
 #include "client/flags.h"
 #include "model/encoder_decoder_model.h"
+#include "model/t5x_import.h"
 #include "model/weights.h"
+#include "trainer/train_checkpoint.h"
 
 namespace trainyard {
 
 int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  std::string from_hf, vocab, out_dir, checkpoint, to_hf;
+  std::string from_hf, from_t5x, vocab, out_dir, checkpoint, to_hf;
   FlagSet flags(
       "convert (--from-hf HF_DIR [--vocab SPM_MODEL] --out CHECKPOINT_DIR | "
-      "--checkpoint CHECKPOINT_DIR --to-hf OUT_DIR)",
+      "--from-t5x T5X_DIR --out CHECKPOINT_DIR | --checkpoint CHECKPOINT_DIR --to-hf OUT_DIR)",
       "Converts between Hugging Face T5 checkpoints (config.json +\n"
-      "model.safetensors; T5 v1.0 and v1.1) and Trainyard checkpoints. The new\n"
-      "directory must not exist; it appears only when complete.");
+      "model.safetensors; T5 v1.0 and v1.1) and Trainyard checkpoints, and\n"
+      "imports T5X checkpoints (msgpack + TensorStore; T5 1.0 and 1.1 layouts):\n"
+      "the parameters, the step and Adafactor's statistics, so training goes on\n"
+      "where T5X stopped. The new directory must not exist; it appears only\n"
+      "when complete.");
   flags.AddString("from-hf", &from_hf, "HF_DIR", "a Hugging Face T5 checkpoint directory");
+  flags.AddString("from-t5x", &from_t5x, "T5X_DIR",
+                  "a T5X checkpoint_<step> directory, or a model directory (its newest)");
   flags.AddString("vocab", &vocab, "SPM_MODEL", "SentencePiece model stored with the checkpoint");
   flags.AddString("out", &out_dir, "CHECKPOINT_DIR", "the Trainyard checkpoint to write");
   flags.AddString("checkpoint", &checkpoint, "CHECKPOINT_DIR", "a Trainyard checkpoint to export");
@@ -28,10 +35,15 @@ int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ost
   if (absl::optional<int> exit_code = flags.ParseCommand(args, &positional, out, err)) {
     return *exit_code;
   }
-  const bool import = !from_hf.empty() && !out_dir.empty() && checkpoint.empty() && to_hf.empty();
-  const bool export_hf = !checkpoint.empty() && !to_hf.empty() && from_hf.empty() && out_dir.empty() && vocab.empty();
-  if (!positional.empty() || import == export_hf) {
-    err << "error: give either --from-hf and --out, or --checkpoint and --to-hf\n" << flags.Help();
+  const bool import = !from_hf.empty() && !out_dir.empty() && checkpoint.empty() && to_hf.empty() && from_t5x.empty();
+  const bool import_t5x =
+      !from_t5x.empty() && !out_dir.empty() && from_hf.empty() && checkpoint.empty() && to_hf.empty() && vocab.empty();
+  const bool export_hf =
+      !checkpoint.empty() && !to_hf.empty() && from_hf.empty() && out_dir.empty() && vocab.empty() && from_t5x.empty();
+  if (!positional.empty() || import + import_t5x + export_hf != 1) {
+    err << "error: give --from-hf and --out, --from-t5x and --out, or --checkpoint and --to-hf "
+           "(--vocab goes with --from-hf)\n"
+        << flags.Help();
     return kExitUsage;
   }
   auto fail = [&](const absl::Status& status) {
@@ -53,6 +65,39 @@ int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ost
     }
     if (!status.ok()) return fail(status);
     out << "wrote " << out_dir << " (" << (*model)->network()->NumParameters() << " parameters)\n";
+    return kExitOk;
+  }
+  if (import_t5x) {
+    absl::StatusOr<T5xImport> t5x = ImportT5x(from_t5x);
+    if (!t5x.ok()) return fail(t5x.status());
+    auto model = EncoderDecoderModel::Create(t5x->config, {});
+    if (!model.ok()) return fail(model.status());
+    // Every parameter of the model, none left over, every shape right.
+    absl::Status status = AssignParameters(t5x->params, /*strict=*/true, (*model)->network().get());
+    if (!status.ok()) return fail(absl::InvalidArgumentError(absl::StrCat(t5x->dir, ": ", status.message())));
+    const std::string source = "t5x:" + t5x->dir;
+    if (t5x->optimizer.empty()) {
+      status = WriteModelCheckpoint(*(*model)->network(), out_dir, t5x->step, source, "");
+    } else {
+      // A training checkpoint without data positions: a job restoring it
+      // takes its own data from the start.
+      TrainSnapshot snapshot;
+      snapshot.step = t5x->step;
+      snapshot.config = (*model)->network()->config();
+      for (const auto& item : (*model)->network()->named_parameters()) {
+        snapshot.params.emplace_back(item.key(), item.value().detach());
+      }
+      snapshot.optimizer = t5x->optimizer;
+      snapshot.world_size = 0;
+      snapshot.source = source;
+      status = WriteTrainCheckpoint(out_dir, snapshot, torch::kFloat);
+    }
+    if (!status.ok()) return fail(status);
+    out << "wrote " << out_dir << " from " << t5x->dir << " (step " << t5x->step << ", "
+        << (*model)->network()->NumParameters() << " parameters, "
+        << (t5x->optimizer.empty() ? "no optimizer state: " + t5x->optimizer_note
+                                   : absl::StrCat(t5x->optimizer.size(), " Adafactor statistics"))
+        << ")\n";
     return kExitOk;
   }
   absl::StatusOr<ModelCheckpoint> ckpt = ReadModelCheckpoint(checkpoint);

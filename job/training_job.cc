@@ -298,6 +298,12 @@ absl::Status TrainingJob::Apply(const TrainCheckpoint& ckpt) {
   if (ckpt.world_size == world_size() && static_cast<int>(ckpt.data_states.size()) == world_size()) {
     return train_batches_->task_iterator()->Restore(ckpt.data_states[rank()]);
   }
+  if (ckpt.data_states.empty()) {
+    // An imported checkpoint (`trainyard convert --from-t5x`): another
+    // job's data, so this one's starts at its beginning.
+    spdlog::info("job {}: {} has no data positions: the data starts at its beginning", id(), ckpt.dir);
+    return absl::OkStatus();
+  }
   const IteratorPosition resume = ResumeAfterFurthestEpoch(ckpt.data_states);
   spdlog::warn("job {}: {} has data positions for {} workers, this job has {}: every rank starts epoch {}", id(),
                ckpt.dir, ckpt.world_size, world_size(), resume.epoch);

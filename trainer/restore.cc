@@ -67,7 +67,13 @@ absl::StatusOr<bool> ApplyCheckpoint(const TrainCheckpoint& ckpt, const RestoreC
   absl::Status assigned = AssignParameters(params, strict, network);
   if (!assigned.ok())
     return absl::Status(assigned.code(), absl::StrCat("restore: ", ckpt.dir, ": ", assigned.message()));
-  const bool same_model = ckpt.config.SerializeAsString() == network->config().SerializeAsString();
+  // The optimizer state belongs to the same parameters: the same model up to
+  // its dropout rate (a training-time choice, which fine-tuning often
+  // changes).
+  ModelConfig saved = ckpt.config, running = network->config();
+  saved.clear_dropout_rate();
+  running.clear_dropout_rate();
+  const bool same_model = saved.SerializeAsString() == running.SerializeAsString();
   if (ckpt.optimizer.empty() || !same_model || restore.assignment_map_size() > 0 || optimizer == nullptr) return false;
   absl::Status loaded = optimizer->LoadState(ckpt.optimizer);
   if (!loaded.ok()) return absl::Status(loaded.code(), absl::StrCat("restore: ", ckpt.dir, ": ", loaded.message()));

@@ -40,7 +40,8 @@ absl::StatusOr<TrainCheckpoint> ReadRestartCheckpoint(const std::string& preferr
 // assignment map (the first full match wins; an empty replacement drops the
 // tensor), all or nothing; with `strict` (the default) every parameter must
 // be matched and every tensor used. The optimizer state is loaded too when
-// the checkpoint has one, it is of the same model, and nothing was renamed;
+// the checkpoint has one, it is of the same model (dropout rates may
+// differ), and nothing was renamed;
 // returns whether it was (then the data positions apply as well).
 absl::StatusOr<bool> ApplyCheckpoint(const TrainCheckpoint& ckpt, const RestoreConfig& restore, T5Impl* network,
                                      Optimizer* optimizer);
