@@ -4,8 +4,8 @@
 // kAborted when a peer is gone).
 //
 // Backends: LocalCollective (world size 1) here; GlooCollective (CPU,
-// across processes and hosts); FakeCollective (tests: failures and delays
-// on demand).
+// across processes and hosts); NcclCollective (CUDA); FakeCollective
+// (tests: failures and delays on demand).
 //
 // Thread-safety: one thread per rank drives a Collective.
 #ifndef TRAINYARD_COLLECTIVE_COLLECTIVE_H_
@@ -64,7 +64,48 @@ class Collective {
   // order, into `outputs` (resized to world_size).
   virtual absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) = 0;
   virtual absl::Status Barrier() = 0;
+
+  // Reduce-scatter of a flat tensor: `input` (1-D, contiguous, the same size
+  // and dtype on every rank) is cut into world_size() consecutive shards of
+  // `counts[r]` elements (the same counts on every rank, summing to input's
+  // size; shards may be uneven or empty). Rank r's `output` (1-D,
+  // contiguous, counts[rank] elements, not overlapping `input`) receives
+  // shard r reduced over the ranks. `input` is scratch: its contents are
+  // unspecified afterwards. kInvalidArgument for counts or sizes that do
+  // not fit. The default all-reduces `input` and copies the shard (twice
+  // the traffic of a ring reduce-scatter; Gloo and NCCL override it).
+  virtual absl::Status ReduceScatter(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output,
+                                     ReduceOp op);
+  // All-gather of uneven shards: rank r's `input` (counts[r] elements) into
+  // `output` (1-D, contiguous, the counts' sum) at offset counts[0] + ... +
+  // counts[r-1], on every rank. The default pads every shard to the largest
+  // and runs AllGather.
+  virtual absl::Status AllGatherV(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output);
+  // As above, returning without waiting where the backend can (Gloo: on the
+  // collective's own thread, in the order started); the tensors must not be
+  // touched until Wait returns. Every rank starts its operations in the
+  // same order. The defaults run to completion.
+  virtual absl::StatusOr<std::unique_ptr<CollectiveWork>> StartReduceScatter(torch::Tensor input,
+                                                                             std::vector<int64_t> counts,
+                                                                             torch::Tensor output, ReduceOp op) {
+    return std::unique_ptr<CollectiveWork>(new CompletedWork(ReduceScatter(input, counts, output, op)));
+  }
+  virtual absl::StatusOr<std::unique_ptr<CollectiveWork>> StartAllGatherV(torch::Tensor input,
+                                                                          std::vector<int64_t> counts,
+                                                                          torch::Tensor output) {
+    return std::unique_ptr<CollectiveWork>(new CompletedWork(AllGatherV(input, counts, output)));
+  }
 };
+
+// The checks every backend's ReduceScatter/AllGatherV make: counts for
+// each of `world_size` ranks, none negative, summing to `total`; 1-D
+// contiguous tensors of the sizes the operation needs on `rank`.
+absl::Status CheckReduceScatter(const torch::Tensor& input, const std::vector<int64_t>& counts,
+                                const torch::Tensor& output, int rank, int world_size);
+absl::Status CheckAllGatherV(const torch::Tensor& input, const std::vector<int64_t>& counts,
+                             const torch::Tensor& output, int rank, int world_size);
+// Element offsets of the shards: offsets[r] = counts[0] + ... + counts[r-1].
+std::vector<int64_t> ShardOffsets(const std::vector<int64_t>& counts);
 
 // World size 1: every operation is the identity.
 class LocalCollective : public Collective {

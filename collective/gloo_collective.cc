@@ -5,9 +5,14 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -117,13 +122,121 @@ class GlooWork : public CollectiveWork {
   std::chrono::steady_clock::time_point deadline_;
 };
 
+// The result of a task on the collective's thread.
+struct TaskState {
+  std::mutex mu;
+  std::condition_variable done_cv;
+  bool done = false;
+  absl::Status status;
+};
+
+class TaskWork : public CollectiveWork {
+ public:
+  explicit TaskWork(std::shared_ptr<TaskState> state) : state_(std::move(state)) {}
+  ~TaskWork() override {
+    // Never leave an operation writing into a tensor its owner may free.
+    if (state_) Wait().IgnoreError();
+  }
+  // The task ends by its own deadline: waiting for it is bounded.
+  absl::Status Wait() override {
+    if (!state_) return absl::FailedPreconditionError("the operation was already waited for");
+    std::shared_ptr<TaskState> state = std::move(state_);
+    state_.reset();
+    std::unique_lock<std::mutex> lock(state->mu);
+    state->done_cv.wait(lock, [&] { return state->done; });
+    return state->status;
+  }
+
+ private:
+  std::shared_ptr<TaskState> state_;
+};
+
 }  // namespace
 
 struct GlooCollective::Impl {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
   std::chrono::milliseconds timeout;
   int64_t bucket_bytes;
+
+  // The ring operations' thread and queue (started with the first one).
+  std::mutex mu;
+  std::condition_variable wake;
+  std::deque<std::pair<std::function<absl::Status()>, std::shared_ptr<TaskState>>> tasks;
+  bool stopping = false;
+  std::thread thread;
+  int64_t next_sequence = 0;  // ring operations started, for their transfers' tags
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stopping = true;
+    }
+    wake.notify_all();
+    if (thread.joinable()) thread.join();
+  }
+
+  std::unique_ptr<CollectiveWork> Enqueue(std::function<absl::Status()> task) {
+    auto state = std::make_shared<TaskState>();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!thread.joinable()) thread = std::thread([this] { Loop(); });
+      tasks.emplace_back(std::move(task), state);
+    }
+    wake.notify_all();
+    return std::unique_ptr<CollectiveWork>(new TaskWork(std::move(state)));
+  }
+
+  void Loop() {
+    while (true) {
+      std::pair<std::function<absl::Status()>, std::shared_ptr<TaskState>> next;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        wake.wait(lock, [&] { return stopping || !tasks.empty(); });
+        if (tasks.empty()) return;
+        next = std::move(tasks.front());
+        tasks.pop_front();
+      }
+      // Pending operations of a collective being destroyed fail at once.
+      absl::Status status = stopping ? absl::CancelledError("the collective is shutting down") : next.first();
+      std::lock_guard<std::mutex> lock(next.second->mu);
+      next.second->status = std::move(status);
+      next.second->done = true;
+      next.second->done_cv.notify_all();
+    }
+  }
+
+  // One step of a ring: send `out` to `to` and receive `in` from `from`
+  // (either may be empty), waiting at most until `deadline`.
+  absl::Status Exchange(const char* what, torch::Tensor out, int to, torch::Tensor in, int from, int tag,
+                        std::chrono::steady_clock::time_point deadline) {
+    try {
+      c10::intrusive_ptr<c10d::Work> sent, received;
+      std::vector<torch::Tensor> o = {out}, i = {in};
+      if (in.numel() > 0) received = group->recv(i, from, tag);
+      if (out.numel() > 0) sent = group->send(o, to, tag);
+      for (auto* work : {&sent, &received}) {
+        if (!*work) continue;
+        const auto left =
+            std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
+                     std::chrono::milliseconds(1));
+        if (!(*work)->wait(left)) {
+          return absl::DeadlineExceededError(absl::StrCat(what, ": timed out after ", timeout.count(), " ms"));
+        }
+      }
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      return FromTorchError(what, e);
+    }
+  }
 };
+
+namespace {
+
+// Transfer tags of ring operation `sequence`, step `step` (below 4096:
+// world sizes are bounded by the validator's kMaxWorkers).
+int RingTag(int64_t sequence, int step) { return static_cast<int>((sequence % (1 << 18)) * 4096 + step); }
+
+}  // namespace
 
 std::shared_ptr<Store> GlooCollective::NewInProcessStore() { return std::make_shared<InMemoryStore>(); }
 
@@ -286,6 +399,79 @@ absl::Status GlooCollective::Barrier() {
   c10d::BarrierOptions options;
   options.timeout = impl_->timeout;
   return Run("barrier", impl_->timeout, [&] { return impl_->group->barrier(options); });
+}
+
+absl::StatusOr<std::unique_ptr<CollectiveWork>> GlooCollective::StartReduceScatter(torch::Tensor input,
+                                                                                   std::vector<int64_t> counts,
+                                                                                   torch::Tensor output, ReduceOp op) {
+  if (absl::Status s = CheckReduceScatter(input, counts, output, rank_, world_size_); !s.ok()) return s;
+  const int64_t sequence = impl_->next_sequence++;
+  Impl* impl = impl_.get();
+  const int rank = rank_, world = world_size_;
+  return impl_->Enqueue([impl, input, counts, output, op, sequence, rank, world]() -> absl::Status {
+    const auto deadline = std::chrono::steady_clock::now() + impl->timeout;
+    const std::vector<int64_t> offsets = ShardOffsets(counts);
+    auto shard = [&](int r) { return input.narrow(0, offsets[r], counts[r]); };
+    if (world > 1) {
+      const int64_t largest = *std::max_element(counts.begin(), counts.end());
+      torch::Tensor scratch = torch::empty({largest}, input.options());
+      // Step s: send the partial sum of shard r-s-1, receive that of shard
+      // r-s-2 and add this rank's part; after W-1 steps shard r is whole here.
+      for (int step = 0; step < world - 1; ++step) {
+        const int send = ((rank - step - 1) % world + world) % world;
+        const int recv = ((rank - step - 2) % world + world) % world;
+        torch::Tensor in = scratch.narrow(0, 0, counts[recv]);
+        absl::Status s = impl->Exchange("reduce-scatter", shard(send), (rank + 1) % world, in,
+                                        (rank + world - 1) % world, RingTag(sequence, step), deadline);
+        if (!s.ok()) return s;
+        torch::Tensor acc = shard(recv);
+        if (op == ReduceOp::kSum) {
+          acc.add_(in);
+        } else {
+          acc.copy_(op == ReduceOp::kMax ? torch::maximum(acc, in) : torch::minimum(acc, in));
+        }
+      }
+    }
+    output.copy_(shard(rank));
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::unique_ptr<CollectiveWork>> GlooCollective::StartAllGatherV(torch::Tensor input,
+                                                                                std::vector<int64_t> counts,
+                                                                                torch::Tensor output) {
+  if (absl::Status s = CheckAllGatherV(input, counts, output, rank_, world_size_); !s.ok()) return s;
+  const int64_t sequence = impl_->next_sequence++;
+  Impl* impl = impl_.get();
+  const int rank = rank_, world = world_size_;
+  return impl_->Enqueue([impl, input, counts, output, sequence, rank, world]() -> absl::Status {
+    const auto deadline = std::chrono::steady_clock::now() + impl->timeout;
+    const std::vector<int64_t> offsets = ShardOffsets(counts);
+    auto shard = [&](int r) { return output.narrow(0, offsets[r], counts[r]); };
+    shard(rank).copy_(input);
+    // Step s: pass on shard r-s, receive shard r-s-1.
+    for (int step = 0; step < world - 1; ++step) {
+      const int send = ((rank - step) % world + world) % world;
+      const int recv = ((rank - step - 1) % world + world) % world;
+      absl::Status s = impl->Exchange("all-gather", shard(send), (rank + 1) % world, shard(recv),
+                                      (rank + world - 1) % world, RingTag(sequence, step), deadline);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status GlooCollective::ReduceScatter(torch::Tensor input, const std::vector<int64_t>& counts,
+                                           torch::Tensor output, ReduceOp op) {
+  absl::StatusOr<std::unique_ptr<CollectiveWork>> work = StartReduceScatter(input, counts, output, op);
+  if (!work.ok()) return work.status();
+  return (*work)->Wait();
+}
+
+absl::Status GlooCollective::AllGatherV(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output) {
+  absl::StatusOr<std::unique_ptr<CollectiveWork>> work = StartAllGatherV(input, counts, output);
+  if (!work.ok()) return work.status();
+  return (*work)->Wait();
 }
 
 }  // namespace trainyard

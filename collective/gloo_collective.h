@@ -57,6 +57,19 @@ class GlooCollective : public Collective {
   absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) override;
   absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) override;
   absl::Status Barrier() override;
+  // Rings over point-to-point transfers (c10d's Gloo has no reduce-scatter
+  // nor uneven all-gather): W - 1 steps, each rank sending one shard to the
+  // next rank while receiving one from the previous, so each sends (W-1)/W
+  // of the data once. They run on this collective's own thread, one after
+  // another in the order started; a step's transfers share the operation's
+  // deadline (the timeout from its start).
+  absl::Status ReduceScatter(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output,
+                             ReduceOp op) override;
+  absl::Status AllGatherV(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output) override;
+  absl::StatusOr<std::unique_ptr<CollectiveWork>> StartReduceScatter(torch::Tensor input, std::vector<int64_t> counts,
+                                                                     torch::Tensor output, ReduceOp op) override;
+  absl::StatusOr<std::unique_ptr<CollectiveWork>> StartAllGatherV(torch::Tensor input, std::vector<int64_t> counts,
+                                                                  torch::Tensor output) override;
 
   // An in-memory store for ranks in one process.
   static std::shared_ptr<Store> NewInProcessStore();

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -283,6 +284,58 @@ absl::Status NcclCollective::Barrier() {
   std::vector<torch::Tensor> one = {
       torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCUDA, impl_->device))};
   return AllReduce(one, ReduceOp::kSum);
+}
+
+absl::Status NcclCollective::ReduceScatter(torch::Tensor input, const std::vector<int64_t>& counts,
+                                           torch::Tensor output, ReduceOp op) {
+  if (absl::Status s = CheckReduceScatter(input, counts, output, rank_, world_size_); !s.ok()) return s;
+  if (absl::Status s = CheckDevice(input, impl_->device); !s.ok()) return s;
+  absl::StatusOr<ncclDataType_t> type = NcclType(input);
+  if (!type.ok()) return type.status();
+  const ncclRedOp_t nccl_op = op == ReduceOp::kSum ? ncclSum : op == ReduceOp::kMax ? ncclMax : ncclMin;
+  const int64_t largest = *std::max_element(counts.begin(), counts.end());
+  const std::vector<int64_t> offsets = ShardOffsets(counts);
+  torch::Tensor padded = torch::zeros({largest * world_size_}, input.options());
+  for (int r = 0; r < world_size_; ++r) {
+    padded.narrow(0, r * largest, counts[r]).copy_(input.narrow(0, offsets[r], counts[r]));
+  }
+  torch::Tensor mine = torch::empty({largest}, input.options());
+  absl::Status status =
+      RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted, "reduce-scatter",
+               [&](cudaStream_t stream) {
+                 ncclResult_t r = ncclReduceScatter(padded.data_ptr(), mine.data_ptr(), static_cast<size_t>(largest),
+                                                    *type, nccl_op, impl_->comm, stream);
+                 if (r != ncclSuccess && r != ncclInProgress) return NcclError("ncclReduceScatter", r);
+                 return absl::OkStatus();
+               });
+  if (!status.ok()) return status;
+  output.copy_(mine.narrow(0, 0, counts[rank_]));
+  return absl::OkStatus();
+}
+
+absl::Status NcclCollective::AllGatherV(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output) {
+  if (absl::Status s = CheckAllGatherV(input, counts, output, rank_, world_size_); !s.ok()) return s;
+  if (absl::Status s = CheckDevice(input, impl_->device); !s.ok()) return s;
+  absl::StatusOr<ncclDataType_t> type = NcclType(input);
+  if (!type.ok()) return type.status();
+  const int64_t largest = *std::max_element(counts.begin(), counts.end());
+  torch::Tensor mine = torch::zeros({largest}, input.options());
+  mine.narrow(0, 0, counts[rank_]).copy_(input);
+  torch::Tensor gathered = torch::empty({largest * world_size_}, input.options());
+  absl::Status status = RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted,
+                                 "all-gather", [&](cudaStream_t stream) {
+                                   ncclResult_t r =
+                                       ncclAllGather(mine.data_ptr(), gathered.data_ptr(), static_cast<size_t>(largest),
+                                                     *type, impl_->comm, stream);
+                                   if (r != ncclSuccess && r != ncclInProgress) return NcclError("ncclAllGather", r);
+                                   return absl::OkStatus();
+                                 });
+  if (!status.ok()) return status;
+  const std::vector<int64_t> offsets = ShardOffsets(counts);
+  for (int r = 0; r < world_size_; ++r) {
+    output.narrow(0, offsets[r], counts[r]).copy_(gathered.narrow(0, r * largest, counts[r]));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace trainyard

@@ -41,6 +41,11 @@ class NcclCollective : public Collective {
   absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) override;
   absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) override;
   absl::Status Barrier() override;
+  // ncclReduceScatter / ncclAllGather take equal shards: uneven ones are
+  // padded to the largest in a device buffer (tensors on this rank's device).
+  absl::Status ReduceScatter(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output,
+                             ReduceOp op) override;
+  absl::Status AllGatherV(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output) override;
 
  private:
   NcclCollective() = default;

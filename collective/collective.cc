@@ -1,0 +1,91 @@
+#include "collective/collective.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace trainyard {
+namespace {
+
+absl::Status CheckCounts(const char* what, const std::vector<int64_t>& counts, int world_size, int64_t* total) {
+  if (static_cast<int>(counts.size()) != world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", counts.size(), " shard counts for ", world_size, " ranks"));
+  }
+  *total = 0;
+  for (int64_t c : counts) {
+    if (c < 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": a negative shard count in [", absl::StrJoin(counts, ", "), "]"));
+    *total += c;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFlat(const char* what, const char* name, const torch::Tensor& t, int64_t numel) {
+  if (!t.defined() || t.dim() != 1 || !t.is_contiguous() || t.numel() != numel) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", name, " must be a contiguous 1-D tensor of ", numel,
+                                                   " elements; got ", t.defined() ? t.numel() : 0, " in ",
+                                                   t.defined() ? t.dim() : 0, " dimension(s)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<int64_t> ShardOffsets(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> offsets(counts.size(), 0);
+  for (size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  return offsets;
+}
+
+absl::Status CheckReduceScatter(const torch::Tensor& input, const std::vector<int64_t>& counts,
+                                const torch::Tensor& output, int rank, int world_size) {
+  int64_t total;
+  if (absl::Status s = CheckCounts("reduce-scatter", counts, world_size, &total); !s.ok()) return s;
+  if (absl::Status s = CheckFlat("reduce-scatter", "input", input, total); !s.ok()) return s;
+  if (absl::Status s = CheckFlat("reduce-scatter", "output", output, counts[rank]); !s.ok()) return s;
+  if (output.scalar_type() != input.scalar_type() || output.device() != input.device()) {
+    return absl::InvalidArgumentError("reduce-scatter: input and output differ in dtype or device");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAllGatherV(const torch::Tensor& input, const std::vector<int64_t>& counts,
+                             const torch::Tensor& output, int rank, int world_size) {
+  int64_t total;
+  if (absl::Status s = CheckCounts("all-gather", counts, world_size, &total); !s.ok()) return s;
+  if (absl::Status s = CheckFlat("all-gather", "input", input, counts[rank]); !s.ok()) return s;
+  if (absl::Status s = CheckFlat("all-gather", "output", output, total); !s.ok()) return s;
+  if (output.scalar_type() != input.scalar_type() || output.device() != input.device()) {
+    return absl::InvalidArgumentError("all-gather: input and output differ in dtype or device");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Collective::ReduceScatter(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output,
+                                       ReduceOp op) {
+  if (absl::Status s = CheckReduceScatter(input, counts, output, rank(), world_size()); !s.ok()) return s;
+  std::vector<torch::Tensor> all = {input};
+  if (absl::Status s = AllReduce(all, op); !s.ok()) return s;
+  output.copy_(input.narrow(0, ShardOffsets(counts)[rank()], counts[rank()]));
+  return absl::OkStatus();
+}
+
+absl::Status Collective::AllGatherV(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output) {
+  if (absl::Status s = CheckAllGatherV(input, counts, output, rank(), world_size()); !s.ok()) return s;
+  int64_t largest = 0;
+  for (int64_t c : counts) largest = std::max(largest, c);
+  torch::Tensor padded = torch::zeros({largest}, input.options());
+  padded.narrow(0, 0, counts[rank()]).copy_(input);
+  std::vector<torch::Tensor> gathered;
+  if (absl::Status s = AllGather(padded, &gathered); !s.ok()) return s;
+  const std::vector<int64_t> offsets = ShardOffsets(counts);
+  for (int r = 0; r < world_size(); ++r) {
+    output.narrow(0, offsets[r], counts[r]).copy_(gathered[r].narrow(0, 0, counts[r]));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace trainyard
