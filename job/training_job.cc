@@ -27,6 +27,7 @@
 #include "trainer/learning_rate.h"
 #include "trainer/metrics_manager.h"
 #include "trainer/restore.h"
+#include "trainer/sharded_optimizer.h"
 
 namespace trainyard {
 
@@ -150,7 +151,11 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
     if (!inference) {
       NamedTensors params;
       for (const auto& p : job->model_->named_parameters()) params.emplace_back(p.key(), p.value());
-      TY_ASSIGN_OR_RETURN(job->optimizer_, CreateOptimizer(spec.optimizer(), params));
+      if (spec.data_parallel().sharding() == DataParallelConfig::OPTIMIZER && world > 1) {
+        TY_ASSIGN_OR_RETURN(job->optimizer_, ShardedOptimizer::Create(spec.optimizer(), params, collective));
+      } else {
+        TY_ASSIGN_OR_RETURN(job->optimizer_, CreateOptimizer(spec.optimizer(), params));
+      }
       TrainerOptions trainer;
       trainer.num_microbatches = std::max(spec.num_microbatches(), 1);
       trainer.overlap_allreduce =
@@ -484,6 +489,8 @@ absl::StatusOr<std::string> TrainingJob::SaveCheckpoint(bool wait) {
   if (!trainer_) return absl::FailedPreconditionError(absl::StrCat("job ", id(), " does not train: nothing to save"));
   if (spec_.output_dir().empty()) return absl::FailedPreconditionError("SaveCheckpoint: the job has no output_dir");
   TY_ASSIGN_OR_RETURN(std::vector<std::string> states, GatherDataStates());
+  // The whole optimizer state (a collective when it is sharded).
+  TY_ASSIGN_OR_RETURN(auto optimizer_state, optimizer_->GatherState());
   if (rank() != 0) return std::string();
   const int64_t step = trainer_->step();
   const std::string dir = absl::StrCat(spec_.output_dir(), "/checkpoint_", step);
@@ -502,7 +509,7 @@ absl::StatusOr<std::string> TrainingJob::SaveCheckpoint(bool wait) {
   }
   std::string spec_json;
   (void)google::protobuf::util::MessageToJsonString(spec_, &spec_json);
-  TrainSnapshot snapshot = MakeSnapshot(*model_->network(), *optimizer_, step, world_size(), std::move(states),
+  TrainSnapshot snapshot = MakeSnapshot(*model_->network(), optimizer_state, step, world_size(), std::move(states),
                                         spec_json, "trainyard job " + id(), checkpointer_.TakeBuffers());
   const torch::ScalarType dtype = spec_.checkpoint().save_dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat;
   const std::string output_dir = spec_.output_dir();

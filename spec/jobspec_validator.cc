@@ -179,8 +179,9 @@ void ValidateRestore(Errors* errors, RestoreConfig* restore, JobKind kind) {
   if (!restore->has_strict()) restore->set_strict(true);
   if (!restore->path().empty()) CheckPath(errors, "restore.path", restore->path());
   if (restore->dtype() == BFLOAT16) {
-    errors->Add("restore.dtype", "BFLOAT16: restored parameters are float32 master weights whatever the checkpoint "
-                                 "holds; `dtype` sets the computation's type, checkpoint.save_dtype what is saved");
+    errors->Add("restore.dtype",
+                "BFLOAT16: restored parameters are float32 master weights whatever the checkpoint "
+                "holds; `dtype` sets the computation's type, checkpoint.save_dtype what is saved");
   }
   CheckIntRange(errors, "restore.step", restore->step(), 0, kMaxSteps);
   if (restore->mode() == RestoreConfig::SPECIFIC && restore->path().empty() && restore->step() == 0) {
@@ -463,6 +464,16 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   if (!spec->data_parallel().has_overlap_allreduce()) spec->mutable_data_parallel()->set_overlap_allreduce(true);
   if (spec->data_parallel().bucket_mb() == 0) spec->mutable_data_parallel()->set_bucket_mb(4);
   CheckIntRange(&errors, "data_parallel.bucket_mb", spec->data_parallel().bucket_mb(), 1, 1024);
+  if (spec->data_parallel().sharding() == DataParallelConfig::SHARDING_UNSPECIFIED) {
+    spec->mutable_data_parallel()->set_sharding(DataParallelConfig::NONE);
+  }
+  if (spec->data_parallel().sharding() == DataParallelConfig::GRADIENTS ||
+      spec->data_parallel().sharding() == DataParallelConfig::PARAMETERS) {
+    errors.Add("data_parallel.sharding",
+               absl::StrCat(DataParallelConfig::Sharding_Name(spec->data_parallel().sharding()),
+                            " is not built yet (gradients and parameters are held whole on every rank); "
+                            "allowed: NONE, OPTIMIZER"));
+  }
   if (spec->num_microbatches() == 0) spec->set_num_microbatches(1);
   if (spec->num_workers() == 0) spec->set_num_workers(1);
   CheckIntRange(&errors, "num_workers", spec->num_workers(), 1, kMaxWorkers);
@@ -528,8 +539,9 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   if (!data->has_pack()) data->set_pack(true);
   if (!data->has_shuffle()) data->set_shuffle(true);
   if (!data->vocabulary().empty()) {
-    errors.Add("data.vocabulary", "a vocabulary for the whole job is not supported: each task has its own (the "
-                                  "bundled task's, or task_definitions[].vocabulary)");
+    errors.Add("data.vocabulary",
+               "a vocabulary for the whole job is not supported: each task has its own (the "
+               "bundled task's, or task_definitions[].vocabulary)");
   }
 
   // task, task_definitions, mixture_definitions, eval.tasks.

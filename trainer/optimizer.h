@@ -51,6 +51,14 @@ class Optimizer {
   // Restores State(); kInvalidArgument naming a missing or mis-shaped slot.
   virtual absl::Status LoadState(const std::map<std::string, torch::Tensor>& state) = 0;
 
+  // For optimizers whose ranks each update a shard of the parameters
+  // (trainer/sharded_optimizer.h): every rank calls Synchronize after
+  // Apply, and the ranks exchange the updated parameters; GatherState is
+  // the whole state on every rank (what checkpoints hold), a collective.
+  // Others have nothing to exchange: State().
+  virtual absl::Status Synchronize() { return absl::OkStatus(); }
+  virtual absl::StatusOr<std::map<std::string, torch::Tensor>> GatherState() { return State(); }
+
  protected:
   int64_t step_ = 0;
   bool fused_updates_ = true;

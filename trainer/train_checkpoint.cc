@@ -42,6 +42,13 @@ torch::Tensor CopyInto(const torch::Tensor& source, torch::Tensor into) {
 TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t step, int world_size,
                            std::vector<std::string> data_states, std::string job_json, std::string source,
                            TrainSnapshot reuse) {
+  return MakeSnapshot(model, optimizer.State(), step, world_size, std::move(data_states), std::move(job_json),
+                      std::move(source), std::move(reuse));
+}
+
+TrainSnapshot MakeSnapshot(T5Impl& model, const std::map<std::string, torch::Tensor>& optimizer_state, int64_t step,
+                           int world_size, std::vector<std::string> data_states, std::string job_json,
+                           std::string source, TrainSnapshot reuse) {
   std::map<std::string, torch::Tensor> old_params(reuse.params.begin(), reuse.params.end());
   TrainSnapshot s;
   s.step = step;
@@ -51,7 +58,7 @@ TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t st
     auto it = old_params.find(item.key());
     s.params.emplace_back(item.key(), CopyInto(item.value(), it == old_params.end() ? torch::Tensor() : it->second));
   }
-  for (const auto& [name, t] : optimizer.State()) {
+  for (const auto& [name, t] : optimizer_state) {
     if (name == "step") continue;  // in metadata.json
     auto it = reuse.optimizer.find(name);
     s.optimizer[name] = CopyInto(t, it == reuse.optimizer.end() ? torch::Tensor() : it->second);

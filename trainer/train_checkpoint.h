@@ -54,6 +54,11 @@ struct TrainSnapshot {
 TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t step, int world_size,
                            std::vector<std::string> data_states, std::string job_json, std::string source,
                            TrainSnapshot reuse = {});
+// The same with the optimizer's state given (Optimizer::GatherState, for
+// one sharded over the ranks).
+TrainSnapshot MakeSnapshot(T5Impl& model, const std::map<std::string, torch::Tensor>& optimizer_state, int64_t step,
+                           int world_size, std::vector<std::string> data_states, std::string job_json,
+                           std::string source, TrainSnapshot reuse = {});
 
 // Writes `dir` (which must not exist). `save_dtype`: kFloat or kBFloat16
 // for the parameters (the optimizer state is always float32).

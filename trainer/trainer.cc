@@ -204,6 +204,15 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) 
     for (const auto& [name, p] : params_) old_params.emplace_back(name, p.detach().clone());
   }
   optimizer_->Apply(grads, lr);
+  // A sharded optimizer updated this rank's shard: the ranks exchange them.
+  if (absl::Status s = optimizer_->Synchronize(); !s.ok()) {
+    if (reducer_ != nullptr) {
+      reducer_->ZeroGrads();
+    } else {
+      for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
+    }
+    return s;
+  }
   std::map<std::string, double> metrics = {{"learning_rate", lr}, {"learning_rate/current", lr}};
   if (options_.compute_weight_metrics) {
     NamedTensors named_grads;

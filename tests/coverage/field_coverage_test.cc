@@ -459,7 +459,7 @@ std::string Mixture(const std::string& components) {
 }
 // Early stopping on the train loss after every summary.
 std::string EarlyStop(const std::string& fields, const std::string& on = "ACTION_TRAIN") {
-  return absl::StrCat("summary_period: 1 total_steps: 8 actions { on: ", on, " early_stopping { ", fields, " } }");
+  return absl::StrCat(" summary_period: 1 total_steps: 8 actions { on: ", on, " early_stopping { ", fields, " } }");
 }
 
 std::vector<Case> Cases() {
@@ -700,6 +700,7 @@ std::vector<Case> Cases() {
               CorpusTask(R"pb(preprocessors { span_corruption {} })pb", "extra_ids: 50")),
       Check("data_parallel.overlap_allreduce"),
       Check("data_parallel.bucket_mb"),
+      Check("data_parallel.sharding"),
       Replace("mixture_definitions.name",
               absl::StrCat(Mixture(R"pb(tasks { name: "digits_to_words" rate: 1 }
                                         tasks { name: "qa" rate: 3 })pb"),
@@ -985,6 +986,47 @@ TEST_F(FieldCoverageTest, BucketMbSetsTheBucketsPerStep) {
   const StepCalls four = CountStepCalls("data_parallel { bucket_mb: 4 }", *root_ + "/dp4", 1);
   EXPECT_GT(one.started_all_reduces, four.started_all_reduces);
   EXPECT_GE(four.started_all_reduces, 1);
+}
+
+// OPTIMIZER sharding trains the same parameters as NONE (bit for bit:
+// //job:sharded_training_test); what it changes is what each rank holds.
+TEST_F(FieldCoverageTest, ShardingSplitsTheOptimizerStateOverTheRanks) {
+  auto state_per_rank = [&](const std::string& sharding) {
+    JobSpec spec;
+    EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(
+        absl::StrCat(R"pb(
+          name: "cov" model { preset: "tiny" dropout_rate: 0.0 } task: "digits_to_words"
+          feature_lengths { inputs: 16 targets: 32 } batch_size: 4 num_workers: 2 total_steps: 4 seed: 1
+          data_parallel { sharding: )pb",
+                     sharding, " }"),
+        &spec));
+    spec.set_output_dir(*root_ + "/sharding_" + sharding);
+    EXPECT_THAT(ValidateAndNormalize(&spec), IsOk());
+    auto group = std::make_shared<FakeGroup>(2, absl::Seconds(60));
+    std::vector<int64_t> elements(2, 0);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        FakeCollective collective(group, r);
+        TrainingJobOptions options;
+        options.id = "cov";
+        options.peak_flops = 1e12;
+        absl::StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(spec, &collective, options);
+        ASSERT_THAT(job.status(), IsOk());
+        for (const auto& [k, t] : (*job)->optimizer()->State()) {
+          if (k != "step") elements[r] += t.numel();
+        }
+        (*job)->Close();
+      });
+    }
+    for (auto& t : threads) t.join();
+    return elements;
+  };
+  const std::vector<int64_t> none = state_per_rank("NONE"), sharded = state_per_rank("OPTIMIZER");
+  EXPECT_EQ(none[0], none[1]);
+  EXPECT_LT(sharded[0], none[0]);
+  EXPECT_LT(sharded[1], none[0]);
+  EXPECT_EQ(sharded[0] + sharded[1], none[0]);
 }
 
 }  // namespace

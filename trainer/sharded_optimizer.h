@@ -1,0 +1,81 @@
+// ZeRO stage 1 (data_parallel.sharding: OPTIMIZER): the parameters are
+// divided among the ranks in whole parameters, contiguous in the model's
+// order and balanced by element count; each rank keeps the optimizer state
+// of its shard only and updates only its shard, then the ranks all-gather
+// the updated parameters (one AllGatherV of a flat buffer, which the
+// contiguous shards make the parameters in order).
+//
+// The arithmetic is NONE's: every rank has the all-reduced gradients, the
+// global-norm clipping is computed over all of them (in the same order) and
+// each parameter's update is the unsharded optimizer's, so the parameters
+// are the same bit for bit. Adafactor's factored statistics belong to one
+// parameter and so stay whole on its owner.
+//
+// State() is this rank's shard (its slots and the step); GatherState() the
+// whole state on every rank, as NONE's optimizer would hold it, so a
+// checkpoint restores with any world size and sharding; LoadState takes a
+// whole state and keeps this rank's slots.
+//
+// Thread-safety: one thread drives it; every rank calls Apply and
+// Synchronize (and GatherState) in the same order.
+#ifndef TRAINYARD_TRAINER_SHARDED_OPTIMIZER_H_
+#define TRAINYARD_TRAINER_SHARDED_OPTIMIZER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "collective/collective.h"
+#include "trainer/optimizer.h"
+
+namespace trainyard {
+
+// The first parameter of each rank's shard (size world_size + 1, the last
+// entry = params.size()): contiguous runs of whole parameters, rank r's
+// ending once the elements so far reach (r + 1) / W of the total.
+std::vector<size_t> ShardBoundaries(const NamedTensors& params, int world_size);
+
+class ShardedOptimizer : public Optimizer {
+ public:
+  // `collective` is not owned and outlives the optimizer.
+  static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(const OptimizerConfig& config,
+                                                                  const NamedTensors& params, Collective* collective);
+
+  // Clips all the gradients by their global norm (max_grad_norm) and
+  // updates this rank's shard. `grads` are every parameter's.
+  void Apply(const std::vector<torch::Tensor>& grads, double learning_rate) override;
+  // All-gathers the updated parameters.
+  absl::Status Synchronize() override;
+  std::map<std::string, torch::Tensor> State() const override;
+  absl::Status LoadState(const std::map<std::string, torch::Tensor>& state) override;
+  absl::StatusOr<std::map<std::string, torch::Tensor>> GatherState() override;
+
+  // Parameters [begin, end) of the model's list are this rank's.
+  size_t shard_begin() const { return bounds_[collective_->rank()]; }
+  size_t shard_end() const { return bounds_[collective_->rank() + 1]; }
+
+ private:
+  ShardedOptimizer() = default;
+
+  NamedTensors params_;                // all of them, in order
+  std::vector<size_t> bounds_;         // ShardBoundaries
+  std::vector<int64_t> param_counts_;  // elements of each rank's shard
+  std::unique_ptr<Optimizer> local_;   // over this rank's shard
+  double max_grad_norm_ = 0;
+  Collective* collective_ = nullptr;
+  // Every rank's slots, in its local optimizer's State() order: names and
+  // shapes (the same on every rank), for GatherState.
+  struct SlotLayout {
+    std::string name;
+    std::vector<int64_t> shape;
+  };
+  std::vector<std::vector<SlotLayout>> slots_;
+  torch::Tensor gathered_;  // the flat parameters, reused
+};
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_TRAINER_SHARDED_OPTIMIZER_H_
