@@ -152,7 +152,9 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
       NamedTensors params;
       for (const auto& p : job->model_->named_parameters()) params.emplace_back(p.key(), p.value());
       if (spec.data_parallel().sharding() == DataParallelConfig::OPTIMIZER && world > 1) {
-        TY_ASSIGN_OR_RETURN(job->optimizer_, ShardedOptimizer::Create(spec.optimizer(), params, collective));
+        // The parameters' all-gather goes in rounds of a bucket per rank.
+        const int64_t round = (static_cast<int64_t>(std::max(spec.data_parallel().bucket_mb(), 1)) << 20) / 4;
+        TY_ASSIGN_OR_RETURN(job->optimizer_, ShardedOptimizer::Create(spec.optimizer(), params, collective, round));
       } else {
         TY_ASSIGN_OR_RETURN(job->optimizer_, CreateOptimizer(spec.optimizer(), params));
       }

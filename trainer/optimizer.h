@@ -54,8 +54,8 @@ class Optimizer {
   // For optimizers whose ranks each update a shard of the parameters
   // (trainer/sharded_optimizer.h): every rank calls Synchronize after
   // Apply, and the ranks exchange the updated parameters; GatherState is
-  // the whole state on every rank (what checkpoints hold), a collective.
-  // Others have nothing to exchange: State().
+  // the whole state on rank 0 (what checkpoints hold), a collective every
+  // rank calls. Others have nothing to exchange: State().
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
   virtual absl::StatusOr<std::map<std::string, torch::Tensor>> GatherState() { return State(); }
 

@@ -1,5 +1,6 @@
 #include "trainer/sharded_optimizer.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -26,10 +27,60 @@ std::vector<size_t> ShardBoundaries(const NamedTensors& params, int world_size) 
   return bounds;
 }
 
+namespace {
+
+// Flat views of tensors, end to end: a range [offset, offset + n) of their
+// concatenation written from `src` (n elements).
+class FlatTargets {
+ public:
+  void Add(torch::Tensor flat) {
+    starts_.push_back(total_);
+    total_ += flat.numel();
+    views_.push_back(std::move(flat));
+  }
+  int64_t total() const { return total_; }
+  void Write(int64_t offset, const torch::Tensor& src) {
+    int64_t done = 0;
+    const int64_t n = src.numel();
+    // The first view the range touches.
+    size_t i = std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin() - 1;
+    while (done < n && i < views_.size()) {
+      const int64_t at = offset + done - starts_[i];
+      const int64_t take = std::min(views_[i].numel() - at, n - done);
+      if (take > 0) views_[i].narrow(0, at, take).copy_(src.narrow(0, done, take));
+      done += std::max<int64_t>(take, 0);
+      ++i;
+    }
+  }
+
+ private:
+  std::vector<torch::Tensor> views_;
+  std::vector<int64_t> starts_;
+  int64_t total_ = 0;
+};
+
+// Rank r's part of round k: elements [k * per_round, ...) of its flat
+// shard of counts[r] elements, at most per_round of them.
+std::vector<int64_t> RoundCounts(const std::vector<int64_t>& counts, int64_t round, int64_t per_round) {
+  std::vector<int64_t> out;
+  for (int64_t c : counts) out.push_back(std::clamp<int64_t>(c - round * per_round, 0, per_round));
+  return out;
+}
+
+int64_t Rounds(const std::vector<int64_t>& counts, int64_t per_round) {
+  const int64_t largest = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+  return (largest + per_round - 1) / per_round;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const OptimizerConfig& config,
                                                                            const NamedTensors& params,
-                                                                           Collective* collective) {
+                                                                           Collective* collective,
+                                                                           int64_t round_elements) {
+  if (round_elements < 1) return absl::InvalidArgumentError("sharded optimizer: round_elements must be positive");
   std::unique_ptr<ShardedOptimizer> s(new ShardedOptimizer);
+  s->round_elements_ = round_elements;
   s->params_ = params;
   s->collective_ = collective;
   const int world = collective->world_size();
@@ -79,19 +130,49 @@ void ShardedOptimizer::Apply(const std::vector<torch::Tensor>& grads, double lea
 absl::Status ShardedOptimizer::Synchronize() {
   torch::NoGradGuard no_grad;
   if (params_.empty()) return absl::OkStatus();
+  const int rank = collective_->rank(), world = collective_->world_size();
   const auto options = params_[0].second.options();
-  std::vector<torch::Tensor> flat;
-  for (size_t i = shard_begin(); i < shard_end(); ++i) flat.push_back(params_[i].second.reshape({-1}));
-  torch::Tensor mine = flat.empty() ? torch::empty({0}, options) : torch::cat(flat);
-  int64_t total = 0;
-  for (int64_t c : param_counts_) total += c;
-  if (!gathered_.defined() || gathered_.numel() != total) gathered_ = torch::empty({total}, options);
-  TY_RETURN_IF_ERROR(collective_->AllGatherV(mine, param_counts_, gathered_));
-  int64_t offset = 0;
-  for (auto& [name, p] : params_) {
-    const int64_t n = p.numel();
-    p.copy_(gathered_.narrow(0, offset, n).view(p.sizes()));
-    offset += n;
+  // Every parameter as a flat view, in order; rank r's shard starts at
+  // param_starts_[r] of their concatenation.
+  FlatTargets all;
+  std::vector<torch::Tensor> own;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor flat = params_[i].second.view({-1});
+    all.Add(flat);
+    if (i >= shard_begin() && i < shard_end()) own.push_back(flat);
+  }
+  std::vector<int64_t> starts = {0};
+  for (int64_t c : param_counts_) starts.push_back(starts.back() + c);
+  // In rounds of at most round_elements_ per rank: the extra memory is W
+  // rounds' worth, not the model's.
+  const int64_t rounds = Rounds(param_counts_, round_elements_);
+  torch::Tensor send = torch::empty({round_elements_}, options);
+  for (int64_t k = 0; k < rounds; ++k) {
+    const std::vector<int64_t> counts = RoundCounts(param_counts_, k, round_elements_);
+    int64_t total = 0;
+    for (int64_t c : counts) total += c;
+    // This rank's part of the round, copied out of its parameters.
+    torch::Tensor mine = send.narrow(0, 0, counts[rank]);
+    int64_t at = k * round_elements_, filled = 0;
+    for (const torch::Tensor& flat : own) {
+      if (filled == counts[rank]) break;
+      if (at >= flat.numel()) {
+        at -= flat.numel();
+        continue;
+      }
+      const int64_t take = std::min(flat.numel() - at, counts[rank] - filled);
+      mine.narrow(0, filled, take).copy_(flat.narrow(0, at, take));
+      filled += take;
+      at = 0;
+    }
+    if (!gathered_.defined() || gathered_.numel() < total) gathered_ = torch::empty({total}, options);
+    torch::Tensor out = gathered_.narrow(0, 0, total);
+    TY_RETURN_IF_ERROR(collective_->AllGatherV(mine, counts, out));
+    int64_t offset = 0;
+    for (int r = 0; r < world; ++r) {
+      if (r != rank && counts[r] > 0) all.Write(starts[r] + k * round_elements_, out.narrow(0, offset, counts[r]));
+      offset += counts[r];
+    }
   }
   return absl::OkStatus();
 }
@@ -106,11 +187,9 @@ absl::Status ShardedOptimizer::LoadState(const std::map<std::string, torch::Tens
 
 absl::StatusOr<std::map<std::string, torch::Tensor>> ShardedOptimizer::GatherState() {
   torch::NoGradGuard no_grad;
-  const int rank = collective_->rank();
+  const int rank = collective_->rank(), world = collective_->world_size();
   std::map<std::string, torch::Tensor> own = local_->State();
   const auto options = params_.empty() ? torch::TensorOptions().dtype(torch::kFloat) : params_[0].second.options();
-  std::vector<torch::Tensor> flat;
-  for (const SlotLayout& slot : slots_[rank]) flat.push_back(own.at(slot.name).reshape({-1}).to(options));
   std::vector<int64_t> counts;
   for (const auto& layout : slots_) {
     int64_t n = 0;
@@ -121,21 +200,50 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ShardedOptimizer::GatherSta
     }
     counts.push_back(n);
   }
-  int64_t total = 0;
-  for (int64_t c : counts) total += c;
-  torch::Tensor mine = flat.empty() ? torch::empty({0}, options) : torch::cat(flat);
-  torch::Tensor all = torch::empty({total}, options);
-  TY_RETURN_IF_ERROR(collective_->AllGatherV(mine, counts, all));
+  // This rank's slots end to end (the order of its layout).
+  std::vector<torch::Tensor> mine_flat;
+  for (const SlotLayout& slot : slots_[rank]) mine_flat.push_back(own.at(slot.name).contiguous().view({-1}));
+  // Rank 0 assembles every slot; the others pass theirs on, round by round.
   std::map<std::string, torch::Tensor> state;
-  int64_t offset = 0;
-  for (const auto& layout : slots_) {
-    for (const SlotLayout& slot : layout) {
-      int64_t e = 1;
-      for (int64_t d : slot.shape) e *= d;
-      state[slot.name] = all.narrow(0, offset, e).view(slot.shape).clone();
-      offset += e;
+  std::vector<FlatTargets> targets(world);
+  if (rank == 0) {
+    for (int r = 0; r < world; ++r) {
+      for (const SlotLayout& slot : slots_[r]) {
+        torch::Tensor t = torch::empty(slot.shape, options);
+        targets[r].Add(t.view({-1}));
+        state[slot.name] = t;
+      }
     }
   }
+  const int64_t rounds = Rounds(counts, round_elements_);
+  torch::Tensor send = torch::empty({round_elements_}, options);
+  for (int64_t k = 0; k < rounds; ++k) {
+    const std::vector<int64_t> part = RoundCounts(counts, k, round_elements_);
+    int64_t total = 0;
+    for (int64_t c : part) total += c;
+    torch::Tensor mine = send.narrow(0, 0, part[rank]);
+    int64_t at = k * round_elements_, filled = 0;
+    for (const torch::Tensor& flat : mine_flat) {
+      if (filled == part[rank]) break;
+      if (at >= flat.numel()) {
+        at -= flat.numel();
+        continue;
+      }
+      const int64_t take = std::min(flat.numel() - at, part[rank] - filled);
+      mine.narrow(0, filled, take).copy_(flat.narrow(0, at, take));
+      filled += take;
+      at = 0;
+    }
+    torch::Tensor out = torch::empty({total}, options);
+    TY_RETURN_IF_ERROR(collective_->AllGatherV(mine, part, out));
+    if (rank != 0) continue;
+    int64_t offset = 0;
+    for (int r = 0; r < world; ++r) {
+      if (part[r] > 0) targets[r].Write(k * round_elements_, out.narrow(0, offset, part[r]));
+      offset += part[r];
+    }
+  }
+  if (rank != 0) return own;
   state["step"] = torch::tensor(step_, torch::kLong);
   return state;
 }

@@ -12,9 +12,10 @@
 // parameter and so stay whole on its owner.
 //
 // State() is this rank's shard (its slots and the step); GatherState() the
-// whole state on every rank, as NONE's optimizer would hold it, so a
-// checkpoint restores with any world size and sharding; LoadState takes a
-// whole state and keeps this rank's slots.
+// whole state on rank 0, as NONE's optimizer would hold it, so a checkpoint
+// restores with any world size and sharding; LoadState takes a whole state
+// and keeps this rank's slots. Both all-gathers go in rounds (of 1 Mi
+// elements per rank by default), so the memory they add is a few rounds'.
 //
 // Thread-safety: one thread drives it; every rank calls Apply and
 // Synchronize (and GatherState) in the same order.
@@ -40,9 +41,12 @@ std::vector<size_t> ShardBoundaries(const NamedTensors& params, int world_size);
 
 class ShardedOptimizer : public Optimizer {
  public:
-  // `collective` is not owned and outlives the optimizer.
+  // `collective` is not owned and outlives the optimizer. The all-gathers
+  // go in rounds of at most `round_elements` per rank (the extra memory
+  // they need: W rounds, not the model).
   static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(const OptimizerConfig& config,
-                                                                  const NamedTensors& params, Collective* collective);
+                                                                  const NamedTensors& params, Collective* collective,
+                                                                  int64_t round_elements = int64_t{1} << 20);
 
   // Clips all the gradients by their global norm (max_grad_norm) and
   // updates this rank's shard. `grads` are every parameter's.
@@ -51,6 +55,8 @@ class ShardedOptimizer : public Optimizer {
   absl::Status Synchronize() override;
   std::map<std::string, torch::Tensor> State() const override;
   absl::Status LoadState(const std::map<std::string, torch::Tensor>& state) override;
+  // Rank 0: the whole state (what checkpoints hold); other ranks: their
+  // State(). Every rank calls it.
   absl::StatusOr<std::map<std::string, torch::Tensor>> GatherState() override;
 
   // Parameters [begin, end) of the model's list are this rank's.
@@ -65,6 +71,7 @@ class ShardedOptimizer : public Optimizer {
   std::vector<int64_t> param_counts_;  // elements of each rank's shard
   std::unique_ptr<Optimizer> local_;   // over this rank's shard
   double max_grad_norm_ = 0;
+  int64_t round_elements_ = 1 << 20;
   Collective* collective_ = nullptr;
   // Every rank's slots, in its local optimizer's State() order: names and
   // shapes (the same on every rank), for GatherState.
@@ -73,7 +80,7 @@ class ShardedOptimizer : public Optimizer {
     std::vector<int64_t> shape;
   };
   std::vector<std::vector<SlotLayout>> slots_;
-  torch::Tensor gathered_;  // the flat parameters, reused
+  torch::Tensor gathered_;  // a round of parameters, reused
 };
 
 }  // namespace trainyard
