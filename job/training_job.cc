@@ -511,8 +511,9 @@ absl::StatusOr<std::string> TrainingJob::SaveCheckpoint(bool wait) {
   }
   std::string spec_json;
   (void)google::protobuf::util::MessageToJsonString(spec_, &spec_json);
-  TrainSnapshot snapshot = MakeSnapshot(*model_->network(), optimizer_state, step, world_size(), std::move(states),
-                                        spec_json, "trainyard job " + id(), checkpointer_.TakeBuffers());
+  TrainSnapshot snapshot =
+      MakeSnapshot(*model_->network(), optimizer_state, step, world_size(), std::move(states), spec_json,
+                   "trainyard job " + id(), checkpointer_.TakeBuffers(), optimizer_->gathers_copies());
   const torch::ScalarType dtype = spec_.checkpoint().save_dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat;
   const std::string output_dir = spec_.output_dir();
   const int keep = spec_.keep_checkpoints();

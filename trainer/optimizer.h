@@ -58,6 +58,9 @@ class Optimizer {
   // rank calls. Others have nothing to exchange: State().
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
   virtual absl::StatusOr<std::map<std::string, torch::Tensor>> GatherState() { return State(); }
+  // Whether GatherState's tensors are fresh copies (the caller may keep
+  // them) rather than the live state.
+  virtual bool gathers_copies() const { return false; }
 
  protected:
   int64_t step_ = 0;

@@ -58,6 +58,7 @@ class ShardedOptimizer : public Optimizer {
   // Rank 0: the whole state (what checkpoints hold); other ranks: their
   // State(). Every rank calls it.
   absl::StatusOr<std::map<std::string, torch::Tensor>> GatherState() override;
+  bool gathers_copies() const override { return true; }
 
   // Parameters [begin, end) of the model's list are this rank's.
   size_t shard_begin() const { return bounds_[collective_->rank()]; }

@@ -48,7 +48,7 @@ TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t st
 
 TrainSnapshot MakeSnapshot(T5Impl& model, const std::map<std::string, torch::Tensor>& optimizer_state, int64_t step,
                            int world_size, std::vector<std::string> data_states, std::string job_json,
-                           std::string source, TrainSnapshot reuse) {
+                           std::string source, TrainSnapshot reuse, bool state_is_a_copy) {
   std::map<std::string, torch::Tensor> old_params(reuse.params.begin(), reuse.params.end());
   TrainSnapshot s;
   s.step = step;
@@ -60,6 +60,10 @@ TrainSnapshot MakeSnapshot(T5Impl& model, const std::map<std::string, torch::Ten
   }
   for (const auto& [name, t] : optimizer_state) {
     if (name == "step") continue;  // in metadata.json
+    if (state_is_a_copy && t.device().is_cpu() && t.is_contiguous()) {
+      s.optimizer[name] = t;
+      continue;
+    }
     auto it = reuse.optimizer.find(name);
     s.optimizer[name] = CopyInto(t, it == reuse.optimizer.end() ? torch::Tensor() : it->second);
   }

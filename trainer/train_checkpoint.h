@@ -55,10 +55,12 @@ TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t st
                            std::vector<std::string> data_states, std::string job_json, std::string source,
                            TrainSnapshot reuse = {});
 // The same with the optimizer's state given (Optimizer::GatherState, for
-// one sharded over the ranks).
+// one sharded over the ranks). `state_is_a_copy`: the state's CPU tensors
+// are the caller's to give (not the optimizer's live ones), and are taken
+// as they are instead of copied.
 TrainSnapshot MakeSnapshot(T5Impl& model, const std::map<std::string, torch::Tensor>& optimizer_state, int64_t step,
                            int world_size, std::vector<std::string> data_states, std::string job_json,
-                           std::string source, TrainSnapshot reuse = {});
+                           std::string source, TrainSnapshot reuse = {}, bool state_is_a_copy = false);
 
 // Writes `dir` (which must not exist). `save_dtype`: kFloat or kBFloat16
 // for the parameters (the optimizer state is always float32).

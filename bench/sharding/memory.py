@@ -1,0 +1,131 @@
+"""Peak resident memory of each worker for data_parallel.sharding NONE and
+OPTIMIZER, beside the analytic figure, on one machine through `trainyard
+local` (a coordinator and W workers as processes).
+
+Each worker's peak is its VmHWM (/proc/PID/status), polled every 50 ms
+while it runs; the analytic figure counts the float32 training state a rank
+holds: parameters and gradients (4 bytes each per parameter) and the
+optimizer state (AdamW: 8 bytes per parameter; Adafactor: its factored
+statistics), the state divided by W with OPTIMIZER sharding. Activations,
+LibTorch and the process itself come on top: the difference NONE - OPTIMIZER
+is what to compare with the analytic saving.
+
+Prints one JSON line per run, then one with the savings.
+usage: memory.py --trainyard BIN [--preset t5_1_1_small] [--workers 2] [--optimizer adamw|adafactor] [--steps 3]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+SPEC = """
+name: "memory"
+model {{ preset: "{preset}" }}
+task: "digits_to_words"
+feature_lengths {{ inputs: 32 targets: 32 }}
+batch_size: {batch}
+total_steps: {steps}
+summary_period: {steps}
+checkpoint_period: 0
+checkpoint {{ async: false }}
+optimizer {{ {optimizer} {{}} }}
+learning_rate {{ factors: "constant" base_learning_rate: 0.001 }}
+data_parallel {{ sharding: {sharding} }}
+output_dir: "{out}"
+"""
+
+
+def descendants(pid):
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for c in children.get(p, []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def worker_hwm(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().split(b"\0")
+        if b"worker" not in cmd:
+            return None
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0  # MiB
+    except OSError:
+        return None
+    return None
+
+
+def run(args, sharding, work):
+    out = os.path.join(work, f"out-{sharding}")
+    spec = os.path.join(work, f"{sharding}.textproto")
+    with open(spec, "w") as f:
+        f.write(SPEC.format(preset=args.preset, batch=2 * args.workers, steps=args.steps, optimizer=args.optimizer,
+                            sharding=sharding, out=out))
+    proc = subprocess.Popen([args.trainyard, "local", spec, "--workers", str(args.workers), "--state-dir",
+                             os.path.join(work, f"state-{sharding}")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    peaks = {}
+    while proc.poll() is None:
+        for pid in descendants(proc.pid):
+            hwm = worker_hwm(pid)
+            if hwm is not None:
+                peaks[pid] = max(peaks.get(pid, 0.0), hwm)
+        time.sleep(0.05)
+    log = proc.stdout.read().decode(errors="replace")
+    if proc.returncode != 0:
+        sys.stderr.write(log)
+        raise SystemExit(f"trainyard local exited {proc.returncode} ({sharding})")
+    return sorted(peaks.values(), reverse=True)
+
+
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trainyard", required=True)
+    ap.add_argument("--preset", default="t5_1_1_small")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--optimizer", default="adamw", choices=["adamw", "adafactor"])
+    ap.add_argument("--steps", type=int, default=3)
+    args = ap.parse_args()
+    info = json.loads(subprocess.run([args.trainyard, "model-info", "--preset", args.preset, "--json"],
+                                     capture_output=True, text=True, check=True).stdout)
+    params = int(info["num_params"])
+    mib = 1024.0 * 1024.0
+    with tempfile.TemporaryDirectory() as work:
+        results = {}
+        for sharding in ("NONE", "OPTIMIZER"):
+            peaks = run(args, sharding, work)
+            results[sharding] = peaks
+            print(json.dumps({"preset": args.preset, "optimizer": args.optimizer, "workers": args.workers,
+                              "sharding": sharding, "worker_peak_rss_mib": [round(p, 1) for p in peaks]}))
+    state = 8 * params if args.optimizer == "adamw" else None
+    line = {"preset": args.preset, "optimizer": args.optimizer, "workers": args.workers, "parameters": params,
+            # Workers by peak, largest first (rank 0, which writes the
+            # checkpoint, first): NONE's minus OPTIMIZER's.
+            "measured_saving_mib_by_worker": [round(a - b, 1) for a, b in zip(results["NONE"], results["OPTIMIZER"])]}
+    if state is not None:
+        line["analytic_state_mib"] = round(state / mib, 1)
+        line["analytic_saving_mib_per_worker"] = round(state * (1 - 1 / args.workers) / mib, 1)
+    print(json.dumps(line))
+
+
+if __name__ == "__main__":
+    main()
