@@ -17,6 +17,7 @@ packages=(
   # (Debian's alternatives), ~34x the reference BLAS here (bench/blas_bench).
   libopenblas0-pthread
   libsqlite3-dev libsentencepiece-dev sentencepiece
+  zlib1g-dev
   python3 python3-venv python3-numpy python3-torch
 )
 
