@@ -133,7 +133,7 @@ absl::Status ShardedOptimizer::Synchronize() {
   const int rank = collective_->rank(), world = collective_->world_size();
   const auto options = params_[0].second.options();
   // Every parameter as a flat view, in order; rank r's shard starts at
-  // param_starts_[r] of their concatenation.
+  // starts[r] of their concatenation.
   FlatTargets all;
   std::vector<torch::Tensor> own;
   for (size_t i = 0; i < params_.size(); ++i) {
