@@ -73,6 +73,35 @@ class FaultsTest(unittest.TestCase):
             self.assertLessEqual(s["restarts"], 1)
             self.assert_same_final_state(reference, out)
 
+    def test_a_sharded_job_preempted_then_killed_ends_as_the_unsharded_one(self):
+        """data_parallel.sharding OPTIMIZER: SIGTERM to a worker (the
+        emergency checkpoint holds the state gathered from both ranks), then
+        SIGKILL to another after the resume; the job ends bit for bit where
+        the unsharded reference does."""
+        c = self.cluster
+        reference = self.reference()
+        out = "sharded"
+        job = c.submit(self.spec, f"output_dir={out}", "data_parallel.sharding=OPTIMIZER", *COMMON)
+        wait_for(lambda: c.status(job)["step"] >= 7, 60, "step 7")
+        victim = c.workers[1]
+        victim.send_signal(signal.SIGTERM)
+        s = c.wait_state(job, ["RESTARTING"], 30)
+        self.assertIn("was asked to stop; emergency checkpoint at step", s["reason"])
+        self.assertEqual(victim.wait(timeout=30), 0)
+        c.workers.pop(1)
+        c.add_worker()
+        wait_for(lambda: c.status(job)["step"] >= 17 or c.status(job)["state"] == "SUCCEEDED", 60, "step 17")
+        victim = c.workers[0]
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=10)
+        c.workers.pop(0)
+        c.add_worker()
+        s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
+        print(f"sharded: preempted, then a worker killed: {s['state']}, restarts {s['restarts']}")
+        self.assertEqual(s["state"], "SUCCEEDED", s["reason"])
+        self.assertGreaterEqual(s["restarts"], 1)
+        self.assert_same_final_state(reference, out)
+
     def test_sigkill_the_coordinator_and_restart_it(self):
         c = self.cluster
         reference = self.reference()
