@@ -30,30 +30,37 @@ std::vector<size_t> ShardBoundaries(const NamedTensors& params, int world_size) 
 namespace {
 
 // Flat views of tensors, end to end: a range [offset, offset + n) of their
-// concatenation written from `src` (n elements).
-class FlatTargets {
+// concatenation read into or written from a flat tensor of n elements.
+class FlatViews {
  public:
   void Add(torch::Tensor flat) {
     starts_.push_back(total_);
     total_ += flat.numel();
     views_.push_back(std::move(flat));
   }
-  int64_t total() const { return total_; }
   void Write(int64_t offset, const torch::Tensor& src) {
-    int64_t done = 0;
-    const int64_t n = src.numel();
-    // The first view the range touches.
-    size_t i = std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin() - 1;
-    while (done < n && i < views_.size()) {
-      const int64_t at = offset + done - starts_[i];
-      const int64_t take = std::min(views_[i].numel() - at, n - done);
-      if (take > 0) views_[i].narrow(0, at, take).copy_(src.narrow(0, done, take));
-      done += std::max<int64_t>(take, 0);
-      ++i;
-    }
+    Walk(offset, src.numel(), [&](torch::Tensor view, int64_t done) { view.copy_(src.narrow(0, done, view.numel())); });
+  }
+  void Read(int64_t offset, torch::Tensor dst) {
+    Walk(offset, dst.numel(), [&](torch::Tensor view, int64_t done) { dst.narrow(0, done, view.numel()).copy_(view); });
   }
 
  private:
+  // Calls f(part of a view, elements of the range before it) for each view
+  // the range touches, in order.
+  template <typename F>
+  void Walk(int64_t offset, int64_t n, F f) {
+    if (views_.empty() || n == 0) return;
+    size_t i = std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin() - 1;
+    for (int64_t done = 0; done < n && i < views_.size(); ++i) {
+      const int64_t at = offset + done - starts_[i];
+      const int64_t take = std::min(views_[i].numel() - at, n - done);
+      if (take <= 0) continue;
+      f(views_[i].narrow(0, at, take), done);
+      done += take;
+    }
+  }
+
   std::vector<torch::Tensor> views_;
   std::vector<int64_t> starts_;
   int64_t total_ = 0;
@@ -134,12 +141,11 @@ absl::Status ShardedOptimizer::Synchronize() {
   const auto options = params_[0].second.options();
   // Every parameter as a flat view, in order; rank r's shard starts at
   // starts[r] of their concatenation.
-  FlatTargets all;
-  std::vector<torch::Tensor> own;
+  FlatViews all, own;
   for (size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor flat = params_[i].second.view({-1});
     all.Add(flat);
-    if (i >= shard_begin() && i < shard_end()) own.push_back(flat);
+    if (i >= shard_begin() && i < shard_end()) own.Add(flat);
   }
   std::vector<int64_t> starts = {0};
   for (int64_t c : param_counts_) starts.push_back(starts.back() + c);
@@ -153,18 +159,7 @@ absl::Status ShardedOptimizer::Synchronize() {
     for (int64_t c : counts) total += c;
     // This rank's part of the round, copied out of its parameters.
     torch::Tensor mine = send.narrow(0, 0, counts[rank]);
-    int64_t at = k * round_elements_, filled = 0;
-    for (const torch::Tensor& flat : own) {
-      if (filled == counts[rank]) break;
-      if (at >= flat.numel()) {
-        at -= flat.numel();
-        continue;
-      }
-      const int64_t take = std::min(flat.numel() - at, counts[rank] - filled);
-      mine.narrow(0, filled, take).copy_(flat.narrow(0, at, take));
-      filled += take;
-      at = 0;
-    }
+    own.Read(k * round_elements_, mine);
     if (!gathered_.defined() || gathered_.numel() < total) gathered_ = torch::empty({total}, options);
     torch::Tensor out = gathered_.narrow(0, 0, total);
     TY_RETURN_IF_ERROR(collective_->AllGatherV(mine, counts, out));
@@ -201,11 +196,11 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ShardedOptimizer::GatherSta
     counts.push_back(n);
   }
   // This rank's slots end to end (the order of its layout).
-  std::vector<torch::Tensor> mine_flat;
-  for (const SlotLayout& slot : slots_[rank]) mine_flat.push_back(own.at(slot.name).contiguous().view({-1}));
+  FlatViews mine_flat;
+  for (const SlotLayout& slot : slots_[rank]) mine_flat.Add(own.at(slot.name).contiguous().view({-1}));
   // Rank 0 assembles every slot; the others pass theirs on, round by round.
   std::map<std::string, torch::Tensor> state;
-  std::vector<FlatTargets> targets(world);
+  std::vector<FlatViews> targets(world);
   if (rank == 0) {
     for (int r = 0; r < world; ++r) {
       for (const SlotLayout& slot : slots_[r]) {
@@ -222,18 +217,7 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> ShardedOptimizer::GatherSta
     int64_t total = 0;
     for (int64_t c : part) total += c;
     torch::Tensor mine = send.narrow(0, 0, part[rank]);
-    int64_t at = k * round_elements_, filled = 0;
-    for (const torch::Tensor& flat : mine_flat) {
-      if (filled == part[rank]) break;
-      if (at >= flat.numel()) {
-        at -= flat.numel();
-        continue;
-      }
-      const int64_t take = std::min(flat.numel() - at, part[rank] - filled);
-      mine.narrow(0, filled, take).copy_(flat.narrow(0, at, take));
-      filled += take;
-      at = 0;
-    }
+    mine_flat.Read(k * round_elements_, mine);
     torch::Tensor out = torch::empty({total}, options);
     TY_RETURN_IF_ERROR(collective_->AllGatherV(mine, part, out));
     if (rank != 0) continue;
