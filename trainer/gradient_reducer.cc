@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace trainyard {
@@ -23,9 +24,21 @@ class GradientReducer::ReadyHook : public torch::autograd::FunctionPostHook {
   int param_;
 };
 
-GradientReducer::GradientReducer(std::vector<torch::Tensor> params, Collective* collective, int64_t bucket_bytes)
-    : params_(std::move(params)), collective_(collective) {
+GradientReducer::GradientReducer(std::vector<torch::Tensor> params, Collective* collective, int64_t bucket_bytes,
+                                 std::vector<size_t> shard_bounds)
+    : params_(std::move(params)), collective_(collective), shard_bounds_(std::move(shard_bounds)) {
   const int n = static_cast<int>(params_.size());
+  const int world = collective_->world_size();
+  TORCH_CHECK(shard_bounds_.empty() || (static_cast<int>(shard_bounds_.size()) == world + 1 &&
+                                        shard_bounds_.front() == 0 && shard_bounds_.back() == params_.size() &&
+                                        std::is_sorted(shard_bounds_.begin(), shard_bounds_.end())),
+              "gradient reducer: shard bounds do not cover the parameters");
+  // The rank whose shard holds parameter i.
+  auto owner = [&](int i) {
+    return static_cast<int>(std::upper_bound(shard_bounds_.begin(), shard_bounds_.end(), static_cast<size_t>(i)) -
+                            shard_bounds_.begin()) -
+           1;
+  };
   bucket_of_.assign(n, -1);
   ready_.assign(n, 0);
   // Reverse registration order: the last layers' gradients come first.
@@ -38,8 +51,18 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> params, Collective* 
     int64_t numel = 0;
     for (int i : members) numel += params_[i].numel();
     b.buffer = torch::zeros({numel}, params_[members[0]].options().requires_grad(false));
+    // Laid out in ascending order: each rank's members are contiguous, in
+    // rank order, as a reduce-scatter cuts the buffer.
+    std::vector<int> layout = members;
+    std::sort(layout.begin(), layout.end());
+    if (!shard_bounds_.empty()) {
+      b.counts.assign(world, 0);
+      for (int i : layout) b.counts[owner(i)] += params_[i].numel();
+      b.own_offset = ShardOffsets(b.counts)[collective_->rank()];
+      b.received = torch::empty({b.counts[collective_->rank()]}, b.buffer.options());
+    }
     int64_t offset = 0;
-    for (int i : members) {
+    for (int i : layout) {
       torch::Tensor& p = params_[i];
       views_[i] = b.buffer.narrow(0, offset, p.numel()).view(p.sizes());
       p.mutable_grad() = views_[i];
@@ -137,7 +160,10 @@ void GradientReducer::StartReadyBuckets() {
 void GradientReducer::StartBucket(Bucket& bucket) {
   bucket.started = true;
   if (!start_error_.ok()) return;  // the step fails anyway: do not start more
-  absl::StatusOr<std::unique_ptr<CollectiveWork>> work = collective_->StartAllReduce(bucket.buffer, ReduceOp::kSum);
+  absl::StatusOr<std::unique_ptr<CollectiveWork>> work =
+      shard_bounds_.empty()
+          ? collective_->StartAllReduce(bucket.buffer, ReduceOp::kSum)
+          : collective_->StartReduceScatter(bucket.buffer, bucket.counts, bucket.received, ReduceOp::kSum);
   if (!work.ok()) {
     start_error_ = work.status();
     return;
@@ -155,6 +181,9 @@ absl::Status GradientReducer::Finish() {
     absl::Status s = b.work->Wait();
     b.work.reset();
     if (status.ok()) status = s;
+  }
+  if (status.ok() && !shard_bounds_.empty()) {
+    for (Bucket& b : buckets_) b.buffer.narrow(0, b.own_offset, b.received.numel()).copy_(b.received);
   }
   Reset();
   return status;

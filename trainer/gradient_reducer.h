@@ -17,6 +17,14 @@
 // in this step contribute their zeros) and waits for everything; the time
 // it blocks is the exposed, not overlapped, communication.
 //
+// With shards (a sharded optimizer's: rank r updates parameters
+// [shard_bounds[r], shard_bounds[r + 1])), each bucket is reduce-scattered
+// instead: inside a bucket the parameters lie in ascending order, so each
+// rank's members are one contiguous run and every rank receives the sums of
+// its own parameters' gradients only, half the traffic of an all-reduce
+// (ring algorithms). After Finish the other parameters' grads are
+// unspecified.
+//
 // Code that replaces or clears a parameter's .grad() does no harm: the
 // next Arm, Finish or ZeroGrads puts the view back, keeping the value.
 //
@@ -39,8 +47,11 @@ namespace trainyard {
 class GradientReducer {
  public:
   // `params` are leaf tensors that require grad; their grads are replaced by
-  // zeroed views into the buckets.
-  GradientReducer(std::vector<torch::Tensor> params, Collective* collective, int64_t bucket_bytes);
+  // zeroed views into the buckets. `shard_bounds`: empty (all-reduce) or
+  // world_size + 1 ascending parameter indices from 0 to params.size()
+  // (reduce-scatter).
+  GradientReducer(std::vector<torch::Tensor> params, Collective* collective, int64_t bucket_bytes,
+                  std::vector<size_t> shard_bounds = {});
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -48,7 +59,8 @@ class GradientReducer {
   // The next backward pass is a step's last: start buckets as they fill.
   void Arm();
   // Disarms, starts the buckets not yet started, waits for all. After OK,
-  // every grad holds the sum over ranks.
+  // every grad (with shards: every grad of this rank's shard) holds the sum
+  // over ranks.
   absl::Status Finish();
   // Disarms and waits for anything started (errors dropped), then zeroes
   // the gradients: a step abandoned or failed part-way.
@@ -62,6 +74,7 @@ class GradientReducer {
   // Buckets started from hooks during backward in the last Finish (the rest
   // were started by Finish itself).
   int started_during_backward() const { return started_during_backward_; }
+  bool reduce_scatters() const { return !shard_bounds_.empty(); }
 
  private:
   struct Bucket {
@@ -70,6 +83,12 @@ class GradientReducer {
     int pending = 0;  // members not yet ready in this backward pass
     std::unique_ptr<CollectiveWork> work;
     bool started = false;
+    // Reduce-scatter: each rank's elements of the buffer (in rank order),
+    // and where this rank's received sums land before Finish copies them
+    // into its slot of the buffer.
+    std::vector<int64_t> counts;
+    int64_t own_offset = 0;
+    torch::Tensor received;
   };
   class ReadyHook;
 
@@ -83,6 +102,7 @@ class GradientReducer {
 
   std::vector<torch::Tensor> params_;
   Collective* collective_;
+  std::vector<size_t> shard_bounds_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;        // parameter index -> bucket index
   std::vector<torch::Tensor> views_;  // parameter index -> its slot of its bucket, shaped like it

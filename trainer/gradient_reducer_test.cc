@@ -111,6 +111,54 @@ TEST(GradientReducerTest, SumsOverRanksAndStartsBucketsDuringBackward) {
   EXPECT_EQ(reduced[0][5].abs().sum().item<float>(), 0.0f);
 }
 
+// With shards, each rank receives the sums of its own parameters'
+// gradients: parameters 0-1 are rank 0's, 2 rank 1's, 3-5 rank 2's, in
+// buckets one of which cuts across shards ([5,4,3], [2,1], [0] at 1100
+// bytes) and in one bucket per parameter, overlapped with backward and
+// after it.
+TEST(GradientReducerTest, ShardedBucketsAreReduceScatteredToTheirOwners) {
+  constexpr int kWorld = 3, kMicrobatches = 2;
+  const std::vector<size_t> bounds = {0, 2, 3, 6};
+  std::vector<std::vector<torch::Tensor>> local;
+  for (int r = 0; r < kWorld; ++r) local.push_back(LocalGrads(r, kMicrobatches));
+  for (int64_t bucket_bytes : {1100, 8}) {
+    for (bool overlap : {true, false}) {
+      auto group = std::make_shared<FakeGroup>(kWorld, absl::Seconds(30));
+      std::vector<std::vector<torch::Tensor>> reduced(kWorld);
+      std::vector<std::vector<std::vector<int>>> members(kWorld);
+      std::vector<std::thread> threads;
+      for (int rank = 0; rank < kWorld; ++rank) {
+        threads.emplace_back([&, rank] {
+          FakeCollective collective(group, rank);
+          Net net(7);
+          GradientReducer reducer(net.params, &collective, bucket_bytes, bounds);
+          EXPECT_TRUE(reducer.reduce_scatters());
+          for (int m = 0; m < kMicrobatches; ++m) {
+            if (overlap && m == kMicrobatches - 1) reducer.Arm();
+            net.Loss(Input(rank, m)).backward();
+          }
+          ASSERT_TRUE(reducer.Finish().ok());
+          for (auto& p : net.params) reduced[rank].push_back(p.grad().clone());
+          members[rank] = reducer.bucket_members();
+        });
+      }
+      for (auto& t : threads) t.join();
+      if (bucket_bytes == 1100) {
+        EXPECT_EQ(members[0], (std::vector<std::vector<int>>{{5, 4, 3}, {2, 1}, {0}}));
+      }
+      for (int rank = 0; rank < kWorld; ++rank) {
+        ASSERT_EQ(reduced[rank].size(), 6u);
+        for (size_t i = bounds[rank]; i < bounds[rank + 1]; ++i) {
+          // The fake collective sums in rank order, as its all-reduce does.
+          const torch::Tensor want = local[0][i] + local[1][i] + local[2][i];
+          EXPECT_TRUE(torch::equal(reduced[rank][i], want))
+              << "rank " << rank << " param " << i << " bucket_bytes " << bucket_bytes << " overlap " << overlap;
+        }
+      }
+    }
+  }
+}
+
 TEST(GradientReducerTest, BucketsStartAsTheyFillWhenEveryParameterIsUsed) {
   std::vector<int> during(2), buckets(2);
   std::vector<std::vector<torch::Tensor>> reduced(2);

@@ -355,10 +355,12 @@ AdamW WithDefaults(AdamW a) {
 
 }  // namespace
 
+double SquaredNorm(const torch::Tensor& grad) { return grad.to(torch::kDouble).pow(2).sum().item<double>(); }
+
 double ClipByGlobalNorm(const std::vector<torch::Tensor>& grads, double max_norm) {
   torch::NoGradGuard no_grad;
   double sum = 0;
-  for (const torch::Tensor& g : grads) sum += g.to(torch::kDouble).pow(2).sum().item<double>();
+  for (const torch::Tensor& g : grads) sum += SquaredNorm(g);
   const double norm = std::sqrt(sum);
   if (norm > max_norm) {
     for (const torch::Tensor& g : grads) g.mul_(max_norm / norm);

@@ -61,6 +61,15 @@ class Optimizer {
   // Whether GatherState's tensors are fresh copies (the caller may keep
   // them) rather than the live state.
   virtual bool gathers_copies() const { return false; }
+  // A sharded optimizer's shards: world_size + 1 parameter indices, rank r
+  // updating [bounds[r], bounds[r + 1]), whose Apply reads only this rank's
+  // gradients (the others' may hold anything, so the gradients need only be
+  // reduce-scattered). Empty: Apply reads every gradient.
+  virtual std::vector<size_t> shard_bounds() const { return {}; }
+  // After Apply: each parameter's squared gradient norm over the whole
+  // model (before clipping), where Apply had to compute them with the other
+  // ranks (a sharded optimizer's); nullptr: compute them from the gradients.
+  virtual const std::vector<double>* gradient_squares() const { return nullptr; }
 
  protected:
   int64_t step_ = 0;
@@ -73,6 +82,9 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const OptimizerConfig
 // Scales `grads` in place so their global L2 norm is at most `max_norm`;
 // returns the norm before clipping.
 double ClipByGlobalNorm(const std::vector<torch::Tensor>& grads, double max_norm);
+// The squared L2 norm of a gradient, summed in float64: the terms of the
+// global norm (summed in parameter order).
+double SquaredNorm(const torch::Tensor& grad);
 
 }  // namespace trainyard
 

@@ -1,6 +1,7 @@
 #include "trainer/sharded_optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -127,15 +128,36 @@ absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const
 
 void ShardedOptimizer::Apply(const std::vector<torch::Tensor>& grads, double learning_rate) {
   torch::NoGradGuard no_grad;
-  if (max_grad_norm_ > 0) ClipByGlobalNorm(grads, max_grad_norm_);
   const std::vector<torch::Tensor> mine(grads.begin() + static_cast<std::ptrdiff_t>(shard_begin()),
                                         grads.begin() + static_cast<std::ptrdiff_t>(shard_end()));
+  // Every parameter's squared norm: this rank's computed here, the others'
+  // summed in from their owners (zeros elsewhere).
+  torch::Tensor squares = torch::zeros({static_cast<int64_t>(params_.size())}, torch::kDouble);
+  for (size_t i = shard_begin(); i < shard_end(); ++i) squares[static_cast<int64_t>(i)] = SquaredNorm(grads[i]);
+  std::vector<torch::Tensor> all = {squares};
+  apply_error_ = collective_->AllReduce(all, ReduceOp::kSum);
+  if (!apply_error_.ok()) {
+    squares_.clear();
+    return;
+  }
+  const double* s = squares.data_ptr<double>();
+  squares_.assign(s, s + squares.numel());
+  if (max_grad_norm_ > 0) {
+    // ClipByGlobalNorm's arithmetic: the sum in parameter order.
+    double sum = 0;
+    for (double x : squares_) sum += x;
+    const double norm = std::sqrt(sum);
+    if (norm > max_grad_norm_) {
+      for (const torch::Tensor& g : mine) g.mul_(max_grad_norm_ / norm);
+    }
+  }
   local_->Apply(mine, learning_rate);
   step_ = local_->step();
 }
 
 absl::Status ShardedOptimizer::Synchronize() {
   torch::NoGradGuard no_grad;
+  if (!apply_error_.ok()) return std::exchange(apply_error_, absl::OkStatus());
   if (params_.empty()) return absl::OkStatus();
   const int rank = collective_->rank(), world = collective_->world_size();
   const auto options = params_[0].second.options();

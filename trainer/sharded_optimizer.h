@@ -5,11 +5,17 @@
 // the updated parameters (one AllGatherV of a flat buffer, which the
 // contiguous shards make the parameters in order).
 //
-// The arithmetic is NONE's: every rank has the all-reduced gradients, the
-// global-norm clipping is computed over all of them (in the same order) and
-// each parameter's update is the unsharded optimizer's, so the parameters
-// are the same bit for bit. Adafactor's factored statistics belong to one
+// Apply reads only this rank's gradients (shard_bounds(): the trainer
+// reduce-scatters them). Clipping by the global norm needs every
+// parameter's squared norm: each rank computes its own, the ranks sum the
+// vector (the others' entries are zero, and x + 0 is exact), and the norm
+// is summed in parameter order as the unsharded optimizer does. With the
+// same sums of gradients the arithmetic is NONE's, so the parameters are
+// the same bit for bit. Adafactor's factored statistics belong to one
 // parameter and so stay whole on its owner.
+//
+// Apply's collective (the squared norms) cannot return a status: when it
+// fails, Apply updates nothing and the next Synchronize returns the error.
 //
 // State() is this rank's shard (its slots and the step); GatherState() the
 // whole state on rank 0, as NONE's optimizer would hold it, so a checkpoint
@@ -48,10 +54,11 @@ class ShardedOptimizer : public Optimizer {
                                                                   const NamedTensors& params, Collective* collective,
                                                                   int64_t round_elements = int64_t{1} << 20);
 
-  // Clips all the gradients by their global norm (max_grad_norm) and
-  // updates this rank's shard. `grads` are every parameter's.
+  // Clips this rank's gradients by the global norm (max_grad_norm) and
+  // updates its shard. `grads` has every parameter's; only this rank's
+  // shard's are read (and scaled in place).
   void Apply(const std::vector<torch::Tensor>& grads, double learning_rate) override;
-  // All-gathers the updated parameters.
+  // All-gathers the updated parameters (or returns Apply's error).
   absl::Status Synchronize() override;
   std::map<std::string, torch::Tensor> State() const override;
   absl::Status LoadState(const std::map<std::string, torch::Tensor>& state) override;
@@ -59,6 +66,8 @@ class ShardedOptimizer : public Optimizer {
   // State(). Every rank calls it.
   absl::StatusOr<std::map<std::string, torch::Tensor>> GatherState() override;
   bool gathers_copies() const override { return true; }
+  std::vector<size_t> shard_bounds() const override { return bounds_; }
+  const std::vector<double>* gradient_squares() const override { return &squares_; }
 
   // Parameters [begin, end) of the model's list are this rank's.
   size_t shard_begin() const { return bounds_[collective_->rank()]; }
@@ -81,7 +90,9 @@ class ShardedOptimizer : public Optimizer {
     std::vector<int64_t> shape;
   };
   std::vector<std::vector<SlotLayout>> slots_;
-  torch::Tensor gathered_;  // a round of parameters, reused
+  torch::Tensor gathered_;       // a round of parameters, reused
+  std::vector<double> squares_;  // the last Apply's squared gradient norms, every parameter's
+  absl::Status apply_error_;     // the last Apply's, for Synchronize
 };
 
 }  // namespace trainyard

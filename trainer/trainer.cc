@@ -58,7 +58,7 @@ absl::Status PreemptionError(int64_t step) {
 
 bool IsPreemptionError(const absl::Status& status) { return status.GetPayload(kPreemptionPayload).has_value(); }
 
-std::map<std::string, double> WeightMetricsComputer::ComputeMetrics(const NamedTensors& grads,
+std::map<std::string, double> WeightMetricsComputer::ComputeMetrics(const std::vector<double>& grad_squares,
                                                                     const NamedTensors& old_params,
                                                                     const NamedTensors& new_params) const {
   std::map<std::string, double> out;
@@ -70,10 +70,10 @@ std::map<std::string, double> WeightMetricsComputer::ComputeMetrics(const NamedT
     const double weight_rms = Rms(p);
     out["weight_rms/" + name] = weight_rms;
     out["weight_max/" + name] = p.abs().max().item<double>();
-    out["weight_gradient_rms/" + name] = Rms(grads[i].second);
+    out["weight_gradient_rms/" + name] = p.numel() > 0 ? std::sqrt(grad_squares[i] / p.numel()) : 0.0;
     out["weight_update_rms/" + name] = Rms(update);
     out["weight_update_divided_by_weight_rms/" + name] = weight_rms > 0 ? Rms(update) / weight_rms : 0.0;
-    grad_sq += grads[i].second.to(torch::kDouble).pow(2).sum().item<double>();
+    grad_sq += grad_squares[i];
   }
   out["weight_gradient_norm"] = std::sqrt(grad_sq);
   return out;
@@ -92,10 +92,14 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
       std::make_unique<MetricsManager>("train", options_.summary_dir, collective_->rank(), collective_->world_size());
   train_metrics_->set_peak_flops_per_core(options_.peak_flops_per_device);
   progress_.store(optimizer_->step());
-  if (options_.overlap_allreduce && collective_->world_size() > 1) {
+  // A sharded optimizer reads only its shard's gradients: the buckets are
+  // reduce-scattered, overlapped with backward or not.
+  std::vector<size_t> shards = optimizer_->shard_bounds();
+  if ((options_.overlap_allreduce || !shards.empty()) && collective_->world_size() > 1) {
     std::vector<torch::Tensor> tensors;
     for (const auto& [name, p] : params_) tensors.push_back(p);
-    reducer_ = std::make_unique<GradientReducer>(std::move(tensors), collective_, options_.allreduce_bucket_bytes);
+    reducer_ = std::make_unique<GradientReducer>(std::move(tensors), collective_, options_.allreduce_bucket_bytes,
+                                                 std::move(shards));
   }
 }
 
@@ -170,7 +174,7 @@ absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t s
     }
     // The last microbatch's backward pass starts the all-reduce of each
     // bucket of gradients as soon as it is complete.
-    if (overlap && reducer_ != nullptr && i == m - 1) reducer_->Arm();
+    if (overlap && options_.overlap_allreduce && reducer_ != nullptr && i == m - 1) reducer_->Arm();
     try {
       out->loss.backward();
     } catch (const c10::Error& e) {
@@ -200,8 +204,13 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) 
   allreduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
   const double lr = learning_rate_(step);
   NamedTensors old_params;
+  std::vector<double> grad_squares;  // of the gradients before clipping
+  const bool sharded = !optimizer_->shard_bounds().empty();
   if (options_.compute_weight_metrics) {
     for (const auto& [name, p] : params_) old_params.emplace_back(name, p.detach().clone());
+    if (!sharded) {
+      for (const torch::Tensor& g : grads) grad_squares.push_back(SquaredNorm(g));
+    }
   }
   optimizer_->Apply(grads, lr);
   // A sharded optimizer updated this rank's shard: the ranks exchange them.
@@ -215,9 +224,10 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) 
   }
   std::map<std::string, double> metrics = {{"learning_rate", lr}, {"learning_rate/current", lr}};
   if (options_.compute_weight_metrics) {
-    NamedTensors named_grads;
-    for (size_t i = 0; i < params_.size(); ++i) named_grads.emplace_back(params_[i].first, grads[i]);
-    for (const auto& [k, v] : WeightMetricsComputer().ComputeMetrics(named_grads, old_params, params_)) {
+    // A sharded optimizer summed every parameter's norm over the ranks (this
+    // rank holds only its own shard's reduced gradients).
+    if (sharded) grad_squares = *optimizer_->gradient_squares();
+    for (const auto& [k, v] : WeightMetricsComputer().ComputeMetrics(grad_squares, old_params, params_)) {
       metrics[k] = v;
     }
   }

@@ -8,7 +8,8 @@
 //      whole global batch (all-reduced first), backward. Gradients sum in
 //      float32 in the parameters' .grad, so the sum over microbatches and
 //      ranks is the full-batch gradient. Metrics merge.
-//   2. The gradients are all-reduced (SUM) across ranks.
+//   2. The gradients are all-reduced (SUM) across ranks; reduce-scattered
+//      when the optimizer is sharded (each rank gets its shard's sums).
 //   3. ApplyGrads: the optimizer applies them with the step's learning rate.
 // Dropout masks of step s, rank r, microbatch m come from a generator seeded
 // with f(seed, s, r, m), so runs are reproducible and a resumed run sees the
@@ -58,9 +59,10 @@ class BatchIterator {
 // weight_update_divided_by_weight_rms/<p>, weight_max/<p>.
 class WeightMetricsComputer {
  public:
-  // old/new: parameters before and after the update; grads: the reduced
-  // gradients.
-  std::map<std::string, double> ComputeMetrics(const NamedTensors& grads, const NamedTensors& old_params,
+  // old/new: parameters before and after the update; grad_squares: each
+  // parameter's squared norm of its reduced gradient before clipping
+  // (SquaredNorm), in the parameters' order.
+  std::map<std::string, double> ComputeMetrics(const std::vector<double>& grad_squares, const NamedTensors& old_params,
                                                const NamedTensors& new_params) const;
 };
 
@@ -166,8 +168,9 @@ class Trainer {
   std::set<std::string> compiled_;  // shape keys already warmed up
   std::atomic<int64_t> progress_{0};
   int64_t abandoned_steps_ = 0;
-  double allreduce_seconds_ = 0;              // in this Train call
-  std::unique_ptr<GradientReducer> reducer_;  // overlap_allreduce with world_size > 1
+  double allreduce_seconds_ = 0;  // in this Train call
+  // world_size > 1 with overlap_allreduce or a sharded optimizer
+  std::unique_ptr<GradientReducer> reducer_;
 };
 
 }  // namespace trainyard

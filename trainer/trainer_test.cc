@@ -291,10 +291,10 @@ TEST(TrainerTest, RunActionsHaltsWithTheReasonAndRunsEveryAction) {
 }
 
 TEST(WeightMetricsTest, ClosedForms) {
-  NamedTensors grads = {{"w", torch::tensor({3.0f, 4.0f})}};
+  const std::vector<double> grad_squares = {SquaredNorm(torch::tensor({3.0f, 4.0f}))};
   NamedTensors old_params = {{"w", torch::tensor({1.0f, -1.0f})}};
   NamedTensors new_params = {{"w", torch::tensor({2.0f, -2.0f})}};
-  auto m = WeightMetricsComputer().ComputeMetrics(grads, old_params, new_params);
+  auto m = WeightMetricsComputer().ComputeMetrics(grad_squares, old_params, new_params);
   EXPECT_DOUBLE_EQ(m.at("weight_gradient_norm"), 5.0);
   EXPECT_DOUBLE_EQ(m.at("weight_rms/w"), 2.0);
   EXPECT_DOUBLE_EQ(m.at("weight_max/w"), 2.0);

@@ -455,7 +455,8 @@ std::string CorpusTask(const std::string& preprocessors, const std::string& extr
 }
 std::string Mixture(const std::string& components) {
   return absl::StrCat(kQaTasks, R"pb(task: "mix"
-                                     mixture_definitions { name: "mix")pb", components, "}");
+                                     mixture_definitions { name: "mix")pb",
+                      components, "}");
 }
 // Early stopping on the train loss after every summary.
 std::string EarlyStop(const std::string& fields, const std::string& on = "ACTION_TRAIN") {
@@ -916,9 +917,30 @@ class CountingCollective : public Collective {
     return inner_->AllGather(input, outputs);
   }
   absl::Status Barrier() override { return inner_->Barrier(); }
+  absl::Status ReduceScatter(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output,
+                             ReduceOp op) override {
+    reduce_scattered += input.numel();
+    return inner_->ReduceScatter(std::move(input), counts, std::move(output), op);
+  }
+  absl::StatusOr<std::unique_ptr<CollectiveWork>> StartReduceScatter(torch::Tensor input, std::vector<int64_t> counts,
+                                                                     torch::Tensor output, ReduceOp op) override {
+    reduce_scattered += input.numel();
+    return inner_->StartReduceScatter(std::move(input), std::move(counts), std::move(output), op);
+  }
+  absl::Status AllGatherV(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output) override {
+    all_gathered += output.numel();
+    return inner_->AllGatherV(std::move(input), counts, std::move(output));
+  }
+  absl::StatusOr<std::unique_ptr<CollectiveWork>> StartAllGatherV(torch::Tensor input, std::vector<int64_t> counts,
+                                                                  torch::Tensor output) override {
+    all_gathered += output.numel();
+    return inner_->StartAllGatherV(std::move(input), std::move(counts), std::move(output));
+  }
 
-  std::atomic<int> large_all_reduces{0};    // gradients in one call
-  std::atomic<int> started_all_reduces{0};  // buckets started from backward
+  std::atomic<int> large_all_reduces{0};     // gradients in one call
+  std::atomic<int> started_all_reduces{0};   // buckets started from backward
+  std::atomic<int64_t> reduce_scattered{0};  // elements, every rank's
+  std::atomic<int64_t> all_gathered{0};      // elements, every rank's
 
  private:
   std::unique_ptr<Collective> inner_;
@@ -927,10 +949,13 @@ class CountingCollective : public Collective {
 struct StepCalls {
   int large_all_reduces = 0;
   int started_all_reduces = 0;
+  int64_t reduce_scattered = 0;
+  int64_t all_gathered = 0;
+  int64_t parameters = 0;  // the model's elements
 };
 
-// Two ranks (threads) train `steps` steps of Common() + extra.
-StepCalls CountStepCalls(const std::string& extra, const std::string& dir, int steps) {
+// Two ranks of tiny, four steps, with `extra` fields.
+JobSpec TwoRankSpec(const std::string& extra, const std::string& dir) {
   JobSpec spec;
   EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(absl::StrCat(R"pb(
                                                                            name: "cov"
@@ -946,6 +971,12 @@ StepCalls CountStepCalls(const std::string& extra, const std::string& dir, int s
                                                             &spec));
   spec.set_output_dir(dir);
   EXPECT_THAT(ValidateAndNormalize(&spec), IsOk());
+  return spec;
+}
+
+// Two ranks (threads) train `steps` steps of TwoRankSpec(extra).
+StepCalls CountStepCalls(const std::string& extra, const std::string& dir, int steps) {
+  const JobSpec spec = TwoRankSpec(extra, dir);
   auto group = std::make_shared<FakeGroup>(2, absl::Seconds(60));
   StepCalls calls;
   std::vector<std::thread> threads;
@@ -959,10 +990,14 @@ StepCalls CountStepCalls(const std::string& extra, const std::string& dir, int s
       ASSERT_THAT(job.status(), IsOk());
       ASSERT_THAT((*job)->Restore("").status(), IsOk());
       const int before_large = collective.large_all_reduces, before_started = collective.started_all_reduces;
+      const int64_t before_scattered = collective.reduce_scattered, before_gathered = collective.all_gathered;
       ASSERT_THAT((*job)->Train(steps).status(), IsOk());
       if (r == 0) {
         calls.large_all_reduces = collective.large_all_reduces - before_large;
         calls.started_all_reduces = collective.started_all_reduces - before_started;
+        calls.reduce_scattered = collective.reduce_scattered - before_scattered;
+        calls.all_gathered = collective.all_gathered - before_gathered;
+        for (const auto& p : (*job)->model()->named_parameters()) calls.parameters += p.value().numel();
       }
       (*job)->Close();
     });
@@ -988,20 +1023,27 @@ TEST_F(FieldCoverageTest, BucketMbSetsTheBucketsPerStep) {
   EXPECT_GE(four.started_all_reduces, 1);
 }
 
+// A sharded step moves what a replicated one does, in two halves: each
+// gradient bucket is reduce-scattered instead of all-reduced (overlapped
+// with backward or after it), and the updated parameters are all-gathered.
+TEST_F(FieldCoverageTest, ShardingReduceScattersGradientsAndGathersParameters) {
+  for (const char* overlap : {"true", "false"}) {
+    const StepCalls calls =
+        CountStepCalls(absl::StrCat("data_parallel { sharding: OPTIMIZER overlap_allreduce: ", overlap, " }"),
+                       *root_ + "/rs_" + overlap, 2);
+    EXPECT_EQ(calls.large_all_reduces, 0) << overlap;
+    EXPECT_EQ(calls.started_all_reduces, 0) << overlap;
+    EXPECT_EQ(calls.reduce_scattered, 2 * calls.parameters) << overlap;  // 2 steps
+    EXPECT_EQ(calls.all_gathered, 2 * calls.parameters) << overlap;
+  }
+}
+
 // OPTIMIZER sharding trains the same parameters as NONE (bit for bit:
 // //job:sharded_training_test); what it changes is what each rank holds.
 TEST_F(FieldCoverageTest, ShardingSplitsTheOptimizerStateOverTheRanks) {
   auto state_per_rank = [&](const std::string& sharding) {
-    JobSpec spec;
-    EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(
-        absl::StrCat(R"pb(
-          name: "cov" model { preset: "tiny" dropout_rate: 0.0 } task: "digits_to_words"
-          feature_lengths { inputs: 16 targets: 32 } batch_size: 4 num_workers: 2 total_steps: 4 seed: 1
-          data_parallel { sharding: )pb",
-                     sharding, " }"),
-        &spec));
-    spec.set_output_dir(*root_ + "/sharding_" + sharding);
-    EXPECT_THAT(ValidateAndNormalize(&spec), IsOk());
+    const JobSpec spec =
+        TwoRankSpec(absl::StrCat("data_parallel { sharding: ", sharding, " }"), *root_ + "/sharding_" + sharding);
     auto group = std::make_shared<FakeGroup>(2, absl::Seconds(60));
     std::vector<int64_t> elements(2, 0);
     std::vector<std::thread> threads;
