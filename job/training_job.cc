@@ -151,7 +151,8 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
     if (!inference) {
       NamedTensors params;
       for (const auto& p : job->model_->named_parameters()) params.emplace_back(p.key(), p.value());
-      if (spec.data_parallel().sharding() == DataParallelConfig::OPTIMIZER && world > 1) {
+      const DataParallelConfig::Sharding sharding = spec.data_parallel().sharding();
+      if ((sharding == DataParallelConfig::OPTIMIZER || sharding == DataParallelConfig::GRADIENTS) && world > 1) {
         // The parameters' all-gather goes in rounds of a bucket per rank.
         const int64_t round = (static_cast<int64_t>(std::max(spec.data_parallel().bucket_mb(), 1)) << 20) / 4;
         TY_ASSIGN_OR_RETURN(job->optimizer_, ShardedOptimizer::Create(spec.optimizer(), params, collective, round));
@@ -165,6 +166,7 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
       if (spec.data_parallel().bucket_mb() > 0) {
         trainer.allreduce_bucket_bytes = static_cast<int64_t>(spec.data_parallel().bucket_mb()) << 20;
       }
+      trainer.shard_gradients = sharding == DataParallelConfig::GRADIENTS;
       trainer.loss = LossOptions::FromConfig(spec.loss());
       trainer.seed = static_cast<uint64_t>(spec.seed());
       trainer.summary_dir = spec.output_dir();  // written by rank 0 only

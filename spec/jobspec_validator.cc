@@ -467,12 +467,10 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   if (spec->data_parallel().sharding() == DataParallelConfig::SHARDING_UNSPECIFIED) {
     spec->mutable_data_parallel()->set_sharding(DataParallelConfig::NONE);
   }
-  if (spec->data_parallel().sharding() == DataParallelConfig::GRADIENTS ||
-      spec->data_parallel().sharding() == DataParallelConfig::PARAMETERS) {
+  if (spec->data_parallel().sharding() == DataParallelConfig::PARAMETERS) {
     errors.Add("data_parallel.sharding",
-               absl::StrCat(DataParallelConfig::Sharding_Name(spec->data_parallel().sharding()),
-                            " is not built yet (gradients and parameters are held whole on every rank); "
-                            "allowed: NONE, OPTIMIZER"));
+               "PARAMETERS is not built yet (parameters are held whole on every rank); "
+               "allowed: NONE, OPTIMIZER, GRADIENTS");
   }
   if (spec->num_microbatches() == 0) spec->set_num_microbatches(1);
   if (spec->num_workers() == 0) spec->set_num_workers(1);

@@ -25,8 +25,12 @@ class GradientReducer::ReadyHook : public torch::autograd::FunctionPostHook {
 };
 
 GradientReducer::GradientReducer(std::vector<torch::Tensor> params, Collective* collective, int64_t bucket_bytes,
-                                 std::vector<size_t> shard_bounds)
-    : params_(std::move(params)), collective_(collective), shard_bounds_(std::move(shard_bounds)) {
+                                 std::vector<size_t> shard_bounds, bool keep_only_shard, int max_in_flight)
+    : params_(std::move(params)),
+      collective_(collective),
+      shard_bounds_(std::move(shard_bounds)),
+      keep_only_shard_(keep_only_shard && !shard_bounds_.empty()),
+      max_in_flight_(std::max(max_in_flight, 1)) {
   const int n = static_cast<int>(params_.size());
   const int world = collective_->world_size();
   TORCH_CHECK(shard_bounds_.empty() || (static_cast<int>(shard_bounds_.size()) == world + 1 &&
@@ -48,26 +52,42 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> params, Collective* 
   auto close = [&] {
     if (members.empty()) return;
     Bucket b;
-    int64_t numel = 0;
-    for (int i : members) numel += params_[i].numel();
-    b.buffer = torch::zeros({numel}, params_[members[0]].options().requires_grad(false));
+    const auto options = params_[members[0]].options().requires_grad(false);
     // Laid out in ascending order: each rank's members are contiguous, in
     // rank order, as a reduce-scatter cuts the buffer.
-    std::vector<int> layout = members;
-    std::sort(layout.begin(), layout.end());
+    b.layout = members;
+    std::sort(b.layout.begin(), b.layout.end());
+    int64_t numel = 0;
+    for (int i : b.layout) {
+      b.offsets.push_back(numel);
+      numel += params_[i].numel();
+    }
     if (!shard_bounds_.empty()) {
       b.counts.assign(world, 0);
-      for (int i : layout) b.counts[owner(i)] += params_[i].numel();
+      for (int i : b.layout) b.counts[owner(i)] += params_[i].numel();
       b.own_offset = ShardOffsets(b.counts)[collective_->rank()];
-      b.received = torch::empty({b.counts[collective_->rank()]}, b.buffer.options());
     }
-    int64_t offset = 0;
-    for (int i : layout) {
-      torch::Tensor& p = params_[i];
-      views_[i] = b.buffer.narrow(0, offset, p.numel()).view(p.sizes());
-      p.mutable_grad() = views_[i];
-      offset += p.numel();
-      bucket_of_[i] = static_cast<int>(buckets_.size());
+    if (keep_only_shard_) {
+      // Only the shard lives between passes; the grads stay undefined.
+      b.owned = torch::zeros({b.counts[collective_->rank()]}, options);
+      for (size_t k = 0; k < b.layout.size(); ++k) {
+        const int i = b.layout[k];
+        if (owner(i) == collective_->rank()) {
+          views_[i] = b.owned.narrow(0, b.offsets[k] - b.own_offset, params_[i].numel()).view(params_[i].sizes());
+        }
+        params_[i].mutable_grad() = torch::Tensor();
+        bucket_of_[i] = static_cast<int>(buckets_.size());
+      }
+    } else {
+      b.buffer = torch::zeros({numel}, options);
+      if (!shard_bounds_.empty()) b.received = torch::empty({b.counts[collective_->rank()]}, options);
+      for (size_t k = 0; k < b.layout.size(); ++k) {
+        const int i = b.layout[k];
+        torch::Tensor& p = params_[i];
+        views_[i] = b.buffer.narrow(0, b.offsets[k], p.numel()).view(p.sizes());
+        p.mutable_grad() = views_[i];
+        bucket_of_[i] = static_cast<int>(buckets_.size());
+      }
     }
     b.members = std::move(members);
     members.clear();
@@ -109,7 +129,9 @@ std::vector<std::vector<int>> GradientReducer::bucket_members() const {
 void GradientReducer::Reset() {
   armed_ = false;
   next_bucket_ = 0;
+  next_complete_ = 0;
   start_error_ = absl::OkStatus();
+  complete_error_ = absl::OkStatus();
   std::fill(ready_.begin(), ready_.end(), 0);
   for (Bucket& b : buckets_) {
     b.pending = static_cast<int>(b.members.size());
@@ -119,6 +141,7 @@ void GradientReducer::Reset() {
 }
 
 void GradientReducer::AttachViews() {
+  if (keep_only_shard_) return;  // the grads are autograd's until their bucket starts
   for (size_t i = 0; i < params_.size(); ++i) {
     const torch::Tensor& view = views_[i];
     const torch::Tensor& grad = params_[i].grad();
@@ -137,7 +160,16 @@ void GradientReducer::Arm() {
   Reset();
   AttachViews();
   started_during_backward_ = 0;
+  peak_buckets_ = 0;
   armed_ = true;
+}
+
+std::vector<torch::Tensor> GradientReducer::ShardGradients() const {
+  std::vector<torch::Tensor> out(params_.size());
+  if (!keep_only_shard_) return out;
+  const int rank = collective_->rank();
+  for (size_t i = shard_bounds_[rank]; i < shard_bounds_[rank + 1]; ++i) out[i] = views_[i];
+  return out;
 }
 
 void GradientReducer::MarkReady(int param) {
@@ -160,6 +192,27 @@ void GradientReducer::StartReadyBuckets() {
 void GradientReducer::StartBucket(Bucket& bucket) {
   bucket.started = true;
   if (!start_error_.ok()) return;  // the step fails anyway: do not start more
+  if (keep_only_shard_) {
+    while (next_bucket_ - 1 - next_complete_ >= max_in_flight_) CompleteOldest();
+    // The members' gradients into a bucket of their own, freed as they go.
+    int64_t numel = 0;
+    for (int i : bucket.layout) numel += params_[i].numel();
+    bucket.buffer = torch::empty({numel}, params_[bucket.layout[0]].options().requires_grad(false));
+    for (size_t k = 0; k < bucket.layout.size(); ++k) {
+      torch::Tensor& p = params_[bucket.layout[k]];
+      torch::Tensor slot = bucket.buffer.narrow(0, bucket.offsets[k], p.numel());
+      if (p.grad().defined()) {
+        slot.copy_(p.grad().reshape({-1}));
+      } else {
+        slot.zero_();  // no gradient in this pass: zeros
+      }
+      p.mutable_grad() = torch::Tensor();
+    }
+    // The first pass since ZeroGrads lands in the shard itself; later ones
+    // are added to it.
+    bucket.received = shard_empty_ ? bucket.owned : torch::empty_like(bucket.owned);
+    peak_buckets_ = std::max(peak_buckets_, next_bucket_ - next_complete_);
+  }
   absl::StatusOr<std::unique_ptr<CollectiveWork>> work =
       shard_bounds_.empty()
           ? collective_->StartAllReduce(bucket.buffer, ReduceOp::kSum)
@@ -171,8 +224,28 @@ void GradientReducer::StartBucket(Bucket& bucket) {
   bucket.work = std::move(*work);
 }
 
+void GradientReducer::CompleteOldest() {
+  Bucket& b = buckets_[next_complete_++];
+  if (b.work != nullptr) {
+    absl::Status s = b.work->Wait();
+    b.work.reset();
+    if (complete_error_.ok()) complete_error_ = s;
+  }
+  if (complete_error_.ok() && start_error_.ok() && !shard_empty_) b.owned.add_(b.received);
+  b.buffer = torch::Tensor();
+  b.received = torch::Tensor();
+}
+
 absl::Status GradientReducer::Finish() {
   armed_ = false;
+  if (keep_only_shard_) {
+    while (next_bucket_ < static_cast<int>(buckets_.size())) StartBucket(buckets_[next_bucket_++]);
+    while (next_complete_ < static_cast<int>(buckets_.size())) CompleteOldest();
+    absl::Status status = start_error_.ok() ? complete_error_ : start_error_;
+    shard_empty_ = false;
+    Reset();
+    return status;
+  }
   AttachViews();
   while (next_bucket_ < static_cast<int>(buckets_.size())) StartBucket(buckets_[next_bucket_++]);
   absl::Status status = start_error_;
@@ -199,6 +272,16 @@ void GradientReducer::Abandon() {
 }
 
 void GradientReducer::ZeroGrads() {
+  if (keep_only_shard_) {
+    for (Bucket& b : buckets_) {
+      b.owned.zero_();
+      b.buffer = torch::Tensor();
+      b.received = torch::Tensor();
+    }
+    for (torch::Tensor& p : params_) p.mutable_grad() = torch::Tensor();
+    shard_empty_ = true;
+    return;
+  }
   AttachViews();
   for (Bucket& b : buckets_) b.buffer.zero_();
 }

@@ -25,6 +25,20 @@
 // (ring algorithms). After Finish the other parameters' grads are
 // unspecified.
 //
+// keep_only_shard (data_parallel.sharding GRADIENTS, ZeRO stage 2): the
+// rank keeps only its shard of the gradients. No bucket is allocated
+// between backward passes and the parameters' grads stay undefined:
+// autograd makes each gradient, and once a bucket's members are all ready
+// they are copied into a bucket allocated then, their grads are dropped and
+// the bucket is reduce-scattered; when it completes, the sums received are
+// added to this rank's shard (kept, counts[rank] elements per bucket) and
+// the bucket is freed. At most `max_in_flight` buckets exist at once
+// (starting one more first waits for the oldest), so a backward pass holds
+// the gradients of a few buckets, not the model's. Every backward pass
+// (microbatch) is reduced this way, Finish after each: with M microbatches,
+// M reduce-scatters per step, the sums taken over ranks per microbatch and
+// then over microbatches. ShardGradients() is what the optimizer reads.
+//
 // Code that replaces or clears a parameter's .grad() does no harm: the
 // next Arm, Finish or ZeroGrads puts the view back, keeping the value.
 //
@@ -51,7 +65,7 @@ class GradientReducer {
   // world_size + 1 ascending parameter indices from 0 to params.size()
   // (reduce-scatter).
   GradientReducer(std::vector<torch::Tensor> params, Collective* collective, int64_t bucket_bytes,
-                  std::vector<size_t> shard_bounds = {});
+                  std::vector<size_t> shard_bounds = {}, bool keep_only_shard = false, int max_in_flight = 2);
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -60,7 +74,8 @@ class GradientReducer {
   void Arm();
   // Disarms, starts the buckets not yet started, waits for all. After OK,
   // every grad (with shards: every grad of this rank's shard) holds the sum
-  // over ranks.
+  // over ranks; keep_only_shard: the backward pass's sums were added to the
+  // shard, and every grad is undefined.
   absl::Status Finish();
   // Disarms and waits for anything started (errors dropped), then zeroes
   // the gradients: a step abandoned or failed part-way.
@@ -75,6 +90,15 @@ class GradientReducer {
   // were started by Finish itself).
   int started_during_backward() const { return started_during_backward_; }
   bool reduce_scatters() const { return !shard_bounds_.empty(); }
+  bool keeps_only_shard() const { return keep_only_shard_; }
+  // keep_only_shard: every parameter's gradient as the optimizer reads it
+  // after the last Finish, views of this rank's shard for its own
+  // parameters and undefined tensors for the others'. Valid until the next
+  // ZeroGrads or Abandon.
+  std::vector<torch::Tensor> ShardGradients() const;
+  // keep_only_shard: the most buckets that existed at once in the last
+  // backward pass.
+  int peak_buckets() const { return peak_buckets_; }
 
  private:
   struct Bucket {
@@ -89,12 +113,18 @@ class GradientReducer {
     std::vector<int64_t> counts;
     int64_t own_offset = 0;
     torch::Tensor received;
+    std::vector<int> layout;       // members in ascending order: the buffer's
+    std::vector<int64_t> offsets;  // of each member of `layout` in the buffer
+    torch::Tensor owned;           // keep_only_shard: this rank's summed gradients
   };
   class ReadyHook;
 
   void MarkReady(int param);
   void StartReadyBuckets();
   void StartBucket(Bucket& bucket);
+  // keep_only_shard: waits for the oldest started bucket, adds what it
+  // received to the shard and frees it.
+  void CompleteOldest();
   void Reset();
   // Points every parameter's grad back at its bucket slot if something
   // replaced or cleared it (its value is kept).
@@ -103,6 +133,8 @@ class GradientReducer {
   std::vector<torch::Tensor> params_;
   Collective* collective_;
   std::vector<size_t> shard_bounds_;
+  bool keep_only_shard_ = false;
+  int max_in_flight_ = 2;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;        // parameter index -> bucket index
   std::vector<torch::Tensor> views_;  // parameter index -> its slot of its bucket, shaped like it
@@ -110,7 +142,11 @@ class GradientReducer {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they own the hooks
   std::vector<uintptr_t> hook_keys_;
   bool armed_ = false;
-  int next_bucket_ = 0;  // the first bucket not yet started
+  int next_bucket_ = 0;    // the first bucket not yet started
+  int next_complete_ = 0;  // keep_only_shard: the first bucket not yet completed
+  int peak_buckets_ = 0;
+  bool shard_empty_ = true;      // keep_only_shard: nothing summed into the shard since ZeroGrads
+  absl::Status complete_error_;  // keep_only_shard: the first failed bucket's
   int started_during_backward_ = 0;
   absl::Status start_error_;  // the first failure to start a bucket
 };

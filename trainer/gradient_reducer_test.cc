@@ -159,6 +159,77 @@ TEST(GradientReducerTest, ShardedBucketsAreReduceScatteredToTheirOwners) {
   }
 }
 
+// One microbatch's gradients on one rank, alone.
+std::vector<torch::Tensor> MicrobatchGrads(int rank, int microbatch) {
+  Net net(7);
+  net.Loss(Input(rank, microbatch)).backward();
+  std::vector<torch::Tensor> out;
+  for (auto& p : net.params) out.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  return out;
+}
+
+// keep_only_shard: between passes no parameter has a gradient, at most two
+// buckets exist during a pass, and the shard holds each microbatch's sums
+// over ranks added up.
+TEST(GradientReducerTest, KeepingOnlyTheShardHoldsTheSumsOfEveryMicrobatch) {
+  constexpr int kWorld = 3, kMicrobatches = 2;
+  std::vector<std::vector<std::vector<torch::Tensor>>> local(kWorld);  // rank, microbatch, param
+  for (int r = 0; r < kWorld; ++r) {
+    for (int m = 0; m < kMicrobatches; ++m) local[r].push_back(MicrobatchGrads(r, m));
+  }
+  for (bool overlap : {true, false}) {
+    auto group = std::make_shared<FakeGroup>(kWorld, absl::Seconds(30));
+    std::vector<std::vector<torch::Tensor>> shard(kWorld);
+    std::vector<int> peak(kWorld), undefined_after(kWorld);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < kWorld; ++rank) {
+      threads.emplace_back([&, rank] {
+        FakeCollective collective(group, rank);
+        Net net(7);
+        net.params.pop_back();  // every parameter used: buckets can start during backward
+        GradientReducer reducer(net.params, &collective, /*bucket_bytes=*/8, {0, 2, 3, 5},
+                                /*keep_only_shard=*/true);
+        EXPECT_TRUE(reducer.keeps_only_shard());
+        for (auto& p : net.params) EXPECT_FALSE(p.grad().defined());
+        for (int step = 0; step < 2; ++step) {  // the second starts from zero again
+          for (int m = 0; m < kMicrobatches; ++m) {
+            if (overlap) reducer.Arm();
+            net.Loss(Input(rank, m)).backward();
+            ASSERT_TRUE(reducer.Finish().ok());
+            if (overlap) peak[rank] = std::max(peak[rank], reducer.peak_buckets());
+          }
+          if (step == 0) reducer.ZeroGrads();
+        }
+        for (auto& p : net.params) undefined_after[rank] += !p.grad().defined();
+        for (const torch::Tensor& g : reducer.ShardGradients()) shard[rank].push_back(g.defined() ? g.clone() : g);
+      });
+    }
+    for (auto& t : threads) t.join();
+    const std::vector<size_t> used_bounds = {0, 2, 3, 5};
+    for (int rank = 0; rank < kWorld; ++rank) {
+      EXPECT_EQ(undefined_after[rank], 5) << rank;
+      if (overlap) {
+        EXPECT_GE(peak[rank], 1) << rank;
+        EXPECT_LE(peak[rank], 2) << rank;  // of 5 buckets
+      }
+      ASSERT_EQ(shard[rank].size(), 5u);
+      for (size_t i = 0; i < 5; ++i) {
+        const bool own = i >= used_bounds[rank] && i < used_bounds[rank + 1];
+        ASSERT_EQ(shard[rank][i].defined(), own) << "rank " << rank << " param " << i;
+        if (!own) continue;
+        // Sums over ranks in rank order (the fake collective's), then over
+        // microbatches.
+        torch::Tensor want;
+        for (int m = 0; m < kMicrobatches; ++m) {
+          const torch::Tensor s = local[0][m][i] + local[1][m][i] + local[2][m][i];
+          want = m == 0 ? s : want + s;
+        }
+        EXPECT_TRUE(torch::equal(shard[rank][i], want)) << "rank " << rank << " param " << i << " overlap " << overlap;
+      }
+    }
+  }
+}
+
 TEST(GradientReducerTest, BucketsStartAsTheyFillWhenEveryParameterIsUsed) {
   std::vector<int> during(2), buckets(2);
   std::vector<std::vector<torch::Tensor>> reduced(2);

@@ -98,8 +98,9 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
   if ((options_.overlap_allreduce || !shards.empty()) && collective_->world_size() > 1) {
     std::vector<torch::Tensor> tensors;
     for (const auto& [name, p] : params_) tensors.push_back(p);
+    const bool keep_only_shard = options_.shard_gradients && !shards.empty();
     reducer_ = std::make_unique<GradientReducer>(std::move(tensors), collective_, options_.allreduce_bucket_bytes,
-                                                 std::move(shards));
+                                                 std::move(shards), keep_only_shard);
   }
 }
 
@@ -173,13 +174,23 @@ absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t s
       return out.status();
     }
     // The last microbatch's backward pass starts the all-reduce of each
-    // bucket of gradients as soon as it is complete.
-    if (overlap && options_.overlap_allreduce && reducer_ != nullptr && i == m - 1) reducer_->Arm();
+    // bucket of gradients as soon as it is complete; with only a shard of
+    // the gradients kept, every microbatch's does (and is finished here).
+    const bool each = overlap && reducer_ != nullptr && reducer_->keeps_only_shard();
+    if (overlap && options_.overlap_allreduce && reducer_ != nullptr && (i == m - 1 || each)) reducer_->Arm();
     try {
       out->loss.backward();
     } catch (const c10::Error& e) {
       ClearGrads();
       return TorchErrorStatus("backward", e);  // device out of memory: kResourceExhausted
+    }
+    if (each) {
+      const auto reduce_start = std::chrono::steady_clock::now();
+      if (absl::Status s = reducer_->Finish(); !s.ok()) {
+        ClearGrads();
+        return s;
+      }
+      allreduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
     }
     MergeMetrics(out->metrics, /*within_step=*/true, &metrics);
   }
@@ -188,7 +199,8 @@ absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t s
 
 absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) {
   const auto reduce_start = std::chrono::steady_clock::now();
-  if (reducer_ != nullptr) {
+  const bool shard_only = reducer_ != nullptr && reducer_->keeps_only_shard();
+  if (reducer_ != nullptr && !shard_only) {
     // Waits for the buckets started during backward (and starts any left).
     absl::Status status = reducer_->Finish();
     if (!status.ok()) {
@@ -197,8 +209,12 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) 
     }
   }
   std::vector<torch::Tensor> grads;
-  for (auto& [name, p] : params_) {
-    grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
+  if (shard_only) {
+    // Reduced microbatch by microbatch (AccumulateGrads): this rank's shard,
+    // the other parameters' undefined (the optimizer reads only its own).
+    grads = reducer_->ShardGradients();
+  } else {
+    for (auto& [name, p] : params_) grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
   }
   if (reducer_ == nullptr) TY_RETURN_IF_ERROR(collective_->AllReduce(grads, ReduceOp::kSum));
   allreduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();

@@ -83,6 +83,10 @@ struct TrainerOptions {
   // backward.
   bool overlap_allreduce = true;
   int64_t allreduce_bucket_bytes = 4 << 20;
+  // With a sharded optimizer: keep only this rank's shard of the gradients
+  // (data_parallel.sharding GRADIENTS; trainer/gradient_reducer.h), every
+  // microbatch's gradients reduce-scattered as its backward pass makes them.
+  bool shard_gradients = false;
   // Model FLOPs of one step over all ranks (3 x ForwardFlopsPerExample x
   // the global batch's rows) and one device's peak FLOP/s: the summary's
   // timing/model_flops, timing/model_flops_per_second(_per_core) and, with

@@ -127,9 +127,14 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--compare-overlap", action="store_true",
                         help="only Trainyard, padded: the all-reduce after backward against overlapped with it")
+    parser.add_argument("--compare-sharding", action="store_true",
+                        help="only Trainyard, padded: data_parallel.sharding NONE against OPTIMIZER")
     args = parser.parse_args()
     if args.compare_overlap:
         compare_overlap(args)
+        return
+    if args.compare_sharding:
+        compare_sharding(args)
         return
     results = []
     for rep in range(args.reps):
@@ -161,8 +166,20 @@ def main():
 def compare_overlap(args):
     """Trainyard alone on identical padded batches, alternating the gradient
     all-reduce after backward and overlapped with it."""
-    variants = {"after_backward": "data_parallel { overlap_allreduce: false }",
-                "overlapped": "data_parallel { overlap_allreduce: true }"}
+    compare_variants(args, {"after_backward": "data_parallel { overlap_allreduce: false }",
+                            "overlapped": "data_parallel { overlap_allreduce: true }"})
+
+
+def compare_sharding(args):
+    """Trainyard alone on identical padded batches, alternating replicated
+    training (sharding NONE) and the sharded modes."""
+    compare_variants(args, {"none": "data_parallel { sharding: NONE }",
+                            "optimizer": "data_parallel { sharding: OPTIMIZER }"})
+
+
+def compare_variants(args, variants):
+    """Alternates Trainyard's runs of each variant (spec fields), padded;
+    the summary's speedups are each variant's steps/s over the first's."""
     results = []
     for rep in range(args.reps):
         names = list(variants) if rep % 2 == 0 else list(reversed(variants))
@@ -178,7 +195,10 @@ def compare_overlap(args):
                          for k in ("steps_per_second", "seconds_per_step", "exposed_allreduce_seconds_per_step")}
         summary[name]["exposed_allreduce_fraction"] = (summary[name]["exposed_allreduce_seconds_per_step"] /
                                                        summary[name]["seconds_per_step"])
-    summary["speedup"] = summary["overlapped"]["steps_per_second"] / summary["after_backward"]["steps_per_second"]
+        summary[name]["peak_rss_mb_max"] = max(max(r["peak_rss_mb"]) for r in rows)
+    first = next(iter(variants))
+    summary["speedup"] = {name: summary[name]["steps_per_second"] / summary[first]["steps_per_second"]
+                          for name in variants if name != first}
     print(json.dumps({"summary": summary}), flush=True)
 
 

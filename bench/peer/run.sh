@@ -3,9 +3,11 @@
 # what is measured). Prints JSON lines: every measurement, then medians and
 # the two ratios. Results also go to .bench/peer/.
 #
-# usage: bench/peer/run.sh [REPS [PRESET [STEPS [--compare-overlap]]]]
+# usage: bench/peer/run.sh [REPS [PRESET [STEPS [--compare-overlap|--compare-sharding]]]]
 #        (default 3, tiny, 20; --compare-overlap: Trainyard alone, the
-#        gradient all-reduce after backward against overlapped with it)
+#        gradient all-reduce after backward against overlapped with it;
+#        --compare-sharding: Trainyard alone, data_parallel.sharding NONE
+#        against OPTIMIZER)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 reps="${1:-3}"

@@ -1,14 +1,15 @@
-"""Peak resident memory of each worker for data_parallel.sharding NONE and
-OPTIMIZER, beside the analytic figure, on one machine through `trainyard
-local` (a coordinator and W workers as processes).
+"""Peak resident memory of each worker for data_parallel.sharding NONE,
+OPTIMIZER and GRADIENTS, beside the analytic figure, on one machine through
+`trainyard local` (a coordinator and W workers as processes).
 
 Each worker's peak is its VmHWM (/proc/PID/status), polled every 50 ms
 while it runs; the analytic figure counts the float32 training state a rank
 holds: parameters and gradients (4 bytes each per parameter) and the
 optimizer state (AdamW: 8 bytes per parameter; Adafactor: its factored
-statistics), the state divided by W with OPTIMIZER sharding. Activations,
-LibTorch and the process itself come on top: the difference NONE - OPTIMIZER
-is what to compare with the analytic saving.
+statistics). OPTIMIZER divides the state by W; GRADIENTS the gradients too,
+less the buckets in flight during backward (2 of bucket_mb, 4 MiB).
+Activations, LibTorch and the process itself come on top: the difference
+NONE - mode is what to compare with the analytic saving.
 
 Prints one JSON line per run, then one with the savings.
 usage: memory.py --trainyard BIN [--preset t5_1_1_small] [--workers 2] [--optimizer adamw|adafactor] [--steps 3]
@@ -109,21 +110,29 @@ def main():
                                      capture_output=True, text=True, check=True).stdout)
     params = int(info["num_params"])
     mib = 1024.0 * 1024.0
+    modes = ("NONE", "OPTIMIZER", "GRADIENTS")
     with tempfile.TemporaryDirectory() as work:
         results = {}
-        for sharding in ("NONE", "OPTIMIZER"):
+        for sharding in modes:
             peaks = run(args, sharding, work)
             results[sharding] = peaks
             print(json.dumps({"preset": args.preset, "optimizer": args.optimizer, "workers": args.workers,
                               "sharding": sharding, "worker_peak_rss_mib": [round(p, 1) for p in peaks]}))
     state = 8 * params if args.optimizer == "adamw" else None
-    line = {"preset": args.preset, "optimizer": args.optimizer, "workers": args.workers, "parameters": params,
-            # Workers by peak, largest first (rank 0, which writes the
-            # checkpoint, first): NONE's minus OPTIMIZER's.
-            "measured_saving_mib_by_worker": [round(a - b, 1) for a, b in zip(results["NONE"], results["OPTIMIZER"])]}
+    split = 1 - 1 / args.workers
+    line = {"preset": args.preset, "optimizer": args.optimizer, "workers": args.workers, "parameters": params}
+    for sharding in modes[1:]:
+        # Workers by peak, largest first (rank 0, which writes the
+        # checkpoint, first): NONE's minus the mode's.
+        line[f"measured_saving_mib_by_worker_{sharding}"] = [
+            round(a - b, 1) for a, b in zip(results["NONE"], results[sharding])]
+    grads = 4 * params * split - 2 * 4 * mib
     if state is not None:
         line["analytic_state_mib"] = round(state / mib, 1)
-        line["analytic_saving_mib_per_worker"] = round(state * (1 - 1 / args.workers) / mib, 1)
+        line["analytic_saving_mib_per_worker_OPTIMIZER"] = round(state * split / mib, 1)
+        line["analytic_saving_mib_per_worker_GRADIENTS"] = round((state * split + grads) / mib, 1)
+    else:
+        line["analytic_gradient_saving_mib_per_worker_GRADIENTS"] = round(grads / mib, 1)
     print(json.dumps(line))
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Peak worker memory with and without optimizer sharding (memory.py says
+# Peak worker memory for each sharding mode (memory.py says
 # what is measured). Prints JSON lines; also kept in .bench/sharding/.
 #   bench/sharding/run.sh [PRESET [WORKERS [OPTIMIZER]]]   (t5_1_1_small 2 adamw)
 set -euo pipefail

@@ -1026,15 +1026,20 @@ TEST_F(FieldCoverageTest, BucketMbSetsTheBucketsPerStep) {
 // A sharded step moves what a replicated one does, in two halves: each
 // gradient bucket is reduce-scattered instead of all-reduced (overlapped
 // with backward or after it), and the updated parameters are all-gathered.
+// GRADIENTS reduce-scatters every microbatch's gradients.
 TEST_F(FieldCoverageTest, ShardingReduceScattersGradientsAndGathersParameters) {
-  for (const char* overlap : {"true", "false"}) {
-    const StepCalls calls =
-        CountStepCalls(absl::StrCat("data_parallel { sharding: OPTIMIZER overlap_allreduce: ", overlap, " }"),
-                       *root_ + "/rs_" + overlap, 2);
-    EXPECT_EQ(calls.large_all_reduces, 0) << overlap;
-    EXPECT_EQ(calls.started_all_reduces, 0) << overlap;
-    EXPECT_EQ(calls.reduce_scattered, 2 * calls.parameters) << overlap;  // 2 steps
-    EXPECT_EQ(calls.all_gathered, 2 * calls.parameters) << overlap;
+  for (const char* mode : {"OPTIMIZER", "GRADIENTS"}) {
+    for (const char* overlap : {"true", "false"}) {
+      const std::string what = absl::StrCat(mode, " overlap_allreduce: ", overlap);
+      const StepCalls calls = CountStepCalls(
+          absl::StrCat("num_microbatches: 2 data_parallel { sharding: ", mode, " overlap_allreduce: ", overlap, " }"),
+          *root_ + "/rs_" + mode + overlap, 2);
+      const int passes = std::string(mode) == "GRADIENTS" ? 2 : 1;  // per step
+      EXPECT_EQ(calls.large_all_reduces, 0) << what;
+      EXPECT_EQ(calls.started_all_reduces, 0) << what;
+      EXPECT_EQ(calls.reduce_scattered, 2 * passes * calls.parameters) << what;  // 2 steps
+      EXPECT_EQ(calls.all_gathered, 2 * calls.parameters) << what;
+    }
   }
 }
 

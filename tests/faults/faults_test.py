@@ -78,10 +78,17 @@ class FaultsTest(unittest.TestCase):
         emergency checkpoint holds the state gathered from both ranks), then
         SIGKILL to another after the resume; the job ends bit for bit where
         the unsharded reference does."""
+        self.preempt_then_kill_sharded("OPTIMIZER", self.reference())
+
+    def test_a_job_with_sharded_gradients_preempted_then_killed_ends_as_the_unsharded_one(self):
+        """The same with data_parallel.sharding GRADIENTS (one microbatch,
+        two ranks: NONE's sums, so bit for bit too)."""
+        self.preempt_then_kill_sharded("GRADIENTS", self.reference())
+
+    def preempt_then_kill_sharded(self, mode, reference):
         c = self.cluster
-        reference = self.reference()
-        out = "sharded"
-        job = c.submit(self.spec, f"output_dir={out}", "data_parallel.sharding=OPTIMIZER", *COMMON)
+        out = f"sharded-{mode}"
+        job = c.submit(self.spec, f"output_dir={out}", f"data_parallel.sharding={mode}", *COMMON)
         wait_for(lambda: c.status(job)["step"] >= 7, 60, "step 7")
         victim = c.workers[1]
         victim.send_signal(signal.SIGTERM)
@@ -97,7 +104,7 @@ class FaultsTest(unittest.TestCase):
         c.workers.pop(0)
         c.add_worker()
         s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
-        print(f"sharded: preempted, then a worker killed: {s['state']}, restarts {s['restarts']}")
+        print(f"sharded {mode}: preempted, then a worker killed: {s['state']}, restarts {s['restarts']}")
         self.assertEqual(s["state"], "SUCCEEDED", s["reason"])
         self.assertGreaterEqual(s["restarts"], 1)
         self.assert_same_final_state(reference, out)
