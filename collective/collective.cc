@@ -49,6 +49,16 @@ absl::Status CheckReduceScatter(const torch::Tensor& input, const std::vector<in
   if (output.scalar_type() != input.scalar_type() || output.device() != input.device()) {
     return absl::InvalidArgumentError("reduce-scatter: input and output differ in dtype or device");
   }
+  // In place (output is input's own shard) or apart.
+  const auto* in = static_cast<const char*>(input.data_ptr());
+  const auto* out = static_cast<const char*>(output.data_ptr());
+  const int64_t item = static_cast<int64_t>(input.element_size());
+  const char* own = in + ShardOffsets(counts)[rank] * item;
+  const bool apart = out + output.numel() * item <= in || out >= in + input.numel() * item;
+  if (!apart && out != own && output.numel() > 0) {
+    return absl::InvalidArgumentError(
+        "reduce-scatter: output overlaps input other than as this rank's shard of it (in place)");
+  }
   return absl::OkStatus();
 }
 

@@ -69,9 +69,10 @@ class Collective {
   // and dtype on every rank) is cut into world_size() consecutive shards of
   // `counts[r]` elements (the same counts on every rank, summing to input's
   // size; shards may be uneven or empty). Rank r's `output` (1-D,
-  // contiguous, counts[rank] elements, not overlapping `input`) receives
-  // shard r reduced over the ranks. `input` is scratch: its contents are
-  // unspecified afterwards. kInvalidArgument for counts or sizes that do
+  // contiguous, counts[rank] elements) receives shard r reduced over the
+  // ranks; it is either input's own shard r (in place: no copy, no extra
+  // buffer) or does not overlap `input` at all. `input` is scratch: its
+  // other contents are unspecified afterwards. kInvalidArgument for counts or sizes that do
   // not fit. The default all-reduces `input` and copies the shard (twice
   // the traffic of a ring reduce-scatter; Gloo and NCCL override it).
   virtual absl::Status ReduceScatter(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output,

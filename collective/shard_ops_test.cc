@@ -2,7 +2,8 @@
 // backend that runs here: Gloo's rings (2, 3 and 4 ranks, uneven and empty
 // shards, synchronous and started, interleaved with all-reduces), the
 // default implementations (FakeCollective) and a single rank
-// (LocalCollective); bad shard counts are refused before anything is sent.
+// (LocalCollective), into a separate output and in place; bad shard counts
+// and overlapping outputs are refused before anything is sent.
 #include <thread>
 #include <vector>
 
@@ -56,6 +57,11 @@ void CheckShardOps(int rank, int world, Collective* c, int64_t total) {
     ASSERT_THAT(c->ReduceScatter(input, counts, output, op), IsOk());
     const float factor = op == ReduceOp::kSum ? world * (world + 1) / 2.0f : op == ReduceOp::kMax ? world : 1.0f;
     EXPECT_TRUE(torch::equal(output, mine * factor)) << "rank " << rank << " of " << world << ", op " << int(op);
+    // In place: the output is this rank's shard of the input.
+    torch::Tensor in_place = i1 * static_cast<float>(rank + 1);
+    ASSERT_THAT(c->ReduceScatter(in_place, counts, in_place.narrow(0, offsets[rank], counts[rank]), op), IsOk());
+    EXPECT_TRUE(torch::equal(in_place.narrow(0, offsets[rank], counts[rank]), mine * factor))
+        << "in place, rank " << rank << " of " << world << ", op " << int(op);
   }
   // Rank r contributes 1000 r + j for its counts[r] elements.
   torch::Tensor part = torch::arange(counts[rank], torch::kFloat) + 1000.0f * rank;
@@ -135,6 +141,11 @@ TEST(ShardOpsTest, RefusesShardsThatDoNotFit) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input must be a contiguous 1-D tensor of 4")));
   EXPECT_THAT(c.ReduceScatter(torch::ones({4}), {-1}, out, ReduceOp::kSum),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("a negative shard count")));
+  // Overlapping the input other than as this rank's shard.
+  torch::Tensor buffer = torch::ones({8});
+  LocalCollective one;
+  EXPECT_THAT(one.ReduceScatter(buffer.narrow(0, 0, 4), {4}, buffer.narrow(0, 2, 4), ReduceOp::kSum),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("output overlaps input")));
   EXPECT_THAT(c.AllGatherV(torch::ones({2, 2}), {4}, out),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input must be a contiguous 1-D tensor")));
   EXPECT_THAT(c.AllGatherV(torch::ones({4}, torch::kDouble), {4}, out),

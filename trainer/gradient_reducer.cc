@@ -80,7 +80,9 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> params, Collective* 
       }
     } else {
       b.buffer = torch::zeros({numel}, options);
-      if (!shard_bounds_.empty()) b.received = torch::empty({b.counts[collective_->rank()]}, options);
+      // Reduce-scattered in place: this rank's run of the buffer is where
+      // its parameters' grads are.
+      if (!shard_bounds_.empty()) b.received = b.buffer.narrow(0, b.own_offset, b.counts[collective_->rank()]);
       for (size_t k = 0; k < b.layout.size(); ++k) {
         const int i = b.layout[k];
         torch::Tensor& p = params_[i];
@@ -208,9 +210,8 @@ void GradientReducer::StartBucket(Bucket& bucket) {
       }
       p.mutable_grad() = torch::Tensor();
     }
-    // The first pass since ZeroGrads lands in the shard itself; later ones
-    // are added to it.
-    bucket.received = shard_empty_ ? bucket.owned : torch::empty_like(bucket.owned);
+    // In place; CompleteOldest moves the sums into the shard.
+    bucket.received = bucket.buffer.narrow(0, bucket.own_offset, bucket.owned.numel());
     peak_buckets_ = std::max(peak_buckets_, next_bucket_ - next_complete_);
   }
   absl::StatusOr<std::unique_ptr<CollectiveWork>> work =
@@ -231,7 +232,13 @@ void GradientReducer::CompleteOldest() {
     b.work.reset();
     if (complete_error_.ok()) complete_error_ = s;
   }
-  if (complete_error_.ok() && start_error_.ok() && !shard_empty_) b.owned.add_(b.received);
+  if (complete_error_.ok() && start_error_.ok()) {
+    if (shard_empty_) {
+      b.owned.copy_(b.received);  // the first pass since ZeroGrads
+    } else {
+      b.owned.add_(b.received);
+    }
+  }
   b.buffer = torch::Tensor();
   b.received = torch::Tensor();
 }
@@ -254,9 +261,6 @@ absl::Status GradientReducer::Finish() {
     absl::Status s = b.work->Wait();
     b.work.reset();
     if (status.ok()) status = s;
-  }
-  if (status.ok() && !shard_bounds_.empty()) {
-    for (Bucket& b : buckets_) b.buffer.narrow(0, b.own_offset, b.received.numel()).copy_(b.received);
   }
   Reset();
   return status;

@@ -108,8 +108,8 @@ class GradientReducer {
     std::unique_ptr<CollectiveWork> work;
     bool started = false;
     // Reduce-scatter: each rank's elements of the buffer (in rank order),
-    // and where this rank's received sums land before Finish copies them
-    // into its slot of the buffer.
+    // and where this rank's sums land (its own run of the buffer, in place;
+    // keep_only_shard: the shard, or a temporary added to it).
     std::vector<int64_t> counts;
     int64_t own_offset = 0;
     torch::Tensor received;

@@ -128,7 +128,7 @@ def main():
     parser.add_argument("--compare-overlap", action="store_true",
                         help="only Trainyard, padded: the all-reduce after backward against overlapped with it")
     parser.add_argument("--compare-sharding", action="store_true",
-                        help="only Trainyard, padded: data_parallel.sharding NONE against OPTIMIZER")
+                        help="only Trainyard, padded: data_parallel.sharding NONE against OPTIMIZER and GRADIENTS")
     args = parser.parse_args()
     if args.compare_overlap:
         compare_overlap(args)
@@ -174,7 +174,8 @@ def compare_sharding(args):
     """Trainyard alone on identical padded batches, alternating replicated
     training (sharding NONE) and the sharded modes."""
     compare_variants(args, {"none": "data_parallel { sharding: NONE }",
-                            "optimizer": "data_parallel { sharding: OPTIMIZER }"})
+                            "optimizer": "data_parallel { sharding: OPTIMIZER }",
+                            "gradients": "data_parallel { sharding: GRADIENTS }"})
 
 
 def compare_variants(args, variants):

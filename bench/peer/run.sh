@@ -7,7 +7,7 @@
 #        (default 3, tiny, 20; --compare-overlap: Trainyard alone, the
 #        gradient all-reduce after backward against overlapped with it;
 #        --compare-sharding: Trainyard alone, data_parallel.sharding NONE
-#        against OPTIMIZER)
+#        against OPTIMIZER and GRADIENTS)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 reps="${1:-3}"
