@@ -98,6 +98,20 @@ absl::StatusOr<CheckpointWriter> CheckpointWriter::Begin(const std::string& fina
   return writer;
 }
 
+absl::StatusOr<CheckpointWriter> CheckpointWriter::BeginShared(const std::string& final_dir, const std::string& token) {
+  struct stat st;
+  if (stat(final_dir.c_str(), &st) == 0) {
+    return absl::AlreadyExistsError(absl::StrCat(final_dir, " already exists"));
+  }
+  CheckpointWriter writer;
+  writer.final_dir_ = final_dir;
+  writer.tmp_dir_ = absl::StrCat(final_dir, ".tmp-", token);
+  if (mkdir(writer.tmp_dir_.c_str(), 0755) != 0 && errno != EEXIST) {
+    return ErrnoStatus("cannot create", writer.tmp_dir_);
+  }
+  return writer;
+}
+
 std::string CheckpointWriter::Path(const std::string& name) const { return tmp_dir_ + "/" + name; }
 
 absl::Status CheckpointWriter::CopyIn(const std::string& source, const std::string& name) {
@@ -109,7 +123,13 @@ absl::Status CheckpointWriter::CopyIn(const std::string& source, const std::stri
   return absl::OkStatus();
 }
 
-absl::Status CheckpointWriter::Commit(const std::string& metadata_json) {
+absl::Status CheckpointWriter::Commit(const std::string& metadata_json, const std::vector<std::string>& expected) {
+  for (const std::string& name : expected) {
+    struct stat st;
+    if (stat(Path(name).c_str(), &st) != 0) {
+      return absl::DataLossError(absl::StrCat(Path(name), ": missing; the checkpoint is not committed"));
+    }
+  }
   absl::Status status = WriteFileDurably(Path(kMetadataFile), metadata_json);
   if (!status.ok()) return status;
   CrashPoint("checkpoint: metadata written");

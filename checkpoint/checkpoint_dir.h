@@ -29,14 +29,20 @@ class CheckpointWriter {
   // Prepares `final_dir` (which must not exist yet): files go to a
   // temporary sibling until Commit.
   static absl::StatusOr<CheckpointWriter> Begin(const std::string& final_dir);
+  // The same for a checkpoint that several processes write together: the
+  // temporary sibling is named by `token` (the same on every writer, new
+  // for every save) and is created if missing, never emptied; one of them
+  // commits.
+  static absl::StatusOr<CheckpointWriter> BeginShared(const std::string& final_dir, const std::string& token);
 
   // Where to write file `name` (a plain file name) before Commit.
   std::string Path(const std::string& name) const;
   // Copies an existing file in.
   absl::Status CopyIn(const std::string& source, const std::string& name);
   // Writes metadata.json, then the manifest over every file, fsyncs and
-  // renames the directory into place.
-  absl::Status Commit(const std::string& metadata_json);
+  // renames the directory into place. `expected`: files that must be there
+  // (kDataLoss naming the first missing one, before anything is written).
+  absl::Status Commit(const std::string& metadata_json, const std::vector<std::string>& expected = {});
   // Removes the temporary directory (when not committed).
   void Abort();
 

@@ -4,9 +4,9 @@
 // all-reduce, the parameters and the whole optimizer state are the same
 // bit for bit, over the fake collective and over Gloo with 2 ranks (with 3,
 // Gloo's reduce-scatter sums in another order: within 1e-5); each rank holds only
-// its shard of the state; a checkpoint of a sharded job restores with
-// another world size and no sharding, and a sharded job resumes bit for
-// bit.
+// its shard of the state; a checkpoint of a sharded job, each rank's
+// shard written by that rank, restores with another world size and
+// sharding, and a sharded job resumes bit for bit.
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -252,6 +252,10 @@ TEST_F(ShardedTrainingTest, ShardedCheckpointsRestoreAnywhereAndResumeBitForBit)
   half.save = true;
   const Result first = Train(half, "first");
   ASSERT_FALSE(first.checkpoint.empty());
+  // Each rank wrote its own slots (version 3).
+  EXPECT_TRUE(std::filesystem::exists(first.checkpoint + "/optimizer-00000-of-00002.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(first.checkpoint + "/optimizer-00001-of-00002.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(first.checkpoint + "/optimizer.safetensors"));
   // Restored by 3 ranks without sharding and with the gradients sharded
   // too: the whole state, as saved.
   for (auto mode : {DataParallelConfig::NONE, DataParallelConfig::GRADIENTS}) {

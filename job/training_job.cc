@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -493,9 +494,19 @@ absl::StatusOr<std::string> TrainingJob::SaveCheckpoint(bool wait) {
   if (!trainer_) return absl::FailedPreconditionError(absl::StrCat("job ", id(), " does not train: nothing to save"));
   if (spec_.output_dir().empty()) return absl::FailedPreconditionError("SaveCheckpoint: the job has no output_dir");
   TY_ASSIGN_OR_RETURN(std::vector<std::string> states, GatherDataStates());
-  // The whole optimizer state (a collective when it is sharded).
-  TY_ASSIGN_OR_RETURN(auto optimizer_state, optimizer_->GatherState());
-  if (rank() != 0) return std::string();
+  // A sharded optimizer's state: every rank writes its own slots into one
+  // checkpoint (version 3, trainer/train_checkpoint.h), named for this
+  // save by rank 0's token. Otherwise rank 0 writes the whole state.
+  const bool shards = !optimizer_->shard_bounds().empty();
+  std::map<std::string, torch::Tensor> optimizer_state;
+  std::string token;
+  if (shards) {
+    TY_ASSIGN_OR_RETURN(token, SaveToken());
+    optimizer_state = optimizer_->State();
+  } else {
+    TY_ASSIGN_OR_RETURN(optimizer_state, optimizer_->GatherState());
+    if (rank() != 0) return std::string();
+  }
   const int64_t step = trainer_->step();
   const std::string dir = absl::StrCat(spec_.output_dir(), "/checkpoint_", step);
   // The output directory may not exist yet (the summary writers create it
@@ -514,26 +525,45 @@ absl::StatusOr<std::string> TrainingJob::SaveCheckpoint(bool wait) {
   std::string spec_json;
   (void)google::protobuf::util::MessageToJsonString(spec_, &spec_json);
   TrainSnapshot snapshot =
-      MakeSnapshot(*model_->network(), optimizer_state, step, world_size(), std::move(states), spec_json,
-                   "trainyard job " + id(), checkpointer_.TakeBuffers(), optimizer_->gathers_copies());
+      shards && rank() != 0
+          ? MakeOptimizerShardSnapshot(optimizer_state, step, rank(), world_size(), token, checkpointer_.TakeBuffers())
+          : MakeSnapshot(*model_->network(), optimizer_state, step, world_size(), std::move(states), spec_json,
+                         "trainyard job " + id(), checkpointer_.TakeBuffers());
+  if (shards) {
+    snapshot.shard = rank();
+    snapshot.num_shards = world_size();
+    snapshot.token = token;
+  }
   const torch::ScalarType dtype = spec_.checkpoint().save_dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat;
   const std::string output_dir = spec_.output_dir();
   const int keep = spec_.keep_checkpoints();
   const int keep_best = spec_.checkpoint().keep_best();
   const bool maximize = spec_.checkpoint().best_mode() == EarlyStopping::MAX;
   last_save_started_ = dir;
-  absl::StatusOr<double> waited = checkpointer_.Save(
-      dir, std::move(snapshot), dtype,
-      [output_dir, keep, keep_best, maximize] { ApplyRetention(output_dir, keep, keep_best, maximize); });
+  std::function<void()> after;
+  if (rank() == 0)
+    after = [output_dir, keep, keep_best, maximize] { ApplyRetention(output_dir, keep, keep_best, maximize); };
+  absl::StatusOr<double> waited = checkpointer_.Save(dir, std::move(snapshot), dtype, std::move(after));
   if (!waited.ok()) {
     // The previous write failed; the previous good checkpoint stays.
     spdlog::error("job {}: a checkpoint write failed: {}", id(), waited.status().ToString());
   }
   if (wait) {
     TY_RETURN_IF_ERROR(checkpointer_.Wait());
-    return dir;
+    return rank() == 0 ? dir : std::string();  // the others wrote their shards only
   }
-  return checkpointer_.last_written();
+  return rank() == 0 ? checkpointer_.last_written() : std::string();
+}
+
+absl::StatusOr<std::string> TrainingJob::SaveToken() {
+  torch::Tensor token = torch::zeros({1}, torch::kLong);
+  if (rank() == 0) {
+    std::random_device device;
+    token[0] = static_cast<int64_t>((static_cast<uint64_t>(device()) << 31) ^ device()) & ((int64_t{1} << 62) - 1);
+  }
+  std::vector<torch::Tensor> tensors = {token};
+  TY_RETURN_IF_ERROR(collective_->Broadcast(tensors, 0));
+  return absl::StrCat("s", token.item<int64_t>());
 }
 
 absl::Status TrainingJob::WaitForSaves() { return checkpointer_.Wait(); }

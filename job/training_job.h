@@ -203,6 +203,9 @@ class TrainingJob {
   absl::StatusOr<std::string> WriteEmergencyCheckpoint(bool abandoned, double* seconds);
   // Applies a read checkpoint: parameters, optimizer and data positions.
   absl::Status Apply(const TrainCheckpoint& ckpt);
+  // Rank 0's random name for this save's temporary directory, on every rank
+  // (a collective).
+  absl::StatusOr<std::string> SaveToken();
   // Rank 0: one inference evaluation's values of `task`, to TensorBoard and
   // JSON lines.
   void WriteInferEval(const std::string& task, const MetricResults& values);
@@ -220,7 +223,7 @@ class TrainingJob {
   std::unique_ptr<Trainer> trainer_;      // training kinds
   // rank 0: one TensorBoard writer per task for inference evaluation.
   std::map<std::string, std::unique_ptr<MetricsManager>> infer_eval_writers_;
-  AsyncCheckpointer checkpointer_;  // rank 0
+  AsyncCheckpointer checkpointer_;  // rank 0; with a sharded optimizer every rank (its shard)
   std::string last_save_started_;   // rank 0: the directory of the last save
   int64_t restored_step_ = 0;
   bool closed_ = false;

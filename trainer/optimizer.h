@@ -54,13 +54,11 @@ class Optimizer {
   // For optimizers whose ranks each update a shard of the parameters
   // (trainer/sharded_optimizer.h): every rank calls Synchronize after
   // Apply, and the ranks exchange the updated parameters; GatherState is
-  // the whole state on rank 0 (what checkpoints hold), a collective every
-  // rank calls. Others have nothing to exchange: State().
+  // the whole state on rank 0, a collective every rank calls (checkpoints
+  // are written by every rank instead, trainer/train_checkpoint.h). Others
+  // have nothing to exchange: State().
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
   virtual absl::StatusOr<std::map<std::string, torch::Tensor>> GatherState() { return State(); }
-  // Whether GatherState's tensors are fresh copies (the caller may keep
-  // them) rather than the live state.
-  virtual bool gathers_copies() const { return false; }
   // A sharded optimizer's shards: world_size + 1 parameter indices, rank r
   // updating [bounds[r], bounds[r + 1]), whose Apply reads only this rank's
   // gradients (the others' may hold anything, so the gradients need only be

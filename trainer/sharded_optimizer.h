@@ -17,11 +17,13 @@
 // Apply's collective (the squared norms) cannot return a status: when it
 // fails, Apply updates nothing and the next Synchronize returns the error.
 //
-// State() is this rank's shard (its slots and the step); GatherState() the
-// whole state on rank 0, as NONE's optimizer would hold it, so a checkpoint
-// restores with any world size and sharding; LoadState takes a whole state
-// and keeps this rank's slots. Both all-gathers go in rounds (of 1 Mi
-// elements per rank by default), so the memory they add is a few rounds'.
+// State() is this rank's shard (its slots and the step), which each rank
+// writes into the checkpoint itself (trainer/train_checkpoint.h, version
+// 3); GatherState() the whole state on rank 0, as NONE's optimizer would
+// hold it (for comparisons); LoadState takes a whole state, as a
+// checkpoint of any world size and sharding reads back, and keeps this
+// rank's slots. Both all-gathers go in rounds (of 1 Mi elements per rank by
+// default), so the memory they add is a few rounds'.
 //
 // Thread-safety: one thread drives it; every rank calls Apply and
 // Synchronize (and GatherState) in the same order.
@@ -65,7 +67,6 @@ class ShardedOptimizer : public Optimizer {
   // Rank 0: the whole state (what checkpoints hold); other ranks: their
   // State(). Every rank calls it.
   absl::StatusOr<std::map<std::string, torch::Tensor>> GatherState() override;
-  bool gathers_copies() const override { return true; }
   std::vector<size_t> shard_bounds() const override { return bounds_; }
   const std::vector<double>* gradient_squares() const override { return &squares_; }
 

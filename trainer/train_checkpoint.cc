@@ -5,10 +5,13 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "checkpoint/checkpoint_dir.h"
@@ -48,7 +51,7 @@ TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t st
 
 TrainSnapshot MakeSnapshot(T5Impl& model, const std::map<std::string, torch::Tensor>& optimizer_state, int64_t step,
                            int world_size, std::vector<std::string> data_states, std::string job_json,
-                           std::string source, TrainSnapshot reuse, bool state_is_a_copy) {
+                           std::string source, TrainSnapshot reuse) {
   std::map<std::string, torch::Tensor> old_params(reuse.params.begin(), reuse.params.end());
   TrainSnapshot s;
   s.step = step;
@@ -60,10 +63,6 @@ TrainSnapshot MakeSnapshot(T5Impl& model, const std::map<std::string, torch::Ten
   }
   for (const auto& [name, t] : optimizer_state) {
     if (name == "step") continue;  // in metadata.json
-    if (state_is_a_copy && t.device().is_cpu() && t.is_contiguous()) {
-      s.optimizer[name] = t;
-      continue;
-    }
     auto it = reuse.optimizer.find(name);
     s.optimizer[name] = CopyInto(t, it == reuse.optimizer.end() ? torch::Tensor() : it->second);
   }
@@ -79,28 +78,114 @@ TrainSnapshot MakeSnapshot(T5Impl& model, const std::map<std::string, torch::Ten
   return s;
 }
 
+std::string OptimizerShardFile(int shard, int num_shards) {
+  return absl::StrFormat("optimizer-%05d-of-%05d.safetensors", shard, num_shards);
+}
+
+TrainSnapshot MakeOptimizerShardSnapshot(const std::map<std::string, torch::Tensor>& optimizer_state, int64_t step,
+                                         int shard, int num_shards, std::string token, TrainSnapshot reuse) {
+  TrainSnapshot s;
+  s.step = step;
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, t] : optimizer_state) {
+    if (name == "step") continue;
+    auto it = reuse.optimizer.find(name);
+    s.optimizer[name] = CopyInto(t, it == reuse.optimizer.end() ? torch::Tensor() : it->second);
+  }
+  if (!s.optimizer.empty()) SynchronizeDevice(optimizer_state.begin()->second.device());
+  s.shard = shard;
+  s.num_shards = num_shards;
+  s.token = std::move(token);
+  return s;
+}
+
+namespace {
+
+nlohmann::ordered_json Metadata(const TrainSnapshot& snapshot, torch::ScalarType save_dtype) {
+  nlohmann::ordered_json meta = {
+      {"format", "trainyard.checkpoint"},
+      {"version", snapshot.num_shards > 0 ? 3 : 2},
+      {"step", snapshot.step},
+      {"model_config", nlohmann::json::parse(ModelConfigJson(snapshot.config))},
+      {"world_size", snapshot.world_size},
+      {"data_states", snapshot.data_states},
+      {"save_dtype", save_dtype == torch::kFloat ? "FLOAT32" : "BFLOAT16"},
+      {"job", snapshot.job_json.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(snapshot.job_json)},
+      {"source", snapshot.source},
+      {"vocabulary", ""},
+  };
+  if (snapshot.num_shards > 0) meta["optimizer_shards"] = snapshot.num_shards;
+  return meta;
+}
+
+constexpr char kDoneSuffix[] = ".done";
+
+// Version 3: this rank's files; rank 0 commits.
+absl::Status WriteShardedTrainCheckpoint(const std::string& dir, const TrainSnapshot& snapshot,
+                                         torch::ScalarType save_dtype) {
+  if (snapshot.shard < 0 || snapshot.shard >= snapshot.num_shards || snapshot.token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", dir, ": shard ", snapshot.shard, " of ",
+                                                   snapshot.num_shards, " without a save token"));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  TY_ASSIGN_OR_RETURN(CheckpointWriter writer, CheckpointWriter::BeginShared(dir, snapshot.token));
+  const std::string mine = OptimizerShardFile(snapshot.shard, snapshot.num_shards);
+  auto write = [&]() -> absl::Status {
+    std::vector<std::pair<std::string, torch::Tensor>> optimizer(snapshot.optimizer.begin(), snapshot.optimizer.end());
+    TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(mine), optimizer, torch::kFloat));
+    TY_RETURN_IF_ERROR(FsyncPath(writer.Path(mine), false));
+    if (snapshot.shard != 0) {
+      // The mark: this rank's file is whole and durable.
+      const std::string done = writer.Path(mine + kDoneSuffix);
+      { std::ofstream(done, std::ios::binary | std::ios::trunc); }
+      return FsyncPath(done, false);
+    }
+    TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(kParams), snapshot.params, save_dtype));
+    // The other ranks write theirs at the same time: wait for their marks.
+    const auto own = std::chrono::steady_clock::now() - start;
+    const auto deadline = std::chrono::steady_clock::now() + 4 * own +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(snapshot.shard_wait_seconds));
+    std::vector<std::string> expected = {kParams};
+    for (int r = 0; r < snapshot.num_shards; ++r) expected.push_back(OptimizerShardFile(r, snapshot.num_shards));
+    for (;;) {
+      std::vector<int> missing;
+      for (int r = 1; r < snapshot.num_shards; ++r) {
+        if (!std::filesystem::exists(writer.Path(OptimizerShardFile(r, snapshot.num_shards) + kDoneSuffix))) {
+          missing.push_back(r);
+        }
+      }
+      if (missing.empty()) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat("checkpoint ", dir, ": the optimizer shards of rank(s) ",
+                                                        absl::StrJoin(missing, ", "),
+                                                        " were not written in time; not committed"));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (int r = 1; r < snapshot.num_shards; ++r) {
+      std::filesystem::remove(writer.Path(OptimizerShardFile(r, snapshot.num_shards) + kDoneSuffix));
+    }
+    return writer.Commit(Metadata(snapshot, save_dtype).dump(2) + "\n", expected);
+  };
+  absl::Status status = write();
+  if (!status.ok() && snapshot.shard == 0) writer.Abort();
+  return status;
+}
+
+}  // namespace
+
 absl::Status WriteTrainCheckpoint(const std::string& dir, const TrainSnapshot& snapshot, torch::ScalarType save_dtype) {
   if (save_dtype != torch::kFloat && save_dtype != torch::kBFloat16) {
     return absl::InvalidArgumentError("checkpoint.save_dtype: parameters are saved as FLOAT32 or BFLOAT16");
   }
+  if (snapshot.num_shards > 0) return WriteShardedTrainCheckpoint(dir, snapshot, save_dtype);
   TY_ASSIGN_OR_RETURN(CheckpointWriter writer, CheckpointWriter::Begin(dir));
   auto write = [&]() -> absl::Status {
     TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(kParams), snapshot.params, save_dtype));
     std::vector<std::pair<std::string, torch::Tensor>> optimizer(snapshot.optimizer.begin(), snapshot.optimizer.end());
     TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(kOptimizer), optimizer, torch::kFloat));
-    nlohmann::ordered_json meta = {
-        {"format", "trainyard.checkpoint"},
-        {"version", 2},
-        {"step", snapshot.step},
-        {"model_config", nlohmann::json::parse(ModelConfigJson(snapshot.config))},
-        {"world_size", snapshot.world_size},
-        {"data_states", snapshot.data_states},
-        {"save_dtype", save_dtype == torch::kFloat ? "FLOAT32" : "BFLOAT16"},
-        {"job", snapshot.job_json.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(snapshot.job_json)},
-        {"source", snapshot.source},
-        {"vocabulary", ""},
-    };
-    return writer.Commit(meta.dump(2) + "\n");
+    return writer.Commit(Metadata(snapshot, save_dtype).dump(2) + "\n");
   };
   absl::Status status = write();
   if (!status.ok()) writer.Abort();
@@ -118,11 +203,27 @@ absl::StatusOr<TrainCheckpoint> ReadTrainCheckpoint(const std::string& dir) {
     const nlohmann::json meta = nlohmann::json::parse(header.metadata_json);
     out.world_size = meta.value("world_size", 0);
     if (meta.contains("data_states")) out.data_states = meta["data_states"].get<std::vector<std::string>>();
+    out.optimizer_shards = meta.value("optimizer_shards", 0);
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(dir, "/metadata.json: ", e.what()));
   }
   TY_ASSIGN_OR_RETURN(out.params, ReadTensors(dir + "/" + kParams));
-  if (std::filesystem::exists(dir + "/" + kOptimizer)) {
+  if (out.optimizer_shards < 0 || out.optimizer_shards > 1 << 20) {
+    return absl::DataLossError(absl::StrCat(dir, "/metadata.json: optimizer_shards ", out.optimizer_shards));
+  }
+  if (out.optimizer_shards > 0) {
+    // Every rank's slots, each in exactly one file.
+    for (int r = 0; r < out.optimizer_shards; ++r) {
+      const std::string file = OptimizerShardFile(r, out.optimizer_shards);
+      TY_ASSIGN_OR_RETURN(TensorMap part, ReadTensors(dir + "/" + file));
+      for (auto& [name, t] : part) {
+        if (!out.optimizer.emplace(name, t).second) {
+          return absl::DataLossError(absl::StrCat(dir, "/", file, ": ", name, " is in another shard too"));
+        }
+      }
+    }
+    out.optimizer["step"] = torch::tensor(out.step, torch::kLong);
+  } else if (std::filesystem::exists(dir + "/" + kOptimizer)) {
     TY_ASSIGN_OR_RETURN(TensorMap optimizer, ReadTensors(dir + "/" + kOptimizer));
     out.optimizer = std::map<std::string, torch::Tensor>(optimizer.begin(), optimizer.end());
     out.optimizer["step"] = torch::tensor(out.step, torch::kLong);

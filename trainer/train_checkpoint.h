@@ -12,6 +12,19 @@
 //                            save_dtype, source
 //     MANIFEST.json
 //
+// A job whose optimizer is sharded over its W ranks (data_parallel.sharding
+// OPTIMIZER or GRADIENTS) writes version 3: each rank writes its own slots
+// in parallel, with no gather onto one rank,
+//     optimizer-<r>-of-<W>.safetensors   (5 digits each, r = 0 .. W-1)
+// in place of optimizer.safetensors, and metadata.json has
+// "optimizer_shards": W. All ranks write into one temporary sibling named by
+// a token of that save; rank r > 0 marks its file complete (fsynced) with
+// an empty "<file>.done"; rank 0 writes the parameters and its own shard,
+// waits for every mark (at most 60 s plus 4x its own write time), removes
+// the marks and commits: the manifest covers every shard, so a checkpoint
+// missing one is never read. Reading one gives the whole state, whatever
+// the world size or sharding of the reader.
+//
 // A model-only checkpoint (version 1: `trainyard convert`, older jobs) has
 // no optimizer state or data positions; restoring one starts a fresh
 // optimizer.
@@ -47,23 +60,41 @@ struct TrainSnapshot {
   std::vector<std::string> data_states;  // by rank
   std::string job_json;                  // the job spec
   std::string source;
+  // Version 3 (above): this is rank `shard`'s part of a checkpoint written
+  // by `num_shards` ranks; `optimizer` holds this rank's slots, and only
+  // rank 0's has the parameters. `token` names the temporary directory of
+  // this save, the same on every rank. num_shards 0: one writer (version 2).
+  int shard = 0;
+  int num_shards = 0;
+  std::string token;
+  // Rank 0: how long to wait for the other ranks' files, beyond 4x its
+  // own write time.
+  double shard_wait_seconds = 60;
 };
+
+// The name of rank `shard`'s optimizer file in a version 3 checkpoint.
+std::string OptimizerShardFile(int shard, int num_shards);
+// Rank `shard`'s snapshot of a version 3 checkpoint without the parameters
+// (ranks other than 0): copies of its optimizer state.
+TrainSnapshot MakeOptimizerShardSnapshot(const std::map<std::string, torch::Tensor>& optimizer_state, int64_t step,
+                                         int shard, int num_shards, std::string token, TrainSnapshot reuse = {});
 
 // `reuse`: a snapshot whose tensors are written over when their shapes
 // match (no fresh allocation, no page faults: the stall is a memcpy).
 TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t step, int world_size,
                            std::vector<std::string> data_states, std::string job_json, std::string source,
                            TrainSnapshot reuse = {});
-// The same with the optimizer's state given (Optimizer::GatherState, for
-// one sharded over the ranks). `state_is_a_copy`: the state's CPU tensors
-// are the caller's to give (not the optimizer's live ones), and are taken
-// as they are instead of copied.
+// The same with the optimizer's state given (rank 0's shard of a sharded
+// optimizer's, Optimizer::State, or a whole state).
 TrainSnapshot MakeSnapshot(T5Impl& model, const std::map<std::string, torch::Tensor>& optimizer_state, int64_t step,
                            int world_size, std::vector<std::string> data_states, std::string job_json,
-                           std::string source, TrainSnapshot reuse = {}, bool state_is_a_copy = false);
+                           std::string source, TrainSnapshot reuse = {});
 
 // Writes `dir` (which must not exist). `save_dtype`: kFloat or kBFloat16
-// for the parameters (the optimizer state is always float32).
+// for the parameters (the optimizer state is always float32). A part of a
+// version 3 checkpoint (num_shards > 0): this rank's files; rank 0's call
+// commits once every rank's are there (kDeadlineExceeded naming the ranks
+// missing, and nothing committed, if they do not come).
 absl::Status WriteTrainCheckpoint(const std::string& dir, const TrainSnapshot& snapshot, torch::ScalarType save_dtype);
 
 struct TrainCheckpoint {
@@ -75,6 +106,7 @@ struct TrainCheckpoint {
   std::map<std::string, torch::Tensor> optimizer;  // empty for a model-only checkpoint
   int world_size = 0;                              // 0: unknown (model-only)
   std::vector<std::string> data_states;
+  int optimizer_shards = 0;  // version 3: the files the state came from
 };
 
 // Verifies the manifest (kNotFound without one, kDataLoss naming a damaged

@@ -2,10 +2,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/crash_points.h"
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
@@ -69,6 +71,85 @@ TEST_F(TrainCheckpointTest, RoundTripRestoresEverything) {
   // The optimizer's step is the checkpoint's step (the trainer's step is
   // the optimizer's).
   EXPECT_EQ(read->optimizer.at("step").item<int64_t>(), 7);
+}
+
+// Version 3: three ranks write their own slots at once; rank 0 commits one
+// checkpoint whose manifest covers every shard, and reading it gives the
+// whole state. A rank that never writes leaves nothing committed.
+TEST_F(TrainCheckpointTest, ShardedOptimizerStateIsWrittenByEveryRank) {
+  const std::map<std::string, torch::Tensor> whole = optimizer_->State();
+  std::vector<std::map<std::string, torch::Tensor>> parts(3);
+  int i = 0;
+  for (const auto& [name, t] : whole) {
+    if (name != "step") parts[i++ % 3][name] = t;
+  }
+  const std::string ckpt = dir_ + "/checkpoint_9";
+  std::vector<absl::Status> written(3);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      TrainSnapshot s =
+          r == 0 ? MakeSnapshot(*model_->network(), parts[0], 9, 3, {"0 1", "0 2", "0 3"}, R"({"name":"x"})", "test")
+                 : MakeOptimizerShardSnapshot(parts[r], 9, r, 3, "s42");
+      s.shard = r;
+      s.num_shards = 3;
+      s.token = "s42";
+      if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0 waits for it
+      written[r] = WriteTrainCheckpoint(ckpt, s, torch::kFloat);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 3; ++r) ASSERT_THAT(written[r], IsOk()) << r;
+  absl::StatusOr<CheckpointContents> contents = VerifyCheckpoint(ckpt);
+  ASSERT_THAT(contents.status(), IsOk());
+  EXPECT_THAT(contents->files, ElementsAre("metadata.json", "optimizer-00000-of-00003.safetensors",
+                                           "optimizer-00001-of-00003.safetensors",
+                                           "optimizer-00002-of-00003.safetensors", "params.safetensors"));
+  absl::StatusOr<TrainCheckpoint> read = ReadTrainCheckpoint(ckpt);
+  ASSERT_THAT(read.status(), IsOk());
+  EXPECT_EQ(read->version, 3);
+  EXPECT_EQ(read->optimizer_shards, 3);
+  EXPECT_EQ(read->data_states, (std::vector<std::string>{"0 1", "0 2", "0 3"}));
+  ASSERT_EQ(read->optimizer.size(), whole.size());
+  for (const auto& [name, t] : whole) {
+    if (name != "step") EXPECT_TRUE(torch::equal(read->optimizer.at(name), t)) << name;
+  }
+  EXPECT_EQ(read->optimizer.at("step").item<int64_t>(), 9);
+  EXPECT_FALSE(std::filesystem::exists(ckpt + ".tmp-s42"));
+
+  // Rank 1 never writes: rank 0 gives up, nothing is committed.
+  const std::string lost = dir_ + "/checkpoint_10";
+  TrainSnapshot alone = MakeSnapshot(*model_->network(), parts[0], 10, 2, {"0 1", "0 2"}, "", "test");
+  alone.shard = 0;
+  alone.num_shards = 2;
+  alone.token = "s43";
+  alone.shard_wait_seconds = 0.2;
+  EXPECT_THAT(WriteTrainCheckpoint(lost, alone, torch::kFloat),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("shards of rank(s) 1 were not written in time")));
+  EXPECT_FALSE(std::filesystem::exists(lost));
+  EXPECT_FALSE(std::filesystem::exists(lost + ".tmp-s43"));
+}
+
+TEST_F(TrainCheckpointTest, AShardedCheckpointWithASlotTwiceIsRefused) {
+  std::map<std::string, torch::Tensor> whole = optimizer_->State();
+  whole.erase("step");
+  const std::string ckpt = dir_ + "/checkpoint_3";
+  std::vector<std::thread> ranks;
+  std::vector<absl::Status> written(2);
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      TrainSnapshot s = r == 0 ? MakeSnapshot(*model_->network(), whole, 3, 2, {"0 1", "0 2"}, "", "test")
+                               : MakeOptimizerShardSnapshot(whole, 3, r, 2, "s7");
+      s.shard = r;
+      s.num_shards = 2;
+      s.token = "s7";
+      written[r] = WriteTrainCheckpoint(ckpt, s, torch::kFloat);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  ASSERT_THAT(written[0], IsOk());
+  EXPECT_THAT(ReadTrainCheckpoint(ckpt).status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("optimizer-00001-of-00002.safetensors: ")));
 }
 
 TEST_F(TrainCheckpointTest, BFloat16ParametersAndTheDtypeCheck) {

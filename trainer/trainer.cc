@@ -228,9 +228,16 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) 
       for (const torch::Tensor& g : grads) grad_squares.push_back(SquaredNorm(g));
     }
   }
+  const auto update_start = std::chrono::steady_clock::now();
   optimizer_->Apply(grads, lr);
+  const auto gather_start = std::chrono::steady_clock::now();
+  update_seconds_ += std::chrono::duration<double>(gather_start - update_start).count();
   // A sharded optimizer updated this rank's shard: the ranks exchange them.
-  if (absl::Status s = optimizer_->Synchronize(); !s.ok()) {
+  absl::Status synchronized = optimizer_->Synchronize();
+  if (sharded) {
+    gather_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - gather_start).count();
+  }
+  if (absl::Status s = synchronized; !s.ok()) {
     if (reducer_ != nullptr) {
       reducer_->ZeroGrads();
     } else {
@@ -260,6 +267,8 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
   std::map<std::string, double> last_step_metrics;
   double seqs = 0, target_tokens = 0;
   allreduce_seconds_ = 0;
+  update_seconds_ = 0;
+  gather_seconds_ = 0;
   train_metrics_->StartDurationTimer();
   for (int64_t i = 0; i < num_steps; ++i) {
     const int64_t step = this->step();
@@ -291,10 +300,13 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
   if (options_.model_flops_per_step > 0) {
     summary["timing/model_flops"] = options_.model_flops_per_step * static_cast<double>(num_steps);
   }
-  // This rank's time in the gradient all-reduce (not overlapped with
-  // compute), per step.
-  summary["timing/allreduce_seconds_per_step"] =
-      allreduce_seconds_ / static_cast<double>(std::max<int64_t>(num_steps, 1));
+  // This rank's time per step waiting for the gradients' reduction (what
+  // is not overlapped with backward), in the optimizer's update, and (a
+  // sharded optimizer) in the parameters' all-gather.
+  const double steps = static_cast<double>(std::max<int64_t>(num_steps, 1));
+  summary["timing/allreduce_seconds_per_step"] = allreduce_seconds_ / steps;
+  summary["timing/optimizer_seconds_per_step"] = update_seconds_ / steps;
+  if (!optimizer_->shard_bounds().empty()) summary["timing/allgather_seconds_per_step"] = gather_seconds_ / steps;
   for (const auto& [k, v] : batches->TakeDataMetrics()) summary[k] = v;
   absl::optional<std::map<std::string, double>> written =
       train_metrics_->WriteMetricsSummary(summary, step(), num_steps);

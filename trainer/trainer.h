@@ -172,7 +172,13 @@ class Trainer {
   std::set<std::string> compiled_;  // shape keys already warmed up
   std::atomic<int64_t> progress_{0};
   int64_t abandoned_steps_ = 0;
-  double allreduce_seconds_ = 0;  // in this Train call
+  // In this Train call: waiting for the gradients' reduction after
+  // backward, the optimizer's update (with a sharded optimizer, of this
+  // rank's shard and the global norm), and a sharded optimizer's parameter
+  // all-gather.
+  double allreduce_seconds_ = 0;
+  double update_seconds_ = 0;
+  double gather_seconds_ = 0;
   // world_size > 1 with overlap_allreduce or a sharded optimizer
   std::unique_ptr<GradientReducer> reducer_;
 };

@@ -104,6 +104,9 @@ def run_trainyard(args, mode, workers=2, threads=None, extra_spec=""):
             "steps_per_second": last("timing/steps_per_second"),
             "target_tokens_per_second": last("timing/target_tokens_per_second"),
             "exposed_allreduce_seconds_per_step": last("timing/allreduce_seconds_per_step"),
+            "optimizer_seconds_per_step": last("timing/optimizer_seconds_per_step"),
+            "allgather_seconds_per_step": (last("timing/allgather_seconds_per_step")
+                                           if "timing/allgather_seconds_per_step" in acc.Tags()["scalars"] else 0.0),
             "peak_rss_mb": sorted(round(v, 1) for v in peaks.values())}
 
 
@@ -193,7 +196,8 @@ def compare_variants(args, variants):
     for name in variants:
         rows = [r for r in results if r["variant"] == name]
         summary[name] = {k: statistics.median(r[k] for r in rows)
-                         for k in ("steps_per_second", "seconds_per_step", "exposed_allreduce_seconds_per_step")}
+                         for k in ("steps_per_second", "seconds_per_step", "exposed_allreduce_seconds_per_step",
+                                   "optimizer_seconds_per_step", "allgather_seconds_per_step")}
         summary[name]["exposed_allreduce_fraction"] = (summary[name]["exposed_allreduce_seconds_per_step"] /
                                                        summary[name]["seconds_per_step"])
         summary[name]["peak_rss_mb_max"] = max(max(r["peak_rss_mb"]) for r in rows)
