@@ -40,6 +40,7 @@ struct Result {
   State optimizer;                            // the whole state (GatherState)
   std::vector<int64_t> local_state_elements;  // by rank: what each holds
   std::string checkpoint;
+  std::map<std::string, double> summary;  // rank 0's, of the last chunk
 };
 
 struct Config {
@@ -52,6 +53,7 @@ struct Config {
   int steps = 20;
   std::string restore;  // a checkpoint to start from
   bool save = false;
+  bool weight_metrics = false;
 };
 
 class ShardedTrainingTest : public ::testing::Test {
@@ -83,6 +85,7 @@ class ShardedTrainingTest : public ::testing::Test {
     // 1 MiB: the sharded all-gathers take several rounds (tiny has 2 MiB of
     // parameters), and both modes reduce the same buckets.
     spec.mutable_data_parallel()->set_bucket_mb(1);
+    spec.mutable_summary()->set_weight_metrics(s.weight_metrics);
     if (s.optimizer.rfind("adamw", 0) == 0) {
       spec.mutable_optimizer()->mutable_adamw();
     } else {
@@ -124,7 +127,11 @@ class ShardedTrainingTest : public ::testing::Test {
         auto job = TrainingJob::Create(spec, collective.get(), options);
         ASSERT_THAT(job.status(), IsOk());
         ASSERT_THAT((*job)->Restore("").status(), IsOk());
-        if (s.steps > 0) ASSERT_THAT((*job)->Train(s.steps).status(), IsOk());
+        if (s.steps > 0) {
+          absl::StatusOr<TrainChunk> chunk = (*job)->Train(s.steps);
+          ASSERT_THAT(chunk.status(), IsOk());
+          if (r == 0) run.summary = chunk->summary;
+        }
         int64_t elements = 0;
         for (const auto& [k, t] : (*job)->optimizer()->State()) {
           if (k != "step") elements += t.numel();
@@ -218,6 +225,34 @@ TEST_F(ShardedTrainingTest, GradientShardingTrainsTheSameParameters) {
           EXPECT_EQ(sum, a.local_state_elements[0]) << what;
         }
       }
+    }
+  }
+}
+
+// Weight metrics: a sharded rank holds only its own gradients' sums, so
+// the gradient norms come from the squares the ranks sum for clipping; they
+// are NONE's (the same sums, the fake collective).
+TEST_F(ShardedTrainingTest, ShardedWeightMetricsAreNones) {
+  for (auto mode : {DataParallelConfig::OPTIMIZER, DataParallelConfig::GRADIENTS}) {
+    for (const char* optimizer : {"adafactor", "adamw"}) {  // with and without clipping
+      Config none{2, DataParallelConfig::NONE, optimizer};
+      none.steps = 3;
+      none.microbatches = 1;
+      none.weight_metrics = true;
+      Config sharded = none;
+      sharded.sharding = mode;
+      const Result a = Train(none, "none");
+      const Result b = Train(sharded, "sharded");
+      const std::string what = DataParallelConfig::Sharding_Name(mode) + ", " + optimizer;
+      int compared = 0;
+      for (const auto& [k, v] : a.summary) {
+        if (k.rfind("weight_", 0) != 0) continue;
+        ASSERT_EQ(b.summary.count(k), 1u) << what << ": " << k;
+        EXPECT_DOUBLE_EQ(b.summary.at(k), v) << what << ": " << k;
+        ++compared;
+      }
+      EXPECT_GT(compared, 100) << what;
+      EXPECT_GT(a.summary.at("weight_gradient_norm"), 0) << what;
     }
   }
 }

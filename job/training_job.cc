@@ -524,11 +524,16 @@ absl::StatusOr<std::string> TrainingJob::SaveCheckpoint(bool wait) {
   }
   std::string spec_json;
   (void)google::protobuf::util::MessageToJsonString(spec_, &spec_json);
+  // A waited save takes the host state as it is (nothing trains until it
+  // is written): no second copy of the model and its state at the
+  // checkpoint. A background one copies, into the last one's buffers.
+  const bool borrow = wait;
+  TrainSnapshot reuse = borrow ? TrainSnapshot() : checkpointer_.TakeBuffers();
   TrainSnapshot snapshot =
       shards && rank() != 0
-          ? MakeOptimizerShardSnapshot(optimizer_state, step, rank(), world_size(), token, checkpointer_.TakeBuffers())
+          ? MakeOptimizerShardSnapshot(optimizer_state, step, rank(), world_size(), token, std::move(reuse), borrow)
           : MakeSnapshot(*model_->network(), optimizer_state, step, world_size(), std::move(states), spec_json,
-                         "trainyard job " + id(), checkpointer_.TakeBuffers());
+                         "trainyard job " + id(), std::move(reuse), borrow);
   if (shards) {
     snapshot.shard = rank();
     snapshot.num_shards = world_size();

@@ -66,8 +66,11 @@ class Optimizer {
   virtual std::vector<size_t> shard_bounds() const { return {}; }
   // After Apply: each parameter's squared gradient norm over the whole
   // model (before clipping), where Apply had to compute them with the other
-  // ranks (a sharded optimizer's); nullptr: compute them from the gradients.
+  // ranks (a sharded optimizer's, once asked to with
+  // set_gradient_squares_wanted: it computes them itself only to clip);
+  // nullptr: compute them from the gradients.
   virtual const std::vector<double>* gradient_squares() const { return nullptr; }
+  virtual void set_gradient_squares_wanted(bool) {}
 
  protected:
   int64_t step_ = 0;

@@ -130,18 +130,11 @@ void ShardedOptimizer::Apply(const std::vector<torch::Tensor>& grads, double lea
   torch::NoGradGuard no_grad;
   const std::vector<torch::Tensor> mine(grads.begin() + static_cast<std::ptrdiff_t>(shard_begin()),
                                         grads.begin() + static_cast<std::ptrdiff_t>(shard_end()));
-  // Every parameter's squared norm: this rank's computed here, the others'
-  // summed in from their owners (zeros elsewhere).
-  torch::Tensor squares = torch::zeros({static_cast<int64_t>(params_.size())}, torch::kDouble);
-  for (size_t i = shard_begin(); i < shard_end(); ++i) squares[static_cast<int64_t>(i)] = SquaredNorm(grads[i]);
-  std::vector<torch::Tensor> all = {squares};
-  apply_error_ = collective_->AllReduce(all, ReduceOp::kSum);
-  if (!apply_error_.ok()) {
-    squares_.clear();
-    return;
+  squares_.clear();
+  apply_error_ = absl::OkStatus();
+  if (max_grad_norm_ > 0 || squares_wanted_) {
+    if (!ReduceSquares(grads)) return;
   }
-  const double* s = squares.data_ptr<double>();
-  squares_.assign(s, s + squares.numel());
   if (max_grad_norm_ > 0) {
     // ClipByGlobalNorm's arithmetic: the sum in parameter order.
     double sum = 0;
@@ -153,6 +146,19 @@ void ShardedOptimizer::Apply(const std::vector<torch::Tensor>& grads, double lea
   }
   local_->Apply(mine, learning_rate);
   step_ = local_->step();
+}
+
+bool ShardedOptimizer::ReduceSquares(const std::vector<torch::Tensor>& grads) {
+  // Every parameter's squared norm: this rank's computed here, the others'
+  // summed in from their owners (zeros elsewhere).
+  torch::Tensor squares = torch::zeros({static_cast<int64_t>(params_.size())}, torch::kDouble);
+  for (size_t i = shard_begin(); i < shard_end(); ++i) squares[static_cast<int64_t>(i)] = SquaredNorm(grads[i]);
+  std::vector<torch::Tensor> all = {squares};
+  apply_error_ = collective_->AllReduce(all, ReduceOp::kSum);
+  if (!apply_error_.ok()) return false;
+  const double* s = squares.data_ptr<double>();
+  squares_.assign(s, s + squares.numel());
+  return true;
 }
 
 absl::Status ShardedOptimizer::Synchronize() {

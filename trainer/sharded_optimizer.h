@@ -6,8 +6,9 @@
 // contiguous shards make the parameters in order).
 //
 // Apply reads only this rank's gradients (shard_bounds(): the trainer
-// reduce-scatters them). Clipping by the global norm needs every
-// parameter's squared norm: each rank computes its own, the ranks sum the
+// reduce-scatters them). Clipping by the global norm (and the weight
+// metrics, when wanted) needs every parameter's squared norm: each rank
+// computes its own, the ranks sum the
 // vector (the others' entries are zero, and x + 0 is exact), and the norm
 // is summed in parameter order as the unsharded optimizer does. With the
 // same sums of gradients the arithmetic is NONE's, so the parameters are
@@ -69,6 +70,7 @@ class ShardedOptimizer : public Optimizer {
   absl::StatusOr<std::map<std::string, torch::Tensor>> GatherState() override;
   std::vector<size_t> shard_bounds() const override { return bounds_; }
   const std::vector<double>* gradient_squares() const override { return &squares_; }
+  void set_gradient_squares_wanted(bool on) override { squares_wanted_ = on; }
 
   // Parameters [begin, end) of the model's list are this rank's.
   size_t shard_begin() const { return bounds_[collective_->rank()]; }
@@ -76,6 +78,9 @@ class ShardedOptimizer : public Optimizer {
 
  private:
   ShardedOptimizer() = default;
+  // squares_ from this rank's gradients and the others' (a collective);
+  // false (apply_error_ set) if that fails.
+  bool ReduceSquares(const std::vector<torch::Tensor>& grads);
 
   NamedTensors params_;                // all of them, in order
   std::vector<size_t> bounds_;         // ShardBoundaries
@@ -94,6 +99,7 @@ class ShardedOptimizer : public Optimizer {
   torch::Tensor gathered_;       // a round of parameters, reused
   std::vector<double> squares_;  // the last Apply's squared gradient norms, every parameter's
   absl::Status apply_error_;     // the last Apply's, for Synchronize
+  bool squares_wanted_ = false;  // computed without clipping too (weight metrics)
 };
 
 }  // namespace trainyard

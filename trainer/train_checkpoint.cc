@@ -40,18 +40,24 @@ torch::Tensor CopyInto(const torch::Tensor& source, torch::Tensor into) {
   return into;
 }
 
+// CopyInto, or with `borrow` a host tensor as it is.
+torch::Tensor Take(const torch::Tensor& source, torch::Tensor into, bool borrow) {
+  if (borrow && source.device().is_cpu() && source.is_contiguous()) return source.detach();
+  return CopyInto(source, std::move(into));
+}
+
 }  // namespace
 
 TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t step, int world_size,
                            std::vector<std::string> data_states, std::string job_json, std::string source,
-                           TrainSnapshot reuse) {
+                           TrainSnapshot reuse, bool borrow) {
   return MakeSnapshot(model, optimizer.State(), step, world_size, std::move(data_states), std::move(job_json),
-                      std::move(source), std::move(reuse));
+                      std::move(source), std::move(reuse), borrow);
 }
 
 TrainSnapshot MakeSnapshot(T5Impl& model, const std::map<std::string, torch::Tensor>& optimizer_state, int64_t step,
                            int world_size, std::vector<std::string> data_states, std::string job_json,
-                           std::string source, TrainSnapshot reuse) {
+                           std::string source, TrainSnapshot reuse, bool borrow) {
   std::map<std::string, torch::Tensor> old_params(reuse.params.begin(), reuse.params.end());
   TrainSnapshot s;
   s.step = step;
@@ -59,13 +65,15 @@ TrainSnapshot MakeSnapshot(T5Impl& model, const std::map<std::string, torch::Ten
   torch::NoGradGuard no_grad;
   for (const auto& item : model.named_parameters()) {
     auto it = old_params.find(item.key());
-    s.params.emplace_back(item.key(), CopyInto(item.value(), it == old_params.end() ? torch::Tensor() : it->second));
+    s.params.emplace_back(item.key(),
+                          Take(item.value(), it == old_params.end() ? torch::Tensor() : it->second, borrow));
   }
   for (const auto& [name, t] : optimizer_state) {
     if (name == "step") continue;  // in metadata.json
     auto it = reuse.optimizer.find(name);
-    s.optimizer[name] = CopyInto(t, it == reuse.optimizer.end() ? torch::Tensor() : it->second);
+    s.optimizer[name] = Take(t, it == reuse.optimizer.end() ? torch::Tensor() : it->second, borrow);
   }
+  s.borrowed = borrow;
   // The copies from a GPU were queued on its stream: wait for them (the
   // training step that follows may overwrite the parameters).
   if (const std::vector<torch::Tensor> params = model.parameters(); !params.empty()) {
@@ -83,15 +91,17 @@ std::string OptimizerShardFile(int shard, int num_shards) {
 }
 
 TrainSnapshot MakeOptimizerShardSnapshot(const std::map<std::string, torch::Tensor>& optimizer_state, int64_t step,
-                                         int shard, int num_shards, std::string token, TrainSnapshot reuse) {
+                                         int shard, int num_shards, std::string token, TrainSnapshot reuse,
+                                         bool borrow) {
   TrainSnapshot s;
   s.step = step;
   torch::NoGradGuard no_grad;
   for (const auto& [name, t] : optimizer_state) {
     if (name == "step") continue;
     auto it = reuse.optimizer.find(name);
-    s.optimizer[name] = CopyInto(t, it == reuse.optimizer.end() ? torch::Tensor() : it->second);
+    s.optimizer[name] = Take(t, it == reuse.optimizer.end() ? torch::Tensor() : it->second, borrow);
   }
+  s.borrowed = borrow;
   if (!s.optimizer.empty()) SynchronizeDevice(optimizer_state.begin()->second.device());
   s.shard = shard;
   s.num_shards = num_shards;
@@ -353,7 +363,8 @@ absl::StatusOr<double> AsyncCheckpointer::Save(std::string dir, TrainSnapshot sn
           last_written_ = dir;
           last_seconds_ = seconds;
         }
-        buffers_ = std::move(snapshot);
+        // Borrowed tensors are the live state's: never reused as buffers.
+        buffers_ = snapshot.borrowed ? TrainSnapshot() : std::move(snapshot);
         writing_ = false;
       });
   if (!previous.ok()) return previous;

@@ -70,6 +70,10 @@ struct TrainSnapshot {
   // Rank 0: how long to wait for the other ranks' files, beyond 4x its
   // own write time.
   double shard_wait_seconds = 60;
+  // The tensors are the live training state's, not copies (a save the
+  // caller waits for, during which nothing trains): no second copy of the
+  // state at the checkpoint, and never kept for reuse.
+  bool borrowed = false;
 };
 
 // The name of rank `shard`'s optimizer file in a version 3 checkpoint.
@@ -77,18 +81,22 @@ std::string OptimizerShardFile(int shard, int num_shards);
 // Rank `shard`'s snapshot of a version 3 checkpoint without the parameters
 // (ranks other than 0): copies of its optimizer state.
 TrainSnapshot MakeOptimizerShardSnapshot(const std::map<std::string, torch::Tensor>& optimizer_state, int64_t step,
-                                         int shard, int num_shards, std::string token, TrainSnapshot reuse = {});
+                                         int shard, int num_shards, std::string token, TrainSnapshot reuse = {},
+                                         bool borrow = false);
 
 // `reuse`: a snapshot whose tensors are written over when their shapes
 // match (no fresh allocation, no page faults: the stall is a memcpy).
+// `borrow`: host tensors are taken as they are, not copied (the caller
+// waits for the write and changes nothing meanwhile); device tensors are
+// still copied to the host.
 TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t step, int world_size,
                            std::vector<std::string> data_states, std::string job_json, std::string source,
-                           TrainSnapshot reuse = {});
+                           TrainSnapshot reuse = {}, bool borrow = false);
 // The same with the optimizer's state given (rank 0's shard of a sharded
 // optimizer's, Optimizer::State, or a whole state).
 TrainSnapshot MakeSnapshot(T5Impl& model, const std::map<std::string, torch::Tensor>& optimizer_state, int64_t step,
                            int world_size, std::vector<std::string> data_states, std::string job_json,
-                           std::string source, TrainSnapshot reuse = {});
+                           std::string source, TrainSnapshot reuse = {}, bool borrow = false);
 
 // Writes `dir` (which must not exist). `save_dtype`: kFloat or kBFloat16
 // for the parameters (the optimizer state is always float32). A part of a

@@ -130,6 +130,31 @@ TEST_F(TrainCheckpointTest, ShardedOptimizerStateIsWrittenByEveryRank) {
   EXPECT_FALSE(std::filesystem::exists(lost + ".tmp-s43"));
 }
 
+// A waited save may take the live tensors (no copy); they are never kept
+// as the next snapshot's buffers, which a background save writes over.
+TEST_F(TrainCheckpointTest, BorrowedSnapshotsAreNotReused) {
+  TrainSnapshot borrowed =
+      MakeSnapshot(*model_->network(), *optimizer_, 5, 1, {"0 1"}, "", "test", {}, /*borrow=*/true);
+  EXPECT_TRUE(borrowed.borrowed);
+  const auto first = model_->named_parameters()[0].value();
+  EXPECT_EQ(borrowed.params[0].second.data_ptr(), first.data_ptr());  // the live tensor
+  AsyncCheckpointer checkpointer;
+  ASSERT_THAT(checkpointer.Save(dir_ + "/checkpoint_5", std::move(borrowed), torch::kFloat).status(), IsOk());
+  ASSERT_THAT(checkpointer.Wait(), IsOk());
+  const TrainSnapshot buffers = checkpointer.TakeBuffers();
+  EXPECT_TRUE(buffers.params.empty());
+  EXPECT_TRUE(buffers.optimizer.empty());
+  absl::StatusOr<TrainCheckpoint> read = ReadTrainCheckpoint(dir_ + "/checkpoint_5");
+  ASSERT_THAT(read.status(), IsOk());
+  EXPECT_TRUE(torch::equal(read->params.at(model_->named_parameters()[0].key()), first));
+  // A copy is kept for reuse.
+  ASSERT_THAT(checkpointer.Save(dir_ + "/checkpoint_6", Snapshot(6), torch::kFloat).status(), IsOk());
+  ASSERT_THAT(checkpointer.Wait(), IsOk());
+  const TrainSnapshot kept = checkpointer.TakeBuffers();
+  ASSERT_FALSE(kept.params.empty());
+  EXPECT_NE(kept.params[0].second.data_ptr(), first.data_ptr());
+}
+
 TEST_F(TrainCheckpointTest, AShardedCheckpointWithASlotTwiceIsRefused) {
   std::map<std::string, torch::Tensor> whole = optimizer_->State();
   whole.erase("step");

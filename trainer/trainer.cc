@@ -92,6 +92,7 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
       std::make_unique<MetricsManager>("train", options_.summary_dir, collective_->rank(), collective_->world_size());
   train_metrics_->set_peak_flops_per_core(options_.peak_flops_per_device);
   progress_.store(optimizer_->step());
+  optimizer_->set_gradient_squares_wanted(options_.compute_weight_metrics);
   // A sharded optimizer reads only its shard's gradients: the buckets are
   // reduce-scattered, overlapped with backward or not.
   std::vector<size_t> shards = optimizer_->shard_bounds();
