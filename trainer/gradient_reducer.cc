@@ -130,6 +130,7 @@ std::vector<std::vector<int>> GradientReducer::bucket_members() const {
 
 void GradientReducer::Reset() {
   armed_ = false;
+  discarding_ = false;
   next_bucket_ = 0;
   next_complete_ = 0;
   start_error_ = absl::OkStatus();
@@ -174,7 +175,16 @@ std::vector<torch::Tensor> GradientReducer::ShardGradients() const {
   return out;
 }
 
+void GradientReducer::ArmToDiscard() {
+  Reset();
+  discarding_ = keep_only_shard_;
+}
+
 void GradientReducer::MarkReady(int param) {
+  if (discarding_) {
+    params_[param].mutable_grad() = torch::Tensor();
+    return;
+  }
   if (!armed_ || ready_[param]) return;
   ready_[param] = 1;
   Bucket& b = buckets_[bucket_of_[param]];

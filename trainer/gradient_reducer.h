@@ -72,6 +72,10 @@ class GradientReducer {
 
   // The next backward pass is a step's last: start buckets as they fill.
   void Arm();
+  // keep_only_shard: the next backward pass is a warm-up whose gradients
+  // are dropped as autograd makes them (nothing is sent, and the model's
+  // gradients never exist at once); Abandon or ZeroGrads after it.
+  void ArmToDiscard();
   // Disarms, starts the buckets not yet started, waits for all. After OK,
   // every grad (with shards: every grad of this rank's shard) holds the sum
   // over ranks; keep_only_shard: the backward pass's sums were added to the
@@ -142,8 +146,9 @@ class GradientReducer {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they own the hooks
   std::vector<uintptr_t> hook_keys_;
   bool armed_ = false;
-  int next_bucket_ = 0;    // the first bucket not yet started
-  int next_complete_ = 0;  // keep_only_shard: the first bucket not yet completed
+  bool discarding_ = false;  // ArmToDiscard
+  int next_bucket_ = 0;      // the first bucket not yet started
+  int next_complete_ = 0;    // keep_only_shard: the first bucket not yet completed
   int peak_buckets_ = 0;
   bool shard_empty_ = true;      // keep_only_shard: nothing summed into the shard since ZeroGrads
   absl::Status complete_error_;  // keep_only_shard: the first failed bucket's

@@ -230,6 +230,24 @@ TEST(GradientReducerTest, KeepingOnlyTheShardHoldsTheSumsOfEveryMicrobatch) {
   }
 }
 
+// A warm-up pass keeping only the shard: every gradient is dropped as it is
+// made, nothing is sent (a lone rank of a world of 2 would wait forever),
+// and the shard stays zero.
+TEST(GradientReducerTest, AWarmUpPassDropsItsGradients) {
+  auto group = std::make_shared<FakeGroup>(2, absl::Seconds(1));
+  FakeCollective collective(group, 0);
+  Net net(7);
+  net.params.pop_back();
+  GradientReducer reducer(net.params, &collective, /*bucket_bytes=*/8, {0, 2, 5}, /*keep_only_shard=*/true);
+  reducer.ArmToDiscard();
+  net.Loss(Input(0, 0)).backward();
+  for (auto& p : net.params) EXPECT_FALSE(p.grad().defined());
+  reducer.Abandon();
+  for (const torch::Tensor& g : reducer.ShardGradients()) {
+    if (g.defined()) EXPECT_EQ(g.abs().sum().item<float>(), 0.0f);
+  }
+}
+
 TEST(GradientReducerTest, BucketsStartAsTheyFillWhenEveryParameterIsUsed) {
   std::vector<int> during(2), buckets(2);
   std::vector<std::vector<torch::Tensor>> reduced(2);

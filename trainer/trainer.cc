@@ -179,6 +179,9 @@ absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t s
     // the gradients kept, every microbatch's does (and is finished here).
     const bool each = overlap && reducer_ != nullptr && reducer_->keeps_only_shard();
     if (overlap && options_.overlap_allreduce && reducer_ != nullptr && (i == m - 1 || each)) reducer_->Arm();
+    // A warm-up pass (CompileTrain) keeping only a shard: its gradients
+    // are dropped as they come, never the whole model's at once.
+    if (!overlap && reducer_ != nullptr && reducer_->keeps_only_shard()) reducer_->ArmToDiscard();
     try {
       out->loss.backward();
     } catch (const c10::Error& e) {
