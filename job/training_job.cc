@@ -530,10 +530,9 @@ absl::StatusOr<std::string> TrainingJob::SaveCheckpoint(bool wait) {
   const bool borrow = wait;
   TrainSnapshot reuse = borrow ? TrainSnapshot() : checkpointer_.TakeBuffers();
   TrainSnapshot snapshot =
-      shards && rank() != 0
-          ? MakeOptimizerShardSnapshot(optimizer_state, step, rank(), world_size(), token, std::move(reuse), borrow)
-          : MakeSnapshot(*model_->network(), optimizer_state, step, world_size(), std::move(states), spec_json,
-                         "trainyard job " + id(), std::move(reuse), borrow);
+      shards && rank() != 0 ? MakeOptimizerShardSnapshot(optimizer_state, step, std::move(reuse), borrow)
+                            : MakeSnapshot(*model_->network(), optimizer_state, step, world_size(), std::move(states),
+                                           spec_json, "trainyard job " + id(), std::move(reuse), borrow);
   if (shards) {
     snapshot.shard = rank();
     snapshot.num_shards = world_size();

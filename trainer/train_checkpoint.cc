@@ -46,6 +46,18 @@ torch::Tensor Take(const torch::Tensor& source, torch::Tensor into, bool borrow)
   return CopyInto(source, std::move(into));
 }
 
+// The optimizer's slots into `s` (the step goes in metadata.json), reusing
+// `reuse`'s buffers.
+void TakeState(const std::map<std::string, torch::Tensor>& optimizer_state, const TrainSnapshot& reuse, bool borrow,
+               TrainSnapshot* s) {
+  for (const auto& [name, t] : optimizer_state) {
+    if (name == "step") continue;
+    auto it = reuse.optimizer.find(name);
+    s->optimizer[name] = Take(t, it == reuse.optimizer.end() ? torch::Tensor() : it->second, borrow);
+  }
+  s->borrowed = borrow;
+}
+
 }  // namespace
 
 TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t step, int world_size,
@@ -68,12 +80,7 @@ TrainSnapshot MakeSnapshot(T5Impl& model, const std::map<std::string, torch::Ten
     s.params.emplace_back(item.key(),
                           Take(item.value(), it == old_params.end() ? torch::Tensor() : it->second, borrow));
   }
-  for (const auto& [name, t] : optimizer_state) {
-    if (name == "step") continue;  // in metadata.json
-    auto it = reuse.optimizer.find(name);
-    s.optimizer[name] = Take(t, it == reuse.optimizer.end() ? torch::Tensor() : it->second, borrow);
-  }
-  s.borrowed = borrow;
+  TakeState(optimizer_state, reuse, borrow, &s);
   // The copies from a GPU were queued on its stream: wait for them (the
   // training step that follows may overwrite the parameters).
   if (const std::vector<torch::Tensor> params = model.parameters(); !params.empty()) {
@@ -91,21 +98,12 @@ std::string OptimizerShardFile(int shard, int num_shards) {
 }
 
 TrainSnapshot MakeOptimizerShardSnapshot(const std::map<std::string, torch::Tensor>& optimizer_state, int64_t step,
-                                         int shard, int num_shards, std::string token, TrainSnapshot reuse,
-                                         bool borrow) {
+                                         TrainSnapshot reuse, bool borrow) {
   TrainSnapshot s;
   s.step = step;
   torch::NoGradGuard no_grad;
-  for (const auto& [name, t] : optimizer_state) {
-    if (name == "step") continue;
-    auto it = reuse.optimizer.find(name);
-    s.optimizer[name] = Take(t, it == reuse.optimizer.end() ? torch::Tensor() : it->second, borrow);
-  }
-  s.borrowed = borrow;
+  TakeState(optimizer_state, reuse, borrow, &s);
   if (!s.optimizer.empty()) SynchronizeDevice(optimizer_state.begin()->second.device());
-  s.shard = shard;
-  s.num_shards = num_shards;
-  s.token = std::move(token);
   return s;
 }
 

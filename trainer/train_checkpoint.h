@@ -78,11 +78,11 @@ struct TrainSnapshot {
 
 // The name of rank `shard`'s optimizer file in a version 3 checkpoint.
 std::string OptimizerShardFile(int shard, int num_shards);
-// Rank `shard`'s snapshot of a version 3 checkpoint without the parameters
-// (ranks other than 0): copies of its optimizer state.
+// A snapshot of a version 3 checkpoint without the parameters (ranks
+// other than 0): its optimizer state, copied unless borrowed. The caller
+// sets shard, num_shards and token.
 TrainSnapshot MakeOptimizerShardSnapshot(const std::map<std::string, torch::Tensor>& optimizer_state, int64_t step,
-                                         int shard, int num_shards, std::string token, TrainSnapshot reuse = {},
-                                         bool borrow = false);
+                                         TrainSnapshot reuse = {}, bool borrow = false);
 
 // `reuse`: a snapshot whose tensors are written over when their shapes
 // match (no fresh allocation, no page faults: the stall is a memcpy).

@@ -90,7 +90,7 @@ TEST_F(TrainCheckpointTest, ShardedOptimizerStateIsWrittenByEveryRank) {
     ranks.emplace_back([&, r] {
       TrainSnapshot s =
           r == 0 ? MakeSnapshot(*model_->network(), parts[0], 9, 3, {"0 1", "0 2", "0 3"}, R"({"name":"x"})", "test")
-                 : MakeOptimizerShardSnapshot(parts[r], 9, r, 3, "s42");
+                 : MakeOptimizerShardSnapshot(parts[r], 9);
       s.shard = r;
       s.num_shards = 3;
       s.token = "s42";
@@ -164,7 +164,7 @@ TEST_F(TrainCheckpointTest, AShardedCheckpointWithASlotTwiceIsRefused) {
   for (int r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
       TrainSnapshot s = r == 0 ? MakeSnapshot(*model_->network(), whole, 3, 2, {"0 1", "0 2"}, "", "test")
-                               : MakeOptimizerShardSnapshot(whole, 3, r, 2, "s7");
+                               : MakeOptimizerShardSnapshot(whole, 3);
       s.shard = r;
       s.num_shards = 2;
       s.token = "s7";

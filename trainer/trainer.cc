@@ -96,6 +96,7 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
   // A sharded optimizer reads only its shard's gradients: the buckets are
   // reduce-scattered, overlapped with backward or not.
   std::vector<size_t> shards = optimizer_->shard_bounds();
+  sharded_ = !shards.empty();
   if ((options_.overlap_allreduce || !shards.empty()) && collective_->world_size() > 1) {
     std::vector<torch::Tensor> tensors;
     for (const auto& [name, p] : params_) tensors.push_back(p);
@@ -225,10 +226,9 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) 
   const double lr = learning_rate_(step);
   NamedTensors old_params;
   std::vector<double> grad_squares;  // of the gradients before clipping
-  const bool sharded = !optimizer_->shard_bounds().empty();
   if (options_.compute_weight_metrics) {
     for (const auto& [name, p] : params_) old_params.emplace_back(name, p.detach().clone());
-    if (!sharded) {
+    if (!sharded_) {
       for (const torch::Tensor& g : grads) grad_squares.push_back(SquaredNorm(g));
     }
   }
@@ -238,7 +238,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) 
   update_seconds_ += std::chrono::duration<double>(gather_start - update_start).count();
   // A sharded optimizer updated this rank's shard: the ranks exchange them.
   absl::Status synchronized = optimizer_->Synchronize();
-  if (sharded) {
+  if (sharded_) {
     gather_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - gather_start).count();
   }
   if (absl::Status s = synchronized; !s.ok()) {
@@ -253,7 +253,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) 
   if (options_.compute_weight_metrics) {
     // A sharded optimizer summed every parameter's norm over the ranks (this
     // rank holds only its own shard's reduced gradients).
-    if (sharded) grad_squares = *optimizer_->gradient_squares();
+    if (sharded_) grad_squares = *optimizer_->gradient_squares();
     for (const auto& [k, v] : WeightMetricsComputer().ComputeMetrics(grad_squares, old_params, params_)) {
       metrics[k] = v;
     }
@@ -310,7 +310,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
   const double steps = static_cast<double>(std::max<int64_t>(num_steps, 1));
   summary["timing/allreduce_seconds_per_step"] = allreduce_seconds_ / steps;
   summary["timing/optimizer_seconds_per_step"] = update_seconds_ / steps;
-  if (!optimizer_->shard_bounds().empty()) summary["timing/allgather_seconds_per_step"] = gather_seconds_ / steps;
+  if (sharded_) summary["timing/allgather_seconds_per_step"] = gather_seconds_ / steps;
   for (const auto& [k, v] : batches->TakeDataMetrics()) summary[k] = v;
   absl::optional<std::map<std::string, double>> written =
       train_metrics_->WriteMetricsSummary(summary, step(), num_steps);

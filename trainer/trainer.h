@@ -181,6 +181,7 @@ class Trainer {
   double gather_seconds_ = 0;
   // world_size > 1 with overlap_allreduce or a sharded optimizer
   std::unique_ptr<GradientReducer> reducer_;
+  bool sharded_ = false;  // the optimizer updates only this rank's shard
 };
 
 }  // namespace trainyard
