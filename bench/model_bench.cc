@@ -5,6 +5,10 @@
 //
 // usage: model_bench --preset NAME [--batch 8] [--inputs 128] [--targets 64]
 //                    [--steps 5] [--warmup 1] [--decode_length 64] [--threads 1]
+//                    [--fused on|off|both]
+// --fused: model/fused.h's kernels on (the default), off (the ATen formulas),
+// or both: the timed steps alternate between the two in one process, and
+// one line is printed for each.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 
@@ -17,6 +21,7 @@
 #include "client/flags.h"
 #include "common/blas.h"
 #include "model/encoder_decoder_model.h"
+#include "model/fused.h"
 #include "spec/presets.h"
 
 namespace trainyard {
@@ -38,9 +43,19 @@ int Main(const std::vector<std::string>& args) {
   flags.AddInt("warmup", &warmup, "N", "untimed steps first");
   flags.AddInt("decode_length", &decode_length, "N", "tokens decoded per example (0: skip)");
   flags.AddInt("threads", &threads, "N", "intra-op threads");
+  std::string fused_mode = "on";
+  flags.AddString("fused", &fused_mode, "on|off|both",
+                  "fused CPU kernels for RMS norm, gated GELU and the loss (model/fused.h)");
   std::vector<std::string> positional;
   if (auto exit_code = flags.ParseCommand(args, &positional, std::cout, std::cerr)) return *exit_code;
   at::set_num_threads(threads);
+  std::vector<bool> variants;
+  if (fused_mode == "on" || fused_mode == "both") variants.push_back(true);
+  if (fused_mode == "off" || fused_mode == "both") variants.push_back(false);
+  if (variants.empty()) {
+    std::cerr << "--fused: '" << fused_mode << "' is not one of on, off, both\n";
+    return 2;
+  }
 
   absl::StatusOr<ModelConfig> config = PresetConfig(preset);
   if (!config.ok()) {
@@ -70,23 +85,37 @@ int Main(const std::vector<std::string>& args) {
     }
     out->loss.backward();
   };
-  for (int i = 0; i < warmup; ++i) step();
-  auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < steps; ++i) step();
-  const double train_seconds = Seconds(start) / steps;
-  std::printf(
-      "{\"system\": \"trainyard\", \"preset\": \"%s\", \"measure\": \"train_fwd_bwd\", "
-      "\"batch\": %d, \"inputs\": %d, \"targets\": %d, \"threads\": %d, "
-      "\"seconds_per_step\": %.6f, \"tokens_per_second\": %.1f}\n",
-      preset.c_str(), batch, inputs, targets, threads, train_seconds, batch * (inputs + targets) / train_seconds);
+  for (bool variant : variants) {
+    fused::SetEnabled(variant);
+    for (int i = 0; i < warmup; ++i) step();
+  }
+  std::vector<double> seconds(variants.size(), 0.0);
+  for (int i = 0; i < steps; ++i) {
+    for (size_t v = 0; v < variants.size(); ++v) {
+      fused::SetEnabled(variants[v]);
+      auto start = std::chrono::steady_clock::now();
+      step();
+      seconds[v] += Seconds(start);
+    }
+  }
+  for (size_t v = 0; v < variants.size(); ++v) {
+    const double train_seconds = seconds[v] / steps;
+    std::printf(
+        "{\"system\": \"trainyard\", \"preset\": \"%s\", \"measure\": \"train_fwd_bwd\", \"fused\": %s, "
+        "\"batch\": %d, \"inputs\": %d, \"targets\": %d, \"threads\": %d, "
+        "\"seconds_per_step\": %.6f, \"tokens_per_second\": %.1f}\n",
+        preset.c_str(), variants[v] ? "true" : "false", batch, inputs, targets, threads, train_seconds,
+        batch * (inputs + targets) / train_seconds);
+  }
   std::fflush(stdout);
+  fused::SetEnabled(variants.front());
 
   if (decode_length > 0) {
     DecodeOptions decode;
     decode.max_decode_length = decode_length;
     decode.eos_id = -1;                              // never stop early: every run decodes the same count
     (void)(*model)->PredictBatchWithAux(b, decode);  // warm-up
-    start = std::chrono::steady_clock::now();
+    auto start = std::chrono::steady_clock::now();
     absl::StatusOr<Predictions> p = (*model)->PredictBatchWithAux(b, decode);
     const double decode_seconds = Seconds(start);
     if (!p.ok()) {

@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -44,10 +45,13 @@ struct Result {
 };
 
 struct Config {
-  int world = 2;
-  DataParallelConfig::Sharding sharding = DataParallelConfig::NONE;
-  std::string optimizer = "adafactor { } max_grad_norm: 1.0";
-  bool overlap = true;
+  explicit Config(int world = 2, DataParallelConfig::Sharding sharding = DataParallelConfig::NONE,
+                  std::string optimizer = "adafactor { } max_grad_norm: 1.0", bool overlap = true)
+      : world(world), sharding(sharding), optimizer(std::move(optimizer)), overlap(overlap) {}
+  int world;
+  DataParallelConfig::Sharding sharding;
+  std::string optimizer;
+  bool overlap;
   bool gloo = false;
   int microbatches = 2;
   int steps = 20;

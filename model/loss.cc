@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "model/fused.h"
+
 namespace trainyard {
 
 LossOptions LossOptions::FromConfig(const LossConfig& config) {
@@ -22,21 +24,31 @@ LossOutput ComputeLoss(const torch::Tensor& logits_in, const torch::Tensor& targ
   const torch::Tensor weights =
       weights_in.defined() ? weights_in.to(torch::kFloat) : torch::ones_like(targets, logits.options());
 
-  const torch::Tensor log_z = torch::logsumexp(logits, -1);
-  const torch::Tensor log_softmax = logits - log_z.unsqueeze(-1);
-  const torch::Tensor target_log_prob = log_softmax.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
-
-  const double confidence = 1.0 - options.label_smoothing;
-  torch::Tensor token_loss;
-  if (options.label_smoothing > 0.0) {
-    const double low = options.label_smoothing / static_cast<double>(vocab - 1);
-    const double entropy = -(confidence * std::log(confidence) + (vocab - 1) * low * std::log(low + 1e-20));
-    token_loss = -(confidence * target_log_prob + low * (log_softmax.sum(-1) - target_log_prob)) - entropy;
+  torch::Tensor token_loss, token_z_loss, predicted;
+  if (fused::CrossEntropyApplies(logits)) {
+    // One pass forward, one backward, no [B, L, V] temporaries but the
+    // gradient (model/fused.h).
+    fused::CrossEntropyOutput ce = fused::CrossEntropy(logits.reshape({-1, vocab}), targets.reshape({-1}),
+                                                       options.z_loss, options.label_smoothing);
+    token_loss = ce.token_loss.view(targets.sizes());
+    token_z_loss = options.z_loss * ce.log_z.view(targets.sizes()).pow(2);
+    predicted = ce.argmax.view(targets.sizes());
   } else {
-    token_loss = -target_log_prob;
+    const torch::Tensor log_z = torch::logsumexp(logits, -1);
+    const torch::Tensor log_softmax = logits - log_z.unsqueeze(-1);
+    const torch::Tensor target_log_prob = log_softmax.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+    const double confidence = 1.0 - options.label_smoothing;
+    if (options.label_smoothing > 0.0) {
+      const double low = options.label_smoothing / static_cast<double>(vocab - 1);
+      const double entropy = -(confidence * std::log(confidence) + (vocab - 1) * low * std::log(low + 1e-20));
+      token_loss = -(confidence * target_log_prob + low * (log_softmax.sum(-1) - target_log_prob)) - entropy;
+    } else {
+      token_loss = -target_log_prob;
+    }
+    token_z_loss = options.z_loss * log_z.pow(2);
+    token_loss = token_loss + token_z_loss;
+    predicted = logits.argmax(-1);
   }
-  const torch::Tensor token_z_loss = options.z_loss * log_z.pow(2);
-  token_loss = token_loss + token_z_loss;
 
   const torch::Tensor num_weights = weights.sum();
   double factor = 1.0;
@@ -53,7 +65,7 @@ LossOutput ComputeLoss(const torch::Tensor& logits_in, const torch::Tensor& targ
 
   const torch::Tensor num_tokens =
       torch::tensor(static_cast<double>(targets.numel()), torch::TensorOptions().dtype(torch::kDouble));
-  const torch::Tensor correct = (logits.argmax(-1).eq(targets).to(torch::kFloat) * weights).sum();
+  const torch::Tensor correct = (predicted.eq(targets).to(torch::kFloat) * weights).sum();
   const torch::Tensor cross_ent = out.loss - out.z_loss;
   Metrics& m = out.metrics;
   m["loss"] = Metric::AveragePerStep(out.loss);

@@ -36,6 +36,8 @@ struct LossOutput {
 //   per token: -sum_v q(v) log p(v) - c + z_loss * log(Z)^2
 // where q puts 1 - ls on the target and ls / (V - 1) elsewhere, and c is q's
 // entropy (so a perfect prediction scores 0).
+// On the CPU the per-token loss is model/fused.h's CrossEntropy (no
+// log-softmax materialised); elsewhere the formula in ATen ops.
 // Metrics: loss, cross_ent_loss, z_loss, accuracy,
 // loss_per_nonpadding_target_token, loss_per_all_target_tokens,
 // cross_ent_loss_per_all_target_tokens, z_loss_per_all_target_tokens,

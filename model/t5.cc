@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "model/fused.h"
+
 namespace trainyard {
 namespace {
 
@@ -60,6 +62,10 @@ RmsNormImpl::RmsNormImpl(int64_t dim, double epsilon, const torch::TensorOptions
 }
 
 torch::Tensor RmsNormImpl::forward(const torch::Tensor& x, torch::ScalarType dtype) {
+  if (fused::RmsNormApplies(x, scale)) {
+    torch::Tensor y = fused::RmsNorm(x, scale, epsilon);
+    return y.scalar_type() == dtype ? y : y.to(dtype);
+  }
   torch::Tensor x32 = x.to(torch::kFloat);
   torch::Tensor variance = x32.pow(2).mean(-1, /*keepdim=*/true);
   return (x32 * torch::rsqrt(variance + epsilon) * scale).to(dtype);
@@ -96,12 +102,32 @@ RelativePositionBiasImpl::RelativePositionBiasImpl(const ModelConfig& config, bo
   rel_embedding = register_parameter("rel_embedding", torch::empty({config.num_heads(), num_buckets}, options));
 }
 
-torch::Tensor RelativePositionBiasImpl::forward(int64_t qlen, int64_t klen, int64_t q_offset) {
+torch::Tensor RelativePositionBiasImpl::Buckets(int64_t qlen, int64_t klen, int64_t q_offset) {
+  const bool keep = q_offset == 0;
+  if (keep) {
+    absl::MutexLock lock(&mu_);
+    auto it = buckets_.find({qlen, klen});
+    if (it != buckets_.end() && it->second.device() == rel_embedding.device()) return it->second;
+  }
   const auto long_options = torch::TensorOptions().dtype(torch::kLong).device(rel_embedding.device());
   torch::Tensor context = torch::arange(q_offset, q_offset + qlen, long_options).unsqueeze(1);
   torch::Tensor memory = torch::arange(klen, long_options).unsqueeze(0);
-  torch::Tensor buckets = RelativePositionBucket(memory - context, bidirectional, num_buckets, max_distance);
-  return rel_embedding.index_select(1, buckets.flatten())
+  torch::Tensor buckets =
+      RelativePositionBucket(memory - context, bidirectional, num_buckets, max_distance).flatten();
+  if (keep) {
+    absl::MutexLock lock(&mu_);
+    // Lengths vary little in training (fixed feature lengths); a scoring
+    // service with many lengths starts over rather than growing.
+    constexpr size_t kMaxKept = 64;
+    if (buckets_.size() >= kMaxKept) buckets_.clear();
+    buckets_[{qlen, klen}] = buckets;
+  }
+  return buckets;
+}
+
+torch::Tensor RelativePositionBiasImpl::forward(int64_t qlen, int64_t klen, int64_t q_offset) {
+  torch::Tensor buckets = Buckets(qlen, klen, q_offset);
+  return rel_embedding.index_select(1, buckets)
       .view({rel_embedding.size(0), qlen, klen})
       .to(torch::kFloat)
       .unsqueeze(0);
@@ -165,7 +191,13 @@ MlpImpl::MlpImpl(const ModelConfig& config, const torch::TensorOptions& options)
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x, const ForwardOptions& options) {
-  torch::Tensor h = gated ? torch::gelu(wi_0(x), "tanh") * wi_1(x) : torch::relu(wi(x));
+  torch::Tensor h;
+  if (gated) {
+    torch::Tensor a = wi_0(x), b = wi_1(x);
+    h = fused::GatedGeluApplies(a, b) ? fused::GatedGelu(a, b) : torch::gelu(a, "tanh") * b;
+  } else {
+    h = torch::relu(wi(x));
+  }
   return wo(Dropout(h, dropout_rate, options));
 }
 

@@ -12,14 +12,22 @@
 // `encoder.layers.0.attention.query.weight`; weights use LibTorch's [out, in]
 // layout. model/weights.h converts from and to Hugging Face names.
 //
+// On the CPU, RMS norm and the gated GELU run as fused kernels
+// (model/fused.h); CUDA tensors take the ATen formulas.
+//
 // Thread-safety: a T5 module is not thread-safe; one thread drives it.
 #ifndef TRAINYARD_MODEL_T5_H_
 #define TRAINYARD_MODEL_T5_H_
 
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 #include "model/batch.h"
 #include "proto/job.pb.h"
@@ -75,6 +83,14 @@ class RelativePositionBiasImpl : public torch::nn::Module {
   int64_t num_buckets;
   int64_t max_distance;
   bool bidirectional;
+
+ private:
+  // The flattened bucket of every (query, key) pair depends only on the
+  // lengths: kept per (qlen, klen) for full sequences (q_offset 0), on the
+  // embedding's device. Decoding's one-query calls are not kept.
+  torch::Tensor Buckets(int64_t qlen, int64_t klen, int64_t q_offset);
+  absl::Mutex mu_;
+  std::map<std::pair<int64_t, int64_t>, torch::Tensor> buckets_ ABSL_GUARDED_BY(mu_);
 };
 TORCH_MODULE(RelativePositionBias);
 

@@ -66,7 +66,9 @@ TEST_F(TrainCheckpointTest, RoundTripRestoresEverything) {
   const auto state = optimizer_->State();
   ASSERT_EQ(read->optimizer.size(), state.size());
   for (const auto& [name, t] : state) {
-    if (name != "step") EXPECT_TRUE(torch::equal(read->optimizer.at(name), t)) << name;
+    if (name != "step") {
+      EXPECT_TRUE(torch::equal(read->optimizer.at(name), t)) << name;
+    }
   }
   // The optimizer's step is the checkpoint's step (the trainer's step is
   // the optimizer's).
@@ -112,7 +114,9 @@ TEST_F(TrainCheckpointTest, ShardedOptimizerStateIsWrittenByEveryRank) {
   EXPECT_EQ(read->data_states, (std::vector<std::string>{"0 1", "0 2", "0 3"}));
   ASSERT_EQ(read->optimizer.size(), whole.size());
   for (const auto& [name, t] : whole) {
-    if (name != "step") EXPECT_TRUE(torch::equal(read->optimizer.at(name), t)) << name;
+    if (name != "step") {
+      EXPECT_TRUE(torch::equal(read->optimizer.at(name), t)) << name;
+    }
   }
   EXPECT_EQ(read->optimizer.at("step").item<int64_t>(), 9);
   EXPECT_FALSE(std::filesystem::exists(ckpt + ".tmp-s42"));

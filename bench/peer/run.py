@@ -15,7 +15,9 @@ warm-up chunk); its workers' peak RSS is read from /proc while they run.
 
 Prints every measurement as a JSON line, then the medians and ratios.
 usage: run.py --trainyard BIN --peer-python PY --examples FILE [--reps 3]
-              [--preset tiny] [--steps 20]
+              [--preset tiny] [--steps 20] [--sharding=NONE|OPTIMIZER|GRADIENTS]
+(--sharding: Trainyard's data_parallel.sharding in both configurations;
+the peer is plain DDP in every case.)
 """
 import argparse
 import glob
@@ -130,6 +132,8 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--compare-overlap", action="store_true",
                         help="only Trainyard, padded: the all-reduce after backward against overlapped with it")
+    parser.add_argument("--sharding", default="NONE", choices=("NONE", "OPTIMIZER", "GRADIENTS"),
+                        help="Trainyard's data_parallel.sharding against the peer's DDP")
     parser.add_argument("--compare-sharding", action="store_true",
                         help="only Trainyard, padded: data_parallel.sharding NONE against OPTIMIZER and GRADIENTS")
     args = parser.parse_args()
@@ -143,13 +147,17 @@ def main():
     for rep in range(args.reps):
         for mode in ("recommended", "padded"):
             # Alternate which system goes first.
-            order = (run_trainyard, run_peer) if rep % 2 == 0 else (run_peer, run_trainyard)
+            def trainyard(args, mode):
+                m = run_trainyard(args, mode, extra_spec=f"data_parallel {{ sharding: {args.sharding} }}")
+                m["sharding"] = args.sharding
+                return m
+            order = (trainyard, run_peer) if rep % 2 == 0 else (run_peer, trainyard)
             for run in order:
                 m = run(args, mode)
                 m["rep"] = rep
                 print(json.dumps(m), flush=True)
                 results.append(m)
-    summary = {"preset": args.preset, "reps": args.reps, "steps": args.steps}
+    summary = {"preset": args.preset, "reps": args.reps, "steps": args.steps, "sharding": args.sharding}
     for mode, figure in (("recommended", "target_tokens_per_second"), ("padded", "steps_per_second")):
         med = {}
         for system in ("trainyard", "pytorch_ddp"):
@@ -192,7 +200,7 @@ def compare_variants(args, variants):
             m["variant"], m["rep"] = name, rep
             print(json.dumps(m), flush=True)
             results.append(m)
-    summary = {"preset": args.preset, "reps": args.reps, "steps": args.steps}
+    summary = {"preset": args.preset, "reps": args.reps, "steps": args.steps, "sharding": args.sharding}
     for name in variants:
         rows = [r for r in results if r["variant"] == name]
         summary[name] = {k: statistics.median(r[k] for r in rows)
