@@ -224,11 +224,19 @@ absl::StatusOr<RestoreOutcome> TrainingJob::Restore(const std::string& named) {
   // back whole the newest one under output_dir that does. Otherwise (or if
   // none of the job's own reads back) the spec's choice.
   std::vector<SkippedCheckpoint> skipped;
+  // A sharded optimizer keeps its own slots only (LoadState drops the
+  // rest), so only those are read: the restore's memory is the shard's.
+  std::set<std::string> own_slots;
+  SlotFilter keep_slot;
+  if (optimizer_ && !optimizer_->shard_bounds().empty()) {
+    for (const auto& [name, t] : optimizer_->State()) own_slots.insert(name);
+    keep_slot = [&own_slots](const std::string& slot) { return own_slots.count(slot) > 0; };
+  }
   absl::StatusOr<TrainCheckpoint> ckpt = absl::NotFoundError("no checkpoint");
   std::string path;
   absl::Status read = [&]() -> absl::Status {
     if (!named.empty()) {
-      ckpt = ReadRestartCheckpoint(named, spec_.output_dir(), &skipped);
+      ckpt = ReadRestartCheckpoint(named, spec_.output_dir(), &skipped, keep_slot);
       if (ckpt.ok()) {
         path = ckpt->dir;
         return absl::OkStatus();
@@ -239,7 +247,7 @@ absl::StatusOr<RestoreOutcome> TrainingJob::Restore(const std::string& named) {
     }
     TY_ASSIGN_OR_RETURN(path, ChooseCheckpoint(restore, spec_.output_dir(), &skipped));
     if (!path.empty()) {
-      ckpt = ReadTrainCheckpoint(path);
+      ckpt = ReadTrainCheckpoint(path, keep_slot);
       if (!ckpt.ok()) return absl::Status(ckpt.status().code(), absl::StrCat("restore: ", ckpt.status().message()));
     }
     const bool needs_checkpoint = spec_.kind() == FINETUNING || spec_.kind() == EVALUATION || spec_.kind() == INFERENCE;

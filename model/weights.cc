@@ -109,10 +109,13 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<TensorMap> ReadTensors(const std::string& path) {
+absl::StatusOr<TensorMap> ReadTensors(const std::string& path, const std::function<bool(const std::string&)>& keep,
+                                      std::vector<std::string>* names) {
   TY_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsReader> reader, SafetensorsReader::Open(path));
   TensorMap tensors;
   for (const SafeTensorInfo& info : reader->tensors()) {
+    if (names != nullptr) names->push_back(info.name);
+    if (keep && !keep(info.name)) continue;
     TY_ASSIGN_OR_RETURN(torch::ScalarType type, TorchType(info.dtype));
     // from_blob does not copy; clone before the mapping goes away.
     torch::Tensor t =

@@ -8,6 +8,7 @@
 #ifndef TRAINYARD_MODEL_WEIGHTS_H_
 #define TRAINYARD_MODEL_WEIGHTS_H_
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -25,8 +26,13 @@ namespace trainyard {
 // Tensors by (our) parameter name, float32 on the CPU.
 using TensorMap = std::map<std::string, torch::Tensor>;
 
-// Reads every tensor of a safetensors file, converted to float32.
-absl::StatusOr<TensorMap> ReadTensors(const std::string& path);
+// Reads the tensors of a safetensors file that `keep` accepts (every one
+// when it is empty), converted to float32; the others are not copied out
+// of the mapping. `names`, when not null, receives every tensor's name in
+// the file, read or not.
+absl::StatusOr<TensorMap> ReadTensors(const std::string& path,
+                                      const std::function<bool(const std::string&)>& keep = nullptr,
+                                      std::vector<std::string>* names = nullptr);
 
 // Writes named tensors to a safetensors file, cast to `dtype` (kFloat or
 // kBFloat16; kInvalidArgument otherwise).

@@ -28,14 +28,15 @@ absl::StatusOr<std::string> ChooseCheckpoint(const RestoreConfig& restore, const
 }
 
 absl::StatusOr<TrainCheckpoint> ReadRestartCheckpoint(const std::string& preferred, const std::string& output_dir,
-                                                      std::vector<SkippedCheckpoint>* skipped) {
+                                                      std::vector<SkippedCheckpoint>* skipped,
+                                                      const SlotFilter& keep_slot) {
   std::vector<std::string> candidates = {preferred};
   const std::map<int64_t, std::string> all = ListCheckpoints(output_dir);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     if (it->second != preferred) candidates.push_back(it->second);
   }
   for (const std::string& dir : candidates) {
-    absl::StatusOr<TrainCheckpoint> ckpt = ReadTrainCheckpoint(dir);
+    absl::StatusOr<TrainCheckpoint> ckpt = ReadTrainCheckpoint(dir, keep_slot);
     if (ckpt.ok()) return ckpt;
     if (!absl::IsDataLoss(ckpt.status()) && !absl::IsNotFound(ckpt.status())) return ckpt.status();
     if (skipped != nullptr) skipped->push_back({dir, std::string(ckpt.status().message())});

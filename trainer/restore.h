@@ -33,8 +33,10 @@ absl::StatusOr<std::string> ChooseCheckpoint(const RestoreConfig& restore, const
 // kNotFound when none reads back; any other error (an unreadable disk) is
 // returned, not skipped: a job must not quietly go back to older state
 // because storage is briefly unavailable.
+// `keep_slot` as for ReadTrainCheckpoint.
 absl::StatusOr<TrainCheckpoint> ReadRestartCheckpoint(const std::string& preferred, const std::string& output_dir,
-                                                      std::vector<SkippedCheckpoint>* skipped);
+                                                      std::vector<SkippedCheckpoint>* skipped,
+                                                      const SlotFilter& keep_slot = nullptr);
 
 // Assigns the checkpoint's parameters to `network`, renamed by the
 // assignment map (the first full match wins; an empty replacement drops the

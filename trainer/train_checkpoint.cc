@@ -143,10 +143,17 @@ absl::Status WriteShardedTrainCheckpoint(const std::string& dir, const TrainSnap
     TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(mine), optimizer, torch::kFloat));
     TY_RETURN_IF_ERROR(FsyncPath(writer.Path(mine), false));
     if (snapshot.shard != 0) {
-      // The mark: this rank's file is whole and durable.
+      // The mark: this rank's file is whole and durable. It appears by a
+      // rename, and this rank never touches it again: rank 0 removes it as
+      // soon as it sees it.
       const std::string done = writer.Path(mine + kDoneSuffix);
-      { std::ofstream(done, std::ios::binary | std::ios::trunc); }
-      return FsyncPath(done, false);
+      const std::string pending = done + ".tmp";
+      { std::ofstream(pending, std::ios::binary | std::ios::trunc); }
+      std::error_code ec;
+      std::filesystem::rename(pending, done, ec);
+      if (ec)
+        return absl::InternalError(absl::StrCat("checkpoint ", dir, ": cannot mark ", mine, " done: ", ec.message()));
+      return absl::OkStatus();
     }
     TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(kParams), snapshot.params, save_dtype));
     // The other ranks write theirs at the same time: wait for their marks.
@@ -200,7 +207,7 @@ absl::Status WriteTrainCheckpoint(const std::string& dir, const TrainSnapshot& s
   return status;
 }
 
-absl::StatusOr<TrainCheckpoint> ReadTrainCheckpoint(const std::string& dir) {
+absl::StatusOr<TrainCheckpoint> ReadTrainCheckpoint(const std::string& dir, const SlotFilter& keep_slot) {
   TY_ASSIGN_OR_RETURN(CheckpointHeader header, ReadCheckpointHeader(dir));
   TrainCheckpoint out;
   out.dir = dir;
@@ -221,18 +228,21 @@ absl::StatusOr<TrainCheckpoint> ReadTrainCheckpoint(const std::string& dir) {
   }
   if (out.optimizer_shards > 0) {
     // Every rank's slots, each in exactly one file.
+    std::set<std::string> seen;
     for (int r = 0; r < out.optimizer_shards; ++r) {
       const std::string file = OptimizerShardFile(r, out.optimizer_shards);
-      TY_ASSIGN_OR_RETURN(TensorMap part, ReadTensors(dir + "/" + file));
-      for (auto& [name, t] : part) {
-        if (!out.optimizer.emplace(name, t).second) {
+      std::vector<std::string> names;
+      TY_ASSIGN_OR_RETURN(TensorMap part, ReadTensors(dir + "/" + file, keep_slot, &names));
+      for (const std::string& name : names) {
+        if (!seen.insert(name).second) {
           return absl::DataLossError(absl::StrCat(dir, "/", file, ": ", name, " is in another shard too"));
         }
       }
+      out.optimizer.merge(part);
     }
     out.optimizer["step"] = torch::tensor(out.step, torch::kLong);
   } else if (std::filesystem::exists(dir + "/" + kOptimizer)) {
-    TY_ASSIGN_OR_RETURN(TensorMap optimizer, ReadTensors(dir + "/" + kOptimizer));
+    TY_ASSIGN_OR_RETURN(TensorMap optimizer, ReadTensors(dir + "/" + kOptimizer, keep_slot));
     out.optimizer = std::map<std::string, torch::Tensor>(optimizer.begin(), optimizer.end());
     out.optimizer["step"] = torch::tensor(out.step, torch::kLong);
   }

@@ -32,6 +32,7 @@
 #define TRAINYARD_TRAINER_TRAIN_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -117,9 +118,16 @@ struct TrainCheckpoint {
   int optimizer_shards = 0;  // version 3: the files the state came from
 };
 
+// Which optimizer slots a reader wants (by name); empty: all of them.
+using SlotFilter = std::function<bool(const std::string& slot)>;
+
 // Verifies the manifest (kNotFound without one, kDataLoss naming a damaged
-// file), then reads everything.
-absl::StatusOr<TrainCheckpoint> ReadTrainCheckpoint(const std::string& dir);
+// file), then reads the parameters and the optimizer slots `keep_slot`
+// accepts ("step" is always there). A rank of a sharded optimizer passes its
+// own slots, so a restore holds its shard of the state rather than the
+// whole of it. Every slot's name is still checked: one found in two shard
+// files is kDataLoss whether it is read or not.
+absl::StatusOr<TrainCheckpoint> ReadTrainCheckpoint(const std::string& dir, const SlotFilter& keep_slot = nullptr);
 
 // The checkpoint_<step> directories directly under `dir`, by step (not
 // verified).

@@ -121,6 +121,16 @@ TEST_F(TrainCheckpointTest, ShardedOptimizerStateIsWrittenByEveryRank) {
   EXPECT_EQ(read->optimizer.at("step").item<int64_t>(), 9);
   EXPECT_FALSE(std::filesystem::exists(ckpt + ".tmp-s42"));
 
+  // A reader that wants rank 1's slots (a restoring rank of a sharded
+  // optimizer) gets exactly those, and the step.
+  const SlotFilter rank_one = [&](const std::string& slot) { return parts[1].count(slot) > 0; };
+  absl::StatusOr<TrainCheckpoint> mine = ReadTrainCheckpoint(ckpt, rank_one);
+  ASSERT_THAT(mine.status(), IsOk());
+  ASSERT_EQ(mine->optimizer.size(), parts[1].size() + 1);
+  for (const auto& [name, t] : parts[1]) EXPECT_TRUE(torch::equal(mine->optimizer.at(name), t)) << name;
+  EXPECT_EQ(mine->optimizer.at("step").item<int64_t>(), 9);
+  EXPECT_EQ(mine->params.size(), read->params.size());
+
   // Rank 1 never writes: rank 0 gives up, nothing is committed.
   const std::string lost = dir_ + "/checkpoint_10";
   TrainSnapshot alone = MakeSnapshot(*model_->network(), parts[0], 10, 2, {"0 1", "0 2"}, "", "test");
@@ -179,6 +189,9 @@ TEST_F(TrainCheckpointTest, AShardedCheckpointWithASlotTwiceIsRefused) {
   ASSERT_THAT(written[0], IsOk());
   EXPECT_THAT(ReadTrainCheckpoint(ckpt).status(),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("optimizer-00001-of-00002.safetensors: ")));
+  // Also for a reader that wants none of the slots.
+  EXPECT_THAT(ReadTrainCheckpoint(ckpt, [](const std::string&) { return false; }).status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("is in another shard too")));
 }
 
 TEST_F(TrainCheckpointTest, BFloat16ParametersAndTheDtypeCheck) {
