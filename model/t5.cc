@@ -112,8 +112,7 @@ torch::Tensor RelativePositionBiasImpl::Buckets(int64_t qlen, int64_t klen, int6
   const auto long_options = torch::TensorOptions().dtype(torch::kLong).device(rel_embedding.device());
   torch::Tensor context = torch::arange(q_offset, q_offset + qlen, long_options).unsqueeze(1);
   torch::Tensor memory = torch::arange(klen, long_options).unsqueeze(0);
-  torch::Tensor buckets =
-      RelativePositionBucket(memory - context, bidirectional, num_buckets, max_distance).flatten();
+  torch::Tensor buckets = RelativePositionBucket(memory - context, bidirectional, num_buckets, max_distance).flatten();
   if (keep) {
     absl::MutexLock lock(&mu_);
     // Lengths vary little in training (fixed feature lengths); a scoring
@@ -283,11 +282,16 @@ T5Impl::T5Impl(const ModelConfig& config, torch::Device device, uint64_t seed) :
   for (int i = 0; i < config.num_encoder_layers(); ++i) {
     encoder_layers->push_back(EncoderLayer(config, options));
   }
+  // The encoder's final norm is registered with the encoder: gradient
+  // buckets follow the reverse of this order and start strictly in turn
+  // (trainer/gradient_reducer.h), and encoder_norm's gradient comes only
+  // when backward reaches the encoder. Registered after the decoder, its
+  // bucket would hold back every decoder layer's bucket until then.
+  encoder_norm = register_module("encoder_norm", RmsNorm(d, config.layer_norm_epsilon(), options));
   decoder_layers = register_module("decoder_layers", torch::nn::ModuleList());
   for (int i = 0; i < config.num_decoder_layers(); ++i) {
     decoder_layers->push_back(DecoderLayer(config, options));
   }
-  encoder_norm = register_module("encoder_norm", RmsNorm(d, config.layer_norm_epsilon(), options));
   decoder_norm = register_module("decoder_norm", RmsNorm(d, config.layer_norm_epsilon(), options));
   if (!config.tie_embeddings()) {
     logits_dense = register_module("logits_dense", Dense(d, config.vocab_size(), options));

@@ -164,6 +164,8 @@ void GradientReducer::Arm() {
   AttachViews();
   started_during_backward_ = 0;
   peak_buckets_ = 0;
+  waiting_ = 0;
+  peak_waiting_ = 0;
   armed_ = true;
 }
 
@@ -187,12 +189,14 @@ void GradientReducer::MarkReady(int param) {
   }
   if (!armed_ || ready_[param]) return;
   ready_[param] = 1;
+  waiting_ += params_[param].numel();
   Bucket& b = buckets_[bucket_of_[param]];
   if (--b.pending == 0) {
     const int before = next_bucket_;
     StartReadyBuckets();
     started_during_backward_ += next_bucket_ - before;
   }
+  peak_waiting_ = std::max(peak_waiting_, waiting_);
 }
 
 void GradientReducer::StartReadyBuckets() {
@@ -203,6 +207,9 @@ void GradientReducer::StartReadyBuckets() {
 
 void GradientReducer::StartBucket(Bucket& bucket) {
   bucket.started = true;
+  for (int i : bucket.members) {
+    if (ready_[i]) waiting_ -= params_[i].numel();
+  }
   if (!start_error_.ok()) return;  // the step fails anyway: do not start more
   if (keep_only_shard_) {
     while (next_bucket_ - 1 - next_complete_ >= max_in_flight_) CompleteOldest();

@@ -103,6 +103,10 @@ class GradientReducer {
   // keep_only_shard: the most buckets that existed at once in the last
   // backward pass.
   int peak_buckets() const { return peak_buckets_; }
+  // The most gradient elements that autograd had made but whose bucket had
+  // not started yet, in the last armed backward pass: what the strict start
+  // order held back (with keep_only_shard, memory held beyond the buckets).
+  int64_t peak_waiting_elements() const { return peak_waiting_; }
 
  private:
   struct Bucket {
@@ -150,6 +154,8 @@ class GradientReducer {
   int next_bucket_ = 0;      // the first bucket not yet started
   int next_complete_ = 0;    // keep_only_shard: the first bucket not yet completed
   int peak_buckets_ = 0;
+  int64_t waiting_ = 0;          // ready elements of buckets not yet started
+  int64_t peak_waiting_ = 0;     // the most of waiting_ since Arm
   bool shard_empty_ = true;      // keep_only_shard: nothing summed into the shard since ZeroGrads
   absl::Status complete_error_;  // keep_only_shard: the first failed bucket's
   int started_during_backward_ = 0;
