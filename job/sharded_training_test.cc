@@ -58,6 +58,7 @@ struct Config {
   std::string restore;  // a checkpoint to start from
   bool save = false;
   bool weight_metrics = false;
+  bool overlap_allgather = true;  // with sharding
 };
 
 class ShardedTrainingTest : public ::testing::Test {
@@ -86,6 +87,8 @@ class ShardedTrainingTest : public ::testing::Test {
     spec.mutable_checkpoint()->set_async(false);
     spec.mutable_data_parallel()->set_sharding(s.sharding);
     spec.mutable_data_parallel()->set_overlap_allreduce(s.overlap);
+    if (s.sharding != DataParallelConfig::NONE)
+      spec.mutable_data_parallel()->set_overlap_allgather(s.overlap_allgather);
     // 1 MiB: the sharded all-gathers take several rounds (tiny has 2 MiB of
     // parameters), and both modes reduce the same buckets.
     spec.mutable_data_parallel()->set_bucket_mb(1);
@@ -229,6 +232,31 @@ TEST_F(ShardedTrainingTest, GradientShardingTrainsTheSameParameters) {
           EXPECT_EQ(sum, a.local_state_elements[0]) << what;
         }
       }
+    }
+  }
+}
+
+// The parameters' all-gather overlapped with the next forward pass, unit by
+// unit, writes the values the whole all-gather after the update writes: the
+// same parameters and state bit for bit, on the fake collective (3 ranks)
+// and on Gloo (2 ranks, where the gathers run on the collective's thread
+// while the step's all-reduces and forward pass go on).
+TEST_F(ShardedTrainingTest, OverlappedAllgatherTrainsWhatTheWholeAllgatherDoes) {
+  for (auto mode : {DataParallelConfig::OPTIMIZER, DataParallelConfig::GRADIENTS}) {
+    for (bool gloo : {false, true}) {
+      Config whole{gloo ? 2 : 3, mode, "adamw"};
+      whole.gloo = gloo;
+      whole.steps = 8;
+      whole.overlap_allgather = false;
+      Config overlapped = whole;
+      overlapped.overlap_allgather = true;
+      const std::string what = absl::StrCat(DataParallelConfig::Sharding_Name(mode), gloo ? ", gloo" : ", fake");
+      const Result a = Train(whole, "whole");
+      const Result b = Train(overlapped, "overlapped");
+      ExpectSame(a.params, b.params, what + ": parameters");
+      ExpectSame(a.optimizer, b.optimizer, what + ": optimizer state");
+      EXPECT_EQ(a.summary.count("timing/allgather_seconds_per_step"), 1u) << what;
+      EXPECT_EQ(b.summary.count("timing/allgather_seconds_per_step"), 1u) << what;
     }
   }
 }

@@ -168,6 +168,7 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
         trainer.allreduce_bucket_bytes = static_cast<int64_t>(spec.data_parallel().bucket_mb()) << 20;
       }
       trainer.shard_gradients = sharding == DataParallelConfig::GRADIENTS;
+      trainer.overlap_allgather = spec.data_parallel().overlap_allgather();
       trainer.loss = LossOptions::FromConfig(spec.loss());
       trainer.seed = static_cast<uint64_t>(spec.seed());
       trainer.summary_dir = spec.output_dir();  // written by rank 0 only

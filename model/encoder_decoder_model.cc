@@ -1,5 +1,6 @@
 #include "model/encoder_decoder_model.h"
 
+#include <map>
 #include <string>
 #include <utility>
 
@@ -38,6 +39,18 @@ absl::StatusOr<std::unique_ptr<EncoderDecoderModel>> EncoderDecoderModel::Create
   });
 }
 
+std::vector<std::vector<size_t>> EncoderDecoderModel::ParameterUnits() {
+  std::map<std::string, size_t> index;
+  for (const auto& item : network_->named_parameters()) index.emplace(item.key(), index.size());
+  std::vector<std::vector<size_t>> units;
+  for (const std::vector<std::string>& names : network_->UnitNames()) {
+    std::vector<size_t> unit;
+    for (const std::string& name : names) unit.push_back(index.at(name));
+    units.push_back(std::move(unit));
+  }
+  return units;
+}
+
 absl::StatusOr<LossOutput> EncoderDecoderModel::LossFn(const T5Batch& batch, const LossOptions& options,
                                                        at::Generator dropout_rng) {
   TY_RETURN_IF_ERROR(ValidateBatch(batch, /*need_targets=*/true));
@@ -46,6 +59,7 @@ absl::StatusOr<LossOutput> EncoderDecoderModel::LossFn(const T5Batch& batch, con
     forward.train = dropout_rng.defined();
     forward.generator = dropout_rng;
     forward.compute_dtype = options_.compute_dtype;
+    forward.before_unit = BeforeUnit();
     const T5Batch on = OnDevice(batch);
     const torch::Tensor logits = network_->forward(on, forward);
     return ComputeLoss(logits, on.decoder_target_tokens, on.decoder_loss_weights, options);
@@ -85,6 +99,7 @@ absl::StatusOr<torch::Tensor> EncoderDecoderModel::ScoreBatch(const T5Batch& bat
     torch::NoGradGuard no_grad;
     ForwardOptions forward;
     forward.compute_dtype = options_.compute_dtype;
+    forward.before_unit = BeforeUnit();
     const T5Batch on = OnDevice(batch);
     const torch::Tensor logits = network_->forward(on, forward);
     return SequenceLogLikelihood(logits, on.decoder_target_tokens, on.decoder_loss_weights).to(torch::kCPU);

@@ -2,6 +2,7 @@
 #ifndef TRAINYARD_MODEL_ENCODER_DECODER_MODEL_H_
 #define TRAINYARD_MODEL_ENCODER_DECODER_MODEL_H_
 
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -32,6 +33,9 @@ class EncoderDecoderModel : public Model {
 
   std::vector<torch::Tensor> parameters() override { return network_->parameters(); }
   torch::OrderedDict<std::string, torch::Tensor> named_parameters() override { return network_->named_parameters(); }
+  // T5Impl::UnitNames, as indices.
+  std::vector<std::vector<size_t>> ParameterUnits() override;
+  void SetBeforeUnitHook(std::function<void(int)> hook) override { before_unit_ = std::move(hook); }
 
   T5& network() { return network_; }
   const ModelOptions& options() const { return options_; }
@@ -42,7 +46,11 @@ class EncoderDecoderModel : public Model {
   // predictions and scores come back to the host.
   T5Batch OnDevice(const T5Batch& batch) const { return options_.device.is_cpu() ? batch : batch.To(options_.device); }
 
+  // ForwardOptions::before_unit of the teacher-forced passes, or null.
+  const std::function<void(int)>* BeforeUnit() const { return before_unit_ ? &before_unit_ : nullptr; }
+
   T5 network_;
+  std::function<void(int)> before_unit_;
   ModelOptions options_;
 };
 

@@ -2,7 +2,12 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -233,6 +238,73 @@ TEST(ModelTest, IncompleteConfigIsInvalidArgument) {
   config.set_vocab_size(100);
   EXPECT_THAT(EncoderDecoderModel::Create(config, {}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("incomplete")));
+}
+
+// Every parameter is in one unit, and a teacher-forced pass announces each
+// unit before it reads it: with every parameter poisoned (NaN) until its
+// unit's hook restores it, the loss and the gradients are the model's own,
+// bit for bit, and the hook sees the units in order. Both the untied (v1.1,
+// logits_dense last) and the tied (v1.0) layouts.
+TEST(ParameterUnitsTest, EachUnitIsAnnouncedBeforeItsFirstUse) {
+  for (bool tied : {false, true}) {
+    ModelConfig config = *PresetConfig("tiny");
+    config.set_dropout_rate(0.0f);
+    config.set_tie_embeddings(tied);
+    ModelOptions options;
+    options.init_seed = 3;
+    std::unique_ptr<EncoderDecoderModel> model = std::move(EncoderDecoderModel::Create(config, options)).value();
+    const std::vector<std::vector<size_t>> units = model->ParameterUnits();
+    ASSERT_EQ(units.size(), 2 + config.num_encoder_layers() + 2 + config.num_decoder_layers() + 1 + (tied ? 0 : 1));
+    std::vector<torch::Tensor> params;
+    for (const auto& p : model->named_parameters()) params.push_back(p.value());
+    std::vector<int> seen(params.size(), 0);
+    for (const auto& unit : units) {
+      for (size_t i : unit) seen.at(i)++;
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<int64_t>(params.size()));
+    const std::string last = model->named_parameters().keys()[units.back()[0]];
+    EXPECT_EQ(last, tied ? "decoder_norm.scale" : "logits_dense.weight");
+
+    LossOptions loss;
+    absl::StatusOr<LossOutput> reference = model->LossFn(Batch(), loss, at::Generator());
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    reference->loss.backward();
+    std::vector<torch::Tensor> values, grads;
+    for (torch::Tensor& p : params) {
+      values.push_back(p.detach().clone());
+      grads.push_back(p.grad().clone());
+      p.mutable_grad() = torch::Tensor();
+    }
+    {
+      torch::NoGradGuard no_grad;
+      for (torch::Tensor& p : params) p.fill_(std::nanf(""));
+    }
+    std::vector<int> announced;
+    model->SetBeforeUnitHook([&](int u) {
+      announced.push_back(u);
+      torch::NoGradGuard no_grad;
+      for (size_t i : units.at(static_cast<size_t>(u))) params[i].copy_(values[i]);
+    });
+    absl::StatusOr<LossOutput> hooked = model->LossFn(Batch(), loss, at::Generator());
+    ASSERT_TRUE(hooked.ok()) << hooked.status();
+    hooked->loss.backward();
+    EXPECT_TRUE(torch::equal(hooked->loss, reference->loss)) << "tied " << tied;
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_TRUE(torch::equal(params[i].grad(), grads[i])) << "tied " << tied << " " << i;
+    }
+    std::vector<int> in_order(units.size());
+    std::iota(in_order.begin(), in_order.end(), 0);
+    EXPECT_EQ(announced, in_order) << "tied " << tied;
+
+    // An exception from the hook ends the pass with an error naming it.
+    model->SetBeforeUnitHook([](int u) {
+      if (u == 3) throw std::runtime_error("UNAVAILABLE: unit 3 could not be gathered");
+    });
+    absl::StatusOr<LossOutput> failed = model->LossFn(Batch(), loss, at::Generator());
+    EXPECT_THAT(failed.status().message(), HasSubstr("unit 3 could not be gathered"));
+    model->SetBeforeUnitHook(nullptr);
+    EXPECT_TRUE(model->LossFn(Batch(), loss, at::Generator()).ok());
+  }
 }
 
 }  // namespace

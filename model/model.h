@@ -8,6 +8,10 @@
 #ifndef TRAINYARD_MODEL_MODEL_H_
 #define TRAINYARD_MODEL_MODEL_H_
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include <torch/torch.h>
 
 #include "absl/status/statusor.h"
@@ -40,6 +44,18 @@ class Model {
 
   virtual std::vector<torch::Tensor> parameters() = 0;
   virtual torch::OrderedDict<std::string, torch::Tensor> named_parameters() = 0;
+
+  // The parameters in groups ("units") as indices into named_parameters(),
+  // every parameter in exactly one, in the order a teacher-forced pass
+  // (LossFn, EvalFn, ScoreBatch) first reads them; such a pass calls the
+  // hook set here with a unit's index before it first reads that unit,
+  // in increasing order (decoding does not call it). Sharded training
+  // gathers each unit's parameters there, overlapping the all-gather with
+  // the forward pass (trainer/parameter_gatherer.h). An exception from the
+  // hook ends the pass with an error. A model that returns no units never
+  // calls a hook, and its parameters are gathered before the step.
+  virtual std::vector<std::vector<size_t>> ParameterUnits() { return {}; }
+  virtual void SetBeforeUnitHook(std::function<void(int)> /*hook*/) {}
 };
 
 }  // namespace trainyard

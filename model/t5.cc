@@ -347,12 +347,52 @@ torch::Tensor T5Impl::Logits(const torch::Tensor& y, const ForwardOptions& /*opt
   return logits_dense(y).to(torch::kFloat);
 }
 
+namespace {
+
+void Announce(const ForwardOptions& options, int unit) {
+  if (options.before_unit != nullptr) (*options.before_unit)(unit);
+}
+
+}  // namespace
+
+std::vector<std::vector<std::string>> T5Impl::UnitNames() const {
+  // Named as named_parameters() names them, each under its module's prefix.
+  auto names_of = [](const torch::nn::Module& module, const std::string& prefix) {
+    std::vector<std::string> names;
+    for (const auto& item : module.named_parameters()) names.push_back(prefix + "." + item.key());
+    return names;
+  };
+  std::vector<std::vector<std::string>> units;
+  units.push_back(names_of(*token_embedder, "token_embedder"));
+  units.push_back(names_of(*encoder_relpos, "encoder_relpos"));
+  int i = 0;
+  for (const auto& layer : *encoder_layers) {
+    units.push_back(names_of(*layer, "encoder_layers." + std::to_string(i++)));
+  }
+  units.push_back(names_of(*encoder_norm, "encoder_norm"));
+  units.push_back(names_of(*decoder_relpos, "decoder_relpos"));
+  i = 0;
+  for (const auto& layer : *decoder_layers) {
+    units.push_back(names_of(*layer, "decoder_layers." + std::to_string(i++)));
+  }
+  units.push_back(names_of(*decoder_norm, "decoder_norm"));
+  if (!config_.tie_embeddings()) units.push_back(names_of(*logits_dense, "logits_dense"));
+  return units;
+}
+
 torch::Tensor T5Impl::Encode(const T5Batch& batch, const ForwardOptions& options) {
   const torch::Tensor& tokens = batch.encoder_input_tokens;
+  Announce(options, 0);
   torch::Tensor x = Dropout(EmbedTokens(tokens, options), config_.dropout_rate(), options);
   const int64_t len = tokens.size(1);
+  Announce(options, 1);
   torch::Tensor bias = encoder_relpos(len, len) + EncoderSelfAttentionMask(batch);
-  for (const auto& layer : *encoder_layers) x = layer->as<EncoderLayer>()->forward(x, bias, options);
+  int i = 0;
+  for (const auto& layer : *encoder_layers) {
+    Announce(options, EncoderLayerUnit(i++));
+    x = layer->as<EncoderLayer>()->forward(x, bias, options);
+  }
+  Announce(options, EncoderNormUnit());
   x = encoder_norm(x, options.compute_dtype);
   return Dropout(x, config_.dropout_rate(), options);
 }
@@ -362,12 +402,17 @@ torch::Tensor T5Impl::forward(const T5Batch& batch, const ForwardOptions& option
   const torch::Tensor& inputs = batch.decoder_input_tokens;
   torch::Tensor y = Dropout(EmbedTokens(inputs, options), config_.dropout_rate(), options);
   const int64_t len = inputs.size(1);
+  Announce(options, DecoderRelposUnit());
   torch::Tensor self_bias = decoder_relpos(len, len) + DecoderSelfAttentionMask(batch);
   torch::Tensor cross_bias = CrossAttentionMask(batch);
+  int i = 0;
   for (const auto& layer : *decoder_layers) {
+    Announce(options, DecoderLayerUnit(i++));
     y = layer->as<DecoderLayer>()->forward(y, self_bias, encoded, cross_bias, options);
   }
+  Announce(options, DecoderNormUnit());
   y = Dropout(decoder_norm(y, options.compute_dtype), config_.dropout_rate(), options);
+  if (!config_.tie_embeddings()) Announce(options, LogitsUnit());
   return Logits(y, options);
 }
 

@@ -20,7 +20,9 @@
 #define TRAINYARD_MODEL_T5_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -43,6 +45,12 @@ struct ForwardOptions {
   // Activations and matrix products in this type; parameters stay float32
   // and layer norms, softmax and logits are computed in float32.
   torch::ScalarType compute_dtype = torch::kFloat32;
+  // Called with a unit's index (T5Impl::UnitNames) before the teacher-forced
+  // pass (Encode, forward) first reads that unit's parameters, in increasing
+  // order; not called by StartDecoding/DecodeStep. Sharded training gathers
+  // the unit's parameters there (trainer/parameter_gatherer.h). Not owned;
+  // null: no calls.
+  const std::function<void(int)>* before_unit = nullptr;
 };
 
 // y = x W^T with W cast to x's type (so float32 master weights serve bf16).
@@ -198,6 +206,13 @@ class T5Impl : public torch::nn::Module {
 
   int64_t NumParameters() const;
 
+  // The parameters' names in groups ("units"), in the order Encode and
+  // forward first read them: the embedding, the encoder's position bias,
+  // each encoder layer, the encoder's norm, the decoder's position bias,
+  // each decoder layer, the decoder's norm, logits_dense (v1.1). Every
+  // parameter is in exactly one unit.
+  std::vector<std::vector<std::string>> UnitNames() const;
+
   Embed token_embedder{nullptr};
   RelativePositionBias encoder_relpos{nullptr}, decoder_relpos{nullptr};
   torch::nn::ModuleList encoder_layers{nullptr}, decoder_layers{nullptr};
@@ -207,6 +222,13 @@ class T5Impl : public torch::nn::Module {
  private:
   torch::Tensor EmbedTokens(const torch::Tensor& tokens, const ForwardOptions& options);
   torch::Tensor Logits(const torch::Tensor& y, const ForwardOptions& options);
+  // The units' indices in UnitNames, as Encode and forward announce them.
+  int EncoderLayerUnit(int i) const { return 2 + i; }
+  int EncoderNormUnit() const { return 2 + config_.num_encoder_layers(); }
+  int DecoderRelposUnit() const { return EncoderNormUnit() + 1; }
+  int DecoderLayerUnit(int i) const { return DecoderRelposUnit() + 1 + i; }
+  int DecoderNormUnit() const { return DecoderRelposUnit() + 1 + config_.num_decoder_layers(); }
+  int LogitsUnit() const { return DecoderNormUnit() + 1; }
 
   ModelConfig config_;
 };

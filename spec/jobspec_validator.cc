@@ -472,6 +472,15 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
                "PARAMETERS is not built yet (parameters are held whole on every rank); "
                "allowed: NONE, OPTIMIZER, GRADIENTS");
   }
+  if (spec->data_parallel().sharding() == DataParallelConfig::NONE) {
+    if (spec->data_parallel().has_overlap_allgather()) {
+      errors.Add("data_parallel.overlap_allgather",
+                 "set with sharding NONE, where every rank updates every parameter and nothing is all-gathered; "
+                 "it applies to OPTIMIZER and GRADIENTS");
+    }
+  } else if (!spec->data_parallel().has_overlap_allgather()) {
+    spec->mutable_data_parallel()->set_overlap_allgather(true);
+  }
   if (spec->num_microbatches() == 0) spec->set_num_microbatches(1);
   if (spec->num_workers() == 0) spec->set_num_workers(1);
   CheckIntRange(&errors, "num_workers", spec->num_workers(), 1, kMaxWorkers);

@@ -80,6 +80,24 @@ TEST(ValidatorTest, BucketSizeIsBounded) {
   EXPECT_FALSE(spec.data_parallel().overlap_allreduce());
 }
 
+TEST(ValidatorTest, OverlapAllgatherOnlyWithSharding) {
+  JobSpec none = Minimal();
+  ASSERT_THAT(ValidateAndNormalize(&none), IsOk());
+  EXPECT_FALSE(none.data_parallel().has_overlap_allgather());
+  none.mutable_data_parallel()->set_overlap_allgather(false);
+  EXPECT_THAT(Validate(none), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("data_parallel.overlap_allgather: set with sharding NONE")));
+  for (auto mode : {DataParallelConfig::OPTIMIZER, DataParallelConfig::GRADIENTS}) {
+    JobSpec sharded = Minimal();
+    sharded.mutable_data_parallel()->set_sharding(mode);
+    ASSERT_THAT(ValidateAndNormalize(&sharded), IsOk());
+    EXPECT_TRUE(sharded.data_parallel().overlap_allgather());
+    sharded.mutable_data_parallel()->set_overlap_allgather(false);
+    ASSERT_THAT(ValidateAndNormalize(&sharded), IsOk());
+    EXPECT_FALSE(sharded.data_parallel().overlap_allgather());
+  }
+}
+
 TEST(ValidatorTest, NormalizationIsIdempotent) {
   JobSpec once = Minimal();
   once.add_actions()->mutable_early_stopping()->set_metric("loss");

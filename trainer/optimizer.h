@@ -58,6 +58,9 @@ class Optimizer {
   // are written by every rank instead, trainer/train_checkpoint.h). Others
   // have nothing to exchange: State().
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
+  // Synchronize without the exchange, for a caller that all-gathers the
+  // parameters itself (trainer/parameter_gatherer.h): Apply's error, if any.
+  virtual absl::Status TakeApplyError() { return absl::OkStatus(); }
   virtual absl::StatusOr<std::map<std::string, torch::Tensor>> GatherState() { return State(); }
   // A sharded optimizer's shards: world_size + 1 parameter indices, rank r
   // updating [bounds[r], bounds[r + 1]), whose Apply reads only this rank's

@@ -16,7 +16,9 @@
 // parameter and so stay whole on its owner.
 //
 // Apply's collective (the squared norms) cannot return a status: when it
-// fails, Apply updates nothing and the next Synchronize returns the error.
+// fails, Apply updates nothing and the next Synchronize (or TakeApplyError,
+// when the trainer gathers the parameters itself unit by unit during the
+// next forward pass: trainer/parameter_gatherer.h) returns the error.
 //
 // State() is this rank's shard (its slots and the step), which each rank
 // writes into the checkpoint itself (trainer/train_checkpoint.h, version
@@ -35,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -63,6 +66,7 @@ class ShardedOptimizer : public Optimizer {
   void Apply(const std::vector<torch::Tensor>& grads, double learning_rate) override;
   // All-gathers the updated parameters (or returns Apply's error).
   absl::Status Synchronize() override;
+  absl::Status TakeApplyError() override { return std::exchange(apply_error_, absl::OkStatus()); }
   std::map<std::string, torch::Tensor> State() const override;
   absl::Status LoadState(const std::map<std::string, torch::Tensor>& state) override;
   // Rank 0: the whole state (what checkpoints hold); other ranks: their

@@ -102,7 +102,21 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
     for (const auto& [name, p] : params_) tensors.push_back(p);
     const bool keep_only_shard = options_.shard_gradients && !shards.empty();
     reducer_ = std::make_unique<GradientReducer>(std::move(tensors), collective_, options_.allreduce_bucket_bytes,
-                                                 std::move(shards), keep_only_shard);
+                                                 shards, keep_only_shard);
+  }
+  if (sharded_ && options_.overlap_allgather && !options_.compute_weight_metrics && collective_->world_size() > 1) {
+    std::vector<std::vector<size_t>> units = model_->ParameterUnits();
+    if (!units.empty()) {
+      absl::StatusOr<std::unique_ptr<ParameterGatherer>> gatherer =
+          ParameterGatherer::Create(params_, std::move(units), shards, collective_);
+      if (gatherer.ok()) {
+        gatherer_ = std::move(*gatherer);
+        model_->SetBeforeUnitHook([g = gatherer_.get()](int unit) { g->Before(unit); });
+      } else {
+        gatherer_setup_ =
+            absl::InternalError(absl::StrCat("the model's parameter units: ", gatherer.status().message()));
+      }
+    }
   }
 }
 
@@ -114,7 +128,15 @@ void Trainer::ClearGrads() {
   for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
 }
 
-Trainer::~Trainer() { Close().IgnoreError(); }
+Trainer::~Trainer() {
+  if (gatherer_ != nullptr) model_->SetBeforeUnitHook(nullptr);
+  Close().IgnoreError();
+}
+
+absl::Status Trainer::ForwardError(const absl::Status& status) const {
+  if (gatherer_ != nullptr && !gatherer_->status().ok()) return gatherer_->status();
+  return status;
+}
 
 absl::Status Trainer::Close() {
   absl::Status status = train_metrics_->Close();
@@ -173,7 +195,7 @@ absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t s
     absl::StatusOr<LossOutput> out = model_->LossFn(batch.Slice(i * size, size), loss, DropoutGenerator(step, i));
     if (!out.ok()) {
       ClearGrads();
-      return out.status();
+      return ForwardError(out.status());
     }
     // The last microbatch's backward pass starts the all-reduce of each
     // bucket of gradients as soon as it is complete; with only a shard of
@@ -236,8 +258,15 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) 
   optimizer_->Apply(grads, lr);
   const auto gather_start = std::chrono::steady_clock::now();
   update_seconds_ += std::chrono::duration<double>(gather_start - update_start).count();
-  // A sharded optimizer updated this rank's shard: the ranks exchange them.
-  absl::Status synchronized = optimizer_->Synchronize();
+  // A sharded optimizer updated this rank's shard: the ranks exchange them,
+  // unit by unit during the next forward pass with a gatherer.
+  absl::Status synchronized;
+  if (gatherer_ != nullptr) {
+    synchronized = optimizer_->TakeApplyError();
+    if (synchronized.ok()) synchronized = gatherer_->Start();
+  } else {
+    synchronized = optimizer_->Synchronize();
+  }
   if (sharded_) {
     gather_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - gather_start).count();
   }
@@ -267,6 +296,29 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) 
 }
 
 absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batches, int64_t num_steps) {
+  TY_RETURN_IF_ERROR(gatherer_setup_);
+  if (gatherer_ == nullptr) return TrainSteps(batches, num_steps);
+  if (gatherer_->stale()) {
+    // An earlier Train failed with gathers pending: each rank's own shard
+    // is current, so one whole gather makes the parameters whole again.
+    TY_RETURN_IF_ERROR(gatherer_->Start());
+    TY_RETURN_IF_ERROR(gatherer_->Finish());
+  }
+  absl::StatusOr<std::map<std::string, double>> result = TrainSteps(batches, num_steps);
+  if (gatherer_->pending()) {
+    // The parameters are whole whenever Train returns: a stop (the
+    // emergency checkpoint follows) finishes the gathers; another failure
+    // (the collective may be broken) waits only for those in flight.
+    if (result.ok() || IsPreemptionError(result.status())) {
+      TY_RETURN_IF_ERROR(gatherer_->Finish());
+    } else {
+      gatherer_->Abandon();
+    }
+  }
+  return result;
+}
+
+absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator* batches, int64_t num_steps) {
   Metrics total;
   std::map<std::string, double> last_step_metrics;
   double seqs = 0, target_tokens = 0;
@@ -295,6 +347,11 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
     MergeMetrics(step_metrics, /*within_step=*/false, &total);
     seqs += counts[0][0].item<double>();
     target_tokens += counts[0][1].item<double>();
+  }
+  if (gatherer_ != nullptr) {
+    // The last step's parameters, before the summary (which times them).
+    TY_RETURN_IF_ERROR(gatherer_->Finish());
+    gather_seconds_ += gatherer_->TakeWaitSeconds();
   }
   TY_RETURN_IF_ERROR(AllReduceMetrics(collective_, &total));
   std::map<std::string, double> summary = MetricValues(total);

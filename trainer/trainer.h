@@ -39,6 +39,7 @@
 #include "trainer/learning_rate.h"
 #include "trainer/metrics_manager.h"
 #include "trainer/optimizer.h"
+#include "trainer/parameter_gatherer.h"
 
 namespace trainyard {
 
@@ -87,6 +88,13 @@ struct TrainerOptions {
   // (data_parallel.sharding GRADIENTS; trainer/gradient_reducer.h), every
   // microbatch's gradients reduce-scattered as its backward pass makes them.
   bool shard_gradients = false;
+  // With a sharded optimizer and a model that announces its units
+  // (Model::ParameterUnits): the updated parameters are all-gathered unit
+  // by unit during the next step's forward pass, each unit just before its
+  // first use with the next in flight (trainer/parameter_gatherer.h), and
+  // whole again when Train returns; false, or with weight metrics (which
+  // read the updated parameters at once): all-gathered after the update.
+  bool overlap_allgather = true;
   // Model FLOPs of one step over all ranks (3 x ForwardFlopsPerExample x
   // the global batch's rows) and one device's peak FLOP/s: the summary's
   // timing/model_flops, timing/model_flops_per_second(_per_core) and, with
@@ -159,6 +167,9 @@ class Trainer {
   absl::StatusOr<Metrics> AccumulateGrads(const T5Batch& batch, int64_t step, double global_target_tokens,
                                           bool overlap);
   void ClearGrads();
+  absl::StatusOr<std::map<std::string, double>> TrainSteps(BatchIterator* batches, int64_t num_steps);
+  // A failed forward pass's status: the gatherer's, when it failed in it.
+  absl::Status ForwardError(const absl::Status& status) const;
 
   Model* model_;
   Optimizer* optimizer_;
@@ -182,6 +193,10 @@ class Trainer {
   // world_size > 1 with overlap_allreduce or a sharded optimizer
   std::unique_ptr<GradientReducer> reducer_;
   bool sharded_ = false;  // the optimizer updates only this rank's shard
+  // overlap_allgather with a sharded optimizer; gatherer_setup_ is
+  // Create's error (returned by Train).
+  std::unique_ptr<ParameterGatherer> gatherer_;
+  absl::Status gatherer_setup_;
 };
 
 }  // namespace trainyard

@@ -136,7 +136,13 @@ def main():
                         help="Trainyard's data_parallel.sharding against the peer's DDP")
     parser.add_argument("--compare-sharding", action="store_true",
                         help="only Trainyard, padded: data_parallel.sharding NONE against OPTIMIZER and GRADIENTS")
+    parser.add_argument("--compare-allgather", action="store_true",
+                        help="only Trainyard, padded, sharding GRADIENTS: the parameters' all-gather after the "
+                             "update against overlapped with the next forward pass")
     args = parser.parse_args()
+    if args.compare_allgather:
+        compare_allgather(args)
+        return
     if args.compare_overlap:
         compare_overlap(args)
         return
@@ -187,6 +193,15 @@ def compare_sharding(args):
     compare_variants(args, {"none": "data_parallel { sharding: NONE }",
                             "optimizer": "data_parallel { sharding: OPTIMIZER }",
                             "gradients": "data_parallel { sharding: GRADIENTS }"})
+
+
+def compare_allgather(args):
+    """Trainyard alone on identical padded batches, sharding GRADIENTS,
+    alternating the parameters' all-gather after the update and overlapped
+    with the next step's forward pass (data_parallel.overlap_allgather)."""
+    compare_variants(args, {
+        "after_update": "data_parallel { sharding: GRADIENTS overlap_allgather: false }",
+        "overlapped": "data_parallel { sharding: GRADIENTS overlap_allgather: true }"})
 
 
 def compare_variants(args, variants):

@@ -3,11 +3,13 @@
 # what is measured). Prints JSON lines: every measurement, then medians and
 # the two ratios. Results also go to .bench/peer/.
 #
-# usage: bench/peer/run.sh [REPS [PRESET [STEPS [--compare-overlap|--compare-sharding|--sharding=MODE]]]]
+# usage: bench/peer/run.sh [REPS [PRESET [STEPS [--compare-overlap|--compare-sharding|--compare-allgather|--sharding=MODE]]]]
 #        (default 3, tiny, 20; --compare-overlap: Trainyard alone, the
 #        gradient all-reduce after backward against overlapped with it;
 #        --compare-sharding: Trainyard alone, data_parallel.sharding NONE
-#        against OPTIMIZER and GRADIENTS; --sharding=OPTIMIZER|GRADIENTS:
+#        against OPTIMIZER and GRADIENTS; --compare-allgather: Trainyard
+#        alone, GRADIENTS, the parameters' all-gather after the update
+#        against overlapped with the next forward; --sharding=OPTIMIZER|GRADIENTS:
 #        against the peer with that data_parallel.sharding, NONE by default)
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -702,6 +702,7 @@ std::vector<Case> Cases() {
       Check("data_parallel.overlap_allreduce"),
       Check("data_parallel.bucket_mb"),
       Check("data_parallel.sharding"),
+      Check("data_parallel.overlap_allgather"),
       Replace("mixture_definitions.name",
               absl::StrCat(Mixture(R"pb(tasks { name: "digits_to_words" rate: 1 }
                                         tasks { name: "qa" rate: 3 })pb"),
@@ -934,6 +935,7 @@ class CountingCollective : public Collective {
   absl::StatusOr<std::unique_ptr<CollectiveWork>> StartAllGatherV(torch::Tensor input, std::vector<int64_t> counts,
                                                                   torch::Tensor output) override {
     all_gathered += output.numel();
+    ++started_all_gathers;
     return inner_->StartAllGatherV(std::move(input), std::move(counts), std::move(output));
   }
 
@@ -941,6 +943,7 @@ class CountingCollective : public Collective {
   std::atomic<int> started_all_reduces{0};   // buckets started from backward
   std::atomic<int64_t> reduce_scattered{0};  // elements, every rank's
   std::atomic<int64_t> all_gathered{0};      // elements, every rank's
+  std::atomic<int> started_all_gathers{0};   // parameter units started
 
  private:
   std::unique_ptr<Collective> inner_;
@@ -951,7 +954,9 @@ struct StepCalls {
   int started_all_reduces = 0;
   int64_t reduce_scattered = 0;
   int64_t all_gathered = 0;
+  int started_all_gathers = 0;
   int64_t parameters = 0;  // the model's elements
+  int64_t units = 0;       // the model's parameter units
 };
 
 // Two ranks of tiny, four steps, with `extra` fields.
@@ -991,13 +996,16 @@ StepCalls CountStepCalls(const std::string& extra, const std::string& dir, int s
       ASSERT_THAT((*job)->Restore("").status(), IsOk());
       const int before_large = collective.large_all_reduces, before_started = collective.started_all_reduces;
       const int64_t before_scattered = collective.reduce_scattered, before_gathered = collective.all_gathered;
+      const int before_started_gathers = collective.started_all_gathers;
       ASSERT_THAT((*job)->Train(steps).status(), IsOk());
       if (r == 0) {
         calls.large_all_reduces = collective.large_all_reduces - before_large;
         calls.started_all_reduces = collective.started_all_reduces - before_started;
         calls.reduce_scattered = collective.reduce_scattered - before_scattered;
         calls.all_gathered = collective.all_gathered - before_gathered;
+        calls.started_all_gathers = collective.started_all_gathers - before_started_gathers;
         for (const auto& p : (*job)->model()->named_parameters()) calls.parameters += p.value().numel();
+        calls.units = static_cast<int64_t>((*job)->model()->ParameterUnits().size());
       }
       (*job)->Close();
     });
@@ -1040,6 +1048,24 @@ TEST_F(FieldCoverageTest, ShardingReduceScattersGradientsAndGathersParameters) {
       EXPECT_EQ(calls.reduce_scattered, 2 * passes * calls.parameters) << what;  // 2 steps
       EXPECT_EQ(calls.all_gathered, 2 * calls.parameters) << what;
     }
+  }
+}
+
+// overlap_allgather gathers the updated parameters unit by unit, started
+// (and prefetched) from the next forward pass: one started all-gather per
+// unit and step; off, the whole all-gather after the update. The same
+// elements either way (the parameters: bit for bit, //job:sharded_training_test).
+TEST_F(FieldCoverageTest, OverlapAllgatherGathersUnitByUnit) {
+  for (const char* mode : {"OPTIMIZER", "GRADIENTS"}) {
+    const StepCalls overlapped = CountStepCalls(
+        absl::StrCat("data_parallel { sharding: ", mode, " overlap_allgather: true }"), *root_ + "/ag1" + mode, 2);
+    const StepCalls whole = CountStepCalls(
+        absl::StrCat("data_parallel { sharding: ", mode, " overlap_allgather: false }"), *root_ + "/ag2" + mode, 2);
+    EXPECT_GT(overlapped.units, 4) << mode;
+    EXPECT_EQ(overlapped.started_all_gathers, 2 * overlapped.units) << mode;
+    EXPECT_EQ(overlapped.all_gathered, 2 * overlapped.parameters) << mode;
+    EXPECT_EQ(whole.started_all_gathers, 0) << mode;
+    EXPECT_EQ(whole.all_gathered, 2 * whole.parameters) << mode;
   }
 }
 

@@ -1,0 +1,189 @@
+#include "trainer/parameter_gatherer.h"
+
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collective/fake_collective.h"
+#include "collective/gloo_collective.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "trainer/sharded_optimizer.h"
+
+namespace trainyard {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Seven parameters of uneven sizes; parameter i's true value is
+// 1000 * i + 0, 1, 2, ...
+const std::vector<std::vector<int64_t>> kShapes = {{5}, {3, 4}, {10}, {2}, {6, 2}, {1}, {9}};
+
+torch::Tensor TrueValue(size_t i) {
+  const std::vector<int64_t>& shape = kShapes[i];
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return (torch::arange(n, torch::kFloat) + 1000.0 * static_cast<double>(i)).view(shape);
+}
+
+// Rank `rank`'s parameters after its update: its shard true, every other
+// parameter -1 (stale).
+NamedTensors RankParams(const std::vector<size_t>& bounds, int rank) {
+  NamedTensors params;
+  for (size_t i = 0; i < kShapes.size(); ++i) {
+    const bool mine = i >= bounds[rank] && i < bounds[rank + 1];
+    params.emplace_back("p" + std::to_string(i), mine ? TrueValue(i) : torch::full(kShapes[i], -1.0f));
+  }
+  return params;
+}
+
+bool Whole(const NamedTensors& params, size_t i) { return torch::equal(params[i].second, TrueValue(i)); }
+
+// Units out of the parameters' order, one spanning two ranks' shards.
+const std::vector<std::vector<size_t>> kUnits = {{2, 0}, {1}, {3, 5, 4}, {6}};
+
+void OnFakeRanks(int world, const std::function<void(int, Collective*, FakeGroup*)>& body) {
+  auto group = std::make_shared<FakeGroup>(world, absl::Seconds(30));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      FakeCollective collective(group, r);
+      body(r, &collective, group.get());
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+std::vector<size_t> Bounds(int world) {
+  NamedTensors shapes;
+  for (size_t i = 0; i < kShapes.size(); ++i) shapes.emplace_back("p", torch::empty(kShapes[i]));
+  return ShardBoundaries(shapes, world);
+}
+
+TEST(ParameterGathererTest, EachUnitIsWholeOnlyOnceItsTurnComes) {
+  for (int world : {2, 3}) {
+    const std::vector<size_t> bounds = Bounds(world);
+    OnFakeRanks(world, [&](int rank, Collective* collective, FakeGroup*) {
+      NamedTensors params = RankParams(bounds, rank);
+      auto gatherer = ParameterGatherer::Create(params, kUnits, bounds, collective, /*prefetch=*/2);
+      ASSERT_TRUE(gatherer.ok()) << gatherer.status();
+      ParameterGatherer& g = **gatherer;
+      EXPECT_FALSE(g.pending());
+      ASSERT_TRUE(g.Start().ok());
+      EXPECT_TRUE(g.pending());
+      g.Before(0);
+      EXPECT_TRUE(Whole(params, 0) && Whole(params, 2)) << "rank " << rank;
+      // Unit 3 (parameter 6, the last rank's) is not copied before its turn.
+      if (rank != world - 1) EXPECT_FALSE(Whole(params, 6)) << "rank " << rank;
+      g.Before(0);  // again: nothing to do
+      g.Before(2);  // units 1 and 2 in order
+      for (size_t i : {0, 1, 2, 3, 4, 5}) EXPECT_TRUE(Whole(params, i)) << "rank " << rank << " p" << i;
+      ASSERT_TRUE(g.Finish().ok());
+      EXPECT_FALSE(g.pending());
+      for (size_t i = 0; i < kShapes.size(); ++i) EXPECT_TRUE(Whole(params, i)) << "rank " << rank << " p" << i;
+      // One all-gather per unit per step: a second step gathers again.
+      const int64_t before = static_cast<FakeCollective*>(collective)->operations();
+      for (size_t i = 0; i < kShapes.size(); ++i) {
+        if (i < bounds[rank] || i >= bounds[rank + 1]) params[i].second.fill_(-1);
+      }
+      ASSERT_TRUE(g.Start().ok());
+      g.Before(3);  // the last unit at once: every earlier one first
+      EXPECT_EQ(static_cast<FakeCollective*>(collective)->operations() - before, 4);
+      for (size_t i = 0; i < kShapes.size(); ++i) EXPECT_TRUE(Whole(params, i)) << "rank " << rank << " p" << i;
+      EXPECT_GT(g.TakeWaitSeconds(), 0.0);
+      EXPECT_EQ(g.TakeWaitSeconds(), 0.0);
+    });
+  }
+}
+
+TEST(ParameterGathererTest, GlooRanksGatherWithPrefetchOfOne) {
+  const std::vector<size_t> bounds = Bounds(2);
+  std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto gloo = GlooCollective::Create(rank, 2, store, "127.0.0.1", absl::Seconds(30));
+      ASSERT_TRUE(gloo.ok()) << gloo.status();
+      NamedTensors params = RankParams(bounds, rank);
+      auto g = ParameterGatherer::Create(params, kUnits, bounds, gloo->get(), /*prefetch=*/1);
+      ASSERT_TRUE(g.ok()) << g.status();
+      for (int step = 0; step < 3; ++step) {
+        ASSERT_TRUE((*g)->Start().ok());
+        // A collective of the caller's between the started gathers, as the
+        // trainer's token count is.
+        std::vector<torch::Tensor> count = {torch::ones({1})};
+        ASSERT_TRUE((*gloo)->AllReduce(count, ReduceOp::kSum).ok());
+        EXPECT_EQ(count[0].item<float>(), 2.0f);
+        for (int u = 0; u < 4; ++u) (*g)->Before(u);
+        ASSERT_TRUE((*g)->Finish().ok());
+        for (size_t i = 0; i < kShapes.size(); ++i) EXPECT_TRUE(Whole(params, i)) << "rank " << rank << " p" << i;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(ParameterGathererTest, AFailedGatherThrowsFromBeforeAndLeavesTheParametersStale) {
+  const std::vector<size_t> bounds = Bounds(2);
+  OnFakeRanks(2, [&](int rank, Collective* collective, FakeGroup* group) {
+    NamedTensors params = RankParams(bounds, rank);
+    auto g = ParameterGatherer::Create(params, kUnits, bounds, collective, /*prefetch=*/1);
+    ASSERT_TRUE(g.ok()) << g.status();
+    // Each rank's third operation, unit 2's gather, started (prefetched)
+    // once unit 1 is whole, fails; Before(2) waits for it.
+    group->FailOperation(rank, 2, absl::UnavailableError("peer 1 is gone"));
+    ASSERT_TRUE((*g)->Start().ok());
+    (*g)->Before(1);
+    try {
+      (*g)->Before(2);
+      ADD_FAILURE() << "Before(2) did not throw";
+    } catch (const std::runtime_error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("all-gather of parameter unit 2"));
+      EXPECT_THAT(e.what(), HasSubstr("peer 1 is gone"));
+    }
+    EXPECT_EQ((*g)->status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_TRUE((*g)->stale());
+    EXPECT_FALSE((*g)->pending());
+    EXPECT_THROW((*g)->Before(3), std::runtime_error);
+    EXPECT_EQ((*g)->Finish().code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ((*g)->Start().code(), absl::StatusCode::kUnavailable);
+  });
+}
+
+TEST(ParameterGathererTest, AbandonedGathersAreMadeWholeByTheNextStartAndFinish) {
+  const std::vector<size_t> bounds = Bounds(2);
+  OnFakeRanks(2, [&](int rank, Collective* collective, FakeGroup*) {
+    NamedTensors params = RankParams(bounds, rank);
+    auto g = ParameterGatherer::Create(params, kUnits, bounds, collective);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE((*g)->Start().ok());
+    (*g)->Abandon();
+    EXPECT_TRUE((*g)->stale());
+    ASSERT_TRUE((*g)->Start().ok());
+    ASSERT_TRUE((*g)->Finish().ok());
+    EXPECT_FALSE((*g)->stale());
+    for (size_t i = 0; i < kShapes.size(); ++i) EXPECT_TRUE(Whole(params, i)) << "rank " << rank << " p" << i;
+  });
+}
+
+TEST(ParameterGathererTest, UnitsMustCoverEveryParameterOnce) {
+  const std::vector<size_t> bounds = Bounds(2);
+  auto group = std::make_shared<FakeGroup>(2, absl::Seconds(1));
+  FakeCollective collective(group, 0);
+  NamedTensors params = RankParams(bounds, 0);
+  auto missing = ParameterGatherer::Create(params, {{0, 1, 2}, {3, 4, 5}}, bounds, &collective);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(missing.status().message(), HasSubstr("parameter p6 is in no unit"));
+  auto twice = ParameterGatherer::Create(params, {{0, 1, 2}, {2, 3, 4, 5, 6}}, bounds, &collective);
+  EXPECT_THAT(twice.status().message(), HasSubstr("parameter p2 is in more than one unit"));
+  auto beyond = ParameterGatherer::Create(params, {{0, 1, 2, 3, 4, 5, 6, 7}}, bounds, &collective);
+  EXPECT_THAT(beyond.status().message(), HasSubstr("names parameter 7 of 7"));
+  auto bad_bounds = ParameterGatherer::Create(params, kUnits, {0, 7}, &collective);
+  EXPECT_THAT(bad_bounds.status().message(), HasSubstr("2 shard bounds for 2 ranks"));
+}
+
+}  // namespace
+}  // namespace trainyard
