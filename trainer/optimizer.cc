@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "spec/jobspec_validator.h"
+#include "trainer/update_kernels.h"
 
 namespace trainyard {
 namespace {
@@ -196,18 +197,9 @@ class AdafactorOptimizer : public OptimizerBase {
     }
     const float k = static_cast<float>(scale);
     const float decay = static_cast<float>(config_.weight_decay_rate());
-    // Pass 2: the update.
-    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const float* gi = g + i * cols;
-        float* pi = p + i * cols;
-        for (int64_t j = 0; j < cols; ++j) {
-          float u = gi[j] * r[i] * c[j] * k;
-          if (decay > 0) u += decay * pi[j];
-          pi[j] -= u;
-        }
-      }
-    });
+    // Pass 2: the update (vectorised: trainer/update_kernels.h).
+    at::parallel_for(0, rows, 16,
+                     [&](int64_t begin, int64_t end) { FactoredUpdateRows(g, r, c, k, decay, p, cols, begin, end); });
   }
 
   std::vector<Slot> Slots() override {
@@ -303,29 +295,23 @@ class AdamWOptimizer : public OptimizerBase {
   void FusedUpdate(size_t i, torch::Tensor& param, const torch::Tensor& grad, double lr) {
     const double b1 = config_.beta1(), b2 = config_.beta2();
     const double t = static_cast<double>(step_ + 1);
-    const float keep1 = static_cast<float>(b1), add1 = static_cast<float>(1.0 - b1);
-    const float keep2 = static_cast<float>(b2), add2 = static_cast<float>(1.0 - b2);
-    const float correct1 = static_cast<float>(1.0 - std::pow(b1, t));
-    const float correct2 = static_cast<float>(1.0 - std::pow(b2, t));
-    const float eps = static_cast<float>(config_.epsilon());
-    const float decay = static_cast<float>(config_.weight_decay());
-    const float rate = static_cast<float>(lr);
+    AdamWConstants c;
+    c.keep1 = static_cast<float>(b1);
+    c.add1 = static_cast<float>(1.0 - b1);
+    c.keep2 = static_cast<float>(b2);
+    c.add2 = static_cast<float>(1.0 - b2);
+    c.correct1 = static_cast<float>(1.0 - std::pow(b1, t));
+    c.correct2 = static_cast<float>(1.0 - std::pow(b2, t));
+    c.eps = static_cast<float>(config_.epsilon());
+    c.decay = static_cast<float>(config_.weight_decay());
+    c.rate = static_cast<float>(lr);
     float* p = param.data_ptr<float>();
     const float* g = grad.data_ptr<float>();
     float* m = m_[i].data_ptr<float>();
     float* v = v_[i].data_ptr<float>();
-    at::parallel_for(0, param.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
-      for (int64_t k = begin; k < end; ++k) {
-        const float gk = g[k];
-        const float mk = keep1 * m[k] + add1 * gk;
-        const float vk = keep2 * v[k] + add2 * (gk * gk);
-        m[k] = mk;
-        v[k] = vk;
-        float u = (mk / correct1) / (std::sqrt(vk / correct2) + eps);
-        if (decay > 0) u += decay * p[k];
-        p[k] -= u * rate;
-      }
-    });
+    // Vectorised, the same bits as the scalar loop (trainer/update_kernels.h).
+    at::parallel_for(0, param.numel(), 1 << 14,
+                     [&](int64_t begin, int64_t end) { AdamWRange(c, p, g, m, v, begin, end); });
   }
 
   std::vector<Slot> Slots() override {

@@ -1,0 +1,68 @@
+#include "trainer/update_kernels.h"
+
+#include <cmath>
+
+namespace trainyard {
+namespace {
+
+#if defined(__x86_64__) && !defined(__clang__)
+#define TY_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TY_CLONES
+#endif
+#define TY_INLINE inline __attribute__((always_inline))
+
+// The decay test hoisted out of the loop, so the loop body has no branch.
+template <bool kDecay>
+TY_INLINE void AdamWLoop(const AdamWConstants& c, float* __restrict p, const float* __restrict g, float* __restrict m,
+                         float* __restrict v, int64_t begin, int64_t end) {
+  const float keep1 = c.keep1, add1 = c.add1, keep2 = c.keep2, add2 = c.add2;
+  const float correct1 = c.correct1, correct2 = c.correct2, eps = c.eps, decay = c.decay, rate = c.rate;
+  for (int64_t k = begin; k < end; ++k) {
+    const float gk = g[k];
+    const float mk = keep1 * m[k] + add1 * gk;
+    const float vk = keep2 * v[k] + add2 * (gk * gk);
+    m[k] = mk;
+    v[k] = vk;
+    float u = (mk / correct1) / (std::sqrt(vk / correct2) + eps);
+    if (kDecay) u += decay * p[k];
+    p[k] -= u * rate;
+  }
+}
+
+template <bool kDecay>
+TY_INLINE void FactoredLoop(const float* __restrict g, const float* __restrict r, const float* __restrict c, float k,
+                            float decay, float* __restrict p, int64_t cols, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    const float* __restrict gi = g + i * cols;
+    float* __restrict pi = p + i * cols;
+    const float ri = r[i];
+    for (int64_t j = 0; j < cols; ++j) {
+      float u = gi[j] * ri * c[j] * k;
+      if (kDecay) u += decay * pi[j];
+      pi[j] -= u;
+    }
+  }
+}
+
+}  // namespace
+
+TY_CLONES void AdamWRange(const AdamWConstants& c, float* p, const float* g, float* m, float* v, int64_t begin,
+                          int64_t end) {
+  if (c.decay > 0) {
+    AdamWLoop<true>(c, p, g, m, v, begin, end);
+  } else {
+    AdamWLoop<false>(c, p, g, m, v, begin, end);
+  }
+}
+
+TY_CLONES void FactoredUpdateRows(const float* g, const float* r, const float* c, float k, float decay, float* p,
+                                  int64_t cols, int64_t begin, int64_t end) {
+  if (decay > 0) {
+    FactoredLoop<true>(g, r, c, k, decay, p, cols, begin, end);
+  } else {
+    FactoredLoop<false>(g, r, c, k, decay, p, cols, begin, end);
+  }
+}
+
+}  // namespace trainyard
