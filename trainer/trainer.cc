@@ -225,6 +225,10 @@ absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t s
 }
 
 absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) {
+  return ApplyGradsAndGather(step, /*defer_gather=*/false);
+}
+
+absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGradsAndGather(int64_t step, bool defer_gather) {
   const auto reduce_start = std::chrono::steady_clock::now();
   const bool shard_only = reducer_ != nullptr && reducer_->keeps_only_shard();
   if (reducer_ != nullptr && !shard_only) {
@@ -264,6 +268,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) 
   if (gatherer_ != nullptr) {
     synchronized = optimizer_->TakeApplyError();
     if (synchronized.ok()) synchronized = gatherer_->Start();
+    if (synchronized.ok() && !defer_gather) synchronized = gatherer_->Finish();
   } else {
     synchronized = optimizer_->Synchronize();
   }
@@ -342,7 +347,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
         {static_cast<double>(batch->batch_size()), batch->decoder_loss_weights.sum().item<double>()}, torch::kDouble)};
     TY_RETURN_IF_ERROR(collective_->AllReduce(counts, ReduceOp::kSum));
     TY_ASSIGN_OR_RETURN(Metrics step_metrics, AccumulateGradsMicrobatched(*batch, step, counts[0][1].item<double>()));
-    TY_ASSIGN_OR_RETURN(last_step_metrics, ApplyGrads(step));
+    TY_ASSIGN_OR_RETURN(last_step_metrics, ApplyGradsAndGather(step, /*defer_gather=*/true));
     progress_.store(step + 1);
     MergeMetrics(step_metrics, /*within_step=*/false, &total);
     seqs += counts[0][0].item<double>();

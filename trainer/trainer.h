@@ -133,6 +133,8 @@ class Trainer {
   absl::StatusOr<Metrics> AccumulateGradsMicrobatched(const T5Batch& batch, int64_t step, double global_target_tokens);
   // Reduces gradients across ranks, applies them, clears them; returns the
   // learning-rate (and weight) metrics.
+  // The parameters are whole on return (Train instead leaves a sharded
+  // optimizer's all-gather to the next step's forward pass).
   absl::StatusOr<std::map<std::string, double>> ApplyGrads(int64_t step);
 
   // Pre-warms a train step (or eval steps) for the batch's shapes: one
@@ -168,6 +170,9 @@ class Trainer {
                                           bool overlap);
   void ClearGrads();
   absl::StatusOr<std::map<std::string, double>> TrainSteps(BatchIterator* batches, int64_t num_steps);
+  // ApplyGrads; with `defer_gather` and a gatherer, the other ranks'
+  // parameters are left to the next forward pass (ParameterGatherer).
+  absl::StatusOr<std::map<std::string, double>> ApplyGradsAndGather(int64_t step, bool defer_gather);
   // A failed forward pass's status: the gatherer's, when it failed in it.
   absl::Status ForwardError(const absl::Status& status) const;
 
