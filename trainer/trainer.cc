@@ -311,9 +311,10 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
   }
   absl::StatusOr<std::map<std::string, double>> result = TrainSteps(batches, num_steps);
   if (gatherer_->pending()) {
-    // The parameters are whole whenever Train returns: a stop (the
-    // emergency checkpoint follows) finishes the gathers; another failure
-    // (the collective may be broken) waits only for those in flight.
+    // Train returns whole parameters when it succeeds or stops (the
+    // emergency checkpoint follows); another failure (the collective may
+    // be broken) waits only for the gathers in flight, and the next Train
+    // gathers everything first.
     if (result.ok() || IsPreemptionError(result.status())) {
       TY_RETURN_IF_ERROR(gatherer_->Finish());
     } else {

@@ -92,7 +92,8 @@ struct TrainerOptions {
   // (Model::ParameterUnits): the updated parameters are all-gathered unit
   // by unit during the next step's forward pass, each unit just before its
   // first use with the next in flight (trainer/parameter_gatherer.h), and
-  // whole again when Train returns; false, or with weight metrics (which
+  // whole again when Train returns (but for a failure: then at the next
+  // Train's start); false, or with weight metrics (which
   // read the updated parameters at once): all-gathered after the update.
   bool overlap_allgather = true;
   // Model FLOPs of one step over all ranks (3 x ForwardFlopsPerExample x
