@@ -77,7 +77,9 @@ TEST(ParameterGathererTest, EachUnitIsWholeOnlyOnceItsTurnComes) {
       g.Before(0);
       EXPECT_TRUE(Whole(params, 0) && Whole(params, 2)) << "rank " << rank;
       // Unit 3 (parameter 6, the last rank's) is not copied before its turn.
-      if (rank != world - 1) EXPECT_FALSE(Whole(params, 6)) << "rank " << rank;
+      if (rank != world - 1) {
+        EXPECT_FALSE(Whole(params, 6)) << "rank " << rank;
+      }
       g.Before(0);  // again: nothing to do
       g.Before(2);  // units 1 and 2 in order
       for (size_t i : {0, 1, 2, 3, 4, 5}) EXPECT_TRUE(Whole(params, i)) << "rank " << rank << " p" << i;
