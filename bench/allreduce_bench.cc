@@ -18,6 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <torch/utils.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

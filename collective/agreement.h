@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <torch/utils.h>
+
 #include <chrono>
 #include <functional>
 #include <thread>

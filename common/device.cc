@@ -1,6 +1,7 @@
 #include "common/device.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/cuda.h>
 
 #include <string>
 

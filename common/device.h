@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -1,5 +1,7 @@
 #include "common/device.h"
 
+#include <torch/cuda.h>
+
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 

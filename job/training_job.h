@@ -34,7 +34,6 @@
 #include <vector>
 
 #include <c10/core/Device.h>
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -7,7 +7,7 @@
 #ifndef TRAINYARD_MODEL_BATCH_H_
 #define TRAINYARD_MODEL_BATCH_H_
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "absl/status/status.h"
 

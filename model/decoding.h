@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "model/t5.h"
 

@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
+#include <torch/autograd.h>
 
 #include <atomic>
 #include <cmath>

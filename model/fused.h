@@ -26,7 +26,7 @@
 #ifndef TRAINYARD_MODEL_FUSED_H_
 #define TRAINYARD_MODEL_FUSED_H_
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 namespace trainyard {
 namespace fused {

@@ -4,7 +4,7 @@
 #ifndef TRAINYARD_MODEL_LOSS_H_
 #define TRAINYARD_MODEL_LOSS_H_
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "absl/types/optional.h"
 #include "model/metrics.h"

@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
+#include <c10/util/Exception.h>
+#include <torch/ordered_dict.h>
+#include <torch/types.h>
 
 #include "absl/status/statusor.h"
 #include "model/batch.h"

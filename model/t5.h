@@ -26,7 +26,11 @@
 #include <utility>
 #include <vector>
 
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"

@@ -17,7 +17,7 @@
 #include <map>
 #include <string>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "absl/status/statusor.h"
 #include "model/weights.h"

@@ -7,6 +7,7 @@
 //     exactly the GPU's parameters and optimizer state, copied through
 //     pinned host memory.
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/cuda.h>
 
 #include <atomic>
 #include <cmath>

@@ -51,7 +51,8 @@
 #include <memory>
 #include <vector>
 
-#include <torch/torch.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/types.h>
 
 #include "absl/status/status.h"
 #include "collective/collective.h"

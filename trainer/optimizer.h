@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
