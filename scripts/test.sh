@@ -15,7 +15,8 @@
 #      deserves and exit non-zero;
 #   6. the annotated lock discipline, built with clang -Werror=thread-safety
 #      (scripts/thread_safety.sh);
-#   7. the libFuzzer targets under ASan, TRAINYARD_FUZZ_SECONDS each (60);
+#   7. the libFuzzer targets under ASan, TRAINYARD_FUZZ_SECONDS each (30;
+#      longer campaigns: scripts/fuzz.sh SECONDS);
 #   8. the GPU configuration compiled and linked (--config=cuda against the
 #      CUDA LibTorch of scripts/setup-libtorch-cuda.sh): the worker binary,
 #      the GPU tests and the GPU benchmark (nothing CUDA runs on a machine
@@ -124,7 +125,7 @@ run_step "counting: a leak under LeakSanitizer" \
   expect_count "0 passed, 1 failed, 0 skipped" --config=asan //tests/counting:leak_test
 
 run_step "thread safety (clang -Werror=thread-safety)" scripts/thread_safety.sh
-run_step "fuzz" scripts/fuzz.sh "${TRAINYARD_FUZZ_SECONDS:-60}"
+run_step "fuzz" scripts/fuzz.sh "${TRAINYARD_FUZZ_SECONDS:-30}"
 if [ -f /usr/local/cuda/include/nccl.h ]; then
   run_step "cuda libtorch" scripts/setup-libtorch-cuda.sh
   run_step "cuda build" bazel build --config=cuda //third_party:cuda_link_check //client:trainyard-torch \
