@@ -82,6 +82,15 @@ class OptimizerBase : public Optimizer {
 };
 
 class AdafactorOptimizer : public OptimizerBase {
+  // A parameter's second-moment statistics: factored (v_row reduced over d0,
+  // the largest dimension; v_col over d1, the next) or whole (v); m with
+  // beta1.
+  struct State {
+    bool factored = false;
+    int64_t d0 = 0, d1 = 0;
+    torch::Tensor v_row, v_col, v, m;
+  };
+
  public:
   AdafactorOptimizer(const Adafactor& c, const NamedTensors& params, double max_grad_norm)
       : OptimizerBase(params, max_grad_norm), config_(c) {
@@ -117,6 +126,12 @@ class AdafactorOptimizer : public OptimizerBase {
   void Update(size_t i, torch::Tensor& param, const torch::Tensor& grad, double lr) override {
     State& s = state_[i];
     const double decay = 1.0 - std::pow(static_cast<double>(step_ + 1), -config_.decay_rate());
+    if (s.factored && fused_updates_ && param.dim() == 2 && param.is_contiguous() && grad.is_contiguous() &&
+        !config_.has_beta1() && param.scalar_type() == torch::kFloat && grad.scalar_type() == torch::kFloat &&
+        param.device().is_cpu()) {
+      FusedFactoredUpdate(s, param, grad, decay, lr);
+      return;
+    }
     const torch::Tensor grad_sqr = grad.pow(2) + config_.epsilon1();
     torch::Tensor u;
     if (s.factored) {
@@ -125,12 +140,6 @@ class AdafactorOptimizer : public OptimizerBase {
       const int64_t reduced_d1 = s.d1 > s.d0 ? s.d1 - 1 : s.d1;
       const torch::Tensor row_factor = (s.v_row / s.v_row.mean(reduced_d1, true)).rsqrt();
       const torch::Tensor col_factor = s.v_col.rsqrt();
-      if (fused_updates_ && param.dim() == 2 && param.is_contiguous() && grad.is_contiguous() && !config_.has_beta1() &&
-          param.scalar_type() == torch::kFloat && param.device().is_cpu()) {
-        FusedFactoredUpdate(param, grad, row_factor.unsqueeze(s.d0).contiguous(),
-                            col_factor.unsqueeze(s.d1).contiguous(), lr);
-        return;
-      }
       u = grad * row_factor.unsqueeze(s.d0) * col_factor.unsqueeze(s.d1);
     } else {
       s.v.mul_(decay).add_(grad_sqr, 1.0 - decay);
@@ -151,55 +160,81 @@ class AdafactorOptimizer : public OptimizerBase {
     param.sub_(u);
   }
 
-  // The factored update of a 2-D parameter after its second-moment factors:
-  // u = g * a * b (a and b the factors broadcast over rows or columns), its
-  // RMS clipping, the parameter-scale, weight decay and the update, in two
-  // passes over the elements (RMS of u and of the parameter, then the
-  // update) instead of a temporary per operation. `a` and `b` are [R, 1]
-  // and [1, C] (in either order).
-  void FusedFactoredUpdate(torch::Tensor& param, const torch::Tensor& grad, const torch::Tensor& a,
-                           const torch::Tensor& b, double lr) {
+  // The factored update of a contiguous 2-D float parameter [R, C], in three
+  // passes over the elements (trainer/update_kernels.h) instead of a
+  // temporary per tensor operation:
+  //   1. the row and column means of g^2 + eps1 and the sum of p^2;
+  //   2. the sum of u^2, u = g * row factor * column factor (only when the
+  //      update is clipped);
+  //   3. the update, scaled by the clipping and the parameter scale.
+  // The rows go in fixed blocks of kRowBlock (each block's sums added in
+  // block order), so the result does not depend on the thread count. The
+  // sums are double where the tensor formula sums in float, so the two
+  // agree to float rounding, not bit for bit (//trainer:optimizer_test).
+  void FusedFactoredUpdate(State& s, torch::Tensor& param, const torch::Tensor& grad, double decay, double lr) {
+    constexpr int64_t kRowBlock = 64;
     const int64_t rows = param.size(0), cols = param.size(1);
-    const torch::Tensor row = a.size(0) == rows ? a : b;  // [R, 1]
-    const torch::Tensor col = a.size(0) == rows ? b : a;  // [1, C]
-    const float* r = row.data_ptr<float>();
-    const float* c = col.data_ptr<float>();
+    const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
     const float* g = grad.data_ptr<float>();
     float* p = param.data_ptr<float>();
-    // Pass 1: sums of u^2 and p^2 (double, per row, then in row order).
-    std::vector<double> u2(rows), p2(rows);
-    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        double su = 0, sp = 0;
-        const float* gi = g + i * cols;
-        const float* pi = p + i * cols;
-        for (int64_t j = 0; j < cols; ++j) {
-          const float u = gi[j] * r[i] * c[j];
-          su += static_cast<double>(u) * u;
-          sp += static_cast<double>(pi[j]) * pi[j];
-        }
-        u2[i] = su;
-        p2[i] = sp;
+    const float eps1 = static_cast<float>(config_.epsilon1());
+
+    // Pass 1.
+    std::vector<double> row_sums(rows), block_cols(blocks * cols, 0.0), block_p2(blocks);
+    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t begin = b * kRowBlock, end = std::min(rows, begin + kRowBlock);
+        block_p2[b] = FactoredMomentsRows(g, p, eps1, cols, begin, end, row_sums.data(), &block_cols[b * cols]);
       }
     });
-    double su = 0, sp = 0;
-    for (int64_t i = 0; i < rows; ++i) {
-      su += u2[i];
-      sp += p2[i];
+    double p2 = 0;
+    for (int64_t b = 0; b < blocks; ++b) p2 += block_p2[b];
+    for (int64_t b = 1; b < blocks; ++b) {
+      for (int64_t j = 0; j < cols; ++j) block_cols[j] += block_cols[b * cols + j];
     }
+    const auto options = torch::TensorOptions().dtype(torch::kFloat);
+    torch::Tensor row_mean = torch::empty({rows}, options), col_mean = torch::empty({cols}, options);
+    float* rm = row_mean.data_ptr<float>();
+    float* cm = col_mean.data_ptr<float>();
+    for (int64_t i = 0; i < rows; ++i) rm[i] = static_cast<float>(row_sums[i] / static_cast<double>(cols));
+    for (int64_t j = 0; j < cols; ++j) cm[j] = static_cast<float>(block_cols[j] / static_cast<double>(rows));
+
+    // The second-moment factors (small tensors): v_row is reduced over d0,
+    // the larger dimension, v_col over d1.
+    const bool d0_is_cols = s.d0 == 1;
+    s.v_row.mul_(decay).add_(d0_is_cols ? row_mean : col_mean, 1.0 - decay);
+    s.v_col.mul_(decay).add_(d0_is_cols ? col_mean : row_mean, 1.0 - decay);
+    const torch::Tensor row_factor = (s.v_row / s.v_row.mean()).rsqrt();
+    const torch::Tensor col_factor = s.v_col.rsqrt();
+    const torch::Tensor per_row = (d0_is_cols ? row_factor : col_factor).contiguous();  // [R]
+    const torch::Tensor per_col = (d0_is_cols ? col_factor : row_factor).contiguous();  // [C]
+    const float* r = per_row.data_ptr<float>();
+    const float* c = per_col.data_ptr<float>();
+
     const double n = static_cast<double>(rows * cols);
     double scale = lr;
     if (config_.clipping_threshold() > 0) {
-      scale /= std::max(std::sqrt(su / n) / config_.clipping_threshold(), 1.0);
+      // Pass 2.
+      std::vector<double> block_u2(blocks);
+      at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+          const int64_t begin = b * kRowBlock, end = std::min(rows, begin + kRowBlock);
+          block_u2[b] = FactoredUpdateSquaresRows(g, r, c, cols, begin, end);
+        }
+      });
+      double u2 = 0;
+      for (int64_t b = 0; b < blocks; ++b) u2 += block_u2[b];
+      scale /= std::max(std::sqrt(u2 / n) / config_.clipping_threshold(), 1.0);
     }
     if (config_.multiply_by_parameter_scale()) {
-      scale *= std::max(std::sqrt(sp / n), static_cast<double>(config_.epsilon2()));
+      scale *= std::max(std::sqrt(p2 / n), static_cast<double>(config_.epsilon2()));
     }
     const float k = static_cast<float>(scale);
-    const float decay = static_cast<float>(config_.weight_decay_rate());
-    // Pass 2: the update (vectorised: trainer/update_kernels.h).
-    at::parallel_for(0, rows, 16,
-                     [&](int64_t begin, int64_t end) { FactoredUpdateRows(g, r, c, k, decay, p, cols, begin, end); });
+    const float weight_decay = static_cast<float>(config_.weight_decay_rate());
+    // Pass 3.
+    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+      FactoredUpdateRows(g, r, c, k, weight_decay, p, cols, begin, end);
+    });
   }
 
   std::vector<Slot> Slots() override {
@@ -219,11 +254,6 @@ class AdafactorOptimizer : public OptimizerBase {
   }
 
  private:
-  struct State {
-    bool factored = false;
-    int64_t d0 = 0, d1 = 0;
-    torch::Tensor v_row, v_col, v, m;
-  };
   Adafactor config_;
   std::vector<State> state_;
 };

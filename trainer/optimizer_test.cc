@@ -1,6 +1,10 @@
 #include "trainer/optimizer.h"
 
 #include <cmath>
+#include <string>
+#include <vector>
+
+#include <ATen/Parallel.h>
 
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -104,6 +108,76 @@ TEST(AdafactorTest, FactoredStepUsesRowAndColumnMeans) {
   }
   auto state = (*opt)->State();
   EXPECT_TRUE(state.count("w/v_row") && state.count("w/v_col") && !state.count("w/v"));
+}
+
+// Adafactor's factored update of contiguous 2-D parameters (three passes,
+// double sums) against the tensor-op formula (taken by the same values as
+// non-contiguous views): 20 steps with clipping, the parameter scale and
+// weight decay, with the larger dimension first and second and more rows
+// than one block.
+TEST(AdafactorTest, TheFusedFactoredUpdateMatchesTheTensorOpUpdate) {
+  torch::manual_seed(4);
+  const std::vector<std::vector<int64_t>> shapes = {{150, 37}, {23, 90}, {24, 24}};
+  NamedTensors fused, plain;
+  std::vector<torch::Tensor> starts;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const torch::Tensor start = torch::randn(shapes[i]);
+    starts.push_back(start);
+    fused.push_back({"w" + std::to_string(i), start.clone()});
+    plain.push_back({"w" + std::to_string(i), start.t().contiguous().t()});
+    ASSERT_FALSE(plain.back().second.is_contiguous());
+  }
+  OptimizerConfig config;
+  config.mutable_adafactor()->set_min_dim_size_to_factor(16);
+  config.mutable_adafactor()->set_weight_decay_rate(0.001f);
+  config.mutable_adafactor()->set_clipping_threshold(0.5f);  // clips: u's RMS is about 1
+  auto a = CreateOptimizer(config, fused);
+  auto b = CreateOptimizer(config, plain);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (int step = 0; step < 20; ++step) {
+    std::vector<torch::Tensor> ga, gb;
+    for (const auto& shape : shapes) {
+      const torch::Tensor g = torch::randn(shape) * (step + 1);
+      ga.push_back(g);
+      gb.push_back(g.t().contiguous().t());
+    }
+    (*a)->Apply(ga, 1e-2);
+    (*b)->Apply(gb, 1e-2);
+  }
+  const auto state_a = (*a)->State(), state_b = (*b)->State();
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const std::string name = fused[i].first;
+    EXPECT_TRUE(torch::allclose(fused[i].second, plain[i].second, /*rtol=*/1e-5, /*atol=*/1e-6)) << name;
+    EXPECT_GT((fused[i].second - starts[i]).abs().max().item<float>(), 1e-3f) << name;  // it did move
+    for (const char* slot : {"/v_row", "/v_col"}) {
+      EXPECT_TRUE(torch::allclose(state_a.at(name + slot), state_b.at(name + slot), 1e-5, 1e-7)) << name << slot;
+    }
+  }
+}
+
+// The fused factored update sums in fixed blocks of rows, so the bits do
+// not depend on how many threads share them.
+TEST(AdafactorTest, TheFusedFactoredUpdateIsTheSameOnAnyThreadCount) {
+  torch::manual_seed(5);
+  const torch::Tensor start = torch::randn({517, 65});
+  const torch::Tensor grad = torch::randn({517, 65});
+  std::vector<torch::Tensor> results;
+  const int threads_before = at::get_num_threads();
+  for (int threads : {1, 3}) {
+    at::set_num_threads(threads);
+    NamedTensors params = {{"w", start.clone()}};
+    OptimizerConfig config;
+    config.mutable_adafactor()->set_min_dim_size_to_factor(16);
+    auto opt = CreateOptimizer(config, params);
+    ASSERT_TRUE(opt.ok());
+    ASSERT_EQ((*opt)->State().count("w/v_row"), 1u);
+    (*opt)->Apply({grad}, 1e-2);
+    (*opt)->Apply({grad * 2}, 1e-2);
+    results.push_back(params[0].second);
+  }
+  at::set_num_threads(threads_before);
+  EXPECT_TRUE(torch::equal(results[0], results[1]));
+  EXPECT_FALSE(torch::equal(results[0], start));
 }
 
 TEST(OptimizerTest, StateRoundTripsAndResumesIdentically) {

@@ -45,7 +45,59 @@ TY_INLINE void FactoredLoop(const float* __restrict g, const float* __restrict r
   }
 }
 
+TY_INLINE double AddLanes(const double* a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
+static_assert(kSumLanes == 8, "AddLanes adds 8 lanes");
+
 }  // namespace
+
+TY_CLONES double FactoredMomentsRows(const float* __restrict g, const float* __restrict p, float eps1, int64_t cols,
+                                     int64_t begin, int64_t end, double* __restrict row_sums,
+                                     double* __restrict col_sums) {
+  double p2[kSumLanes] = {};
+  const int64_t whole = cols / kSumLanes * kSumLanes;
+  for (int64_t i = begin; i < end; ++i) {
+    const float* __restrict gi = g + i * cols;
+    const float* __restrict pi = p + i * cols;
+    double row[kSumLanes] = {};
+    for (int64_t j = 0; j < whole; j += kSumLanes) {
+      for (int l = 0; l < kSumLanes; ++l) {
+        const float x = gi[j + l] * gi[j + l] + eps1;
+        row[l] += x;
+        col_sums[j + l] += x;
+        p2[l] += static_cast<double>(pi[j + l]) * pi[j + l];
+      }
+    }
+    for (int64_t j = whole; j < cols; ++j) {
+      const float x = gi[j] * gi[j] + eps1;
+      row[j - whole] += x;
+      col_sums[j] += x;
+      p2[j - whole] += static_cast<double>(pi[j]) * pi[j];
+    }
+    row_sums[i] = AddLanes(row);
+  }
+  return AddLanes(p2);
+}
+
+TY_CLONES double FactoredUpdateSquaresRows(const float* __restrict g, const float* __restrict r,
+                                           const float* __restrict c, int64_t cols, int64_t begin, int64_t end) {
+  double u2[kSumLanes] = {};
+  const int64_t whole = cols / kSumLanes * kSumLanes;
+  for (int64_t i = begin; i < end; ++i) {
+    const float* __restrict gi = g + i * cols;
+    const float ri = r[i];
+    for (int64_t j = 0; j < whole; j += kSumLanes) {
+      for (int l = 0; l < kSumLanes; ++l) {
+        const float u = gi[j + l] * ri * c[j + l];
+        u2[l] += static_cast<double>(u) * u;
+      }
+    }
+    for (int64_t j = whole; j < cols; ++j) {
+      const float u = gi[j] * ri * c[j];
+      u2[j - whole] += static_cast<double>(u) * u;
+    }
+  }
+  return AddLanes(u2);
+}
 
 TY_CLONES void AdamWRange(const AdamWConstants& c, float* p, const float* g, float* m, float* v, int64_t begin,
                           int64_t end) {

@@ -88,5 +88,54 @@ TEST(UpdateKernelsTest, FactoredUpdateIsTheScalarLoopBitForBit) {
   }
 }
 
+// The statistics' sums against closed forms: g = 2 and p = 3 everywhere
+// over a tail that does not fill the lanes.
+TEST(FactoredMomentsTest, SumsMatchClosedForms) {
+  const int64_t rows = 5, cols = 13;
+  std::vector<float> g(rows * cols, 2.0f), p(rows * cols, 3.0f);
+  std::vector<double> row_sums(rows, -1.0), col_sums(cols, 0.0);
+  const float eps1 = 0.5f;
+  const double p2 = FactoredMomentsRows(g.data(), p.data(), eps1, cols, 0, rows, row_sums.data(), col_sums.data());
+  EXPECT_EQ(p2, 9.0 * rows * cols);
+  for (double s : row_sums) EXPECT_EQ(s, 4.5 * cols);
+  for (double s : col_sums) EXPECT_EQ(s, 4.5 * rows);
+  std::vector<float> r(rows, 0.5f), c(cols, 0.25f);
+  // u = 2 * 0.5 * 0.25 = 0.25 everywhere.
+  EXPECT_EQ(FactoredUpdateSquaresRows(g.data(), r.data(), c.data(), cols, 0, rows), 0.0625 * rows * cols);
+  EXPECT_EQ(FactoredUpdateSquaresRows(g.data(), r.data(), c.data(), cols, 2, 4), 0.0625 * 2 * cols);
+}
+
+// Random values against long double sums: the lanes change only the
+// rounding of the double sums.
+TEST(FactoredMomentsTest, SumsMatchLongDoubleSums) {
+  const int64_t rows = 7, cols = 301;
+  const std::vector<float> g = Random(rows * cols, 21, 1.0f), p = Random(rows * cols, 22, 0.1f);
+  const std::vector<float> r = Random(rows, 23, 1.0f), c = Random(cols, 24, 1.0f);
+  const float eps1 = 1e-30f;
+  std::vector<double> row_sums(rows), col_sums(cols, 0.0);
+  const double p2 = FactoredMomentsRows(g.data(), p.data(), eps1, cols, 0, rows, row_sums.data(), col_sums.data());
+  const double u2 = FactoredUpdateSquaresRows(g.data(), r.data(), c.data(), cols, 0, rows);
+  long double want_p2 = 0, want_u2 = 0;
+  std::vector<long double> want_rows(rows, 0), want_cols(cols, 0);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      const float x = g[i * cols + j] * g[i * cols + j] + eps1;
+      want_rows[i] += x;
+      want_cols[j] += x;
+      want_p2 += static_cast<long double>(p[i * cols + j]) * p[i * cols + j];
+      const float u = g[i * cols + j] * r[i] * c[j];
+      want_u2 += static_cast<long double>(u) * u;
+    }
+  }
+  EXPECT_NEAR(p2, static_cast<double>(want_p2), 1e-13 * static_cast<double>(want_p2));
+  EXPECT_NEAR(u2, static_cast<double>(want_u2), 1e-13 * static_cast<double>(want_u2));
+  for (int64_t i = 0; i < rows; ++i) {
+    EXPECT_NEAR(row_sums[i], static_cast<double>(want_rows[i]), 1e-13 * static_cast<double>(want_rows[i]));
+  }
+  for (int64_t j = 0; j < cols; ++j) {
+    EXPECT_EQ(col_sums[j], static_cast<double>(want_cols[j]));  // 7 float terms: exact in double
+  }
+}
+
 }  // namespace
 }  // namespace trainyard
