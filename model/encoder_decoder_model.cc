@@ -51,6 +51,12 @@ std::vector<std::vector<size_t>> EncoderDecoderModel::ParameterUnits() {
   return units;
 }
 
+void EncoderDecoderModel::SetHooks(ForwardOptions* forward) const {
+  if (hooks_.before) forward->before_unit = &hooks_.before;
+  if (hooks_.after) forward->after_unit = &hooks_.after;
+  if (hooks_.before_backward) forward->before_unit_backward = &hooks_.before_backward;
+}
+
 absl::StatusOr<LossOutput> EncoderDecoderModel::LossFn(const T5Batch& batch, const LossOptions& options,
                                                        at::Generator dropout_rng) {
   TY_RETURN_IF_ERROR(ValidateBatch(batch, /*need_targets=*/true));
@@ -59,7 +65,7 @@ absl::StatusOr<LossOutput> EncoderDecoderModel::LossFn(const T5Batch& batch, con
     forward.train = dropout_rng.defined();
     forward.generator = dropout_rng;
     forward.compute_dtype = options_.compute_dtype;
-    forward.before_unit = BeforeUnit();
+    SetHooks(&forward);
     const T5Batch on = OnDevice(batch);
     const torch::Tensor logits = network_->forward(on, forward);
     return ComputeLoss(logits, on.decoder_target_tokens, on.decoder_loss_weights, options);
@@ -99,7 +105,7 @@ absl::StatusOr<torch::Tensor> EncoderDecoderModel::ScoreBatch(const T5Batch& bat
     torch::NoGradGuard no_grad;
     ForwardOptions forward;
     forward.compute_dtype = options_.compute_dtype;
-    forward.before_unit = BeforeUnit();
+    SetHooks(&forward);
     const T5Batch on = OnDevice(batch);
     const torch::Tensor logits = network_->forward(on, forward);
     return SequenceLogLikelihood(logits, on.decoder_target_tokens, on.decoder_loss_weights).to(torch::kCPU);

@@ -35,7 +35,7 @@ class EncoderDecoderModel : public Model {
   torch::OrderedDict<std::string, torch::Tensor> named_parameters() override { return network_->named_parameters(); }
   // T5Impl::UnitNames, as indices.
   std::vector<std::vector<size_t>> ParameterUnits() override;
-  void SetBeforeUnitHook(std::function<void(int)> hook) override { before_unit_ = std::move(hook); }
+  void SetUnitHooks(UnitHooks hooks) override { hooks_ = std::move(hooks); }
 
   T5& network() { return network_; }
   const ModelOptions& options() const { return options_; }
@@ -46,11 +46,11 @@ class EncoderDecoderModel : public Model {
   // predictions and scores come back to the host.
   T5Batch OnDevice(const T5Batch& batch) const { return options_.device.is_cpu() ? batch : batch.To(options_.device); }
 
-  // ForwardOptions::before_unit of the teacher-forced passes, or null.
-  const std::function<void(int)>* BeforeUnit() const { return before_unit_ ? &before_unit_ : nullptr; }
+  // The unit hooks of the teacher-forced passes (ForwardOptions).
+  void SetHooks(ForwardOptions* forward) const;
 
   T5 network_;
-  std::function<void(int)> before_unit_;
+  UnitHooks hooks_;
   ModelOptions options_;
 };
 

@@ -12,6 +12,7 @@
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/parameter_storage.h"
 #include "spec/presets.h"
 
 namespace trainyard {
@@ -280,11 +281,13 @@ TEST(ParameterUnitsTest, EachUnitIsAnnouncedBeforeItsFirstUse) {
       for (torch::Tensor& p : params) p.fill_(std::nanf(""));
     }
     std::vector<int> announced;
-    model->SetBeforeUnitHook([&](int u) {
+    Model::UnitHooks hooks;
+    hooks.before = [&](int u) {
       announced.push_back(u);
       torch::NoGradGuard no_grad;
       for (size_t i : units.at(static_cast<size_t>(u))) params[i].copy_(values[i]);
-    });
+    };
+    model->SetUnitHooks(std::move(hooks));
     absl::StatusOr<LossOutput> hooked = model->LossFn(Batch(), loss, at::Generator());
     ASSERT_TRUE(hooked.ok()) << hooked.status();
     hooked->loss.backward();
@@ -297,13 +300,95 @@ TEST(ParameterUnitsTest, EachUnitIsAnnouncedBeforeItsFirstUse) {
     EXPECT_EQ(announced, in_order) << "tied " << tied;
 
     // An exception from the hook ends the pass with an error naming it.
-    model->SetBeforeUnitHook([](int u) {
+    Model::UnitHooks failing;
+    failing.before = [](int u) {
       if (u == 3) throw std::runtime_error("UNAVAILABLE: unit 3 could not be gathered");
-    });
+    };
+    model->SetUnitHooks(std::move(failing));
     absl::StatusOr<LossOutput> failed = model->LossFn(Batch(), loss, at::Generator());
     EXPECT_THAT(failed.status().message(), HasSubstr("unit 3 could not be gathered"));
-    model->SetBeforeUnitHook(nullptr);
+    model->SetUnitHooks({});
     EXPECT_TRUE(model->LossFn(Batch(), loss, at::Generator()).ok());
+  }
+}
+
+// The hooks of fully sharded training: every unit but the token embedding
+// starts with its memory released; `before` restores it and copies the
+// values in, `after` releases it again, and `before_backward` restores it
+// once more for backward. The loss and every gradient are the model's own,
+// bit for bit, so autograd's saved references read the restored memory
+// (under ASan a read of released memory fails the test). The hooks run in
+// forward order, after each unit, and in reverse order in backward.
+TEST(ParameterUnitsTest, UnitsReleasedAfterForwardAreRestoredBeforeBackward) {
+  for (bool tied : {false, true}) {
+    ModelConfig config = *PresetConfig("tiny");
+    config.set_dropout_rate(0.0f);
+    config.set_tie_embeddings(tied);
+    ModelOptions options;
+    options.init_seed = 4;
+    std::unique_ptr<EncoderDecoderModel> model = std::move(EncoderDecoderModel::Create(config, options)).value();
+    const std::vector<std::vector<size_t>> units = model->ParameterUnits();
+    const int n = static_cast<int>(units.size());
+    std::vector<torch::Tensor> params;
+    for (const auto& p : model->named_parameters()) params.push_back(p.value());
+
+    LossOptions loss;
+    absl::StatusOr<LossOutput> reference = model->LossFn(Batch(), loss, at::Generator());
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    reference->loss.backward();
+    std::vector<torch::Tensor> values, grads;
+    std::vector<size_t> nbytes(params.size(), 0);
+    for (torch::Tensor& p : params) {
+      values.push_back(p.detach().clone());
+      grads.push_back(p.grad().clone());
+      p.mutable_grad() = torch::Tensor();
+    }
+    auto release = [&](int u) {
+      for (size_t i : units.at(static_cast<size_t>(u))) nbytes[i] = ReleaseStorage(params[i]);
+    };
+    auto restore = [&](int u) {
+      for (size_t i : units.at(static_cast<size_t>(u))) {
+        ASSERT_TRUE(StorageReleased(params[i])) << "unit " << u;
+        RestoreStorage(params[i], nbytes[i]);
+        params[i].data().copy_(values[i]);  // its own version counter: autograd sees no in-place change
+      }
+    };
+    for (int u = 1; u < n; ++u) release(u);
+
+    std::vector<int> before, after, before_backward;
+    Model::UnitHooks hooks;
+    hooks.before = [&](int u) {
+      before.push_back(u);
+      if (u != 0) restore(u);
+    };
+    hooks.after = [&](int u) {
+      after.push_back(u);
+      if (u != 0) release(u);
+    };
+    hooks.before_backward = [&](int u) {
+      before_backward.push_back(u);
+      restore(u);
+    };
+    model->SetUnitHooks(std::move(hooks));
+    absl::StatusOr<LossOutput> hooked = model->LossFn(Batch(), loss, at::Generator());
+    ASSERT_TRUE(hooked.ok()) << hooked.status();
+    for (int u = 1; u < n; ++u) {
+      for (size_t i : units[u]) EXPECT_TRUE(StorageReleased(params[i])) << "unit " << u << " after forward";
+    }
+    hooked->loss.backward();
+    EXPECT_TRUE(torch::equal(hooked->loss, reference->loss)) << "tied " << tied;
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_TRUE(torch::equal(params[i].grad(), grads[i])) << "tied " << tied << " " << i;
+    }
+    std::vector<int> forward_order(n), after_order, backward_order;
+    std::iota(forward_order.begin(), forward_order.end(), 0);
+    for (int u = 1; u < n; ++u) after_order.push_back(u);
+    after_order.push_back(0);
+    for (int u = n - 1; u >= 1; --u) backward_order.push_back(u);
+    EXPECT_EQ(before, forward_order) << "tied " << tied;
+    EXPECT_EQ(after, after_order) << "tied " << tied;
+    EXPECT_EQ(before_backward, backward_order) << "tied " << tied;
+    model->SetUnitHooks({});
   }
 }
 

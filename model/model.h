@@ -49,15 +49,26 @@ class Model {
 
   // The parameters in groups ("units") as indices into named_parameters(),
   // every parameter in exactly one, in the order a teacher-forced pass
-  // (LossFn, EvalFn, ScoreBatch) first reads them; such a pass calls the
-  // hook set here with a unit's index before it first reads that unit,
-  // in increasing order (decoding does not call it). Sharded training
-  // gathers each unit's parameters there, overlapping the all-gather with
-  // the forward pass (trainer/parameter_gatherer.h). An exception from the
-  // hook ends the pass with an error. A model that returns no units never
+  // (LossFn, EvalFn, ScoreBatch) first reads them. Such a pass calls the
+  // hooks set with SetUnitHooks (decoding does not). Sharded training
+  // gathers each unit's parameters in `before`, overlapping the all-gather
+  // with the forward pass (trainer/parameter_gatherer.h). An exception from
+  // a hook ends the pass with an error. A model that returns no units never
   // calls a hook, and its parameters are gathered before the step.
   virtual std::vector<std::vector<size_t>> ParameterUnits() { return {}; }
-  virtual void SetBeforeUnitHook(std::function<void(int)> /*hook*/) {}
+  struct UnitHooks {
+    // Before the pass first reads unit u's parameters, u increasing.
+    std::function<void(int)> before;
+    // After the pass last reads them, u increasing; unit 0 at the end of the
+    // pass (its parameters are read in several places).
+    std::function<void(int)> after;
+    // In the backward pass of a LossFn's loss, before any gradient of unit
+    // u's computation is computed, u decreasing; never for unit 0.
+    std::function<void(int)> before_backward;
+  };
+  // Hooks left empty are not called. Replaces the hooks set before; the
+  // hooks live until the next call, so a backward pass must end before it.
+  virtual void SetUnitHooks(UnitHooks /*hooks*/) {}
 };
 
 }  // namespace trainyard

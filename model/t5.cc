@@ -1,6 +1,7 @@
 #include "model/t5.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/autograd.h>
 #include <torch/version.h>
 
 #include <cmath>
@@ -353,6 +354,36 @@ void Announce(const ForwardOptions& options, int unit) {
   if (options.before_unit != nullptr) (*options.before_unit)(unit);
 }
 
+// Identity in forward; in backward, calls the hook with the unit's index
+// before passing the gradient on, that is, before backward computes
+// anything of the unit (every gradient of the unit's computation depends on
+// its output's).
+class UnitBoundary : public torch::autograd::Function<UnitBoundary> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, int64_t unit,
+                               const std::function<void(int)>* hook) {
+    ctx->saved_data["unit"] = unit;
+    ctx->saved_data["hook"] = reinterpret_cast<int64_t>(hook);
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto* hook = reinterpret_cast<const std::function<void(int)>*>(ctx->saved_data["hook"].toInt());
+    if (*hook) (*hook)(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// The end of a unit's forward computation: its output, marked for
+// ForwardOptions::before_unit_backward, and the after_unit call.
+torch::Tensor Finish(const ForwardOptions& options, int unit, torch::Tensor out) {
+  if (options.before_unit_backward != nullptr && out.requires_grad()) {
+    out = UnitBoundary::apply(out, static_cast<int64_t>(unit), options.before_unit_backward);
+  }
+  if (options.after_unit != nullptr) (*options.after_unit)(unit);
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::vector<std::string>> T5Impl::UnitNames() const {
@@ -386,14 +417,15 @@ torch::Tensor T5Impl::Encode(const T5Batch& batch, const ForwardOptions& options
   torch::Tensor x = Dropout(EmbedTokens(tokens, options), config_.dropout_rate(), options);
   const int64_t len = tokens.size(1);
   Announce(options, 1);
-  torch::Tensor bias = encoder_relpos(len, len) + EncoderSelfAttentionMask(batch);
+  const torch::Tensor bias = Finish(options, 1, encoder_relpos(len, len) + EncoderSelfAttentionMask(batch));
   int i = 0;
   for (const auto& layer : *encoder_layers) {
-    Announce(options, EncoderLayerUnit(i++));
-    x = layer->as<EncoderLayer>()->forward(x, bias, options);
+    const int unit = EncoderLayerUnit(i++);
+    Announce(options, unit);
+    x = Finish(options, unit, layer->as<EncoderLayer>()->forward(x, bias, options));
   }
   Announce(options, EncoderNormUnit());
-  x = encoder_norm(x, options.compute_dtype);
+  x = Finish(options, EncoderNormUnit(), encoder_norm(x, options.compute_dtype));
   return Dropout(x, config_.dropout_rate(), options);
 }
 
@@ -403,17 +435,27 @@ torch::Tensor T5Impl::forward(const T5Batch& batch, const ForwardOptions& option
   torch::Tensor y = Dropout(EmbedTokens(inputs, options), config_.dropout_rate(), options);
   const int64_t len = inputs.size(1);
   Announce(options, DecoderRelposUnit());
-  torch::Tensor self_bias = decoder_relpos(len, len) + DecoderSelfAttentionMask(batch);
+  const torch::Tensor self_bias =
+      Finish(options, DecoderRelposUnit(), decoder_relpos(len, len) + DecoderSelfAttentionMask(batch));
   torch::Tensor cross_bias = CrossAttentionMask(batch);
   int i = 0;
   for (const auto& layer : *decoder_layers) {
-    Announce(options, DecoderLayerUnit(i++));
-    y = layer->as<DecoderLayer>()->forward(y, self_bias, encoded, cross_bias, options);
+    const int unit = DecoderLayerUnit(i++);
+    Announce(options, unit);
+    y = Finish(options, unit, layer->as<DecoderLayer>()->forward(y, self_bias, encoded, cross_bias, options));
   }
   Announce(options, DecoderNormUnit());
-  y = Dropout(decoder_norm(y, options.compute_dtype), config_.dropout_rate(), options);
-  if (!config_.tie_embeddings()) Announce(options, LogitsUnit());
-  return Logits(y, options);
+  y = Finish(options, DecoderNormUnit(), decoder_norm(y, options.compute_dtype));
+  y = Dropout(y, config_.dropout_rate(), options);
+  torch::Tensor logits;
+  if (config_.tie_embeddings()) {
+    logits = Logits(y, options);
+  } else {
+    Announce(options, LogitsUnit());
+    logits = Finish(options, LogitsUnit(), Logits(y, options));
+  }
+  if (options.after_unit != nullptr) (*options.after_unit)(0);
+  return logits;
 }
 
 DecodeState T5Impl::StartDecoding(const torch::Tensor& encoder_input_tokens, int64_t max_length,

@@ -55,6 +55,17 @@ struct ForwardOptions {
   // the unit's parameters there (trainer/parameter_gatherer.h). Not owned;
   // null: no calls.
   const std::function<void(int)>* before_unit = nullptr;
+  // Called with a unit's index after the pass's last read of that unit's
+  // parameters, in increasing order; unit 0 (the token embedding, read by
+  // the encoder, the decoder and, tied, the logits) at the end of the pass.
+  // Not owned; null: no calls.
+  const std::function<void(int)>* after_unit = nullptr;
+  // With grad mode on: called with a unit's index when backward reaches the
+  // unit, before any gradient of the unit's computation is computed (an
+  // identity autograd function on the unit's output calls it). Every unit
+  // but 0, whose output feeds several places, in decreasing order. Not
+  // owned, and must outlive the backward pass; null: no calls.
+  const std::function<void(int)>* before_unit_backward = nullptr;
 };
 
 // y = x W^T with W cast to x's type (so float32 master weights serve bf16).

@@ -111,7 +111,9 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
           ParameterGatherer::Create(params_, std::move(units), shards, collective_);
       if (gatherer.ok()) {
         gatherer_ = std::move(*gatherer);
-        model_->SetBeforeUnitHook([g = gatherer_.get()](int unit) { g->Before(unit); });
+        Model::UnitHooks hooks;
+        hooks.before = [g = gatherer_.get()](int unit) { g->Before(unit); };
+        model_->SetUnitHooks(std::move(hooks));
       } else {
         gatherer_setup_ =
             absl::InternalError(absl::StrCat("the model's parameter units: ", gatherer.status().message()));
@@ -129,7 +131,7 @@ void Trainer::ClearGrads() {
 }
 
 Trainer::~Trainer() {
-  if (gatherer_ != nullptr) model_->SetBeforeUnitHook(nullptr);
+  if (gatherer_ != nullptr) model_->SetUnitHooks({});
   Close().IgnoreError();
 }
 
