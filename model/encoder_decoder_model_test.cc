@@ -241,6 +241,20 @@ TEST(ModelTest, IncompleteConfigIsInvalidArgument) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("incomplete")));
 }
 
+// `tiny` without dropout, its embedding tied to the logits or not.
+ModelConfig UnitTestConfig(bool tied) {
+  ModelConfig config = *PresetConfig("tiny");
+  config.set_dropout_rate(0.0f);
+  config.set_tie_embeddings(tied);
+  return config;
+}
+
+std::unique_ptr<EncoderDecoderModel> UnitTestModel(const ModelConfig& config, uint64_t seed) {
+  ModelOptions options;
+  options.init_seed = seed;
+  return std::move(EncoderDecoderModel::Create(config, options)).value();
+}
+
 // Every parameter is in one unit, and a teacher-forced pass announces each
 // unit before it reads it: with every parameter poisoned (NaN) until its
 // unit's hook restores it, the loss and the gradients are the model's own,
@@ -248,12 +262,8 @@ TEST(ModelTest, IncompleteConfigIsInvalidArgument) {
 // logits_dense last) and the tied (v1.0) layouts.
 TEST(ParameterUnitsTest, EachUnitIsAnnouncedBeforeItsFirstUse) {
   for (bool tied : {false, true}) {
-    ModelConfig config = *PresetConfig("tiny");
-    config.set_dropout_rate(0.0f);
-    config.set_tie_embeddings(tied);
-    ModelOptions options;
-    options.init_seed = 3;
-    std::unique_ptr<EncoderDecoderModel> model = std::move(EncoderDecoderModel::Create(config, options)).value();
+    const ModelConfig config = UnitTestConfig(tied);
+    std::unique_ptr<EncoderDecoderModel> model = UnitTestModel(config, /*seed=*/3);
     const std::vector<std::vector<size_t>> units = model->ParameterUnits();
     ASSERT_EQ(units.size(), 2 + config.num_encoder_layers() + 2 + config.num_decoder_layers() + 1 + (tied ? 0 : 1));
     std::vector<torch::Tensor> params;
@@ -321,12 +331,7 @@ TEST(ParameterUnitsTest, EachUnitIsAnnouncedBeforeItsFirstUse) {
 // forward order, after each unit, and in reverse order in backward.
 TEST(ParameterUnitsTest, UnitsReleasedAfterForwardAreRestoredBeforeBackward) {
   for (bool tied : {false, true}) {
-    ModelConfig config = *PresetConfig("tiny");
-    config.set_dropout_rate(0.0f);
-    config.set_tie_embeddings(tied);
-    ModelOptions options;
-    options.init_seed = 4;
-    std::unique_ptr<EncoderDecoderModel> model = std::move(EncoderDecoderModel::Create(config, options)).value();
+    std::unique_ptr<EncoderDecoderModel> model = UnitTestModel(UnitTestConfig(tied), /*seed=*/4);
     const std::vector<std::vector<size_t>> units = model->ParameterUnits();
     const int n = static_cast<int>(units.size());
     std::vector<torch::Tensor> params;
