@@ -5,6 +5,8 @@
 
 #include <thread>
 
+#include <torch/cuda.h>
+
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 
