@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <iostream>
 
+#include <torch/utils.h>
+
 #include "client/flags.h"
 #include "common/blas.h"
 #include "model/encoder_decoder_model.h"

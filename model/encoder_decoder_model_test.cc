@@ -354,11 +354,16 @@ TEST(ParameterUnitsTest, UnitsReleasedAfterForwardAreRestoredBeforeBackward) {
     auto restore = [&](int u) {
       for (size_t i : units.at(static_cast<size_t>(u))) {
         ASSERT_TRUE(StorageReleased(params[i])) << "unit " << u;
-        RestoreStorage(params[i], nbytes[i]);
+        ASSERT_THAT(RestoreStorage(params[i], nbytes[i]), IsOk()) << "unit " << u;
         params[i].data().copy_(values[i]);  // its own version counter: autograd sees no in-place change
       }
     };
     for (int u = 1; u < n; ++u) release(u);
+    const size_t first = units[1][0];
+    EXPECT_THAT(RestoreStorage(params[first], nbytes[first] - 1),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("reads")));
+    EXPECT_THAT(RestoreStorage(params[0], nbytes[0]),
+                StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("only a released one")));
 
     std::vector<int> before, after, before_backward;
     Model::UnitHooks hooks;

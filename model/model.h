@@ -63,7 +63,8 @@ class Model {
     // pass (its parameters are read in several places).
     std::function<void(int)> after;
     // In the backward pass of a LossFn's loss, before any gradient of unit
-    // u's computation is computed, u decreasing; never for unit 0.
+    // u's computation is computed, u decreasing; never for unit 0 (whose
+    // output feeds several places), so unit 0 stays whole through backward.
     std::function<void(int)> before_backward;
   };
   // Hooks left empty are not called. Replaces the hooks set before; the

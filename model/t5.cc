@@ -375,7 +375,10 @@ class UnitBoundary : public torch::autograd::Function<UnitBoundary> {
 };
 
 // The end of a unit's forward computation: its output, marked for
-// ForwardOptions::before_unit_backward, and the after_unit call.
+// ForwardOptions::before_unit_backward, and the after_unit call. With the
+// mark the output is a custom function's view, which autograd forbids to
+// modify in place: nothing after a unit may (the tests with the hooks set
+// would fail, not the plain ones).
 torch::Tensor Finish(const ForwardOptions& options, int unit, torch::Tensor out) {
   if (options.before_unit_backward != nullptr && out.requires_grad()) {
     out = UnitBoundary::apply(out, static_cast<int64_t>(unit), options.before_unit_backward);

@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <torch/utils.h>
+
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/crash_points.h"
 #include "common/testing/status_matchers.h"
