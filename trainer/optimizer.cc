@@ -180,15 +180,24 @@ class AdafactorOptimizer : public OptimizerBase {
     const float eps1 = static_cast<float>(config_.epsilon1());
 
     // Pass 1.
-    std::vector<double> row_sums(rows), block_cols(blocks * cols, 0.0), block_p2(blocks);
-    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const int64_t begin = b * kRowBlock, end = std::min(rows, begin + kRowBlock);
-        block_p2[b] = FactoredMomentsRows(g, p, eps1, cols, begin, end, row_sums.data(), &block_cols[b * cols]);
-      }
+    // Each block's sum from `block_sum(b, begin, end)` (blocks in parallel),
+    // added in block order.
+    auto sum_over_blocks = [&](const auto& block_sum) {
+      std::vector<double> sums(blocks);
+      at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+          const int64_t begin = b * kRowBlock;
+          sums[b] = block_sum(b, begin, std::min(rows, begin + kRowBlock));
+        }
+      });
+      double total = 0;
+      for (double x : sums) total += x;
+      return total;
+    };
+    std::vector<double> row_sums(rows), block_cols(blocks * cols, 0.0);
+    const double p2 = sum_over_blocks([&](int64_t b, int64_t begin, int64_t end) {
+      return FactoredMomentsRows(g, p, eps1, cols, begin, end, row_sums.data(), &block_cols[b * cols]);
     });
-    double p2 = 0;
-    for (int64_t b = 0; b < blocks; ++b) p2 += block_p2[b];
     for (int64_t b = 1; b < blocks; ++b) {
       for (int64_t j = 0; j < cols; ++j) block_cols[j] += block_cols[b * cols + j];
     }
@@ -215,15 +224,9 @@ class AdafactorOptimizer : public OptimizerBase {
     double scale = lr;
     if (config_.clipping_threshold() > 0) {
       // Pass 2.
-      std::vector<double> block_u2(blocks);
-      at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t begin = b * kRowBlock, end = std::min(rows, begin + kRowBlock);
-          block_u2[b] = FactoredUpdateSquaresRows(g, r, c, cols, begin, end);
-        }
+      const double u2 = sum_over_blocks([&](int64_t /*b*/, int64_t begin, int64_t end) {
+        return FactoredUpdateSquaresRows(g, r, c, cols, begin, end);
       });
-      double u2 = 0;
-      for (int64_t b = 0; b < blocks; ++b) u2 += block_u2[b];
       scale /= std::max(std::sqrt(u2 / n) / config_.clipping_threshold(), 1.0);
     }
     if (config_.multiply_by_parameter_scale()) {
