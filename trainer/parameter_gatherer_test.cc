@@ -1,5 +1,6 @@
 #include "trainer/parameter_gatherer.h"
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 #include "collective/gloo_collective.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/parameter_storage.h"
 #include "trainer/sharded_optimizer.h"
 
 namespace trainyard {
@@ -169,6 +171,124 @@ TEST(ParameterGathererTest, AbandonedGathersAreMadeWholeByTheNextStartAndFinish)
     EXPECT_FALSE((*g)->stale());
     for (size_t i = 0; i < kShapes.size(); ++i) EXPECT_TRUE(Whole(params, i)) << "rank " << rank << " p" << i;
   });
+}
+
+// PARAMETERS mode: parameters that require grad, as a model's do.
+NamedTensors ShardedRankParams(const std::vector<size_t>& bounds, int rank) {
+  NamedTensors params = RankParams(bounds, rank);
+  for (auto& [name, p] : params) p.requires_grad_(true);
+  return params;
+}
+
+bool Released(const NamedTensors& params, size_t i) { return StorageReleased(params[i].second); }
+
+// One pass along the schedule: forward gathers each unit not whole and
+// releases it after (but the first and the last), backward gathers units
+// n-2 .. 1 again; ReleaseAll leaves each rank its own parameters only, and
+// GatherAll makes everything whole, with the owners' values.
+TEST(ParameterGathererTest, ParametersModeGathersAndReleasesAlongThePass) {
+  const int world = 3;
+  const std::vector<size_t> bounds = Bounds(world);
+  OnFakeRanks(world, [&](int rank, Collective* collective, FakeGroup*) {
+    auto* counting = static_cast<FakeCollective*>(collective);
+    NamedTensors params = ShardedRankParams(bounds, rank);
+    auto created = ParameterGatherer::Create(params, kUnits, bounds, collective, /*prefetch=*/2,
+                                             /*shard_parameters=*/true);
+    ASSERT_TRUE(created.ok()) << created.status();
+    ParameterGatherer& g = **created;
+    auto mine = [&](size_t i) { return i >= bounds[rank] && i < bounds[rank + 1]; };
+    EXPECT_EQ(g.gathered_elements(), g.others_elements());
+    g.ReleaseAll();
+    EXPECT_EQ(g.gathered_elements(), 0);
+    for (size_t i = 0; i < kShapes.size(); ++i)
+      EXPECT_EQ(Released(params, i), !mine(i)) << "rank " << rank << " p" << i;
+    // Outside a pass a released unit is refused, not read.
+    EXPECT_THROW(g.Before(1), std::runtime_error);
+    g.TakePeakGatheredElements();
+
+    const int64_t before = counting->operations();
+    ASSERT_TRUE(g.BeginPass().ok());
+    g.Before(0);
+    EXPECT_TRUE(Whole(params, 0) && Whole(params, 2)) << "rank " << rank;
+    g.After(0);  // the embedding stays
+    EXPECT_TRUE(g.whole(0));
+    g.Before(1);
+    EXPECT_TRUE(Whole(params, 1));
+    g.After(1);
+    EXPECT_FALSE(g.whole(1));
+    EXPECT_EQ(Released(params, 1), !mine(1));
+    g.Before(2);
+    g.After(2);
+    g.Before(3);
+    g.After(3);  // the last unit: backward reads it next
+    EXPECT_TRUE(g.whole(3) && Whole(params, 6));
+    // The most held at once in forward: the embedding's unit and one other.
+    auto others = [&](int u) {
+      int64_t n = 0;
+      for (size_t i : kUnits[u]) n += mine(i) ? 0 : params[i].second.numel();
+      return n;
+    };
+    EXPECT_EQ(g.TakePeakGatheredElements(), others(0) + std::max({others(1), others(2), others(3)})) << "rank " << rank;
+    g.BeforeBackward(3);
+    g.BeforeBackward(2);
+    for (size_t i : {3, 4, 5}) EXPECT_TRUE(Whole(params, i)) << "rank " << rank << " p" << i;
+    g.BeforeBackward(1);
+    EXPECT_TRUE(Whole(params, 1));
+    // 4 units forward, units 2 and 1 again in backward.
+    EXPECT_EQ(counting->operations() - before, 6);
+    g.ReleaseAll();
+    EXPECT_EQ(g.gathered_elements(), 0);
+    for (size_t i = 0; i < kShapes.size(); ++i)
+      EXPECT_EQ(Released(params, i), !mine(i)) << "rank " << rank << " p" << i;
+
+    ASSERT_TRUE(g.GatherAll().ok());
+    EXPECT_EQ(counting->operations() - before, 10);
+    EXPECT_EQ(g.gathered_elements(), g.others_elements());
+    for (size_t i = 0; i < kShapes.size(); ++i) EXPECT_TRUE(Whole(params, i)) << "rank " << rank << " p" << i;
+    ASSERT_TRUE(g.GatherAll().ok());  // whole already: no collective
+    EXPECT_EQ(counting->operations() - before, 10);
+  });
+}
+
+// A unit is released once autograd has accumulated the gradients of all
+// of its parameters (the embedding, unit 0, stays whole), and the values
+// autograd saved in forward read back gathered in backward.
+TEST(ParameterGathererTest, ParametersModeReleasesAUnitOnceItsGradientsAreMade) {
+  const std::vector<size_t> bounds = Bounds(2);
+  OnFakeRanks(2, [&](int rank, Collective* collective, FakeGroup*) {
+    NamedTensors params = ShardedRankParams(bounds, rank);
+    auto created = ParameterGatherer::Create(params, kUnits, bounds, collective, /*prefetch=*/1,
+                                             /*shard_parameters=*/true);
+    ASSERT_TRUE(created.ok()) << created.status();
+    ParameterGatherer& g = **created;
+    g.ReleaseAll();
+    ASSERT_TRUE(g.BeginPass().ok());
+    torch::Tensor loss = torch::zeros({});
+    for (int u = 0; u < 4; ++u) {
+      g.Before(u);
+      // Each parameter squared: backward reads the saved parameter.
+      for (size_t i : kUnits[u]) loss = loss + params[i].second.pow(2).sum();
+    }
+    for (int u = 3; u >= 1; --u) g.BeforeBackward(u);
+    loss.backward();
+    EXPECT_TRUE(g.whole(0));
+    for (int u = 1; u < 4; ++u) EXPECT_FALSE(g.whole(u)) << "rank " << rank << " unit " << u;
+    for (size_t i = 0; i < kShapes.size(); ++i) {
+      EXPECT_TRUE(torch::equal(params[i].second.grad(), 2 * TrueValue(i))) << "rank " << rank << " p" << i;
+    }
+    g.ReleaseAll();
+  });
+}
+
+TEST(ParameterGathererTest, ParametersModeRefusesSharedStorage) {
+  const std::vector<size_t> bounds = Bounds(2);
+  auto group = std::make_shared<FakeGroup>(2, absl::Seconds(1));
+  FakeCollective collective(group, 0);
+  NamedTensors params = ShardedRankParams(bounds, 0);
+  params[3].second = params[0].second.detach().narrow(0, 0, 2).requires_grad_(true);
+  auto shared = ParameterGatherer::Create(params, kUnits, bounds, &collective, 2, /*shard_parameters=*/true);
+  EXPECT_EQ(shared.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(shared.status().message(), HasSubstr("parameter p3 does not require grad or shares another's storage"));
 }
 
 TEST(ParameterGathererTest, UnitsMustCoverEveryParameterOnce) {
