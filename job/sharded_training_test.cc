@@ -23,7 +23,9 @@
 #include "gtest/gtest.h"
 #include "job/training_job.h"
 #include "spec/jobspec_validator.h"
+#include "trainer/parameter_gatherer.h"
 #include "trainer/sharded_optimizer.h"
+#include "trainer/trainer.h"
 
 namespace trainyard {
 namespace {
@@ -42,6 +44,10 @@ struct Result {
   std::vector<int64_t> local_state_elements;  // by rank: what each holds
   std::string checkpoint;
   std::map<std::string, double> summary;  // rank 0's, of the last chunk
+  // PARAMETERS, by rank, after the steps: the elements of other ranks'
+  // parameters that held memory, those parameters' total, and the most
+  // held at once during the steps after the first.
+  std::vector<int64_t> gathered_after, others, peak_gathered;
 };
 
 struct Config {
@@ -113,6 +119,9 @@ class ShardedTrainingTest : public ::testing::Test {
     const JobSpec spec = Spec(s, root_ + "/" + name);
     Result run;
     run.local_state_elements.resize(s.world);
+    run.gathered_after.assign(s.world, -1);
+    run.others.assign(s.world, -1);
+    run.peak_gathered.assign(s.world, -1);
     auto group = std::make_shared<FakeGroup>(s.world, absl::Seconds(60));
     std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();
     std::vector<std::thread> threads;
@@ -135,10 +144,26 @@ class ShardedTrainingTest : public ::testing::Test {
         ASSERT_THAT(job.status(), IsOk());
         ASSERT_THAT((*job)->Restore("").status(), IsOk());
         if (s.steps > 0) {
-          absl::StatusOr<TrainChunk> chunk = (*job)->Train(s.steps);
+          // The first step starts from whole parameters: the peak is taken
+          // over the others.
+          Trainer* trainer = (*job)->trainer();
+          absl::StatusOr<TrainChunk> chunk = (*job)->Train(1);
           ASSERT_THAT(chunk.status(), IsOk());
+          if (trainer->gatherer() != nullptr) trainer->gatherer()->TakePeakGatheredElements();
+          if (s.steps > 1) {
+            chunk = (*job)->Train(s.steps - 1);
+            ASSERT_THAT(chunk.status(), IsOk());
+          }
           if (r == 0) run.summary = chunk->summary;
+          if (trainer->parameters_sharded()) {
+            ParameterGatherer* g = trainer->gatherer();
+            run.gathered_after[r] = g->gathered_elements();
+            run.others[r] = g->others_elements();
+            run.peak_gathered[r] = g->TakePeakGatheredElements();
+          }
         }
+        // PARAMETERS: every rank holds only its own until gathered.
+        ASSERT_THAT((*job)->trainer()->GatherParameters(), IsOk());
         int64_t elements = 0;
         for (const auto& [k, t] : (*job)->optimizer()->State()) {
           if (k != "step") elements += t.numel();
@@ -289,6 +314,88 @@ TEST_F(ShardedTrainingTest, ShardedWeightMetricsAreNones) {
   }
 }
 
+// PARAMETERS frees the others' parameters between their uses and gathers
+// the owners' bits again before each: the arithmetic is GRADIENTS', so the
+// parameters and the whole optimizer state are GRADIENTS' bit for bit (and
+// with one microbatch NONE's), for 2 and 3 ranks (uneven shards), Adafactor
+// and AdamW, one and two microbatches. After the steps each rank holds
+// none of the others' parameters, and during a step never all of them.
+TEST_F(ShardedTrainingTest, ParameterShardingTrainsGradientShardingsParametersBitForBit) {
+  for (int world : {2, 3}) {
+    for (const char* optimizer : {"adafactor", "adamw"}) {
+      for (int microbatches : {1, 2}) {
+        const std::string what = absl::StrCat(world, " ranks, ", optimizer, ", ", microbatches, " microbatches");
+        Config zero2{world, DataParallelConfig::GRADIENTS, optimizer};
+        zero2.microbatches = microbatches;
+        Config zero3 = zero2;
+        zero3.sharding = DataParallelConfig::PARAMETERS;
+        const Result a = Train(zero2, "zero2");
+        const Result b = Train(zero3, "zero3");
+        ExpectSame(a.params, b.params, what + ": parameters");
+        ExpectSame(a.optimizer, b.optimizer, what + ": optimizer state");
+        if (microbatches == 1 && world == 3) {
+          Config none = zero2;
+          none.sharding = DataParallelConfig::NONE;
+          const Result c = Train(none, "none");
+          ExpectSame(c.params, b.params, what + ": parameters against NONE");
+        }
+        for (int r = 0; r < world; ++r) {
+          EXPECT_EQ(b.gathered_after[r], 0) << what << ", rank " << r;
+          EXPECT_GT(b.others[r], 0) << what << ", rank " << r;
+          EXPECT_GT(b.peak_gathered[r], 0) << what << ", rank " << r;
+          EXPECT_LT(b.peak_gathered[r], b.others[r]) << what << ", rank " << r;
+          std::cout << what << ", rank " << r << ": at most " << b.peak_gathered[r] << " of the others' " << b.others[r]
+                    << " parameter elements held at once\n";
+        }
+        EXPECT_EQ(a.gathered_after[0], -1) << "GRADIENTS has no parameters to release";
+        EXPECT_GT(b.summary.at("timing/allgather_seconds_per_step"), 0) << what;
+      }
+    }
+  }
+}
+
+// Over Gloo (2 ranks) the gathers run on the collective's threads while the
+// passes go on and gradients are reduce-scattered: GRADIENTS' bits.
+TEST_F(ShardedTrainingTest, ParameterShardingOverGlooIsGradientSharding) {
+  Config zero2{2, DataParallelConfig::GRADIENTS, "adamw"};
+  zero2.gloo = true;
+  zero2.steps = 10;
+  Config zero3 = zero2;
+  zero3.sharding = DataParallelConfig::PARAMETERS;
+  const Result a = Train(zero2, "zero2");
+  const Result b = Train(zero3, "zero3");
+  ExpectSame(a.params, b.params, "gloo: parameters");
+  ExpectSame(a.optimizer, b.optimizer, "gloo: optimizer state");
+  EXPECT_EQ(b.gathered_after[0], 0);
+  EXPECT_EQ(b.gathered_after[1], 0);
+}
+
+// A checkpoint of a PARAMETERS job (rank 0 writes the parameters, gathered;
+// each rank its optimizer slots) restores into NONE with 3 ranks, and a
+// PARAMETERS job resumed from it trains what one straight run does.
+TEST_F(ShardedTrainingTest, ParameterShardedCheckpointsRestoreAnywhereAndResumeBitForBit) {
+  Config half{2, DataParallelConfig::PARAMETERS};
+  half.steps = 10;
+  half.save = true;
+  const Result first = Train(half, "first");
+  ASSERT_FALSE(first.checkpoint.empty());
+  EXPECT_TRUE(std::filesystem::exists(first.checkpoint + "/optimizer-00001-of-00002.safetensors"));
+  Config other{3, DataParallelConfig::NONE};
+  other.steps = 0;
+  other.restore = first.checkpoint;
+  const Result restored = Train(other, "other");
+  ExpectSame(first.optimizer, restored.optimizer, "restored by 3 ranks, NONE");
+  ExpectSame(first.params, restored.params, "restored by 3 ranks, NONE: parameters");
+  Config resume = half;
+  resume.save = false;
+  resume.restore = first.checkpoint;
+  const Result resumed = Train(resume, "resumed");
+  Config straight{2, DataParallelConfig::PARAMETERS};
+  const Result whole = Train(straight, "straight");
+  ExpectSame(whole.params, resumed.params, "resumed parameters");
+  ExpectSame(whole.optimizer, resumed.optimizer, "resumed optimizer state");
+}
+
 // Over Gloo the reduce-scatter's ring sums the ranks' gradients in another
 // order than Gloo's all-reduce: with two ranks a sum has two terms and the
 // order cannot matter (bit for bit); with three the last bits of a sum may
@@ -429,16 +536,31 @@ TEST(ShardBoundariesTest, WholeParametersContiguousAndBalanced) {
   EXPECT_EQ(ShardBoundaries(params, 8).back(), 6u);
 }
 
-TEST(ShardedTrainingSpecTest, UnbuiltShardingModesAreRefused) {
+TEST(ShardedTrainingSpecTest, ParameterShardingRefusesWhatItCannotDo) {
   JobSpec spec;
   spec.mutable_model()->set_preset("tiny");
   spec.set_task("digits_to_words");
+  spec.set_name("zero3");
+  spec.set_output_dir("/tmp/zero3");
+  spec.mutable_feature_lengths()->set_inputs(16);
+  spec.mutable_feature_lengths()->set_targets(16);
+  spec.mutable_inference()->set_max_decode_length(16);
   spec.set_batch_size(4);
   spec.set_total_steps(1);
   spec.mutable_data_parallel()->set_sharding(DataParallelConfig::PARAMETERS);
-  EXPECT_THAT(ValidateAndNormalize(&spec),
+  JobSpec plain = spec;
+  ASSERT_THAT(ValidateAndNormalize(&plain), IsOk());
+  EXPECT_TRUE(plain.data_parallel().overlap_allgather());
+  JobSpec metrics = spec;
+  metrics.mutable_summary()->set_weight_metrics(true);
+  EXPECT_THAT(ValidateAndNormalize(&metrics),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       ::testing::HasSubstr("data_parallel.sharding: PARAMETERS is not built yet")));
+                       ::testing::HasSubstr("summary.weight_metrics: not computed with sharding PARAMETERS")));
+  JobSpec gather_after = spec;
+  gather_after.mutable_data_parallel()->set_overlap_allgather(false);
+  EXPECT_THAT(ValidateAndNormalize(&gather_after),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("data_parallel.overlap_allgather: false with sharding PARAMETERS")));
 }
 
 }  // namespace

@@ -153,7 +153,7 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
       NamedTensors params;
       for (const auto& p : job->model_->named_parameters()) params.emplace_back(p.key(), p.value());
       const DataParallelConfig::Sharding sharding = spec.data_parallel().sharding();
-      if ((sharding == DataParallelConfig::OPTIMIZER || sharding == DataParallelConfig::GRADIENTS) && world > 1) {
+      if (sharding != DataParallelConfig::NONE && world > 1) {
         // The parameters' all-gather goes in rounds of a bucket per rank.
         const int64_t round = (static_cast<int64_t>(std::max(spec.data_parallel().bucket_mb(), 1)) << 20) / 4;
         TY_ASSIGN_OR_RETURN(job->optimizer_, ShardedOptimizer::Create(spec.optimizer(), params, collective, round));
@@ -167,7 +167,8 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
       if (spec.data_parallel().bucket_mb() > 0) {
         trainer.allreduce_bucket_bytes = static_cast<int64_t>(spec.data_parallel().bucket_mb()) << 20;
       }
-      trainer.shard_gradients = sharding == DataParallelConfig::GRADIENTS;
+      trainer.shard_gradients = sharding == DataParallelConfig::GRADIENTS || sharding == DataParallelConfig::PARAMETERS;
+      trainer.shard_parameters = sharding == DataParallelConfig::PARAMETERS && world > 1;
       trainer.overlap_allgather = spec.data_parallel().overlap_allgather();
       trainer.loss = LossOptions::FromConfig(spec.loss());
       trainer.seed = static_cast<uint64_t>(spec.seed());
@@ -295,6 +296,8 @@ absl::StatusOr<RestoreOutcome> TrainingJob::Restore(const std::string& named) {
     out.passed_over.push_back(std::move(note));
   }
   if (path.empty()) return out;  // from scratch
+  // PARAMETERS: the checkpoint is written into every parameter.
+  if (trainer_) TY_RETURN_IF_ERROR(CollectiveFailure(trainer_->GatherParameters()));
   try {
     TY_RETURN_IF_ERROR(Apply(*ckpt));
   } catch (const std::exception& e) {
@@ -351,8 +354,9 @@ absl::StatusOr<TrainChunk> TrainingJob::Train(int64_t num_steps) {
     chunk.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     chunk.summary = std::move(*summary);
     // Every rank must hold the same parameters: compare per-parameter sums
-    // (bitwise: identical tensors give identical sums).
-    if (world_size() > 1) {
+    // (bitwise: identical tensors give identical sums). With PARAMETERS
+    // sharding each rank holds only its own: nothing is replicated.
+    if (world_size() > 1 && !trainer_->parameters_sharded()) {
       std::vector<torch::Tensor> sums;
       for (const auto& p : model_->parameters()) sums.push_back(p.detach().sum().to(torch::kDouble).reshape({1}));
       absl::StatusOr<std::optional<Disagreement>> diverged = FindDisagreement(collective_, torch::cat(sums));
@@ -503,6 +507,9 @@ absl::StatusOr<std::string> TrainingJob::SaveCheckpoint(bool wait) {
   if (!trainer_) return absl::FailedPreconditionError(absl::StrCat("job ", id(), " does not train: nothing to save"));
   if (spec_.output_dir().empty()) return absl::FailedPreconditionError("SaveCheckpoint: the job has no output_dir");
   TY_ASSIGN_OR_RETURN(std::vector<std::string> states, GatherDataStates());
+  // PARAMETERS: rank 0 writes the parameters, so they are gathered whole
+  // on every rank for the save (the next training pass releases them).
+  TY_RETURN_IF_ERROR(CollectiveFailure(trainer_->GatherParameters()));
   // A sharded optimizer's state: every rank writes its own slots into one
   // checkpoint (version 3, trainer/train_checkpoint.h), named for this
   // save by rank 0's token. Otherwise rank 0 writes the whole state.

@@ -468,9 +468,16 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
     spec->mutable_data_parallel()->set_sharding(DataParallelConfig::NONE);
   }
   if (spec->data_parallel().sharding() == DataParallelConfig::PARAMETERS) {
-    errors.Add("data_parallel.sharding",
-               "PARAMETERS is not built yet (parameters are held whole on every rank); "
-               "allowed: NONE, OPTIMIZER, GRADIENTS");
+    if (spec->data_parallel().has_overlap_allgather() && !spec->data_parallel().overlap_allgather()) {
+      errors.Add("data_parallel.overlap_allgather",
+                 "false with sharding PARAMETERS, which gathers each layer just before its use (nothing is "
+                 "held whole to gather after the update); leave it unset or true");
+    }
+    if (spec->summary().weight_metrics()) {
+      errors.Add("summary.weight_metrics",
+                 "not computed with sharding PARAMETERS: they read every parameter before and after each "
+                 "update, and each rank holds only its shard; use GRADIENTS for weight metrics");
+    }
   }
   if (spec->data_parallel().sharding() == DataParallelConfig::NONE) {
     if (spec->data_parallel().has_overlap_allgather()) {

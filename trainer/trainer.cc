@@ -104,15 +104,35 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
     reducer_ = std::make_unique<GradientReducer>(std::move(tensors), collective_, options_.allreduce_bucket_bytes,
                                                  shards, keep_only_shard);
   }
-  if (sharded_ && options_.overlap_allgather && !options_.compute_weight_metrics && collective_->world_size() > 1) {
+  if (options_.shard_parameters) {
+    // Refused here rather than run unsharded: the memory a user planned
+    // for would not hold.
+    std::string missing;
+    if (!sharded_) missing = "a sharded optimizer";
+    if (collective_->world_size() < 2) missing = "more than one rank";
+    if (reducer_ == nullptr || !reducer_->keeps_only_shard()) missing = "shard_gradients";
+    if (model_->ParameterUnits().empty()) missing = "a model that announces its parameter units";
+    if (options_.compute_weight_metrics) missing = "no weight metrics (they read every parameter at once)";
+    if (!missing.empty()) {
+      gatherer_setup_ = absl::FailedPreconditionError(absl::StrCat("sharding PARAMETERS needs ", missing));
+    }
+  }
+  const bool gather_units =
+      sharded_ && options_.overlap_allgather && !options_.compute_weight_metrics && collective_->world_size() > 1;
+  if (gatherer_setup_.ok() && (gather_units || options_.shard_parameters)) {
     std::vector<std::vector<size_t>> units = model_->ParameterUnits();
     if (!units.empty()) {
-      absl::StatusOr<std::unique_ptr<ParameterGatherer>> gatherer =
-          ParameterGatherer::Create(params_, std::move(units), shards, collective_);
+      absl::StatusOr<std::unique_ptr<ParameterGatherer>> gatherer = ParameterGatherer::Create(
+          params_, std::move(units), shards, collective_, /*prefetch=*/2, options_.shard_parameters);
       if (gatherer.ok()) {
         gatherer_ = std::move(*gatherer);
         Model::UnitHooks hooks;
-        hooks.before = [g = gatherer_.get()](int unit) { g->Before(unit); };
+        ParameterGatherer* g = gatherer_.get();
+        hooks.before = [g](int unit) { g->Before(unit); };
+        if (options_.shard_parameters) {
+          hooks.after = [g](int unit) { g->After(unit); };
+          hooks.before_backward = [g](int unit) { g->BeforeBackward(unit); };
+        }
         model_->SetUnitHooks(std::move(hooks));
       } else {
         gatherer_setup_ =
@@ -123,6 +143,7 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
 }
 
 void Trainer::ClearGrads() {
+  if (parameters_sharded()) gatherer_->ReleaseAll();
   if (reducer_ != nullptr) {
     reducer_->Abandon();
     return;
@@ -194,6 +215,13 @@ absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t s
         return PreemptionError(step);
       }
     }
+    if (parameters_sharded()) {
+      // This pass's gathers: forward, then backward (ParameterGatherer).
+      if (absl::Status s = gatherer_->BeginPass(); !s.ok()) {
+        ClearGrads();
+        return s;
+      }
+    }
     absl::StatusOr<LossOutput> out = model_->LossFn(batch.Slice(i * size, size), loss, DropoutGenerator(step, i));
     if (!out.ok()) {
       ClearGrads();
@@ -241,6 +269,10 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGradsAndGather(int64
       return status;
     }
   }
+  // PARAMETERS: the backward passes are over, and whatever is still whole
+  // (unit 0, units with parameters that got no gradient) would be stale
+  // after the update: only this rank's parameters stay.
+  if (parameters_sharded()) gatherer_->ReleaseAll();
   std::vector<torch::Tensor> grads;
   if (shard_only) {
     // Reduced microbatch by microbatch (AccumulateGrads): this rank's shard,
@@ -267,7 +299,9 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGradsAndGather(int64
   // A sharded optimizer updated this rank's shard: the ranks exchange them,
   // unit by unit during the next forward pass with a gatherer.
   absl::Status synchronized;
-  if (gatherer_ != nullptr) {
+  if (parameters_sharded()) {
+    synchronized = optimizer_->TakeApplyError();  // nothing to gather: the next passes do
+  } else if (gatherer_ != nullptr) {
     synchronized = optimizer_->TakeApplyError();
     if (synchronized.ok()) synchronized = gatherer_->Start();
     if (synchronized.ok() && !defer_gather) synchronized = gatherer_->Finish();
@@ -305,6 +339,12 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGradsAndGather(int64
 absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batches, int64_t num_steps) {
   TY_RETURN_IF_ERROR(gatherer_setup_);
   if (gatherer_ == nullptr) return TrainSteps(batches, num_steps);
+  if (parameters_sharded()) {
+    // Each step leaves this rank's parameters only (a failed one too).
+    absl::StatusOr<std::map<std::string, double>> result = TrainSteps(batches, num_steps);
+    gatherer_->ReleaseAll();
+    return result;
+  }
   if (gatherer_->stale()) {
     // An earlier Train failed with gathers pending: each rank's own shard
     // is current, so one whole gather makes the parameters whole again.
@@ -357,8 +397,9 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
     target_tokens += counts[0][1].item<double>();
   }
   if (gatherer_ != nullptr) {
-    // The last step's parameters, before the summary (which times them).
-    TY_RETURN_IF_ERROR(gatherer_->Finish());
+    // The last step's parameters, before the summary (which times them);
+    // PARAMETERS: the passes' gathers.
+    if (!parameters_sharded()) TY_RETURN_IF_ERROR(gatherer_->Finish());
     gather_seconds_ += gatherer_->TakeWaitSeconds();
   }
   TY_RETURN_IF_ERROR(AllReduceMetrics(collective_, &total));
@@ -396,7 +437,15 @@ absl::StatusOr<double> Trainer::CompileTrain(const T5Batch& batch) {
   return seconds;
 }
 
+absl::Status Trainer::GatherParameters() {
+  if (!parameters_sharded()) return absl::OkStatus();
+  absl::Status s = gatherer_->GatherAll();
+  gather_seconds_ += gatherer_->TakeWaitSeconds();
+  return s;
+}
+
 absl::StatusOr<double> Trainer::CompileEval(const std::map<std::string, T5Batch>& batches) {
+  TY_RETURN_IF_ERROR(GatherParameters());
   const auto start = std::chrono::steady_clock::now();
   for (const auto& [name, batch] : batches) {
     const std::string key = ShapeKey("eval", batch);
@@ -422,6 +471,7 @@ bool Trainer::RunActions(const std::vector<std::unique_ptr<BaseAction>>& actions
 }
 
 absl::StatusOr<MetricsByTask> Trainer::Eval(const std::map<std::string, BatchIterator*>& batches) {
+  TY_RETURN_IF_ERROR(GatherParameters());
   MetricsByTask out;
   for (const auto& [name, it] : batches) {
     Metrics total;

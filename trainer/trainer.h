@@ -96,6 +96,16 @@ struct TrainerOptions {
   // Train's start); false, or with weight metrics (which
   // read the updated parameters at once): all-gathered after the update.
   bool overlap_allgather = true;
+  // data_parallel.sharding PARAMETERS (ZeRO stage 3), with a sharded
+  // optimizer, shard_gradients, more than one rank and a model that
+  // announces its units: between steps this rank holds only its own
+  // parameters; each training pass gathers every unit just before its use
+  // in forward and again in backward, and releases it after
+  // (trainer/parameter_gatherer.h). Train, ApplyGrads and CompileTrain
+  // leave only this rank's parameters; Eval and CompileEval gather them
+  // all first, as GatherParameters does for other readers. Weight metrics
+  // are refused (they read every parameter at once).
+  bool shard_parameters = false;
   // Model FLOPs of one step over all ranks (3 x ForwardFlopsPerExample x
   // the global batch's rows) and one device's peak FLOP/s: the summary's
   // timing/model_flops, timing/model_flops_per_second(_per_core) and, with
@@ -135,7 +145,8 @@ class Trainer {
   // Reduces gradients across ranks, applies them, clears them; returns the
   // learning-rate (and weight) metrics.
   // The parameters are whole on return (Train instead leaves a sharded
-  // optimizer's all-gather to the next step's forward pass).
+  // optimizer's all-gather to the next step's forward pass), but for
+  // shard_parameters: this rank's only.
   absl::StatusOr<std::map<std::string, double>> ApplyGrads(int64_t step);
 
   // Pre-warms a train step (or eval steps) for the batch's shapes: one
@@ -159,6 +170,15 @@ class Trainer {
   // Steps abandoned between microbatches by a stop request (their batches
   // were taken from the iterator but not trained on).
   int64_t abandoned_steps() const { return abandoned_steps_; }
+  // Every parameter whole on this rank (with shard_parameters; nothing
+  // otherwise), until the next training pass releases the others' again.
+  // A collective: every rank calls it at the same point.
+  absl::Status GatherParameters();
+  // shard_parameters is in effect: between steps this rank holds only its
+  // own parameters.
+  bool parameters_sharded() const { return gatherer_ != nullptr && gatherer_->shard_parameters(); }
+  // The unit-by-unit gatherer (its memory counters), if there is one.
+  ParameterGatherer* gatherer() { return gatherer_.get(); }
   // Joins the metric writers; the first write error, if any.
   absl::Status Close();
 

@@ -100,6 +100,13 @@ class FaultsTest(unittest.TestCase):
         two ranks: NONE's sums, so bit for bit too)."""
         self.preempt_then_kill_sharded("GRADIENTS", self.reference())
 
+    def test_a_job_with_sharded_parameters_preempted_then_killed_ends_as_the_unsharded_one(self):
+        """The same with data_parallel.sharding PARAMETERS: each rank holds
+        only its own parameters between steps; the emergency checkpoint
+        gathers them for rank 0 to write (GRADIENTS' arithmetic: bit for
+        bit)."""
+        self.preempt_then_kill_sharded("PARAMETERS", self.reference())
+
     def preempt_then_kill_sharded(self, mode, reference):
         c = self.cluster
         out = f"sharded-{mode}"
