@@ -370,8 +370,8 @@ TEST_F(ShardedTrainingTest, ParameterShardingOverGlooIsGradientSharding) {
   EXPECT_EQ(b.gathered_after[1], 0);
 }
 
-// A checkpoint of a PARAMETERS job (rank 0 writes the parameters, gathered;
-// each rank its optimizer slots) restores into NONE with 3 ranks, and a
+// A checkpoint of a PARAMETERS job (each rank writes its own parameters and
+// optimizer slots) restores into NONE with 3 ranks, and a
 // PARAMETERS job resumed from it trains what one straight run does.
 TEST_F(ShardedTrainingTest, ParameterShardedCheckpointsRestoreAnywhereAndResumeBitForBit) {
   Config half{2, DataParallelConfig::PARAMETERS};
@@ -379,7 +379,12 @@ TEST_F(ShardedTrainingTest, ParameterShardedCheckpointsRestoreAnywhereAndResumeB
   half.save = true;
   const Result first = Train(half, "first");
   ASSERT_FALSE(first.checkpoint.empty());
-  EXPECT_TRUE(std::filesystem::exists(first.checkpoint + "/optimizer-00001-of-00002.safetensors"));
+  // Each rank wrote its own parameters and slots (version 4).
+  for (const char* file :
+       {"optimizer-00000-of-00002", "optimizer-00001-of-00002", "params-00000-of-00002", "params-00001-of-00002"}) {
+    EXPECT_TRUE(std::filesystem::exists(first.checkpoint + "/" + file + ".safetensors")) << file;
+  }
+  EXPECT_FALSE(std::filesystem::exists(first.checkpoint + "/params.safetensors"));
   Config other{3, DataParallelConfig::NONE};
   other.steps = 0;
   other.restore = first.checkpoint;

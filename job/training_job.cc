@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -507,9 +508,6 @@ absl::StatusOr<std::string> TrainingJob::SaveCheckpoint(bool wait) {
   if (!trainer_) return absl::FailedPreconditionError(absl::StrCat("job ", id(), " does not train: nothing to save"));
   if (spec_.output_dir().empty()) return absl::FailedPreconditionError("SaveCheckpoint: the job has no output_dir");
   TY_ASSIGN_OR_RETURN(std::vector<std::string> states, GatherDataStates());
-  // PARAMETERS: rank 0 writes the parameters, so they are gathered whole
-  // on every rank for the save (the next training pass releases them).
-  TY_RETURN_IF_ERROR(CollectiveFailure(trainer_->GatherParameters()));
   // A sharded optimizer's state: every rank writes its own slots into one
   // checkpoint (version 3, trainer/train_checkpoint.h), named for this
   // save by rank 0's token. Otherwise rank 0 writes the whole state.
@@ -545,14 +543,30 @@ absl::StatusOr<std::string> TrainingJob::SaveCheckpoint(bool wait) {
   // checkpoint. A background one copies, into the last one's buffers.
   const bool borrow = wait;
   TrainSnapshot reuse = borrow ? TrainSnapshot() : checkpointer_.TakeBuffers();
+  // PARAMETERS: each rank holds, and writes, only its own parameters
+  // (version 4): nothing is gathered to save.
+  const bool own_params = trainer_->parameters_sharded();
+  std::function<bool(const std::string&)> keep_param;
+  if (own_params) {
+    const std::vector<size_t> bounds = optimizer_->shard_bounds();
+    std::set<std::string> mine;
+    size_t i = 0;
+    for (const auto& p : model_->named_parameters()) {
+      if (i >= bounds[rank()] && i < bounds[rank() + 1]) mine.insert(p.key());
+      ++i;
+    }
+    keep_param = [mine = std::move(mine)](const std::string& name) { return mine.count(name) > 0; };
+  }
   TrainSnapshot snapshot =
-      shards && rank() != 0 ? MakeOptimizerShardSnapshot(optimizer_state, step, std::move(reuse), borrow)
-                            : MakeSnapshot(*model_->network(), optimizer_state, step, world_size(), std::move(states),
-                                           spec_json, "trainyard job " + id(), std::move(reuse), borrow);
+      shards && rank() != 0 && !own_params
+          ? MakeOptimizerShardSnapshot(optimizer_state, step, std::move(reuse), borrow)
+          : MakeSnapshot(*model_->network(), optimizer_state, step, world_size(), std::move(states), spec_json,
+                         "trainyard job " + id(), std::move(reuse), borrow, keep_param);
   if (shards) {
     snapshot.shard = rank();
     snapshot.num_shards = world_size();
     snapshot.token = token;
+    if (own_params) snapshot.param_shards = world_size();
   }
   const torch::ScalarType dtype = spec_.checkpoint().save_dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat;
   const std::string output_dir = spec_.output_dir();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/safetensors.h"
@@ -369,15 +370,44 @@ absl::StatusOr<CheckpointHeader> ReadCheckpointHeader(const std::string& dir) {
   return header;
 }
 
+std::string ParameterShardFile(int shard, int num_shards) {
+  return absl::StrFormat("params-%05d-of-%05d.safetensors", shard, num_shards);
+}
+
+absl::StatusOr<TensorMap> ReadCheckpointParameters(const std::string& dir, int param_shards) {
+  if (param_shards < 0 || param_shards > 1 << 20) {
+    return absl::DataLossError(absl::StrCat(dir, "/metadata.json: param_shards ", param_shards));
+  }
+  if (param_shards == 0) return ReadTensors(dir + "/params.safetensors");
+  TensorMap params;
+  for (int r = 0; r < param_shards; ++r) {
+    const std::string file = ParameterShardFile(r, param_shards);
+    TY_ASSIGN_OR_RETURN(TensorMap part, ReadTensors(dir + "/" + file));
+    for (const auto& [name, t] : part) {
+      if (params.count(name) > 0) {
+        return absl::DataLossError(absl::StrCat(dir, "/", file, ": ", name, " is in another shard too"));
+      }
+    }
+    params.merge(part);
+  }
+  return params;
+}
+
 absl::StatusOr<ModelCheckpoint> ReadModelCheckpoint(const std::string& dir) {
   TY_ASSIGN_OR_RETURN(CheckpointHeader header, ReadCheckpointHeader(dir));
-  const nlohmann::json meta = nlohmann::json::parse(header.metadata_json);
   ModelCheckpoint out;
+  int param_shards = 0;
+  try {
+    const nlohmann::json meta = nlohmann::json::parse(header.metadata_json);
+    const std::string vocabulary = meta.value("vocabulary", "");
+    if (!vocabulary.empty()) out.vocabulary = dir + "/" + vocabulary;
+    param_shards = meta.value("param_shards", 0);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat(dir, "/metadata.json: ", e.what()));
+  }
   out.step = header.step;
   out.config = header.config;
-  const std::string vocabulary = meta.value("vocabulary", "");
-  if (!vocabulary.empty()) out.vocabulary = dir + "/" + vocabulary;
-  TY_ASSIGN_OR_RETURN(out.tensors, ReadTensors(dir + "/params.safetensors"));
+  TY_ASSIGN_OR_RETURN(out.tensors, ReadCheckpointParameters(dir, param_shards));
   return out;
 }
 

@@ -74,6 +74,15 @@ absl::Status ExportHf(T5Impl& model, const std::string& out_dir);
 absl::Status WriteModelCheckpoint(T5Impl& model, const std::string& dir, int64_t step, const std::string& source,
                                   const std::string& vocabulary_path);
 
+// The parameters of a checkpoint directory: params.safetensors, or with
+// `param_shards` > 0 (a checkpoint of data_parallel.sharding PARAMETERS,
+// each rank's own parameters in its own file) the union of
+// ParameterShardFile(r, param_shards) for every r; a name in two files is
+// kDataLoss.
+absl::StatusOr<TensorMap> ReadCheckpointParameters(const std::string& dir, int param_shards);
+// "params-<r>-of-<W>.safetensors", 5 digits each.
+std::string ParameterShardFile(int shard, int num_shards);
+
 struct ModelCheckpoint {
   ModelConfig config;
   TensorMap tensors;

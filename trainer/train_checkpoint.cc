@@ -69,13 +69,15 @@ TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t st
 
 TrainSnapshot MakeSnapshot(T5Impl& model, const std::map<std::string, torch::Tensor>& optimizer_state, int64_t step,
                            int world_size, std::vector<std::string> data_states, std::string job_json,
-                           std::string source, TrainSnapshot reuse, bool borrow) {
+                           std::string source, TrainSnapshot reuse, bool borrow,
+                           const std::function<bool(const std::string&)>& keep_param) {
   std::map<std::string, torch::Tensor> old_params(reuse.params.begin(), reuse.params.end());
   TrainSnapshot s;
   s.step = step;
   s.config = model.config();
   torch::NoGradGuard no_grad;
   for (const auto& item : model.named_parameters()) {
+    if (keep_param && !keep_param(item.key())) continue;
     auto it = old_params.find(item.key());
     s.params.emplace_back(item.key(),
                           Take(item.value(), it == old_params.end() ? torch::Tensor() : it->second, borrow));
@@ -112,7 +114,9 @@ namespace {
 nlohmann::ordered_json Metadata(const TrainSnapshot& snapshot, torch::ScalarType save_dtype) {
   nlohmann::ordered_json meta = {
       {"format", "trainyard.checkpoint"},
-      {"version", snapshot.num_shards > 0 ? 3 : 2},
+      {"version", snapshot.param_shards > 0 ? 4
+                  : snapshot.num_shards > 0 ? 3
+                                            : 2},
       {"step", snapshot.step},
       {"model_config", nlohmann::json::parse(ModelConfigJson(snapshot.config))},
       {"world_size", snapshot.world_size},
@@ -123,6 +127,7 @@ nlohmann::ordered_json Metadata(const TrainSnapshot& snapshot, torch::ScalarType
       {"vocabulary", ""},
   };
   if (snapshot.num_shards > 0) meta["optimizer_shards"] = snapshot.num_shards;
+  if (snapshot.param_shards > 0) meta["param_shards"] = snapshot.param_shards;
   return meta;
 }
 
@@ -135,10 +140,20 @@ absl::Status WriteShardedTrainCheckpoint(const std::string& dir, const TrainSnap
     return absl::InvalidArgumentError(absl::StrCat("checkpoint ", dir, ": shard ", snapshot.shard, " of ",
                                                    snapshot.num_shards, " without a save token"));
   }
+  if (snapshot.param_shards != 0 && snapshot.param_shards != snapshot.num_shards) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint ", dir, ": ", snapshot.param_shards,
+                                                   " parameter shards with ", snapshot.num_shards,
+                                                   " optimizer shards"));
+  }
   const auto start = std::chrono::steady_clock::now();
   TY_ASSIGN_OR_RETURN(CheckpointWriter writer, CheckpointWriter::BeginShared(dir, snapshot.token));
   const std::string mine = OptimizerShardFile(snapshot.shard, snapshot.num_shards);
   auto write = [&]() -> absl::Status {
+    if (snapshot.param_shards > 0) {
+      const std::string params = ParameterShardFile(snapshot.shard, snapshot.param_shards);
+      TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(params), snapshot.params, save_dtype));
+      TY_RETURN_IF_ERROR(FsyncPath(writer.Path(params), false));
+    }
     std::vector<std::pair<std::string, torch::Tensor>> optimizer(snapshot.optimizer.begin(), snapshot.optimizer.end());
     TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(mine), optimizer, torch::kFloat));
     TY_RETURN_IF_ERROR(FsyncPath(writer.Path(mine), false));
@@ -155,13 +170,16 @@ absl::Status WriteShardedTrainCheckpoint(const std::string& dir, const TrainSnap
         return absl::InternalError(absl::StrCat("checkpoint ", dir, ": cannot mark ", mine, " done: ", ec.message()));
       return absl::OkStatus();
     }
-    TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(kParams), snapshot.params, save_dtype));
+    if (snapshot.param_shards == 0)
+      TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(kParams), snapshot.params, save_dtype));
     // The other ranks write theirs at the same time: wait for their marks.
     const auto own = std::chrono::steady_clock::now() - start;
     const auto deadline = std::chrono::steady_clock::now() + 4 * own +
                           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                               std::chrono::duration<double>(snapshot.shard_wait_seconds));
-    std::vector<std::string> expected = {kParams};
+    std::vector<std::string> expected;
+    if (snapshot.param_shards == 0) expected.push_back(kParams);
+    for (int r = 0; r < snapshot.param_shards; ++r) expected.push_back(ParameterShardFile(r, snapshot.param_shards));
     for (int r = 0; r < snapshot.num_shards; ++r) expected.push_back(OptimizerShardFile(r, snapshot.num_shards));
     for (;;) {
       std::vector<int> missing;
@@ -219,10 +237,11 @@ absl::StatusOr<TrainCheckpoint> ReadTrainCheckpoint(const std::string& dir, cons
     out.world_size = meta.value("world_size", 0);
     if (meta.contains("data_states")) out.data_states = meta["data_states"].get<std::vector<std::string>>();
     out.optimizer_shards = meta.value("optimizer_shards", 0);
+    out.param_shards = meta.value("param_shards", 0);
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(dir, "/metadata.json: ", e.what()));
   }
-  TY_ASSIGN_OR_RETURN(out.params, ReadTensors(dir + "/" + kParams));
+  TY_ASSIGN_OR_RETURN(out.params, ReadCheckpointParameters(dir, out.param_shards));
   if (out.optimizer_shards < 0 || out.optimizer_shards > 1 << 20) {
     return absl::DataLossError(absl::StrCat(dir, "/metadata.json: optimizer_shards ", out.optimizer_shards));
   }

@@ -25,6 +25,14 @@
 // missing one is never read. Reading one gives the whole state, whatever
 // the world size or sharding of the reader.
 //
+// With the parameters sharded too (data_parallel.sharding PARAMETERS: each
+// rank holds only its own), version 4: as version 3, and each rank also
+// writes its own parameters, in the save dtype,
+//     params-<r>-of-<W>.safetensors      (model/weights.h)
+// in place of params.safetensors, before its optimizer file (its mark
+// covers both); metadata.json has "param_shards": W. Nothing is gathered
+// onto one rank to save; reading one gives every parameter.
+//
 // A model-only checkpoint (version 1: `trainyard convert`, older jobs) has
 // no optimizer state or data positions; restoring one starts a fresh
 // optimizer.
@@ -68,6 +76,9 @@ struct TrainSnapshot {
   int shard = 0;
   int num_shards = 0;
   std::string token;
+  // Version 4: `params` holds only this rank's parameters, written to its
+  // own file (num_shards of them; set to num_shards, or 0).
+  int param_shards = 0;
   // Rank 0: how long to wait for the other ranks' files, beyond 4x its
   // own write time.
   double shard_wait_seconds = 60;
@@ -94,10 +105,13 @@ TrainSnapshot MakeSnapshot(T5Impl& model, const Optimizer& optimizer, int64_t st
                            std::vector<std::string> data_states, std::string job_json, std::string source,
                            TrainSnapshot reuse = {}, bool borrow = false);
 // The same with the optimizer's state given (rank 0's shard of a sharded
-// optimizer's, Optimizer::State, or a whole state).
+// optimizer's, Optimizer::State, or a whole state), and only the
+// parameters `keep_param` accepts (all when it is empty: a PARAMETERS rank
+// passes its own, the others' memory being released).
 TrainSnapshot MakeSnapshot(T5Impl& model, const std::map<std::string, torch::Tensor>& optimizer_state, int64_t step,
                            int world_size, std::vector<std::string> data_states, std::string job_json,
-                           std::string source, TrainSnapshot reuse = {}, bool borrow = false);
+                           std::string source, TrainSnapshot reuse = {}, bool borrow = false,
+                           const std::function<bool(const std::string&)>& keep_param = nullptr);
 
 // Writes `dir` (which must not exist). `save_dtype`: kFloat or kBFloat16
 // for the parameters (the optimizer state is always float32). A part of a
@@ -116,6 +130,7 @@ struct TrainCheckpoint {
   int world_size = 0;                              // 0: unknown (model-only)
   std::vector<std::string> data_states;
   int optimizer_shards = 0;  // version 3: the files the state came from
+  int param_shards = 0;      // version 4: the files the parameters came from
 };
 
 // Which optimizer slots a reader wants (by name); empty: all of them.

@@ -1,5 +1,6 @@
 #include "trainer/train_checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -144,6 +145,69 @@ TEST_F(TrainCheckpointTest, ShardedOptimizerStateIsWrittenByEveryRank) {
               StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("shards of rank(s) 1 were not written in time")));
   EXPECT_FALSE(std::filesystem::exists(lost));
   EXPECT_FALSE(std::filesystem::exists(lost + ".tmp-s43"));
+}
+
+// Version 4 (PARAMETERS): each of two ranks writes its own parameters and
+// slots, nothing gathered; the manifest covers both ranks' files, reading
+// gives every parameter (through ReadModelCheckpoint too), and a parameter
+// in both ranks' files is refused.
+TEST_F(TrainCheckpointTest, ShardedParametersAreWrittenByEveryRank) {
+  std::map<std::string, torch::Tensor> whole = optimizer_->State();
+  whole.erase("step");
+  std::vector<std::map<std::string, torch::Tensor>> slots(2);
+  int i = 0;
+  for (const auto& [name, t] : whole) slots[i++ % 2][name] = t;
+  std::vector<std::string> names;
+  for (const auto& p : model_->named_parameters()) names.push_back(p.key());
+  const size_t half = names.size() / 2;
+  auto write = [&](const std::string& ckpt, const std::string& token, bool overlap) {
+    std::vector<absl::Status> written(2);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.emplace_back([&, r] {
+        // Rank 0 the first half of the parameters, rank 1 the rest (and,
+        // with `overlap`, rank 0's first one as well).
+        auto keep = [&](const std::string& name) {
+          const size_t at = std::find(names.begin(), names.end(), name) - names.begin();
+          return r == 0 ? at < half : at >= half || (overlap && at == 0);
+        };
+        TrainSnapshot s = MakeSnapshot(*model_->network(), slots[r], 4, 2, {"0 1", "0 2"}, R"({"name":"x"})", "test",
+                                       {}, /*borrow=*/false, keep);
+        s.shard = r;
+        s.num_shards = 2;
+        s.param_shards = 2;
+        s.token = token;
+        written[r] = WriteTrainCheckpoint(ckpt, s, torch::kFloat);
+      });
+    }
+    for (auto& t : ranks) t.join();
+    return written;
+  };
+  const std::string ckpt = dir_ + "/checkpoint_4";
+  for (const absl::Status& s : write(ckpt, "s11", false)) ASSERT_THAT(s, IsOk());
+  absl::StatusOr<CheckpointContents> contents = VerifyCheckpoint(ckpt);
+  ASSERT_THAT(contents.status(), IsOk());
+  EXPECT_THAT(contents->files, ElementsAre("metadata.json", "optimizer-00000-of-00002.safetensors",
+                                           "optimizer-00001-of-00002.safetensors", "params-00000-of-00002.safetensors",
+                                           "params-00001-of-00002.safetensors"));
+  absl::StatusOr<TrainCheckpoint> read = ReadTrainCheckpoint(ckpt);
+  ASSERT_THAT(read.status(), IsOk());
+  EXPECT_EQ(read->version, 4);
+  EXPECT_EQ(read->param_shards, 2);
+  ASSERT_EQ(read->params.size(), names.size());
+  for (const auto& p : model_->named_parameters()) {
+    EXPECT_TRUE(torch::equal(read->params.at(p.key()), p.value())) << p.key();
+  }
+  for (const auto& [name, t] : whole) EXPECT_TRUE(torch::equal(read->optimizer.at(name), t)) << name;
+  absl::StatusOr<ModelCheckpoint> model_only = ReadModelCheckpoint(ckpt);
+  ASSERT_THAT(model_only.status(), IsOk());
+  EXPECT_EQ(model_only->tensors.size(), names.size());
+
+  const std::string twice = dir_ + "/checkpoint_5";
+  for (const absl::Status& s : write(twice, "s12", true)) ASSERT_THAT(s, IsOk());
+  EXPECT_THAT(ReadTrainCheckpoint(twice).status(),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("params-00001-of-00002.safetensors: " + names[0] + " is in another shard too")));
 }
 
 // A waited save may take the live tensors (no copy); they are never kept

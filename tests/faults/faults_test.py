@@ -44,22 +44,31 @@ class FaultsTest(unittest.TestCase):
 
     @staticmethod
     def load_state(checkpoint):
-        """params.safetensors, and the optimizer state whether one file
-        (optimizer.safetensors) or one per rank (a sharded job's)."""
+        """The parameters and the optimizer state, whether one file each
+        (params.safetensors, optimizer.safetensors) or one per rank (a
+        sharded job's optimizer-*, and PARAMETERS' params-*)."""
         files = sorted(f for f in os.listdir(checkpoint) if f.startswith("optimizer") and f.endswith(".safetensors"))
         optimizer = {}
         for f in files:
             part = load_file(os.path.join(checkpoint, f))
             assert not set(part) & set(optimizer), f"{checkpoint}/{f}: a slot in two files"
             optimizer.update(part)
-        return {"params": load_file(os.path.join(checkpoint, "params.safetensors")), "optimizer": optimizer,
-                "optimizer files": files}
+        # PARAMETERS: each rank's own parameters in its own file.
+        param_files = sorted(f for f in os.listdir(checkpoint) if f.startswith("params") and f.endswith(".safetensors"))
+        params = {}
+        for f in param_files:
+            part = load_file(os.path.join(checkpoint, f))
+            assert not set(part) & set(params), f"{checkpoint}/{f}: a parameter in two files"
+            params.update(part)
+        return {"params": params, "optimizer": optimizer, "optimizer files": files, "param files": param_files}
 
-    def assert_same_final_state(self, reference, out, optimizer_files=None):
+    def assert_same_final_state(self, reference, out, optimizer_files=None, param_files=None):
         a = self.load_state(reference)
         b = self.load_state(os.path.join(self.root, out, "checkpoint_30"))
         if optimizer_files is not None:
             self.assertEqual(b["optimizer files"], optimizer_files)
+        if param_files is not None:
+            self.assertEqual(b["param files"], param_files)
         for name in ("params", "optimizer"):
             self.assertEqual(sorted(a[name]), sorted(b[name]))
             for k in a[name]:
@@ -102,9 +111,8 @@ class FaultsTest(unittest.TestCase):
 
     def test_a_job_with_sharded_parameters_preempted_then_killed_ends_as_the_unsharded_one(self):
         """The same with data_parallel.sharding PARAMETERS: each rank holds
-        only its own parameters between steps; the emergency checkpoint
-        gathers them for rank 0 to write (GRADIENTS' arithmetic: bit for
-        bit)."""
+        only its own parameters between steps and writes them into the
+        checkpoints itself (GRADIENTS' arithmetic: bit for bit)."""
         self.preempt_then_kill_sharded("PARAMETERS", self.reference())
 
     def preempt_then_kill_sharded(self, mode, reference):
@@ -129,9 +137,12 @@ class FaultsTest(unittest.TestCase):
         print(f"sharded {mode}: preempted, then a worker killed: {s['state']}, restarts {s['restarts']}")
         self.assertEqual(s["state"], "SUCCEEDED", s["reason"])
         self.assertGreaterEqual(s["restarts"], 1)
-        # Each rank wrote its own shard of the optimizer state.
+        # Each rank wrote its own shard of the optimizer state (and with
+        # PARAMETERS of the parameters).
+        params = (["params-00000-of-00002.safetensors", "params-00001-of-00002.safetensors"]
+                  if mode == "PARAMETERS" else ["params.safetensors"])
         self.assert_same_final_state(reference, out, ["optimizer-00000-of-00002.safetensors",
-                                                      "optimizer-00001-of-00002.safetensors"])
+                                                      "optimizer-00001-of-00002.safetensors"], params)
 
     def test_sigkill_the_coordinator_and_restart_it(self):
         c = self.cluster
