@@ -48,6 +48,10 @@ struct Result {
   // parameters that held memory, those parameters' total, and the most
   // held at once during the steps after the first.
   std::vector<int64_t> gathered_after, others, peak_gathered;
+  // With Config::evaluate: rank 0's eval and inference metrics, and the
+  // others' parameter elements each rank held after evaluating.
+  std::map<std::string, double> eval, infer;
+  std::vector<int64_t> gathered_after_eval;
 };
 
 struct Config {
@@ -65,6 +69,7 @@ struct Config {
   bool save = false;
   bool weight_metrics = false;
   bool overlap_allgather = true;  // with sharding
+  bool evaluate = false;          // after the steps: eval and inference metrics
 };
 
 class ShardedTrainingTest : public ::testing::Test {
@@ -99,6 +104,11 @@ class ShardedTrainingTest : public ::testing::Test {
     // parameters), and both modes reduce the same buckets.
     spec.mutable_data_parallel()->set_bucket_mb(1);
     spec.mutable_summary()->set_weight_metrics(s.weight_metrics);
+    if (s.evaluate) {
+      spec.mutable_eval()->add_tasks("digits_to_words");
+      spec.mutable_eval()->set_num_batches(2);
+      spec.mutable_eval()->set_infer_metrics(true);
+    }
     if (s.optimizer.rfind("adamw", 0) == 0) {
       spec.mutable_optimizer()->mutable_adamw();
     } else {
@@ -122,6 +132,7 @@ class ShardedTrainingTest : public ::testing::Test {
     run.gathered_after.assign(s.world, -1);
     run.others.assign(s.world, -1);
     run.peak_gathered.assign(s.world, -1);
+    run.gathered_after_eval.assign(s.world, -1);
     auto group = std::make_shared<FakeGroup>(s.world, absl::Seconds(60));
     std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();
     std::vector<std::thread> threads;
@@ -144,8 +155,7 @@ class ShardedTrainingTest : public ::testing::Test {
         ASSERT_THAT(job.status(), IsOk());
         ASSERT_THAT((*job)->Restore("").status(), IsOk());
         if (s.steps > 0) {
-          // The first step starts from whole parameters: the peak is taken
-          // over the others.
+          // The peak is taken over the steps after the first.
           Trainer* trainer = (*job)->trainer();
           absl::StatusOr<TrainChunk> chunk = (*job)->Train(1);
           ASSERT_THAT(chunk.status(), IsOk());
@@ -161,6 +171,16 @@ class ShardedTrainingTest : public ::testing::Test {
             run.others[r] = g->others_elements();
             run.peak_gathered[r] = g->TakePeakGatheredElements();
           }
+        }
+        if (s.evaluate) {
+          absl::StatusOr<EvalOutcome> evaluated = (*job)->Evaluate();
+          ASSERT_THAT(evaluated.status(), IsOk());
+          if (r == 0) {
+            run.eval = evaluated->metrics;
+            run.infer = evaluated->infer_metrics;
+          }
+          ParameterGatherer* g = (*job)->trainer()->gatherer();
+          run.gathered_after_eval[r] = g != nullptr && g->shard_parameters() ? g->gathered_elements() : -1;
         }
         // PARAMETERS: every rank holds only its own until gathered.
         ASSERT_THAT((*job)->trainer()->GatherParameters(), IsOk());
@@ -368,6 +388,24 @@ TEST_F(ShardedTrainingTest, ParameterShardingOverGlooIsGradientSharding) {
   ExpectSame(a.optimizer, b.optimizer, "gloo: optimizer state");
   EXPECT_EQ(b.gathered_after[0], 0);
   EXPECT_EQ(b.gathered_after[1], 0);
+}
+
+// Evaluation and decoding after PARAMETERS training gather every parameter
+// first and release the others' after: GRADIENTS' metrics, exactly.
+TEST_F(ShardedTrainingTest, ParameterShardedEvaluationIsGradientShardings) {
+  Config zero2{2, DataParallelConfig::GRADIENTS, "adamw"};
+  zero2.steps = 3;
+  zero2.evaluate = true;
+  Config zero3 = zero2;
+  zero3.sharding = DataParallelConfig::PARAMETERS;
+  const Result a = Train(zero2, "zero2");
+  const Result b = Train(zero3, "zero3");
+  ASSERT_FALSE(a.eval.empty());
+  ASSERT_FALSE(a.infer.empty());
+  EXPECT_EQ(a.eval, b.eval);
+  EXPECT_EQ(a.infer, b.infer);
+  EXPECT_EQ(b.gathered_after_eval, (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(a.gathered_after_eval, (std::vector<int64_t>{-1, -1}));
 }
 
 // A checkpoint of a PARAMETERS job (each rank writes its own parameters and

@@ -297,10 +297,13 @@ absl::StatusOr<RestoreOutcome> TrainingJob::Restore(const std::string& named) {
     out.passed_over.push_back(std::move(note));
   }
   if (path.empty()) return out;  // from scratch
-  // PARAMETERS: the checkpoint is written into every parameter.
+  // PARAMETERS: the checkpoint is written into every parameter, then this
+  // rank keeps its own.
   if (trainer_) TY_RETURN_IF_ERROR(CollectiveFailure(trainer_->GatherParameters()));
   try {
-    TY_RETURN_IF_ERROR(Apply(*ckpt));
+    absl::Status applied = Apply(*ckpt);
+    if (trainer_) trainer_->ReleaseParameters();
+    TY_RETURN_IF_ERROR(applied);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("restore: ", path, ": ", e.what()));
   }
@@ -410,6 +413,10 @@ absl::StatusOr<EvalOutcome> TrainingJob::Evaluate() {
     absl::StatusOr<MetricsByTask> metrics = trainer_->Eval(iterators);
     // Inference evaluation: the same batches, decoded.
     std::map<std::string, MetricResults> inferred;
+    // PARAMETERS: decoding reads every parameter (it calls no unit hooks).
+    if (metrics.ok() && spec_.eval().infer_metrics()) {
+      if (absl::Status gathered = trainer_->GatherParameters(); !gathered.ok()) metrics = gathered;
+    }
     if (metrics.ok() && spec_.eval().infer_metrics()) {
       for (const std::string& name : spec_.eval().tasks()) {
         TY_ASSIGN_OR_RETURN(const Task* task, registry_.Get(name));
@@ -438,6 +445,7 @@ absl::StatusOr<EvalOutcome> TrainingJob::Evaluate() {
         inferred[name] = std::move(*values);
       }
     }
+    trainer_->ReleaseParameters();
     if (IsPreemptionError(metrics.status())) {
       double seconds = 0;
       TY_ASSIGN_OR_RETURN(out.emergency_checkpoint, WriteEmergencyCheckpoint(/*abandoned=*/false, &seconds));

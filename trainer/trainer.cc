@@ -132,6 +132,9 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
         if (options_.shard_parameters) {
           hooks.after = [g](int unit) { g->After(unit); };
           hooks.before_backward = [g](int unit) { g->BeforeBackward(unit); };
+          // From now on this rank holds its own parameters only (every rank
+          // built the model whole, from the same seed).
+          g->ReleaseAll();
         }
         model_->SetUnitHooks(std::move(hooks));
       } else {
@@ -444,8 +447,16 @@ absl::Status Trainer::GatherParameters() {
   return s;
 }
 
+void Trainer::ReleaseParameters() {
+  if (parameters_sharded()) gatherer_->ReleaseAll();
+}
+
 absl::StatusOr<double> Trainer::CompileEval(const std::map<std::string, T5Batch>& batches) {
   TY_RETURN_IF_ERROR(GatherParameters());
+  struct Release {
+    Trainer* trainer;
+    ~Release() { trainer->ReleaseParameters(); }
+  } release{this};
   const auto start = std::chrono::steady_clock::now();
   for (const auto& [name, batch] : batches) {
     const std::string key = ShapeKey("eval", batch);
@@ -472,6 +483,10 @@ bool Trainer::RunActions(const std::vector<std::unique_ptr<BaseAction>>& actions
 
 absl::StatusOr<MetricsByTask> Trainer::Eval(const std::map<std::string, BatchIterator*>& batches) {
   TY_RETURN_IF_ERROR(GatherParameters());
+  struct Release {
+    Trainer* trainer;
+    ~Release() { trainer->ReleaseParameters(); }
+  } release{this};
   MetricsByTask out;
   for (const auto& [name, it] : batches) {
     Metrics total;

@@ -103,8 +103,10 @@ struct TrainerOptions {
   // in forward and again in backward, and releases it after
   // (trainer/parameter_gatherer.h). Train, ApplyGrads and CompileTrain
   // leave only this rank's parameters; Eval and CompileEval gather them
-  // all first, as GatherParameters does for other readers. Weight metrics
-  // are refused (they read every parameter at once).
+  // all first and release them after, as GatherParameters and
+  // ReleaseParameters do for other readers; the others' parameters are
+  // released when the trainer is made. Weight metrics are refused (they
+  // read every parameter at once).
   bool shard_parameters = false;
   // Model FLOPs of one step over all ranks (3 x ForwardFlopsPerExample x
   // the global batch's rows) and one device's peak FLOP/s: the summary's
@@ -174,6 +176,9 @@ class Trainer {
   // otherwise), until the next training pass releases the others' again.
   // A collective: every rank calls it at the same point.
   absl::Status GatherParameters();
+  // Frees the others' parameters again (with shard_parameters; nothing
+  // otherwise). Local: no collective.
+  void ReleaseParameters();
   // shard_parameters is in effect: between steps this rank holds only its
   // own parameters.
   bool parameters_sharded() const { return gatherer_ != nullptr && gatherer_->shard_parameters(); }

@@ -1,5 +1,5 @@
 """Peak resident memory of each worker for data_parallel.sharding NONE,
-OPTIMIZER and GRADIENTS, beside the analytic figure, on one machine through
+OPTIMIZER, GRADIENTS and PARAMETERS, beside the analytic figure, on one machine through
 `trainyard local` (a coordinator and W workers as processes).
 
 Each worker's peak is its VmHWM (/proc/PID/status), polled every 50 ms
@@ -7,7 +7,10 @@ while it runs; the analytic figure counts the float32 training state a rank
 holds: parameters and gradients (4 bytes each per parameter) and the
 optimizer state (AdamW: 8 bytes per parameter; Adafactor: its factored
 statistics). OPTIMIZER divides the state by W; GRADIENTS the gradients too,
-less the buckets in flight during backward (2 of bucket_mb, 4 MiB).
+less the buckets in flight during backward (2 of bucket_mb, 4 MiB);
+PARAMETERS the parameters too (4 bytes each), less the layers gathered at
+once during a pass (the embedding and two layers in flight) and the whole
+model every rank builds before it releases the others' parameters.
 Activations, LibTorch and the process itself come on top: the difference
 NONE - mode is what to compare with the analytic saving.
 
@@ -110,7 +113,7 @@ def main():
                                      capture_output=True, text=True, check=True).stdout)
     params = int(info["num_params"])
     mib = 1024.0 * 1024.0
-    modes = ("NONE", "OPTIMIZER", "GRADIENTS")
+    modes = ("NONE", "OPTIMIZER", "GRADIENTS", "PARAMETERS")
     with tempfile.TemporaryDirectory() as work:
         results = {}
         for sharding in modes:
@@ -131,6 +134,8 @@ def main():
         line["analytic_state_mib"] = round(state / mib, 1)
         line["analytic_saving_mib_per_worker_OPTIMIZER"] = round(state * split / mib, 1)
         line["analytic_saving_mib_per_worker_GRADIENTS"] = round((state * split + grads) / mib, 1)
+        line["analytic_saving_mib_per_worker_PARAMETERS_at_most"] = round(
+            (state * split + grads + 4 * params * split) / mib, 1)
     else:
         line["analytic_gradient_saving_mib_per_worker_GRADIENTS"] = round(grads / mib, 1)
     print(json.dumps(line))

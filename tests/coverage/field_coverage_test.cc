@@ -1071,17 +1071,18 @@ TEST_F(FieldCoverageTest, OverlapAllgatherGathersUnitByUnit) {
 
 // PARAMETERS gathers each unit just before its use, in forward and again
 // in backward (units n-2 .. 1: the last stays whole from forward, the
-// embedding through the step). With 2 microbatches and n units, a fresh
-// job's first step starts whole (forward 0, backward n-2; the second pass
-// finds units 1..n-1 released: n-1 + n-2), and the second step starts from
-// this rank's shard only (n + n-2, then n-1 + n-2): 7n - 10 gathers in 2
-// steps. The gradients go as GRADIENTS' do.
+// embedding through the step). With 2 microbatches and n units, each step
+// starts from this rank's own parameters only (the trainer releases the
+// others' when it is made): the first pass gathers n units forward and
+// n-2 backward, the second n-1 forward (the embedding is still whole) and
+// n-2 backward: 8n - 10 gathers in 2 steps. The gradients go as
+// GRADIENTS' do.
 TEST_F(FieldCoverageTest, ParameterShardingGathersEachUnitForwardAndBackward) {
   const StepCalls calls =
       CountStepCalls("num_microbatches: 2 data_parallel { sharding: PARAMETERS }", *root_ + "/zero3", 2);
   const int64_t n = calls.units;
   EXPECT_GT(n, 4);
-  EXPECT_EQ(calls.started_all_gathers, 7 * n - 10);
+  EXPECT_EQ(calls.started_all_gathers, 8 * n - 10);
   EXPECT_EQ(calls.reduce_scattered, 2 * 2 * calls.parameters);
   EXPECT_EQ(calls.large_all_reduces, 0);
 }
