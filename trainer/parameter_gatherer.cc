@@ -39,11 +39,9 @@ class ParameterGatherer::ReadyHook : public torch::autograd::FunctionPostHook {
   size_t param_;
 };
 
-absl::StatusOr<std::unique_ptr<ParameterGatherer>> ParameterGatherer::Create(NamedTensors params,
-                                                                             std::vector<std::vector<size_t>> units,
-                                                                             std::vector<size_t> bounds,
-                                                                             Collective* collective, int prefetch,
-                                                                             bool shard_parameters) {
+absl::StatusOr<std::unique_ptr<ParameterGatherer>> ParameterGatherer::Create(
+    NamedTensors params, std::vector<std::vector<size_t>> units, std::vector<size_t> bounds, Collective* collective,
+    int prefetch, bool shard_parameters, int64_t keep_elements) {
   const int world = collective->world_size();
   if (prefetch < 1) return absl::InvalidArgumentError(absl::StrCat("parameter gatherer: prefetch ", prefetch, " < 1"));
   if (bounds.size() != static_cast<size_t>(world) + 1 || bounds.front() != 0 || bounds.back() != params.size() ||
@@ -55,6 +53,7 @@ absl::StatusOr<std::unique_ptr<ParameterGatherer>> ParameterGatherer::Create(Nam
   g->bounds_ = std::move(bounds);
   g->collective_ = collective;
   g->shard_parameters_ = shard_parameters;
+  g->keep_elements_ = keep_elements;
   g->unit_of_.assign(params.size(), -1);
   std::set<const void*> storages;
   for (size_t k = 0; k < units.size(); ++k) {
@@ -183,8 +182,13 @@ absl::Status ParameterGatherer::StartNext() {
   Slot& slot = slots_[started_ % slots_.size()];
   const int rank = collective_->rank();
   const auto options = params_[unit.params[0]].second.options().requires_grad(false);
-  if (!slot.receive.defined() || slot.receive.numel() < unit.total) slot.receive = torch::empty({unit.total}, options);
-  if (!slot.send.defined() || slot.send.numel() < unit.counts[rank]) {
+  // A large unit's buffers are its own, freed when it completes; a small
+  // one's are kept (and grown) for the next.
+  slot.transient = unit.total > keep_elements_;
+  if (slot.transient || !slot.receive.defined() || slot.receive.numel() < unit.total) {
+    slot.receive = torch::empty({unit.total}, options);
+  }
+  if (slot.transient || !slot.send.defined() || slot.send.numel() < unit.counts[rank]) {
     slot.send = torch::empty({std::max<int64_t>(unit.counts[rank], 1)}, options);
   }
   // This rank's parameters of the unit, end to end.
@@ -228,6 +232,7 @@ absl::Status ParameterGatherer::CompleteNext() {
     }
     at += p.numel();
   }
+  if (slot.transient) slot.send = slot.receive = torch::Tensor();
   whole_[u] = 1;
   peak_gathered_ = std::max(peak_gathered_, gathered_elements_);
   ++done_;
@@ -344,9 +349,18 @@ void ParameterGatherer::Abandon() {
     // A gather in flight writes into its buffers until it ends.
     if (slot.work != nullptr) slot.work->Wait().IgnoreError();
     slot.work.reset();
+    if (slot.transient) slot.send = slot.receive = torch::Tensor();
   }
   if (pending() && !shard_parameters_) stale_ = true;
   started_ = done_ = schedule_.size();
+}
+
+int64_t ParameterGatherer::buffer_elements() const {
+  int64_t n = 0;
+  for (const Slot& slot : slots_) {
+    for (const torch::Tensor* t : {&slot.send, &slot.receive}) n += t->defined() ? t->numel() : 0;
+  }
+  return n;
 }
 
 double ParameterGatherer::TakeWaitSeconds() { return std::exchange(wait_seconds_, 0.0); }

@@ -45,8 +45,11 @@
 // Gathered values are written through Tensor::data(), which does not bump
 // the version counter that autograd checks for the tensors it saved.
 //
-// Memory: `prefetch` units' buffers (send and receive), reused; in
-// PARAMETERS mode also the units whole at once (peak_gathered_elements()).
+// Memory: `prefetch` units' buffers (send and receive), kept and reused
+// for units of at most `keep_elements`; a larger unit's (an embedding, the
+// logits' projection) are allocated for its gather and freed when it
+// completes, so they are never held between steps. In PARAMETERS mode also
+// the units whole at once (peak_gathered_elements()).
 //
 // Errors: the first failure is kept. Before and BeforeBackward cannot
 // return it (they run inside the passes): they throw, which ends the pass,
@@ -81,10 +84,12 @@ class ParameterGatherer {
   // not owned and outlives the gatherer. prefetch >= 1. shard_parameters:
   // PARAMETERS mode (the parameters must require grad and not share
   // storage); the parameters are whole until the first ReleaseAll.
+  // keep_elements: the largest unit whose buffers are kept for reuse.
   static absl::StatusOr<std::unique_ptr<ParameterGatherer>> Create(NamedTensors params,
                                                                    std::vector<std::vector<size_t>> units,
                                                                    std::vector<size_t> bounds, Collective* collective,
-                                                                   int prefetch = 2, bool shard_parameters = false);
+                                                                   int prefetch = 2, bool shard_parameters = false,
+                                                                   int64_t keep_elements = int64_t{1} << 20);
   ~ParameterGatherer();
   ParameterGatherer(const ParameterGatherer&) = delete;
   ParameterGatherer& operator=(const ParameterGatherer&) = delete;
@@ -141,6 +146,8 @@ class ParameterGatherer {
   int64_t TakePeakGatheredElements();
   // Elements of the parameters this rank does not own.
   int64_t others_elements() const { return others_elements_; }
+  // Elements of the send and receive buffers held now.
+  int64_t buffer_elements() const;
 
  private:
   struct Unit {
@@ -152,6 +159,7 @@ class ParameterGatherer {
   struct Slot {
     torch::Tensor send, receive;
     std::unique_ptr<CollectiveWork> work;
+    bool transient = false;  // the buffers are this gather's only (a large unit)
   };
   class ReadyHook;
   ParameterGatherer() = default;
@@ -182,6 +190,7 @@ class ParameterGatherer {
   std::vector<size_t> bounds_;
   Collective* collective_ = nullptr;
   bool shard_parameters_ = false;
+  int64_t keep_elements_ = 0;
   std::vector<Slot> slots_;  // schedule entry k uses slot k % prefetch
   std::vector<int> schedule_;
   std::vector<int> forward_at_, backward_at_;

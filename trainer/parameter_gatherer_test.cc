@@ -103,6 +103,35 @@ TEST(ParameterGathererTest, EachUnitIsWholeOnlyOnceItsTurnComes) {
   }
 }
 
+// Units larger than keep_elements gather through buffers of their own,
+// freed when the unit completes: between steps only the small units'
+// buffers are held.
+TEST(ParameterGathererTest, LargeUnitsBuffersAreNotKept) {
+  const std::vector<size_t> bounds = Bounds(2);
+  OnFakeRanks(2, [&](int rank, Collective* collective, FakeGroup*) {
+    // Unit sizes: 15, 12, 15, 9 elements; slot k % 2 carries unit k.
+    for (int64_t keep : {int64_t{12}, int64_t{1} << 20}) {
+      NamedTensors params = RankParams(bounds, rank);
+      auto g = ParameterGatherer::Create(params, kUnits, bounds, collective, /*prefetch=*/2,
+                                         /*shard_parameters=*/false, keep);
+      ASSERT_TRUE(g.ok()) << g.status();
+      for (int step = 0; step < 2; ++step) {
+        ASSERT_TRUE((*g)->Start().ok());
+        ASSERT_TRUE((*g)->Finish().ok());
+        for (size_t i = 0; i < kShapes.size(); ++i) EXPECT_TRUE(Whole(params, i)) << "rank " << rank << " p" << i;
+      }
+      if (keep == 12) {
+        // Units 0 and 2 (slot 0) are larger: only slot 1's buffers, for
+        // units 1 and 3 (receive 12, send at most 12).
+        EXPECT_GE((*g)->buffer_elements(), 13) << "rank " << rank;
+        EXPECT_LE((*g)->buffer_elements(), 24) << "rank " << rank;
+      } else {
+        EXPECT_GE((*g)->buffer_elements(), 15 + 12 + 2) << "rank " << rank;
+      }
+    }
+  });
+}
+
 TEST(ParameterGathererTest, GlooRanksGatherWithPrefetchOfOne) {
   const std::vector<size_t> bounds = Bounds(2);
   std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();

@@ -122,8 +122,12 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
   if (gatherer_setup_.ok() && (gather_units || options_.shard_parameters)) {
     std::vector<std::vector<size_t>> units = model_->ParameterUnits();
     if (!units.empty()) {
+      // Buffers of units up to 4 gradient buckets (16 MiB by default: a
+      // layer of the t5_1_1 presets up to base) are kept for reuse; a larger
+      // unit's (the embedding, the logits) only for its gather.
+      const int64_t keep = 4 * options_.allreduce_bucket_bytes / static_cast<int64_t>(params_[0].second.element_size());
       absl::StatusOr<std::unique_ptr<ParameterGatherer>> gatherer = ParameterGatherer::Create(
-          params_, std::move(units), shards, collective_, /*prefetch=*/2, options_.shard_parameters);
+          params_, std::move(units), shards, collective_, /*prefetch=*/2, options_.shard_parameters, keep);
       if (gatherer.ok()) {
         gatherer_ = std::move(*gatherer);
         Model::UnitHooks hooks;
