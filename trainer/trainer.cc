@@ -150,7 +150,7 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
 }
 
 void Trainer::ClearGrads() {
-  if (parameters_sharded()) gatherer_->ReleaseAll();
+  ReleaseParameters();
   if (reducer_ != nullptr) {
     reducer_->Abandon();
     return;
@@ -279,7 +279,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGradsAndGather(int64
   // PARAMETERS: the backward passes are over, and whatever is still whole
   // (unit 0, units with parameters that got no gradient) would be stale
   // after the update: only this rank's parameters stay.
-  if (parameters_sharded()) gatherer_->ReleaseAll();
+  ReleaseParameters();
   std::vector<torch::Tensor> grads;
   if (shard_only) {
     // Reduced microbatch by microbatch (AccumulateGrads): this rank's shard,
@@ -306,12 +306,13 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGradsAndGather(int64
   // A sharded optimizer updated this rank's shard: the ranks exchange them,
   // unit by unit during the next forward pass with a gatherer.
   absl::Status synchronized;
-  if (parameters_sharded()) {
-    synchronized = optimizer_->TakeApplyError();  // nothing to gather: the next passes do
-  } else if (gatherer_ != nullptr) {
+  if (gatherer_ != nullptr) {
     synchronized = optimizer_->TakeApplyError();
-    if (synchronized.ok()) synchronized = gatherer_->Start();
-    if (synchronized.ok() && !defer_gather) synchronized = gatherer_->Finish();
+    // PARAMETERS: nothing to gather, the next passes do.
+    if (synchronized.ok() && !parameters_sharded()) {
+      synchronized = gatherer_->Start();
+      if (synchronized.ok() && !defer_gather) synchronized = gatherer_->Finish();
+    }
   } else {
     synchronized = optimizer_->Synchronize();
   }
@@ -444,6 +445,16 @@ absl::StatusOr<double> Trainer::CompileTrain(const T5Batch& batch) {
   return seconds;
 }
 
+namespace {
+
+// Frees the other ranks' parameters (PARAMETERS) when it goes out of scope.
+struct ReleaseOnExit {
+  Trainer* trainer;
+  ~ReleaseOnExit() { trainer->ReleaseParameters(); }
+};
+
+}  // namespace
+
 absl::Status Trainer::GatherParameters() {
   if (!parameters_sharded()) return absl::OkStatus();
   absl::Status s = gatherer_->GatherAll();
@@ -457,10 +468,7 @@ void Trainer::ReleaseParameters() {
 
 absl::StatusOr<double> Trainer::CompileEval(const std::map<std::string, T5Batch>& batches) {
   TY_RETURN_IF_ERROR(GatherParameters());
-  struct Release {
-    Trainer* trainer;
-    ~Release() { trainer->ReleaseParameters(); }
-  } release{this};
+  ReleaseOnExit release{this};
   const auto start = std::chrono::steady_clock::now();
   for (const auto& [name, batch] : batches) {
     const std::string key = ShapeKey("eval", batch);
@@ -487,10 +495,7 @@ bool Trainer::RunActions(const std::vector<std::unique_ptr<BaseAction>>& actions
 
 absl::StatusOr<MetricsByTask> Trainer::Eval(const std::map<std::string, BatchIterator*>& batches) {
   TY_RETURN_IF_ERROR(GatherParameters());
-  struct Release {
-    Trainer* trainer;
-    ~Release() { trainer->ReleaseParameters(); }
-  } release{this};
+  ReleaseOnExit release{this};
   MetricsByTask out;
   for (const auto& [name, it] : batches) {
     Metrics total;

@@ -47,19 +47,18 @@ class FaultsTest(unittest.TestCase):
         """The parameters and the optimizer state, whether one file each
         (params.safetensors, optimizer.safetensors) or one per rank (a
         sharded job's optimizer-*, and PARAMETERS' params-*)."""
-        files = sorted(f for f in os.listdir(checkpoint) if f.startswith("optimizer") and f.endswith(".safetensors"))
-        optimizer = {}
-        for f in files:
-            part = load_file(os.path.join(checkpoint, f))
-            assert not set(part) & set(optimizer), f"{checkpoint}/{f}: a slot in two files"
-            optimizer.update(part)
+        def union(prefix):
+            files = sorted(f for f in os.listdir(checkpoint) if f.startswith(prefix) and f.endswith(".safetensors"))
+            tensors = {}
+            for f in files:
+                part = load_file(os.path.join(checkpoint, f))
+                assert not set(part) & set(tensors), f"{checkpoint}/{f}: a tensor in two files"
+                tensors.update(part)
+            return tensors, files
+
+        optimizer, files = union("optimizer")
         # PARAMETERS: each rank's own parameters in its own file.
-        param_files = sorted(f for f in os.listdir(checkpoint) if f.startswith("params") and f.endswith(".safetensors"))
-        params = {}
-        for f in param_files:
-            part = load_file(os.path.join(checkpoint, f))
-            assert not set(part) & set(params), f"{checkpoint}/{f}: a parameter in two files"
-            params.update(part)
+        params, param_files = union("params")
         return {"params": params, "optimizer": optimizer, "optimizer files": files, "param files": param_files}
 
     def assert_same_final_state(self, reference, out, optimizer_files=None, param_files=None):
