@@ -409,8 +409,8 @@ TEST_F(ShardedTrainingTest, ParameterShardedEvaluationIsGradientShardings) {
 }
 
 // A checkpoint of a PARAMETERS job (each rank writes its own parameters and
-// optimizer slots) restores into NONE with 3 ranks, and a
-// PARAMETERS job resumed from it trains what one straight run does.
+// optimizer slots) restores into NONE and into PARAMETERS with 3 ranks, and
+// a PARAMETERS job resumed from it trains what one straight run does.
 TEST_F(ShardedTrainingTest, ParameterShardedCheckpointsRestoreAnywhereAndResumeBitForBit) {
   Config half{2, DataParallelConfig::PARAMETERS};
   half.steps = 10;
@@ -429,6 +429,13 @@ TEST_F(ShardedTrainingTest, ParameterShardedCheckpointsRestoreAnywhereAndResumeB
   const Result restored = Train(other, "other");
   ExpectSame(first.optimizer, restored.optimizer, "restored by 3 ranks, NONE");
   ExpectSame(first.params, restored.params, "restored by 3 ranks, NONE: parameters");
+  // 3 PARAMETERS ranks each read only their own parameters, from files
+  // divided for 2.
+  Config three = other;
+  three.sharding = DataParallelConfig::PARAMETERS;
+  const Result resharded = Train(three, "three");
+  ExpectSame(first.optimizer, resharded.optimizer, "restored by 3 ranks, PARAMETERS");
+  ExpectSame(first.params, resharded.params, "restored by 3 ranks, PARAMETERS: parameters");
   Config resume = half;
   resume.save = false;
   resume.restore = first.checkpoint;

@@ -148,6 +148,21 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
     model_options.device = job->options_.device;
     model_options.compute_dtype = spec.dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat32;
     model_options.init_seed = static_cast<uint64_t>(spec.seed());
+    const bool build_sharded = !inference && world > 1 &&
+                               spec.data_parallel().sharding() == DataParallelConfig::PARAMETERS &&
+                               job->options_.device.is_cpu();
+    if (build_sharded) {
+      // PARAMETERS: this rank builds only the parameters its optimizer
+      // shard will own (ShardBoundaries over a model of shapes only); the
+      // others are released as they are drawn.
+      T5 shapes(config, torch::kMeta);
+      NamedTensors meta;
+      for (const auto& p : shapes->named_parameters()) meta.emplace_back(p.key(), p.value());
+      const std::vector<size_t> bounds = ShardBoundaries(meta, world);
+      std::set<std::string> own;
+      for (size_t i = bounds[rank]; i < bounds[rank + 1]; ++i) own.insert(meta[i].first);
+      model_options.hold_parameter = [own = std::move(own)](const std::string& name) { return own.count(name) > 0; };
+    }
     TY_ASSIGN_OR_RETURN(job->model_, EncoderDecoderModel::Create(config, model_options));
     TY_ASSIGN_OR_RETURN(LearningRateCallable lr, LearningRateCallable::Create(spec.learning_rate()));
     if (!inference) {
@@ -189,6 +204,15 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
       trainer.preemption_requested = job->options_.stop;
       job->trainer_ =
           std::make_unique<Trainer>(job->model_.get(), job->optimizer_.get(), std::move(lr), collective, trainer);
+      if (build_sharded && !job->trainer_->parameters_sharded()) {
+        // The model holds this rank's parameters only; nothing else could
+        // read it whole.
+        const absl::Status& why = job->trainer_->gatherer_setup();
+        return absl::InternalError(
+            absl::StrCat("building the job: the model was built sharded for PARAMETERS, and the trainer cannot "
+                         "gather it: ",
+                         why.ok() ? "it made no parameter gatherer" : why.message()));
+      }
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("building the job: ", e.what()));
@@ -235,11 +259,26 @@ absl::StatusOr<RestoreOutcome> TrainingJob::Restore(const std::string& named) {
     for (const auto& [name, t] : optimizer_->State()) own_slots.insert(name);
     keep_slot = [&own_slots](const std::string& slot) { return own_slots.count(slot) > 0; };
   }
+  // PARAMETERS: this rank reads and assigns its own parameters only (the
+  // others' are not in memory here), so a restore never holds the whole
+  // model. A renaming assignment map reads everything and assigns the own.
+  std::set<std::string> others;
+  ParamFilter hold, keep_param;
+  if (trainer_ && trainer_->parameters_sharded()) {
+    const std::vector<size_t> bounds = optimizer_->shard_bounds();
+    size_t i = 0;
+    for (const auto& p : model_->named_parameters()) {
+      if (i < bounds[rank()] || i >= bounds[rank() + 1]) others.insert(p.key());
+      ++i;
+    }
+    hold = [&others](const std::string& name) { return others.count(name) == 0; };
+    if (restore.assignment_map_size() == 0) keep_param = hold;
+  }
   absl::StatusOr<TrainCheckpoint> ckpt = absl::NotFoundError("no checkpoint");
   std::string path;
   absl::Status read = [&]() -> absl::Status {
     if (!named.empty()) {
-      ckpt = ReadRestartCheckpoint(named, spec_.output_dir(), &skipped, keep_slot);
+      ckpt = ReadRestartCheckpoint(named, spec_.output_dir(), &skipped, keep_slot, keep_param);
       if (ckpt.ok()) {
         path = ckpt->dir;
         return absl::OkStatus();
@@ -250,7 +289,7 @@ absl::StatusOr<RestoreOutcome> TrainingJob::Restore(const std::string& named) {
     }
     TY_ASSIGN_OR_RETURN(path, ChooseCheckpoint(restore, spec_.output_dir(), &skipped));
     if (!path.empty()) {
-      ckpt = ReadTrainCheckpoint(path, keep_slot);
+      ckpt = ReadTrainCheckpoint(path, keep_slot, keep_param);
       if (!ckpt.ok()) return absl::Status(ckpt.status().code(), absl::StrCat("restore: ", ckpt.status().message()));
     }
     const bool needs_checkpoint = spec_.kind() == FINETUNING || spec_.kind() == EVALUATION || spec_.kind() == INFERENCE;
@@ -297,13 +336,8 @@ absl::StatusOr<RestoreOutcome> TrainingJob::Restore(const std::string& named) {
     out.passed_over.push_back(std::move(note));
   }
   if (path.empty()) return out;  // from scratch
-  // PARAMETERS: the checkpoint is written into every parameter, then this
-  // rank keeps its own.
-  if (trainer_) TY_RETURN_IF_ERROR(CollectiveFailure(trainer_->GatherParameters()));
   try {
-    absl::Status applied = Apply(*ckpt);
-    if (trainer_) trainer_->ReleaseParameters();
-    TY_RETURN_IF_ERROR(applied);
+    TY_RETURN_IF_ERROR(Apply(*ckpt, hold));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("restore: ", path, ": ", e.what()));
   }
@@ -315,9 +349,9 @@ absl::StatusOr<RestoreOutcome> TrainingJob::Restore(const std::string& named) {
   return out;
 }
 
-absl::Status TrainingJob::Apply(const TrainCheckpoint& ckpt) {
+absl::Status TrainingJob::Apply(const TrainCheckpoint& ckpt, const ParamFilter& hold) {
   TY_ASSIGN_OR_RETURN(bool with_optimizer,
-                      ApplyCheckpoint(ckpt, spec_.restore(), model_->network().get(), optimizer_.get()));
+                      ApplyCheckpoint(ckpt, spec_.restore(), model_->network().get(), optimizer_.get(), hold));
   if (!with_optimizer || !train_batches_) return absl::OkStatus();
   // Data positions: exact when the world size is the same; otherwise every
   // rank starts at the epoch after the furthest one recorded.

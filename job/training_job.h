@@ -200,8 +200,9 @@ class TrainingJob {
   // else puts the abandoned step's batch back (`abandoned`) and writes the
   // emergency checkpoint of the current step, synchronously.
   absl::StatusOr<std::string> WriteEmergencyCheckpoint(bool abandoned, double* seconds);
-  // Applies a read checkpoint: parameters, optimizer and data positions.
-  absl::Status Apply(const TrainCheckpoint& ckpt);
+  // Applies a read checkpoint: parameters (those `hold` accepts; null: all),
+  // optimizer and data positions.
+  absl::Status Apply(const TrainCheckpoint& ckpt, const ParamFilter& hold = nullptr);
   // Rank 0's random name for this save's temporary directory, on every rank
   // (a collective).
   absl::StatusOr<std::string> SaveToken();

@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<EncoderDecoderModel>> EncoderDecoderModel::Create
     return absl::InvalidArgumentError(absl::StrCat("model config is incomplete: ", config.ShortDebugString()));
   }
   return Guard("building the model", [&]() -> absl::StatusOr<std::unique_ptr<EncoderDecoderModel>> {
-    T5 network(config, options.device, options.init_seed);
+    T5 network(config, options.device, options.init_seed, options.hold_parameter);
     return std::unique_ptr<EncoderDecoderModel>(new EncoderDecoderModel(std::move(network), options));
   });
 }

@@ -17,6 +17,11 @@ struct ModelOptions {
   torch::Device device = torch::kCPU;
   torch::ScalarType compute_dtype = torch::kFloat32;
   uint64_t init_seed = 0;
+  // The parameters (by name) this process keeps; null: all. With PARAMETERS
+  // sharding a rank holds only its own, and the others' are released as
+  // they are drawn (T5Impl's constructor), so the whole model never exists
+  // on the rank.
+  std::function<bool(const std::string&)> hold_parameter;
 };
 
 class EncoderDecoderModel : public Model {

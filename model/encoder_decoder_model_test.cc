@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -400,6 +401,40 @@ TEST(ParameterUnitsTest, UnitsReleasedAfterForwardAreRestoredBeforeBackward) {
     EXPECT_EQ(before_backward, backward_order) << "tied " << tied;
     model->SetUnitHooks({});
   }
+}
+
+// A model built holding some parameters only: the held ones equal the whole
+// model's bit for bit (the others' values were still drawn, in order), the
+// others hold no memory and come back to the right size.
+TEST(ModelTest, HoldingSomeParametersDrawsTheWholeModelsValues) {
+  ModelConfig config = *PresetConfig("tiny");
+  ModelOptions whole_options;
+  whole_options.init_seed = 23;
+  std::unique_ptr<EncoderDecoderModel> whole = std::move(EncoderDecoderModel::Create(config, whole_options)).value();
+  std::vector<std::string> names;
+  for (const auto& p : whole->named_parameters()) names.push_back(p.key());
+  // Every other parameter, so held scales, embeddings and kernels all sit
+  // after released ones.
+  std::set<std::string> held;
+  for (size_t i = 0; i < names.size(); i += 2) held.insert(names[i]);
+  ModelOptions options = whole_options;
+  options.hold_parameter = [&held](const std::string& name) { return held.count(name) > 0; };
+  std::unique_ptr<EncoderDecoderModel> part = std::move(EncoderDecoderModel::Create(config, options)).value();
+  auto whole_params = whole->named_parameters();
+  size_t released = 0;
+  for (const auto& p : part->named_parameters()) {
+    const torch::Tensor& reference = whole_params[p.key()];
+    EXPECT_EQ(p.value().sizes(), reference.sizes()) << p.key();
+    if (held.count(p.key()) > 0) {
+      EXPECT_FALSE(StorageReleased(p.value())) << p.key();
+      EXPECT_TRUE(torch::equal(p.value(), reference)) << p.key();
+    } else {
+      ASSERT_TRUE(StorageReleased(p.value())) << p.key();
+      ASSERT_THAT(RestoreStorage(p.value(), static_cast<size_t>(reference.numel()) * 4), IsOk()) << p.key();
+      ++released;
+    }
+  }
+  EXPECT_EQ(released, names.size() / 2);
 }
 
 }  // namespace

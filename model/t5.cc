@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "model/fused.h"
+#include "model/parameter_storage.h"
 
 namespace trainyard {
 namespace {
@@ -268,7 +269,9 @@ void DecodeState::Reorder(const torch::Tensor& index) {
   }
 }
 
-T5Impl::T5Impl(const ModelConfig& config, torch::Device device, uint64_t seed) : config_(config) {
+T5Impl::T5Impl(const ModelConfig& config, torch::Device device, uint64_t seed,
+               const std::function<bool(const std::string&)>& hold)
+    : config_(config) {
   const bool meta = device.type() == torch::kMeta;
   // Parameters are initialised on the CPU (one generator, reproducible on any
   // device) and moved afterwards.
@@ -312,9 +315,14 @@ T5Impl::T5Impl(const ModelConfig& config, torch::Device device, uint64_t seed) :
       const std::string s(suffix);
       return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
     };
+    const bool held = hold == nullptr || device != torch::Device(torch::kCPU) || hold(name);
     double stddev = 1.0;
     if (ends_with(".scale")) {
-      p.fill_(1.0);
+      if (held) {
+        p.fill_(1.0);
+      } else {
+        ReleaseStorage(p);
+      }
       continue;
     } else if (ends_with("query.weight")) {
       stddev = 1.0 / std::sqrt(d * static_cast<double>(config.d_kv()));
@@ -330,7 +338,14 @@ T5Impl::T5Impl(const ModelConfig& config, torch::Device device, uint64_t seed) :
     } else if (ends_with("wo.weight")) {
       stddev = 1.0 / std::sqrt(static_cast<double>(config.d_ff()));
     }
-    p.normal_(0.0, stddev, gen);
+    if (held) {
+      p.normal_(0.0, stddev, gen);
+    } else {
+      // The generator moves on as if p were drawn, p's memory (allocated,
+      // never written) goes.
+      torch::empty_like(p).normal_(0.0, stddev, gen);
+      ReleaseStorage(p);
+    }
   }
   if (device != torch::Device(torch::kCPU)) to(device);
 }

@@ -202,8 +202,14 @@ struct DecodeState {
 class T5Impl : public torch::nn::Module {
  public:
   // Parameters are created on `device` (kMeta: shapes only, no memory) and
-  // initialised as T5 is, from `seed`.
-  T5Impl(const ModelConfig& config, torch::Device device = torch::kCPU, uint64_t seed = 0);
+  // initialised as T5 is, from `seed`. `hold` (null: every parameter) names
+  // the parameters this process keeps: the others' values are still drawn,
+  // so the held ones equal the whole model's, but their memory is released
+  // (model/parameter_storage.h) as soon as each is drawn, so the whole
+  // model never exists here at once. Only on the CPU: on another device
+  // every parameter is held.
+  T5Impl(const ModelConfig& config, torch::Device device = torch::kCPU, uint64_t seed = 0,
+         const std::function<bool(const std::string&)>& hold = nullptr);
 
   const ModelConfig& config() const { return config_; }
 

@@ -159,13 +159,18 @@ std::string ModelConfigJson(const ModelConfig& config) {
   return json;
 }
 
-absl::Status AssignParameters(const TensorMap& tensors, bool strict, T5Impl* model) {
+absl::Status AssignParameters(const TensorMap& tensors, bool strict, T5Impl* model,
+                              const std::function<bool(const std::string&)>& hold) {
   auto params = model->named_parameters();
   std::vector<std::pair<torch::Tensor, const torch::Tensor*>> plan;
   std::vector<std::string> problems;
   std::set<std::string> used;
   for (const auto& item : params) {
     auto it = tensors.find(item.key());
+    if (hold != nullptr && !hold(item.key())) {
+      if (it != tensors.end()) used.insert(item.key());
+      continue;
+    }
     if (it == tensors.end()) {
       if (strict) problems.push_back(absl::StrCat("parameter \"", item.key(), "\" is missing"));
       continue;
@@ -374,17 +379,20 @@ std::string ParameterShardFile(int shard, int num_shards) {
   return absl::StrFormat("params-%05d-of-%05d.safetensors", shard, num_shards);
 }
 
-absl::StatusOr<TensorMap> ReadCheckpointParameters(const std::string& dir, int param_shards) {
+absl::StatusOr<TensorMap> ReadCheckpointParameters(const std::string& dir, int param_shards,
+                                                   const std::function<bool(const std::string&)>& keep) {
   if (param_shards < 0 || param_shards > 1 << 20) {
     return absl::DataLossError(absl::StrCat(dir, "/metadata.json: param_shards ", param_shards));
   }
-  if (param_shards == 0) return ReadTensors(dir + "/params.safetensors");
+  if (param_shards == 0) return ReadTensors(dir + "/params.safetensors", keep);
   TensorMap params;
+  std::set<std::string> seen;
   for (int r = 0; r < param_shards; ++r) {
     const std::string file = ParameterShardFile(r, param_shards);
-    TY_ASSIGN_OR_RETURN(TensorMap part, ReadTensors(dir + "/" + file));
-    for (const auto& [name, t] : part) {
-      if (params.count(name) > 0) {
+    std::vector<std::string> names;
+    TY_ASSIGN_OR_RETURN(TensorMap part, ReadTensors(dir + "/" + file, keep, &names));
+    for (const std::string& name : names) {
+      if (!seen.insert(name).second) {
         return absl::DataLossError(absl::StrCat(dir, "/", file, ": ", name, " is in another shard too"));
       }
     }

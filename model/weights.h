@@ -46,8 +46,12 @@ absl::Status SaveParameters(T5Impl& model, const std::string& path, torch::Scala
 
 // Copies `tensors` into the model's parameters. kInvalidArgument, naming the
 // tensor, for a shape mismatch; for a missing parameter or an unused tensor
-// when `strict` (otherwise those parameters keep their values).
-absl::Status AssignParameters(const TensorMap& tensors, bool strict, T5Impl* model);
+// when `strict` (otherwise those parameters keep their values). `hold`
+// (null: every parameter) names the parameters this process holds (PARAMETERS
+// sharding): the others are neither assigned nor missing, and a tensor of
+// theirs counts as used.
+absl::Status AssignParameters(const TensorMap& tensors, bool strict, T5Impl* model,
+                              const std::function<bool(const std::string&)>& hold = nullptr);
 
 // Hugging Face T5: config.json -> ModelConfig (d_model, d_kv, d_ff,
 // num_layers, num_decoder_layers, num_heads, relative_attention_*,
@@ -78,8 +82,10 @@ absl::Status WriteModelCheckpoint(T5Impl& model, const std::string& dir, int64_t
 // `param_shards` > 0 (a checkpoint of data_parallel.sharding PARAMETERS,
 // each rank's own parameters in its own file) the union of
 // ParameterShardFile(r, param_shards) for every r; a name in two files is
-// kDataLoss.
-absl::StatusOr<TensorMap> ReadCheckpointParameters(const std::string& dir, int param_shards);
+// kDataLoss. Only the tensors `keep` accepts (null: all) are read; every
+// name is still checked for duplicates.
+absl::StatusOr<TensorMap> ReadCheckpointParameters(const std::string& dir, int param_shards,
+                                                   const std::function<bool(const std::string&)>& keep = nullptr);
 // "params-<r>-of-<W>.safetensors", 5 digits each.
 std::string ParameterShardFile(int shard, int num_shards);
 

@@ -95,7 +95,10 @@ absl::StatusOr<std::unique_ptr<ParameterGatherer>> ParameterGatherer::Create(
       return absl::InvalidArgumentError(
           absl::StrCat("parameter gatherer: parameter ", params[i].first, " is in no unit"));
     }
-    g->nbytes_.push_back(params[i].second.storage().nbytes());
+    // A parameter released when the model was built (its storage holds
+    // nothing) gets back the bytes its elements need.
+    const torch::Tensor& p = params[i].second;
+    g->nbytes_.push_back(StorageReleased(p) ? static_cast<size_t>(p.numel()) * p.element_size() : p.storage().nbytes());
   }
   g->params_ = std::move(params);
   g->slots_.resize(static_cast<size_t>(prefetch));
@@ -103,7 +106,23 @@ absl::StatusOr<std::unique_ptr<ParameterGatherer>> ParameterGatherer::Create(
   g->ready_.assign(g->units_.size(), 0);
   g->forward_at_.assign(g->units_.size(), -1);
   g->backward_at_.assign(g->units_.size(), -1);
-  g->gathered_elements_ = g->peak_gathered_ = g->others_elements_;
+  // Parameters released before (a model built holding this rank's own
+  // only) leave the gatherer as ReleaseAll would: no unit counts as whole,
+  // so every rank's first gathers are the same collectives.
+  g->gathered_elements_ = g->others_elements_;
+  bool released = false;
+  for (size_t i = 0; i < g->params_.size(); ++i) {
+    if (!StorageReleased(g->params_[i].second)) continue;
+    if (!shard_parameters || g->Mine(i)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter gatherer: parameter ", g->params_[i].first, " holds no memory, and ",
+                       g->Mine(i) ? "it is this rank's own" : "only PARAMETERS sharding gathers it"));
+    }
+    released = true;
+    g->gathered_elements_ -= g->params_[i].second.numel();
+  }
+  if (released) g->whole_.assign(g->units_.size(), 0);
+  g->peak_gathered_ = g->gathered_elements_;
   if (shard_parameters) {
     for (size_t i = 0; i < g->params_.size(); ++i) {
       std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(g->params_[i].second);

@@ -10,6 +10,7 @@
 
 #include "collective/fake_collective.h"
 #include "collective/gloo_collective.h"
+#include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/parameter_storage.h"
@@ -318,6 +319,45 @@ TEST(ParameterGathererTest, ParametersModeRefusesSharedStorage) {
   auto shared = ParameterGatherer::Create(params, kUnits, bounds, &collective, 2, /*shard_parameters=*/true);
   EXPECT_EQ(shared.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(shared.status().message(), HasSubstr("parameter p3 does not require grad or shares another's storage"));
+}
+
+// Parameters released before the gatherer is made (a model built holding
+// only this rank's): counted as not gathered, every unit as not whole (as
+// after ReleaseAll, so the ranks' gathers pair up), and GatherAll brings
+// them back at their full size with the owners' values. Released memory of this
+// rank's own, or without PARAMETERS, is refused.
+TEST(ParameterGathererTest, ParametersReleasedBeforehandAreGatheredAtTheirSize) {
+  const int world = 3;
+  const std::vector<size_t> bounds = Bounds(world);
+  OnFakeRanks(world, [&](int rank, Collective* collective, FakeGroup*) {
+    auto mine = [&](size_t i) { return i >= bounds[rank] && i < bounds[rank + 1]; };
+    NamedTensors params = ShardedRankParams(bounds, rank);
+    for (size_t i = 0; i < kShapes.size(); ++i) {
+      if (!mine(i)) ReleaseStorage(params[i].second);
+    }
+    auto created = ParameterGatherer::Create(params, kUnits, bounds, collective, /*prefetch=*/2,
+                                             /*shard_parameters=*/true);
+    ASSERT_TRUE(created.ok()) << created.status();
+    ParameterGatherer& g = **created;
+    EXPECT_EQ(g.gathered_elements(), 0) << "rank " << rank;
+    EXPECT_EQ(g.TakePeakGatheredElements(), 0) << "rank " << rank;
+    for (size_t u = 0; u < kUnits.size(); ++u) EXPECT_FALSE(g.whole(static_cast<int>(u))) << "rank " << rank;
+    ASSERT_TRUE(g.GatherAll().ok());
+    EXPECT_EQ(g.gathered_elements(), g.others_elements());
+    for (size_t i = 0; i < kShapes.size(); ++i) EXPECT_TRUE(Whole(params, i)) << "rank " << rank << " p" << i;
+    g.ReleaseAll();
+  });
+  auto group = std::make_shared<FakeGroup>(2, absl::Seconds(1));
+  FakeCollective collective(group, 0);
+  const std::vector<size_t> two = Bounds(2);
+  NamedTensors own = ShardedRankParams(two, 0);
+  ReleaseStorage(own[0].second);
+  EXPECT_THAT(ParameterGatherer::Create(own, kUnits, two, &collective, 2, /*shard_parameters=*/true).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("p0 holds no memory, and it is this rank's own")));
+  NamedTensors other = ShardedRankParams(two, 0);
+  ReleaseStorage(other[6].second);
+  EXPECT_THAT(ParameterGatherer::Create(other, kUnits, two, &collective, 2, /*shard_parameters=*/false).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("only PARAMETERS sharding gathers it")));
 }
 
 TEST(ParameterGathererTest, UnitsMustCoverEveryParameterOnce) {

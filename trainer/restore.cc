@@ -29,14 +29,14 @@ absl::StatusOr<std::string> ChooseCheckpoint(const RestoreConfig& restore, const
 
 absl::StatusOr<TrainCheckpoint> ReadRestartCheckpoint(const std::string& preferred, const std::string& output_dir,
                                                       std::vector<SkippedCheckpoint>* skipped,
-                                                      const SlotFilter& keep_slot) {
+                                                      const SlotFilter& keep_slot, const ParamFilter& keep_param) {
   std::vector<std::string> candidates = {preferred};
   const std::map<int64_t, std::string> all = ListCheckpoints(output_dir);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     if (it->second != preferred) candidates.push_back(it->second);
   }
   for (const std::string& dir : candidates) {
-    absl::StatusOr<TrainCheckpoint> ckpt = ReadTrainCheckpoint(dir, keep_slot);
+    absl::StatusOr<TrainCheckpoint> ckpt = ReadTrainCheckpoint(dir, keep_slot, keep_param);
     if (ckpt.ok()) return ckpt;
     if (!absl::IsDataLoss(ckpt.status()) && !absl::IsNotFound(ckpt.status())) return ckpt.status();
     if (skipped != nullptr) skipped->push_back({dir, std::string(ckpt.status().message())});
@@ -45,7 +45,7 @@ absl::StatusOr<TrainCheckpoint> ReadRestartCheckpoint(const std::string& preferr
 }
 
 absl::StatusOr<bool> ApplyCheckpoint(const TrainCheckpoint& ckpt, const RestoreConfig& restore, T5Impl* network,
-                                     Optimizer* optimizer) {
+                                     Optimizer* optimizer, const ParamFilter& hold) {
   TensorMap params;
   for (const auto& [name, tensor] : ckpt.params) {
     std::string target = name;
@@ -65,7 +65,7 @@ absl::StatusOr<bool> ApplyCheckpoint(const TrainCheckpoint& ckpt, const RestoreC
     if (!dropped) params[target] = tensor;
   }
   const bool strict = !restore.has_strict() || restore.strict();
-  absl::Status assigned = AssignParameters(params, strict, network);
+  absl::Status assigned = AssignParameters(params, strict, network, hold);
   if (!assigned.ok())
     return absl::Status(assigned.code(), absl::StrCat("restore: ", ckpt.dir, ": ", assigned.message()));
   // The optimizer state belongs to the same parameters: the same model up to

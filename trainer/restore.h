@@ -33,10 +33,11 @@ absl::StatusOr<std::string> ChooseCheckpoint(const RestoreConfig& restore, const
 // kNotFound when none reads back; any other error (an unreadable disk) is
 // returned, not skipped: a job must not quietly go back to older state
 // because storage is briefly unavailable.
-// `keep_slot` as for ReadTrainCheckpoint.
+// `keep_slot` and `keep_param` as for ReadTrainCheckpoint.
 absl::StatusOr<TrainCheckpoint> ReadRestartCheckpoint(const std::string& preferred, const std::string& output_dir,
                                                       std::vector<SkippedCheckpoint>* skipped,
-                                                      const SlotFilter& keep_slot = nullptr);
+                                                      const SlotFilter& keep_slot = nullptr,
+                                                      const ParamFilter& keep_param = nullptr);
 
 // Assigns the checkpoint's parameters to `network`, renamed by the
 // assignment map (the first full match wins; an empty replacement drops the
@@ -44,9 +45,11 @@ absl::StatusOr<TrainCheckpoint> ReadRestartCheckpoint(const std::string& preferr
 // be matched and every tensor used. The optimizer state is loaded too when
 // the checkpoint has one, it is of the same model (dropout rates may
 // differ), and nothing was renamed;
-// returns whether it was (then the data positions apply as well).
+// returns whether it was (then the data positions apply as well). `hold`
+// as for AssignParameters: with PARAMETERS sharding only this rank's own
+// parameters are assigned (and need be in `ckpt`).
 absl::StatusOr<bool> ApplyCheckpoint(const TrainCheckpoint& ckpt, const RestoreConfig& restore, T5Impl* network,
-                                     Optimizer* optimizer);
+                                     Optimizer* optimizer, const ParamFilter& hold = nullptr);
 
 }  // namespace trainyard
 

@@ -225,7 +225,8 @@ absl::Status WriteTrainCheckpoint(const std::string& dir, const TrainSnapshot& s
   return status;
 }
 
-absl::StatusOr<TrainCheckpoint> ReadTrainCheckpoint(const std::string& dir, const SlotFilter& keep_slot) {
+absl::StatusOr<TrainCheckpoint> ReadTrainCheckpoint(const std::string& dir, const SlotFilter& keep_slot,
+                                                    const ParamFilter& keep_param) {
   TY_ASSIGN_OR_RETURN(CheckpointHeader header, ReadCheckpointHeader(dir));
   TrainCheckpoint out;
   out.dir = dir;
@@ -241,7 +242,7 @@ absl::StatusOr<TrainCheckpoint> ReadTrainCheckpoint(const std::string& dir, cons
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(dir, "/metadata.json: ", e.what()));
   }
-  TY_ASSIGN_OR_RETURN(out.params, ReadCheckpointParameters(dir, out.param_shards));
+  TY_ASSIGN_OR_RETURN(out.params, ReadCheckpointParameters(dir, out.param_shards, keep_param));
   if (out.optimizer_shards < 0 || out.optimizer_shards > 1 << 20) {
     return absl::DataLossError(absl::StrCat(dir, "/metadata.json: optimizer_shards ", out.optimizer_shards));
   }

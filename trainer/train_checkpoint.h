@@ -135,14 +135,18 @@ struct TrainCheckpoint {
 
 // Which optimizer slots a reader wants (by name); empty: all of them.
 using SlotFilter = std::function<bool(const std::string& slot)>;
+// Which parameters a reader wants (by name); empty: all of them.
+using ParamFilter = std::function<bool(const std::string& name)>;
 
 // Verifies the manifest (kNotFound without one, kDataLoss naming a damaged
 // file), then reads the parameters and the optimizer slots `keep_slot`
 // accepts ("step" is always there). A rank of a sharded optimizer passes its
 // own slots, so a restore holds its shard of the state rather than the
-// whole of it. Every slot's name is still checked: one found in two shard
-// files is kDataLoss whether it is read or not.
-absl::StatusOr<TrainCheckpoint> ReadTrainCheckpoint(const std::string& dir, const SlotFilter& keep_slot = nullptr);
+// whole of it. `keep_param` likewise for the parameters (a rank of
+// PARAMETERS sharding reads its own). Every name is still checked: one
+// found in two shard files is kDataLoss whether it is read or not.
+absl::StatusOr<TrainCheckpoint> ReadTrainCheckpoint(const std::string& dir, const SlotFilter& keep_slot = nullptr,
+                                                    const ParamFilter& keep_param = nullptr);
 
 // The checkpoint_<step> directories directly under `dir`, by step (not
 // verified).

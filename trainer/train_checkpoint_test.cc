@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <string>
 #include <thread>
 
 #include <sys/wait.h>
@@ -202,12 +204,26 @@ TEST_F(TrainCheckpointTest, ShardedParametersAreWrittenByEveryRank) {
   absl::StatusOr<ModelCheckpoint> model_only = ReadModelCheckpoint(ckpt);
   ASSERT_THAT(model_only.status(), IsOk());
   EXPECT_EQ(model_only->tensors.size(), names.size());
+  // A reader of some parameters (a rank of PARAMETERS sharding) gets those
+  // only, from whichever file holds them.
+  const std::set<std::string> wanted = {names[0], names[half], names.back()};
+  absl::StatusOr<TrainCheckpoint> some =
+      ReadTrainCheckpoint(ckpt, nullptr, [&](const std::string& name) { return wanted.count(name) > 0; });
+  ASSERT_THAT(some.status(), IsOk());
+  ASSERT_EQ(some->params.size(), wanted.size());
+  for (const std::string& name : wanted) {
+    EXPECT_TRUE(torch::equal(some->params.at(name), model_->named_parameters()[name])) << name;
+  }
 
   const std::string twice = dir_ + "/checkpoint_5";
   for (const absl::Status& s : write(twice, "s12", true)) ASSERT_THAT(s, IsOk());
   EXPECT_THAT(ReadTrainCheckpoint(twice).status(),
               StatusIs(absl::StatusCode::kDataLoss,
                        HasSubstr("params-00001-of-00002.safetensors: " + names[0] + " is in another shard too")));
+  // The duplicate is found by a reader that reads neither copy.
+  EXPECT_THAT(
+      ReadTrainCheckpoint(twice, nullptr, [&](const std::string& name) { return name == names.back(); }).status(),
+      StatusIs(absl::StatusCode::kDataLoss, HasSubstr(names[0] + " is in another shard too")));
 }
 
 // A waited save may take the live tensors (no copy); they are never kept

@@ -182,6 +182,9 @@ class Trainer {
   // shard_parameters is in effect: between steps this rank holds only its
   // own parameters.
   bool parameters_sharded() const { return gatherer_ != nullptr && gatherer_->shard_parameters(); }
+  // Why shard_parameters (or the unit-by-unit gather) was refused; OK if
+  // it was not.
+  const absl::Status& gatherer_setup() const { return gatherer_setup_; }
   // The unit-by-unit gatherer (its memory counters), if there is one.
   ParameterGatherer* gatherer() { return gatherer_.get(); }
   // Joins the metric writers; the first write error, if any.

@@ -9,8 +9,8 @@ optimizer state (AdamW: 8 bytes per parameter; Adafactor: its factored
 statistics). OPTIMIZER divides the state by W; GRADIENTS the gradients too,
 less the buckets in flight during backward (2 of bucket_mb, 4 MiB);
 PARAMETERS the parameters too (4 bytes each), less the layers gathered at
-once during a pass (the embedding and two layers in flight) and the whole
-model every rank builds before it releases the others' parameters.
+once during a pass (the embedding and two layers in flight); each rank
+builds and restores only its own parameters.
 Activations, LibTorch and the process itself come on top: the difference
 NONE - mode is what to compare with the analytic saving.
 
