@@ -15,7 +15,7 @@ warm-up chunk); its workers' peak RSS is read from /proc while they run.
 
 Prints every measurement as a JSON line, then the medians and ratios.
 usage: run.py --trainyard BIN --peer-python PY --examples FILE [--reps 3]
-              [--preset tiny] [--steps 20] [--sharding=NONE|OPTIMIZER|GRADIENTS]
+              [--preset tiny] [--steps 20] [--sharding=NONE|OPTIMIZER|GRADIENTS|PARAMETERS]
 (--sharding: Trainyard's data_parallel.sharding in both configurations;
 the peer is plain DDP in every case.)
 """
@@ -69,10 +69,11 @@ def peak_rss_of_workers(stop, peaks):
         time.sleep(0.2)
 
 
-def run_trainyard(args, mode, workers=2, threads=None, extra_spec=""):
+def run_trainyard(args, mode, workers=2, threads=None, extra_spec="", env=None):
     """One `trainyard local` run of `mode` with `workers` workers (and
     `threads` each; default: the cores divided among them); `extra_spec` is
-    appended to the job spec."""
+    appended to the job spec, `env` added to the environment of
+    `trainyard local` and so of its workers."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     work = tempfile.mkdtemp(prefix=f"peer-{mode}-")
     with open(os.path.join(work, "job.textproto"), "w") as f:
@@ -86,7 +87,8 @@ def run_trainyard(args, mode, workers=2, threads=None, extra_spec=""):
     poller = threading.Thread(target=peak_rss_of_workers, args=(stop, peaks))
     poller.start()
     try:
-        r = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=3600)
+        r = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=3600,
+                           env=dict(os.environ, **(env or {})))
     finally:
         stop.set()
         poller.join()
@@ -132,10 +134,12 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--compare-overlap", action="store_true",
                         help="only Trainyard, padded: the all-reduce after backward against overlapped with it")
-    parser.add_argument("--sharding", default="NONE", choices=("NONE", "OPTIMIZER", "GRADIENTS"),
+    parser.add_argument("--sharding", default="NONE", choices=("NONE", "OPTIMIZER", "GRADIENTS", "PARAMETERS"),
                         help="Trainyard's data_parallel.sharding against the peer's DDP")
     parser.add_argument("--compare-sharding", action="store_true",
                         help="only Trainyard, padded: data_parallel.sharding NONE against OPTIMIZER and GRADIENTS")
+    parser.add_argument("--compare-malloc", action="store_true",
+                        help="only Trainyard, padded: glibc's dynamic mmap threshold against one fixed at 128 KiB")
     parser.add_argument("--compare-allgather", action="store_true",
                         help="only Trainyard, padded, sharding GRADIENTS: the parameters' all-gather after the "
                              "update against overlapped with the next forward pass")
@@ -148,6 +152,9 @@ def main():
         return
     if args.compare_sharding:
         compare_sharding(args)
+        return
+    if args.compare_malloc:
+        compare_malloc(args)
         return
     results = []
     for rep in range(args.reps):
@@ -192,7 +199,8 @@ def compare_sharding(args):
     training (sharding NONE) and the sharded modes."""
     compare_variants(args, {"none": "data_parallel { sharding: NONE }",
                             "optimizer": "data_parallel { sharding: OPTIMIZER }",
-                            "gradients": "data_parallel { sharding: GRADIENTS }"})
+                            "gradients": "data_parallel { sharding: GRADIENTS }",
+                            "parameters": "data_parallel { sharding: PARAMETERS }"})
 
 
 def compare_allgather(args):
@@ -204,14 +212,26 @@ def compare_allgather(args):
         "overlapped": "data_parallel { sharding: GRADIENTS overlap_allgather: true }"})
 
 
+def compare_malloc(args):
+    """Trainyard alone on identical padded batches, sharding as --sharding,
+    alternating the workers' malloc settings: glibc's dynamic mmap
+    threshold against one fixed at 128 KiB (MALLOC_MMAP_THRESHOLD_ in the
+    environment, which the worker passes on to glibc untouched)."""
+    spec = f"data_parallel {{ sharding: {args.sharding} }}"
+    compare_variants(args, {"glibc_default": (spec, {}),
+                            "threshold_128k": (spec, {"MALLOC_MMAP_THRESHOLD_": "131072"})})
+
+
 def compare_variants(args, variants):
-    """Alternates Trainyard's runs of each variant (spec fields), padded;
-    the summary's speedups are each variant's steps/s over the first's."""
+    """Alternates Trainyard's runs of each variant (spec fields, or a pair
+    of spec fields and environment), padded; the summary's speedups are
+    each variant's steps/s over the first's."""
     results = []
     for rep in range(args.reps):
         names = list(variants) if rep % 2 == 0 else list(reversed(variants))
         for name in names:
-            m = run_trainyard(args, "padded", extra_spec=variants[name])
+            spec, env = variants[name] if isinstance(variants[name], tuple) else (variants[name], None)
+            m = run_trainyard(args, "padded", extra_spec=spec, env=env)
             m["variant"], m["rep"] = name, rep
             print(json.dumps(m), flush=True)
             results.append(m)

@@ -3,14 +3,16 @@
 # what is measured). Prints JSON lines: every measurement, then medians and
 # the two ratios. Results also go to .bench/peer/.
 #
-# usage: bench/peer/run.sh [REPS [PRESET [STEPS [--compare-overlap|--compare-sharding|--compare-allgather|--sharding=MODE]]]]
+# usage: bench/peer/run.sh [REPS [PRESET [STEPS [--compare-overlap|--compare-sharding|--compare-allgather|--compare-malloc|--sharding=MODE]]]]
 #        (default 3, tiny, 20; --compare-overlap: Trainyard alone, the
 #        gradient all-reduce after backward against overlapped with it;
 #        --compare-sharding: Trainyard alone, data_parallel.sharding NONE
-#        against OPTIMIZER and GRADIENTS; --compare-allgather: Trainyard
+#        against OPTIMIZER, GRADIENTS and PARAMETERS; --compare-allgather: Trainyard
 #        alone, GRADIENTS, the parameters' all-gather after the update
-#        against overlapped with the next forward; --sharding=OPTIMIZER|GRADIENTS:
-#        against the peer with that data_parallel.sharding, NONE by default)
+#        against overlapped with the next forward; --sharding=OPTIMIZER|GRADIENTS|PARAMETERS:
+#        against the peer with that data_parallel.sharding, NONE by default;
+#        --compare-malloc: Trainyard alone, glibc's dynamic mmap threshold
+#        against one fixed at 128 KiB)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 reps="${1:-3}"
