@@ -233,7 +233,9 @@ TEST_F(TrainingJobTest, WeightMetricsJoinTheSummaryWhenTheSpecAsks) {
     // per decoder layer 8, 3 and 3 (x 2); a relative bias and a final norm
     // per stack.
     EXPECT_EQ(per_parameter, on ? 52 : 0);
-    if (on) EXPECT_GT(summary.at("weight_gradient_norm"), 0.0);
+    if (on) {
+      EXPECT_GT(summary.at("weight_gradient_norm"), 0.0);
+    }
   }
 }
 

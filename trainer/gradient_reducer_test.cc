@@ -244,7 +244,9 @@ TEST(GradientReducerTest, AWarmUpPassDropsItsGradients) {
   for (auto& p : net.params) EXPECT_FALSE(p.grad().defined());
   reducer.Abandon();
   for (const torch::Tensor& g : reducer.ShardGradients()) {
-    if (g.defined()) EXPECT_EQ(g.abs().sum().item<float>(), 0.0f);
+    if (g.defined()) {
+      EXPECT_EQ(g.abs().sum().item<float>(), 0.0f);
+    }
   }
 }
 
