@@ -83,8 +83,9 @@ int RunSubmit(const std::vector<std::string>& args, std::ostream& out, std::ostr
 int RunStatus(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   bool json = false;
   JobCommand command("status --coordinator HOST:PORT JOB [--json]",
-                     "A job's state, step, latest metrics and its ranks (with each rank's\n"
-                     "seconds per step, so that stragglers stand out).");
+                     "A job's state, step, latest metrics and its ranks: each rank's seconds\n"
+                     "per step, split into compute and time blocked in collectives; a rank\n"
+                     "whose compute is well above the others' is marked (straggler).");
   command.flags().AddBool("json", &json, "print JSON");
   if (absl::optional<int> code = command.Parse(args, 1, "exactly one JOB id", out, err)) return *code;
   absl::StatusOr<JobInfo> job = command.client()->Get(command.arg(0));

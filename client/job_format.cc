@@ -45,8 +45,12 @@ nlohmann::json JobJson(const JobInfo& job) {
                      {"host", r.host()},
                      {"address", r.address()},
                      {"device", r.device()},
-                     {"last_step_seconds", r.last_step_seconds()}});
+                     {"last_step_seconds", r.last_step_seconds()},
+                     {"last_compute_seconds", r.last_compute_seconds()},
+                     {"last_collective_seconds", r.last_collective_seconds()},
+                     {"straggler", false}});
   }
+  for (int r : Stragglers(job)) ranks[r]["straggler"] = true;
   j["ranks"] = ranks;
   j["create_time_unix_ms"] = job.create_time_unix_ms();
   j["update_time_unix_ms"] = job.update_time_unix_ms();
@@ -65,19 +69,49 @@ std::string FormatJob(const JobInfo& job) {
     for (const auto& [k, v] : sorted) absl::StrAppend(&out, absl::StrFormat("    %-48s %.6g\n", k, v));
   }
   if (job.ranks_size() > 0) {
-    // A rank more than 20 % slower than the fastest is a straggler.
-    double fastest = 0;
-    for (const RankInfo& r : job.ranks()) {
-      if (r.last_step_seconds() > 0 && (fastest == 0 || r.last_step_seconds() < fastest))
-        fastest = r.last_step_seconds();
-    }
-    absl::StrAppend(&out, "  ranks:\n");
-    for (const RankInfo& r : job.ranks()) {
+    std::vector<bool> slow(job.ranks_size(), false);
+    for (int r : Stragglers(job)) slow[r] = true;
+    // Seconds per step of the last chunk: wall, and of it, outside and in
+    // collective operations.
+    absl::StrAppend(&out, "  ranks:\n",
+                    absl::StrFormat("    %-4s %-20s %-16s %-22s %-8s %10s %10s %10s\n", "rank", "worker", "host",
+                                    "address", "device", "s/step", "compute", "collective"));
+    for (int i = 0; i < job.ranks_size(); ++i) {
+      const RankInfo& r = job.ranks(i);
       absl::StrAppend(
-          &out, absl::StrFormat("    %d  %-20s %-16s %-22s %-8s %8.4f s/step%s\n", r.rank(), r.worker_id(), r.host(),
-                                r.address(), r.device(), r.last_step_seconds(),
-                                fastest > 0 && r.last_step_seconds() > 1.2 * fastest ? "  (straggler)" : ""));
+          &out, absl::StrFormat("    %-4d %-20s %-16s %-22s %-8s %10.4f %10.4f %10.4f%s\n", r.rank(), r.worker_id(),
+                                r.host(), r.address(), r.device(), r.last_step_seconds(), r.last_compute_seconds(),
+                                r.last_collective_seconds(), slow[i] ? "  (straggler)" : ""));
     }
+  }
+  return out;
+}
+
+std::vector<int> Stragglers(const JobInfo& job) {
+  const int n = job.ranks_size();
+  std::vector<int> out;
+  bool computed = n > 1;
+  for (const RankInfo& r : job.ranks()) computed = computed && r.last_compute_seconds() > 0;
+  if (computed) {
+    for (int i = 0; i < n; ++i) {
+      std::vector<double> others;
+      for (int j = 0; j < n; ++j) {
+        if (j != i) others.push_back(job.ranks(j).last_compute_seconds());
+      }
+      std::sort(others.begin(), others.end());
+      const size_t m = others.size();
+      const double median = m % 2 == 1 ? others[m / 2] : (others[m / 2 - 1] + others[m / 2]) / 2;
+      const double mine = job.ranks(i).last_compute_seconds();
+      if (mine > 1.25 * median && mine - median > 0.005) out.push_back(i);
+    }
+    return out;
+  }
+  double fastest = 0;
+  for (const RankInfo& r : job.ranks()) {
+    if (r.last_step_seconds() > 0 && (fastest == 0 || r.last_step_seconds() < fastest)) fastest = r.last_step_seconds();
+  }
+  for (int i = 0; i < n; ++i) {
+    if (fastest > 0 && job.ranks(i).last_step_seconds() > 1.2 * fastest) out.push_back(i);
   }
   return out;
 }

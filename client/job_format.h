@@ -5,6 +5,7 @@
 
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "client/job_client.h"
 #include "nlohmann/json.hpp"
@@ -17,6 +18,15 @@ namespace trainyard {
 // create/update times.
 nlohmann::json JobJson(const JobInfo& job);
 std::string FormatJob(const JobInfo& job);
+
+// The ranks that slow the gang down, by their last chunk. With compute
+// times reported: a rank whose compute seconds per step exceed the median
+// of the other ranks' by more than 25 % (and 5 ms, against noise). Waiting
+// in collectives does not count: ranks in lock-step have equal wall times,
+// and the one the others wait for has the most compute. Without them (a
+// worker that does not report it): a rank whose wall seconds per step
+// exceed the fastest rank's by more than 20 %.
+std::vector<int> Stragglers(const JobInfo& job);
 
 // "[#####-----] 120/300  4.1 steps/s  ETA 0:44  loss 1.234"; rate < 0 when
 // not known yet.

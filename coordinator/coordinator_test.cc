@@ -93,6 +93,8 @@ class FakeClient : public WorkerClient {
         w_->nan_loss ? std::nan("") : 100.0 / static_cast<double>(response.last_step());
     if (r.save_checkpoint()) response.set_checkpoint(absl::StrCat("ckpt_", response.last_step()));
     response.set_seconds_per_step(0.25);
+    response.set_compute_seconds_per_step(0.125);
+    response.set_collective_seconds_per_step(0.0625);
     return response;
   }
   absl::StatusOr<OpenSessionResponse> OpenSession(const WorkerOpenSessionRequest& r) override {
@@ -288,6 +290,8 @@ TEST_F(CoordinatorTest, RunsAJobInChunksToTheBoundariesAndSucceeds) {
   ASSERT_EQ(done.ranks_size(), 2);
   EXPECT_EQ(done.ranks(1).host(), "b");
   EXPECT_EQ(done.ranks(1).last_step_seconds(), 0.25);
+  EXPECT_EQ(done.ranks(1).last_compute_seconds(), 0.125);
+  EXPECT_EQ(done.ranks(1).last_collective_seconds(), 0.0625);
   // Boundaries: summaries every 20, evals every 50, checkpoints every 30.
   const std::vector<std::string> want = {"start 0/2",      "run 0+20",       "run 20+10 ckpt", "run 30+10",
                                          "run 40+10",      "eval 50",        "run 50+10 ckpt", "run 60+20",

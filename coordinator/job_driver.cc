@@ -316,7 +316,10 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
       info->set_metrics_step(step);
       info->set_latest_checkpoint(latest_checkpoint_);
       for (int r = 0; r < world && r < info->ranks_size(); ++r) {
-        info->mutable_ranks(r)->set_last_step_seconds(ran[r].seconds_per_step());
+        RankInfo* rank = info->mutable_ranks(r);
+        rank->set_last_step_seconds(ran[r].seconds_per_step());
+        rank->set_last_compute_seconds(ran[r].compute_seconds_per_step());
+        rank->set_last_collective_seconds(ran[r].collective_seconds_per_step());
       }
     });
     MetricsByTask train;

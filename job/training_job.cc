@@ -75,7 +75,7 @@ class TrainingJob::RewindableBatches : public BatchIterator {
 };
 
 TrainingJob::TrainingJob(JobSpec spec, Collective* collective, TrainingJobOptions options)
-    : spec_(std::move(spec)), collective_(collective), options_(std::move(options)) {}
+    : spec_(std::move(spec)), collective_(collective), timed_(collective), options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& spec, Collective* collective,
                                                                  TrainingJobOptions options) {
@@ -172,7 +172,7 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
       if (sharding != DataParallelConfig::NONE && world > 1) {
         // The parameters' all-gather goes in rounds of a bucket per rank.
         const int64_t round = (static_cast<int64_t>(std::max(spec.data_parallel().bucket_mb(), 1)) << 20) / 4;
-        TY_ASSIGN_OR_RETURN(job->optimizer_, ShardedOptimizer::Create(spec.optimizer(), params, collective, round));
+        TY_ASSIGN_OR_RETURN(job->optimizer_, ShardedOptimizer::Create(spec.optimizer(), params, &job->timed_, round));
       } else {
         TY_ASSIGN_OR_RETURN(job->optimizer_, CreateOptimizer(spec.optimizer(), params));
       }
@@ -202,8 +202,9 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
         }
       }
       trainer.preemption_requested = job->options_.stop;
+      trainer.collective_timer = &job->timed_;
       job->trainer_ =
-          std::make_unique<Trainer>(job->model_.get(), job->optimizer_.get(), std::move(lr), collective, trainer);
+          std::make_unique<Trainer>(job->model_.get(), job->optimizer_.get(), std::move(lr), &job->timed_, trainer);
       if (build_sharded && !job->trainer_->parameters_sharded()) {
         // The model holds this rank's parameters only; nothing else could
         // read it whole.
@@ -391,6 +392,8 @@ absl::StatusOr<TrainChunk> TrainingJob::Train(int64_t num_steps) {
     }
     chunk.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     chunk.summary = std::move(*summary);
+    chunk.compute_seconds = trainer_->last_chunk_timing().compute_seconds;
+    chunk.collective_seconds = trainer_->last_chunk_timing().collective_seconds;
     // Every rank must hold the same parameters: compare per-parameter sums
     // (bitwise: identical tensors give identical sums). With PARAMETERS
     // sharding each rank holds only its own: nothing is replicated.

@@ -38,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "collective/collective.h"
+#include "collective/timed_collective.h"
 #include "data/task.h"
 #include "evaluation/metric_fns.h"
 #include "model/encoder_decoder_model.h"
@@ -78,9 +79,14 @@ double MeasurePeakFlops(const c10::Device& device, torch::ScalarType dtype);
 struct TrainChunk {
   std::map<std::string, double> summary;  // rank 0's summary (others: all-reduced values)
   double seconds = 0;                     // wall time of the steps
-  bool preempted = false;                 // stopped with the other ranks; emergency checkpoint written
-  bool asked_to_stop = false;             // this rank's worker is the one preempted
-  std::string emergency_checkpoint;       // rank 0
+  // Of the steps' time on this rank: blocked in collectives (waiting for
+  // the other ranks, the transfers not overlapped) and the rest (data,
+  // forward, backward, the update): Trainer::ChunkTiming.
+  double compute_seconds = 0;
+  double collective_seconds = 0;
+  bool preempted = false;            // stopped with the other ranks; emergency checkpoint written
+  bool asked_to_stop = false;        // this rank's worker is the one preempted
+  std::string emergency_checkpoint;  // rank 0
   double emergency_seconds = 0;
 };
 
@@ -214,6 +220,9 @@ class TrainingJob {
 
   const JobSpec spec_;
   Collective* const collective_;
+  // collective_, timing the trainer's and the optimizer's waits (TrainChunk's
+  // compute and collective seconds).
+  TimedCollective timed_;
   const TrainingJobOptions options_;
   TaskRegistry registry_;
   std::unique_ptr<TaskBatchIterator> train_batches_;  // task data only

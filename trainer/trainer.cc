@@ -1,5 +1,6 @@
 #include "trainer/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -86,6 +87,12 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
       learning_rate_(std::move(learning_rate)),
       collective_(collective),
       options_(std::move(options)) {
+  timer_ = options_.collective_timer;
+  if (timer_ == nullptr) {
+    own_timer_ = std::make_unique<TimedCollective>(collective_);
+    collective_ = own_timer_.get();
+    timer_ = own_timer_.get();
+  }
   for (const auto& item : model_->named_parameters()) params_.emplace_back(item.key(), item.value());
   if (!params_.empty()) device_ = params_[0].second.device();
   train_metrics_ =
@@ -382,6 +389,8 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
   update_seconds_ = 0;
   gather_seconds_ = 0;
   train_metrics_->StartDurationTimer();
+  const auto chunk_start = std::chrono::steady_clock::now();
+  const double blocked_before = timer_->blocked_seconds();
   for (int64_t i = 0; i < num_steps; ++i) {
     const int64_t step = this->step();
     // Every rank stops after the same step: the flag is combined across
@@ -410,6 +419,11 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
     if (!parameters_sharded()) TY_RETURN_IF_ERROR(gatherer_->Finish());
     gather_seconds_ += gatherer_->TakeWaitSeconds();
   }
+  ChunkTiming timing;
+  timing.steps = num_steps;
+  timing.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - chunk_start).count();
+  timing.collective_seconds = std::min(timer_->blocked_seconds() - blocked_before, timing.wall_seconds);
+  timing.compute_seconds = timing.wall_seconds - timing.collective_seconds;
   TY_RETURN_IF_ERROR(AllReduceMetrics(collective_, &total));
   std::map<std::string, double> summary = MetricValues(total);
   for (const auto& [k, v] : last_step_metrics) summary[k] = v;
@@ -425,11 +439,33 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
   summary["timing/allreduce_seconds_per_step"] = allreduce_seconds_ / steps;
   summary["timing/optimizer_seconds_per_step"] = update_seconds_ / steps;
   if (sharded_) summary["timing/allgather_seconds_per_step"] = gather_seconds_ / steps;
+  summary["timing/compute_seconds_per_step"] = timing.compute_seconds / steps;
+  summary["timing/collective_seconds_per_step"] = timing.collective_seconds / steps;
+  TY_RETURN_IF_ERROR(ComputeOverRanks(timing.compute_seconds / steps, &summary));
+  last_chunk_timing_ = timing;
   for (const auto& [k, v] : batches->TakeDataMetrics()) summary[k] = v;
   absl::optional<std::map<std::string, double>> written =
       train_metrics_->WriteMetricsSummary(summary, step(), num_steps);
   // Other ranks: the same all-reduced values, without rank 0's timings.
   return written.has_value() ? *written : summary;
+}
+
+absl::Status Trainer::ComputeOverRanks(double compute_per_step, std::map<std::string, double>* summary) {
+  std::vector<double> each = {compute_per_step};
+  if (collective_->world_size() > 1) {
+    std::vector<torch::Tensor> all;
+    TY_RETURN_IF_ERROR(collective_->AllGather(torch::tensor({compute_per_step}, torch::kDouble), &all));
+    each.clear();
+    for (const torch::Tensor& t : all) each.push_back(t.item<double>());
+  }
+  const auto slowest = std::max_element(each.begin(), each.end());
+  (*summary)["timing/slowest_compute_rank"] = static_cast<double>(slowest - each.begin());
+  (*summary)["timing/compute_seconds_per_step_max"] = *slowest;
+  (*summary)["timing/compute_seconds_per_step_min"] = *std::min_element(each.begin(), each.end());
+  std::sort(each.begin(), each.end());
+  const size_t n = each.size();
+  (*summary)["timing/compute_seconds_per_step_median"] = n % 2 == 1 ? each[n / 2] : (each[n / 2 - 1] + each[n / 2]) / 2;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> Trainer::CompileTrain(const T5Batch& batch) {

@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "collective/collective.h"
+#include "collective/timed_collective.h"
 #include "model/model.h"
 #include "spec/actions.h"
 #include "trainer/gradient_reducer.h"
@@ -114,6 +115,12 @@ struct TrainerOptions {
   // a peak, timing/mfu. 0: not reported.
   double model_flops_per_step = 0;
   double peak_flops_per_device = 0;
+  // Counts the time blocked in collective operations, for the compute
+  // time of ChunkTiming: the collective given to the Trainer (and to a
+  // sharded optimizer) should be this one, so every wait of a step is
+  // counted. Null: the Trainer wraps its collective in a timer of its own
+  // (an optimizer's operations then count as compute).
+  const TimedCollective* collective_timer = nullptr;
 };
 
 // T5X's PreemptionError: the status Train returns when preemption was
@@ -123,6 +130,22 @@ bool IsPreemptionError(const absl::Status& status);
 
 class Trainer {
  public:
+  // Where the last Train call's time went on this rank.
+  struct ChunkTiming {
+    int64_t steps = 0;
+    // From the first step's start to the last step's parameters being
+    // ready, before the summary.
+    double wall_seconds = 0;
+    // Blocked in collective operations (the gradients' reduction not
+    // overlapped with backward, the parameters' gathers, the step
+    // boundary's stop agreement): a fast rank's wait for a slow one.
+    double collective_seconds = 0;
+    // The rest: data, forward, backward, the optimizer's update. A rank
+    // slower than the others shows here; its wall time does not (ranks in
+    // lock-step finish together).
+    double compute_seconds = 0;
+  };
+
   Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learning_rate, Collective* collective,
           TrainerOptions options);
   ~Trainer();
@@ -130,7 +153,11 @@ class Trainer {
   // Runs `num_steps` train steps from `step()`; returns the train summary
   // (other ranks than 0 get the same all-reduced metrics without rank 0's
   // timing/ values; data/ values are each rank's). kInvalidArgument if a batch does
-  // not split into the microbatches.
+  // not split into the microbatches. The summary's
+  // timing/compute_seconds_per_step and timing/collective_seconds_per_step
+  // are this rank's (ChunkTiming per step);
+  // timing/compute_seconds_per_step_{min,median,max} and
+  // timing/slowest_compute_rank are over all ranks (one small all-gather).
   absl::StatusOr<std::map<std::string, double>> Train(BatchIterator* batches, int64_t num_steps);
 
   // Evaluates every named iterator to its end; returns metrics by task name
@@ -172,6 +199,8 @@ class Trainer {
   // Steps abandoned between microbatches by a stop request (their batches
   // were taken from the iterator but not trained on).
   int64_t abandoned_steps() const { return abandoned_steps_; }
+  // The last successful Train call's timing on this rank.
+  const ChunkTiming& last_chunk_timing() const { return last_chunk_timing_; }
   // Every parameter whole on this rank (with shard_parameters; nothing
   // otherwise), until the next training pass releases the others' again.
   // A collective: every rank calls it at the same point.
@@ -204,12 +233,18 @@ class Trainer {
   absl::StatusOr<std::map<std::string, double>> ApplyGradsAndGather(int64_t step, bool defer_gather);
   // A failed forward pass's status: the gatherer's, when it failed in it.
   absl::Status ForwardError(const absl::Status& status) const;
+  // Every rank's compute seconds per step into the summary: min, median,
+  // max and the slowest rank (a collective).
+  absl::Status ComputeOverRanks(double compute_per_step, std::map<std::string, double>* summary);
 
   Model* model_;
   Optimizer* optimizer_;
   LearningRateCallable learning_rate_;
-  Collective* collective_;
+  Collective* collective_;  // through own_timer_ when options_ has no timer
   TrainerOptions options_;
+  std::unique_ptr<TimedCollective> own_timer_;
+  const TimedCollective* timer_ = nullptr;
+  ChunkTiming last_chunk_timing_;
   NamedTensors params_;
   torch::Device device_ = torch::kCPU;  // the parameters' (dropout masks are drawn there)
   std::unique_ptr<MetricsManager> train_metrics_;

@@ -4,6 +4,7 @@
 #include <dirent.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <thread>
@@ -254,6 +255,74 @@ TEST(TrainerTest, EvalAgreesOnUnevenShardsAndOnStopping) {
   auto [s0, s1] = eval_both(3, 2);
   EXPECT_TRUE(IsPreemptionError(s0.status())) << s0.status();
   EXPECT_TRUE(IsPreemptionError(s1.status())) << s1.status();
+}
+
+// Batches that take `delay` each to come (a slow data pipeline or a slow
+// host: either way, time outside the collectives).
+class SlowBatches : public BatchIterator {
+ public:
+  SlowBatches(BatchIterator* inner, std::chrono::milliseconds delay) : inner_(inner), delay_(delay) {}
+  absl::StatusOr<T5Batch> Next() override {
+    std::this_thread::sleep_for(delay_);
+    return inner_->Next();
+  }
+
+ private:
+  BatchIterator* inner_;
+  std::chrono::milliseconds delay_;
+};
+
+TEST(TrainerTest, ComputeTimeFindsTheSlowRank) {
+  // Three ranks in lock-step; rank 1 spends 200 ms more per step before its
+  // first collective. Each rank's wall time is about the same; its compute
+  // time is not: the others wait for rank 1 in the collectives.
+  constexpr int kWorld = 3;
+  auto group = std::make_shared<FakeGroup>(kWorld, absl::Seconds(60));
+  std::vector<std::unique_ptr<FakeCollective>> collectives;
+  std::vector<std::unique_ptr<TinyTrainer>> ranks;
+  for (int r = 0; r < kWorld; ++r) {
+    collectives.push_back(std::make_unique<FakeCollective>(group, r));
+    TinyTrainerOptions options;
+    options.init_seed = 1;
+    options.collective = collectives.back().get();
+    ranks.push_back(MakeTinyTrainer(options));
+  }
+  std::vector<absl::StatusOr<std::map<std::string, double>>> summaries(kWorld);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      SortTask task(2, 5, 10 + r);
+      SlowBatches slow(&task, std::chrono::milliseconds(r == 1 ? 200 : 0));
+      summaries[r] = ranks[r]->trainer->Train(&slow, 3);
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<double> compute;
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_THAT(summaries[r].status(), IsOk()) << r;
+    const Trainer::ChunkTiming& timing = ranks[r]->trainer->last_chunk_timing();
+    EXPECT_EQ(timing.steps, 3);
+    EXPECT_DOUBLE_EQ(timing.compute_seconds + timing.collective_seconds, timing.wall_seconds) << r;
+    const std::map<std::string, double>& s = *summaries[r];
+    EXPECT_DOUBLE_EQ(s.at("timing/compute_seconds_per_step"), timing.compute_seconds / 3) << r;
+    EXPECT_DOUBLE_EQ(s.at("timing/collective_seconds_per_step"), timing.collective_seconds / 3) << r;
+    compute.push_back(s.at("timing/compute_seconds_per_step"));
+  }
+  EXPECT_GE(compute[1], 0.2);
+  for (int r : {0, 2}) {
+    EXPECT_GT(compute[1], compute[r] + 0.15) << r;
+    // Rank r waited for rank 1 in each step's collectives.
+    EXPECT_GE(summaries[r]->at("timing/collective_seconds_per_step"), 0.15) << r;
+  }
+  // The same view over ranks on every rank.
+  const double others_low = std::min(compute[0], compute[2]), others_high = std::max(compute[0], compute[2]);
+  for (int r = 0; r < kWorld; ++r) {
+    const std::map<std::string, double>& s = *summaries[r];
+    EXPECT_EQ(s.at("timing/slowest_compute_rank"), 1.0) << r;
+    EXPECT_EQ(s.at("timing/compute_seconds_per_step_max"), compute[1]) << r;
+    EXPECT_EQ(s.at("timing/compute_seconds_per_step_min"), others_low) << r;
+    EXPECT_EQ(s.at("timing/compute_seconds_per_step_median"), others_high) << r;
+  }
 }
 
 TEST(TrainerTest, EndOfBatchesIsFailedPrecondition) {

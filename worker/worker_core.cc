@@ -225,6 +225,8 @@ absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& req
   }
   for (const auto& [k, v] : chunk.summary) (*response.mutable_metrics())[k] = v;
   response.set_seconds_per_step(chunk.seconds / static_cast<double>(request.num_steps()));
+  response.set_compute_seconds_per_step(chunk.compute_seconds / static_cast<double>(request.num_steps()));
+  response.set_collective_seconds_per_step(chunk.collective_seconds / static_cast<double>(request.num_steps()));
   if (metrics_.steps != nullptr) {
     metrics_.steps->Increment({}, static_cast<double>(request.num_steps()));
     metrics_.step_seconds->Observe(response.seconds_per_step());

@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import pathlib
+import re
 import selectors
 import shutil
 import signal
@@ -386,7 +387,13 @@ class SystemTest(unittest.TestCase):
             for x in lines:
                 f.write(json.dumps({"input": x["input"], "target": x["target"]}) + "\n")
         lengths = ("--input-length", "16", "--target-length", "32", "--batch-size", "8")
-        run = lambda *a: subprocess.run([TRAINYARD, *a], capture_output=True, text=True, timeout=120)
+        # The bits of a matrix product depend on how many threads split it:
+        # this process computes with as many as the workers do (each logs
+        # its count; the tests' OMP_NUM_THREADS would otherwise give 1).
+        with open(c.workers[0].log) as f:
+            threads = re.search(r"worker: (\d+) compute thread", f.read()).group(1)
+        env = dict(os.environ, OMP_NUM_THREADS=threads)
+        run = lambda *a: subprocess.run([TRAINYARD, *a], capture_output=True, text=True, timeout=120, env=env)
         r = run("predict", "--checkpoint", ckpt, "--examples", examples, "--json", *lengths)
         self.assertEqual(r.returncode, 0, r.stderr)
         predicted = [json.loads(x) for x in r.stdout.splitlines()]
