@@ -68,6 +68,44 @@ class GrpcWorkerClient : public WorkerClient {
                [&](grpc::ClientContext* ctx, AbortJobResponse* r) { return stub_->AbortJob(ctx, request, r); })
         .status();
   }
+  void StartJobAsync(const StartJobRequest& request, Done<StartJobResponse> done) override {
+    Async<StartJobRequest, StartJobResponse>(
+        std::chrono::minutes(10), request, std::move(done),
+        [this](grpc::ClientContext* c, const StartJobRequest* q, StartJobResponse* r,
+               std::function<void(grpc::Status)> f) { stub_->async()->StartJob(c, q, r, std::move(f)); });
+  }
+  void RunStepsAsync(const RunStepsRequest& request, Done<RunStepsResponse> done) override {
+    Async<RunStepsRequest, RunStepsResponse>(
+        std::chrono::hours(24 * 365), request, std::move(done),
+        [this](grpc::ClientContext* c, const RunStepsRequest* q, RunStepsResponse* r,
+               std::function<void(grpc::Status)> f) { stub_->async()->RunSteps(c, q, r, std::move(f)); });
+  }
+  void EvaluateAsync(const EvaluateRequest& request, Done<EvaluateResponse> done) override {
+    Async<EvaluateRequest, EvaluateResponse>(
+        std::chrono::hours(24 * 365), request, std::move(done),
+        [this](grpc::ClientContext* c, const EvaluateRequest* q, EvaluateResponse* r,
+               std::function<void(grpc::Status)> f) { stub_->async()->Evaluate(c, q, r, std::move(f)); });
+  }
+  void InferAsync(const InferRequest& request, Done<InferResponse> done) override {
+    Async<InferRequest, InferResponse>(
+        std::chrono::hours(24 * 365), request, std::move(done),
+        [this](grpc::ClientContext* c, const InferRequest* q, InferResponse* r, std::function<void(grpc::Status)> f) {
+          stub_->async()->Infer(c, q, r, std::move(f));
+        });
+  }
+  void SaveCheckpointAsync(const SaveCheckpointRequest& request, Done<SaveCheckpointResponse> done) override {
+    Async<SaveCheckpointRequest, SaveCheckpointResponse>(
+        std::chrono::hours(1), request, std::move(done),
+        [this](grpc::ClientContext* c, const SaveCheckpointRequest* q, SaveCheckpointResponse* r,
+               std::function<void(grpc::Status)> f) { stub_->async()->SaveCheckpoint(c, q, r, std::move(f)); });
+  }
+  void AbortJobAsync(const AbortJobRequest& request, std::function<void(absl::Status)> done) override {
+    Async<AbortJobRequest, AbortJobResponse>(
+        std::chrono::seconds(10), request,
+        [done = std::move(done)](absl::StatusOr<AbortJobResponse> r) { done(r.status()); },
+        [this](grpc::ClientContext* c, const AbortJobRequest* q, AbortJobResponse* r,
+               std::function<void(grpc::Status)> f) { stub_->async()->AbortJob(c, q, r, std::move(f)); });
+  }
   void CancelInFlight() override {
     std::lock_guard<std::mutex> lock(mu_);
     for (grpc::ClientContext* ctx : in_flight_) ctx->TryCancel();
@@ -90,6 +128,39 @@ class GrpcWorkerClient : public WorkerClient {
     }
     if (!status.ok()) return FromGrpcStatus(status);
     return response;
+  }
+
+  // Starts `start` (a call of the stub's callback API) with a context,
+  // request and response that live until its callback, which hands the
+  // outcome to `done`.
+  template <typename Request, typename Response, typename Start>
+  void Async(std::chrono::system_clock::duration deadline, const Request& request, Done<Response> done, Start start) {
+    struct Pending {
+      grpc::ClientContext ctx;
+      Request request;
+      Response response;
+      Done<Response> done;
+    };
+    auto* p = new Pending;
+    p->request = request;
+    p->done = std::move(done);
+    p->ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      in_flight_.insert(&p->ctx);
+    }
+    start(&p->ctx, &p->request, &p->response, [this, p](grpc::Status status) {
+      std::unique_ptr<Pending> owned(p);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        in_flight_.erase(&owned->ctx);
+      }
+      if (status.ok()) {
+        owned->done(std::move(owned->response));
+      } else {
+        owned->done(FromGrpcStatus(status));
+      }
+    });
   }
 
   std::string address_;

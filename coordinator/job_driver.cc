@@ -2,7 +2,6 @@
 
 #include <filesystem>
 #include <map>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -102,16 +101,17 @@ absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Resp
   };
   auto shared = std::make_shared<Shared>();
   shared->results.resize(world);
-  std::vector<std::thread> threads;
+  // Every rank's call starts at once, asynchronously (no thread per rank:
+  // a gang of thousands costs the coordinator no threads); each answer is
+  // recorded as it comes.
   for (int r = 0; r < world; ++r) {
-    threads.emplace_back([this, shared, call, r] {
-      absl::StatusOr<Response> result = call(r);
-      MutexLock lock(&mu_);
-      shared->failed = shared->failed || !result.ok();
-      shared->results[r] = std::move(result);
-      shared->done++;
-      changed_.SignalAll();
-    });
+    call(r, WorkerClient::Done<Response>([this, shared, r](absl::StatusOr<Response> result) {
+           MutexLock lock(&mu_);
+           shared->failed = shared->failed || !result.ok();
+           shared->results[r] = std::move(result);
+           shared->done++;
+           changed_.SignalAll();
+         }));
   }
   bool all_ok;
   {
@@ -132,7 +132,12 @@ absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Resp
       if (c) c->CancelInFlight();
     }
   }
-  for (std::thread& t : threads) t.join();
+  {
+    // Every call has ended (cancelled ones promptly) before the results
+    // are read.
+    MutexLock lock(&mu_);
+    while (shared->done < world) changed_.Wait(&mu_);
+  }
   if (std::optional<StopRequest> stop = stop_request()) return absl::AbortedError(stop->reason);
   if (!all_ok) {
     int culprit = -1;
@@ -162,7 +167,7 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
   std::vector<StartJobResponse> started;
   TY_RETURN_IF_ERROR(OnAllRanks<StartJobResponse>(
       "StartJob",
-      [&](int r) {
+      [&](int r, auto done) {
         StartJobRequest request;
         request.set_job_id(job_id);
         *request.mutable_spec() = spec;
@@ -170,7 +175,7 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
         request.set_world_size(world);
         request.set_attempt(plan_.restarts);
         request.set_restore_checkpoint(plan_.restore_from);
-        return plan_.clients[r]->StartJob(request);
+        plan_.clients[r]->StartJobAsync(request, std::move(done));
       },
       &started));
   int64_t step = started[0].start_step();
@@ -201,10 +206,10 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
     std::vector<InferResponse> inferred;
     TY_RETURN_IF_ERROR(OnAllRanks<InferResponse>(
         "Infer",
-        [&](int r) {
+        [&](int r, auto done) {
           InferRequest request;
           request.set_job_id(job_id);
-          return plan_.clients[r]->Infer(request);
+          plan_.clients[r]->InferAsync(request, std::move(done));
         },
         &inferred));
     int64_t examples = 0;
@@ -264,12 +269,12 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
       std::vector<SaveCheckpointResponse> saved;
       const absl::Status status = OnAllRanks<SaveCheckpointResponse>(
           "SaveCheckpoint",
-          [&](int r) {
+          [&](int r, auto done) {
             SaveCheckpointRequest request;
             request.set_job_id(job_id);
             request.set_step(step);
             request.set_wait(true);
-            return plan_.clients[r]->SaveCheckpoint(request);
+            plan_.clients[r]->SaveCheckpointAsync(request, std::move(done));
           },
           &saved);
       {
@@ -292,13 +297,13 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
     std::vector<RunStepsResponse> ran;
     TY_RETURN_IF_ERROR(OnAllRanks<RunStepsResponse>(
         "RunSteps",
-        [&](int r) {
+        [&](int r, auto done) {
           RunStepsRequest request;
           request.set_job_id(job_id);
           request.set_first_step(step);
           request.set_num_steps(n);
           request.set_save_checkpoint(last || AtBoundary(step + n, spec.checkpoint_period()));
-          return plan_.clients[r]->RunSteps(request);
+          plan_.clients[r]->RunStepsAsync(request, std::move(done));
         },
         &ran));
     if (ran[0].preempted()) {
@@ -329,11 +334,11 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
       std::vector<EvaluateResponse> evaluated;
       TY_RETURN_IF_ERROR(OnAllRanks<EvaluateResponse>(
           "Evaluate",
-          [&](int r) {
+          [&](int r, auto done) {
             EvaluateRequest request;
             request.set_job_id(job_id);
             request.set_step(step);
-            return plan_.clients[r]->Evaluate(request);
+            plan_.clients[r]->EvaluateAsync(request, std::move(done));
           },
           &evaluated));
       if (evaluated[0].preempted()) {
@@ -422,11 +427,30 @@ void JobDriver::Run() {
   abort.set_reason(shutting_down ? "the coordinator is shutting down"
                                  : absl::StrCat("the job is ", JobState_Name(final_state),
                                                 final_reason.empty() ? "" : ": " + final_reason));
-  std::vector<std::thread> aborts;
-  for (auto& c : plan_.clients) {
-    if (c) aborts.emplace_back([c, abort] { c->AbortJob(abort).IgnoreError(); });
+  // Asynchronously to every rank at once; waits for every answer (or the
+  // call's 10 s deadline).
+  struct Aborts {
+    Mutex mu;
+    CondVar answered;
+    size_t left ABSL_GUARDED_BY(mu) = 0;
+  };
+  auto aborts = std::make_shared<Aborts>();
+  size_t started = 0;
+  for (auto& c : plan_.clients) started += c != nullptr;
+  {
+    MutexLock lock(&aborts->mu);
+    aborts->left = started;
   }
-  for (std::thread& t : aborts) t.join();
+  for (auto& c : plan_.clients) {
+    if (!c) continue;
+    c->AbortJobAsync(abort, [aborts](absl::Status) {
+      MutexLock lock(&aborts->mu);
+      aborts->left--;
+      aborts->answered.SignalAll();
+    });
+  }
+  MutexLock lock(&aborts->mu);
+  while (aborts->left > 0) aborts->answered.Wait(&aborts->mu);
 }
 
 }  // namespace trainyard
