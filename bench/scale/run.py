@@ -1,0 +1,194 @@
+"""The control plane at cluster scale: a real coordinator process and
+simulated workers (bench/scale/sim_workers.cc: each registers, heartbeats
+every second, and answers its WorkerService calls after a fixed time per
+step). Measures, and prints as one JSON object:
+  - registration: seconds until every worker is IDLE;
+  - idle: the coordinator's CPU share (of one core) and RSS with every
+    worker heartbeating and no job;
+  - per gang size: the chunks' overhead beyond the steps themselves (from
+    one chunk's first RunSteps arrival at any worker to the next chunk's,
+    less the chunk's simulated time: the fan-out, the answers collected,
+    the coordinator's bookkeeping), and the fan-out spread (the first to
+    the last rank's arrival of one chunk);
+  - a dead worker: from its death (its calls fail UNAVAILABLE, as a dead
+    process's connection does) to the gang's teardown (the first AbortJob)
+    and to the job running again on a new gang (the last StartJob of the
+    next attempt);
+  - the scheduler's tick time (trainyard_scheduler_tick_seconds).
+With --check it asserts correctness only (every job SUCCEEDED, every chunk
+reached every rank once, the killed job restarted once): the CI version
+(//tests/scale:scale_test).
+
+  bench/scale/run.sh --workers 1024 --gangs 256,1024
+"""
+import argparse
+import json
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "testing"))  # system_test imports junit
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "system"))
+import system_test  # noqa: E402
+from system_test import SPEC, Cluster, scrape, wait_for  # noqa: E402
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def metric(cluster, name, labels=""):
+    _, body = scrape(cluster.coordinator.metrics)
+    m = re.search(rf"^{re.escape(name)}{re.escape(labels)} ([0-9.e+-]+)$", body, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+class Sim:
+    def __init__(self, binary, coordinator, workers, step_ms, root):
+        self.log = open(os.path.join(root, "sim.log"), "w")
+        self.proc = subprocess.Popen([binary, "--coordinator", coordinator, "--workers", str(workers), "--step-ms",
+                                      str(step_ms)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("simulating"):
+            raise AssertionError(f"sim_workers: {line!r}; see {self.log.name}")
+
+    def ask(self, command):
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.flush()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def events(report, kind, job):
+    return sorted((e for e in report["events"] if e["kind"] == kind and e["job"] == job), key=lambda e: e["key"])
+
+
+def run(args):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # inherited by both processes
+    gangs = [int(g) for g in args.gangs.split(",")]
+    total = max(gangs) + args.spares
+    if args.workers < total:
+        raise SystemExit(f"--workers {args.workers}: want at least the largest gang plus {args.spares} spares")
+    root = tempfile.mkdtemp(prefix="scale-", dir=os.environ.get("TEST_TMPDIR"))
+    spec = os.path.join(root, "job.textproto")
+    with open(spec, "w") as f:
+        f.write(SPEC)
+    system_test.TRAINYARD = os.path.abspath(args.trainyard)
+    cluster = Cluster(root, heartbeat_timeout=args.heartbeat_timeout,
+                      coordinator_extra=("--metrics-listen", "127.0.0.1:0"))
+    sim = None
+    out = {"workers": args.workers, "step_ms": args.step_ms, "chunk_steps": args.chunk_steps}
+    try:
+        pid = cluster.coordinator.pid
+        start = time.monotonic()
+        sim = Sim(args.sim, cluster.address, args.workers, args.step_ms, root)
+        wait_for(lambda: metric(cluster, "trainyard_workers", '{state="IDLE"}') >= args.workers, 600,
+                 f"{args.workers} idle workers")
+        out["registration_seconds"] = time.monotonic() - start
+        cpu0, t0 = cpu_seconds(pid), time.monotonic()
+        time.sleep(args.idle_seconds)
+        out["idle"] = {"cpu_share": (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0), "rss_mib": rss_mib(pid)}
+        out["gangs"] = []
+        steps = args.chunks * args.chunk_steps
+        for gang in gangs:
+            job = cluster.submit(spec, f"output_dir=g{gang}", f"num_workers={gang}", f"batch_size={gang}",
+                                 f"total_steps={steps}", f"summary_period={args.chunk_steps}",
+                                 "checkpoint_period=0", "eval_period=0")
+            t = time.monotonic()
+            s = cluster.wait_state(job, ["SUCCEEDED", "FAILED"], 600)
+            wall = time.monotonic() - t
+            assert s["state"] == "SUCCEEDED", s["reason"]
+            chunks = events(sim.ask("report"), "RunSteps", job)
+            assert [c["key"] for c in chunks] == list(range(0, steps, args.chunk_steps)), chunks
+            assert all(c["count"] == gang for c in chunks), [c["count"] for c in chunks]
+            chunk_seconds = args.chunk_steps * args.step_ms / 1000
+            overhead = [b["first"] - a["first"] - chunk_seconds for a, b in zip(chunks, chunks[1:])]
+            spread = [c["last"] - c["first"] for c in chunks]
+            out["gangs"].append({
+                "gang": gang, "chunks": len(chunks), "job_seconds": wall,
+                "chunk_overhead_ms": {"median": 1e3 * statistics.median(overhead), "max": 1e3 * max(overhead)},
+                "fanout_spread_ms": {"median": 1e3 * statistics.median(spread), "max": 1e3 * max(spread)},
+                "rss_mib": rss_mib(pid)})
+        # A dead worker: the largest gang, one of its ranks killed mid-job.
+        gang = max(gangs)
+        job = cluster.submit(spec, "output_dir=dead", f"num_workers={gang}", f"batch_size={gang}",
+                             f"total_steps={steps}", f"summary_period={args.chunk_steps}",
+                             f"checkpoint_period={args.chunk_steps}", "eval_period=0", "max_restarts=1")
+        wait_for(lambda: cluster.status(job)["step"] >= steps // 2, 600, "half the job")
+        ranks = cluster.status(job)["ranks"]
+        victim_port = int(ranks[gang // 2]["address"].rsplit(":", 1)[1])
+        report = sim.ask("report")
+        victim = next(w["index"] for w in report["workers"] if w["port"] == victim_port)
+        killed = sim.ask(f"kill {victim}")["t"]
+        s = cluster.wait_state(job, ["SUCCEEDED", "FAILED"], 600)
+        assert s["state"] == "SUCCEEDED", s["reason"]
+        assert s["restarts"] == 1, s
+        report = sim.ask("report")
+        aborts = events(report, "AbortJob", job)
+        starts = events(report, "StartJob", job)
+        assert [e["key"] for e in starts] == [0, 1], starts
+        assert starts[1]["count"] == gang, starts
+        out["dead_worker"] = {"gang": gang, "reason": s["reason"],
+                              "teardown_seconds": aborts[0]["first"] - killed,
+                              "running_again_seconds": starts[1]["last"] - killed}
+        out["tick_ms_mean"] = 1e3 * metric(cluster, "trainyard_scheduler_tick_seconds_sum") / max(
+            metric(cluster, "trainyard_scheduler_tick_seconds_count"), 1)
+        out["final_rss_mib"] = rss_mib(pid)
+    finally:
+        if sim is not None:
+            sim.stop()
+        cluster.stop()
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trainyard", required=True)
+    parser.add_argument("--sim", required=True, help="the sim_workers binary")
+    parser.add_argument("--workers", type=int, default=1024)
+    parser.add_argument("--gangs", default="256,1024")
+    parser.add_argument("--spares", type=int, default=8)
+    parser.add_argument("--step-ms", type=float, default=10)
+    parser.add_argument("--chunk-steps", type=int, default=10)
+    parser.add_argument("--chunks", type=int, default=20)
+    parser.add_argument("--idle-seconds", type=float, default=10)
+    parser.add_argument("--heartbeat-timeout", type=int, default=10)
+    parser.add_argument("--check", action="store_true", help="correctness only (CI): no figures printed")
+    args = parser.parse_args()
+    out = run(args)
+    if args.check:
+        print(f"ok: {args.workers} workers, gangs {args.gangs}, a dead worker's job restarted once")
+    else:
+        print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
