@@ -32,7 +32,7 @@ TEST(DigitsToWordsTrainingTest, TinyLearnsToSpellNumbers) {
   TaskBatchIterator batches(std::move(TaskIterator::Create(*task, train)).value());
   auto first = trainer.Train(&batches, 20);
   ASSERT_TRUE(first.ok()) << first.status();
-  auto rest = trainer.Train(&batches, 380);
+  auto rest = trainer.Train(&batches, 580);
   ASSERT_TRUE(rest.ok()) << rest.status();
 
   // Exact match on 64 held-out numbers, greedy decoding.
@@ -58,16 +58,21 @@ TEST(DigitsToWordsTrainingTest, TinyLearnsToSpellNumbers) {
     exact += row(predicted->tokens) == row(batch.decoder_target_tokens);
   }
   std::printf(
-      "digits_to_words: loss %.3f (first 20 steps) -> %.3f (steps 21-400), token accuracy "
+      "digits_to_words: loss %.3f (first 20 steps) -> %.3f (steps 21-600), token accuracy "
       "%.3f; exact match %d/64\n",
       first->at("loss"), rest->at("loss"), rest->at("accuracy"), exact);
   EXPECT_GT(first->at("loss"), 2.5);
   // Packing places ~2 examples per row (measured: 12,160 examples, 67 % of
   // the target positions filled), and nothing here is long enough to cut.
   EXPECT_EQ(rest->at("data/truncated_examples"), 0.0);
-  EXPECT_GT(rest->at("data/examples"), 380 * 16);  // several examples per row
+  EXPECT_GT(rest->at("data/examples"), 580 * 16);  // several examples per row
   EXPECT_GT(rest->at("non_padding_fraction/targets"), 0.6);
-  // Measured: mean loss 0.48 over steps 21-400, 64/64 exact.
+  // 600 steps, not 400: at 400 the model sits on the step where it learns
+  // the word after a hyphen ("forty-" then "seven"), and which side it
+  // lands on depends on the BLAS kernels' rounding (OpenBLAS's Zen kernels
+  // 10/64 exact, Sandybridge's 64/64). Measured at 600 with Zen,
+  // Sandybridge and Prescott kernels: mean loss 0.31-0.33 over steps
+  // 21-600, 62, 63 and 64 of 64 exact.
   EXPECT_LT(rest->at("loss"), 0.8);
   EXPECT_GE(exact, 56);
 }
