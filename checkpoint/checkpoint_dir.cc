@@ -52,7 +52,8 @@ absl::Status WriteFileDurably(const std::string& path, const std::string& conten
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out << content;
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+    out.flush();
+    if (!out) return FileError("cannot write", path, errno);
   }
   return FsyncPath(path, false);
 }
@@ -84,13 +85,14 @@ absl::StatusOr<std::string> Sha256File(const std::string& path) {
   return hex;
 }
 
-absl::StatusOr<CheckpointWriter> CheckpointWriter::Begin(const std::string& final_dir) {
+absl::StatusOr<CheckpointWriter> CheckpointWriter::Begin(const std::string& final_dir, bool replace) {
   struct stat st;
-  if (stat(final_dir.c_str(), &st) == 0) {
+  if (!replace && stat(final_dir.c_str(), &st) == 0) {
     return absl::AlreadyExistsError(absl::StrCat(final_dir, " already exists"));
   }
   CheckpointWriter writer;
   writer.final_dir_ = final_dir;
+  writer.replace_ = replace;
   writer.tmp_dir_ = absl::StrCat(final_dir, ".tmp-", getpid());
   RemoveTree(writer.tmp_dir_);  // a leftover of an earlier crash of this pid
   if (mkdir(writer.tmp_dir_.c_str(), 0755) != 0) return ErrnoStatus("cannot create", writer.tmp_dir_);
@@ -98,13 +100,15 @@ absl::StatusOr<CheckpointWriter> CheckpointWriter::Begin(const std::string& fina
   return writer;
 }
 
-absl::StatusOr<CheckpointWriter> CheckpointWriter::BeginShared(const std::string& final_dir, const std::string& token) {
+absl::StatusOr<CheckpointWriter> CheckpointWriter::BeginShared(const std::string& final_dir, const std::string& token,
+                                                               bool replace) {
   struct stat st;
-  if (stat(final_dir.c_str(), &st) == 0) {
+  if (!replace && stat(final_dir.c_str(), &st) == 0) {
     return absl::AlreadyExistsError(absl::StrCat(final_dir, " already exists"));
   }
   CheckpointWriter writer;
   writer.final_dir_ = final_dir;
+  writer.replace_ = replace;
   writer.tmp_dir_ = absl::StrCat(final_dir, ".tmp-", token);
   if (mkdir(writer.tmp_dir_.c_str(), 0755) != 0 && errno != EEXIST) {
     return ErrnoStatus("cannot create", writer.tmp_dir_);
@@ -119,7 +123,8 @@ absl::Status CheckpointWriter::CopyIn(const std::string& source, const std::stri
   if (!in) return absl::NotFoundError(absl::StrCat(source, ": cannot read"));
   std::ofstream out(Path(name), std::ios::binary | std::ios::trunc);
   out << in.rdbuf();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", Path(name)));
+  out.flush();
+  if (!out) return FileError("cannot write", Path(name), errno);
   return absl::OkStatus();
 }
 
@@ -155,7 +160,18 @@ absl::Status CheckpointWriter::Commit(const std::string& metadata_json, const st
   status = FsyncPath(tmp_dir_, true);
   if (!status.ok()) return status;
   CrashPoint("checkpoint: directory fsynced, not renamed");
-  if (rename(tmp_dir_.c_str(), final_dir_.c_str()) != 0) return ErrnoStatus("cannot rename to", final_dir_);
+  struct stat st;
+  if (replace_ && stat(final_dir_.c_str(), &st) == 0) {
+    // Swapped in one step: the old checkpoint moves to the temporary name
+    // and is removed after.
+    if (renameat2(AT_FDCWD, tmp_dir_.c_str(), AT_FDCWD, final_dir_.c_str(), RENAME_EXCHANGE) != 0) {
+      return ErrnoStatus("cannot swap in the new", final_dir_);
+    }
+    CrashPoint("checkpoint: swapped, the old one not removed");
+    RemoveTree(tmp_dir_);
+  } else if (rename(tmp_dir_.c_str(), final_dir_.c_str()) != 0) {
+    return ErrnoStatus("cannot rename to", final_dir_);
+  }
   CrashPoint("checkpoint: renamed, parent not fsynced");
   return FsyncPath(ParentDirectory(final_dir_), true);
 }

@@ -26,14 +26,18 @@ constexpr char kMetadataFile[] = "metadata.json";
 
 class CheckpointWriter {
  public:
-  // Prepares `final_dir` (which must not exist yet): files go to a
-  // temporary sibling until Commit.
-  static absl::StatusOr<CheckpointWriter> Begin(const std::string& final_dir);
+  // Prepares `final_dir`: files go to a temporary sibling until Commit.
+  // An existing `final_dir` is refused (kAlreadyExists) unless `replace`:
+  // then Commit swaps the new directory in atomically (readers see the old
+  // checkpoint or the new one, never neither) and removes the old one. A
+  // restarted job replaces the checkpoints of steps it computes again.
+  static absl::StatusOr<CheckpointWriter> Begin(const std::string& final_dir, bool replace = false);
   // The same for a checkpoint that several processes write together: the
   // temporary sibling is named by `token` (the same on every writer, new
   // for every save) and is created if missing, never emptied; one of them
   // commits.
-  static absl::StatusOr<CheckpointWriter> BeginShared(const std::string& final_dir, const std::string& token);
+  static absl::StatusOr<CheckpointWriter> BeginShared(const std::string& final_dir, const std::string& token,
+                                                      bool replace = false);
 
   // Where to write file `name` (a plain file name) before Commit.
   std::string Path(const std::string& name) const;
@@ -51,6 +55,7 @@ class CheckpointWriter {
  private:
   std::string final_dir_;
   std::string tmp_dir_;
+  bool replace_ = false;
 };
 
 struct CheckpointContents {

@@ -2,7 +2,11 @@
 
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
 
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -71,6 +75,28 @@ TEST(CheckpointDirTest, FlippedByteAndTruncationAreDataLossNamingTheFile) {
 TEST(CheckpointDirTest, ExistingTargetIsRefused) {
   const std::string dir = Commit("ckpt_twice");
   EXPECT_THAT(CheckpointWriter::Begin(dir).status(), StatusCodeIs(absl::StatusCode::kAlreadyExists));
+}
+
+TEST(CheckpointDirTest, ReplaceSwapsTheNewCheckpointInAndRemovesTheOld) {
+  const std::string dir = Commit("ckpt_replaced");
+  auto writer = CheckpointWriter::Begin(dir, /*replace=*/true);
+  ASSERT_THAT(writer.status(), IsOk());
+  Write(writer->Path("params.safetensors"), "new contents");
+  // Until the commit, readers see the old checkpoint.
+  EXPECT_THAT(VerifyCheckpoint(dir).status(), IsOk());
+  ASSERT_THAT(writer->Commit(R"({"step": 7})"), IsOk());
+  auto contents = VerifyCheckpoint(dir);
+  ASSERT_THAT(contents.status(), IsOk());
+  std::ifstream in(dir + "/params.safetensors");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "new contents");
+  // Nothing else is left beside it: the old one is gone, not renamed aside.
+  std::vector<std::string> siblings;
+  for (const auto& e : std::filesystem::directory_iterator(::testing::TempDir())) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("ckpt_replaced", 0) == 0) siblings.push_back(name);
+  }
+  EXPECT_EQ(siblings, std::vector<std::string>{"ckpt_replaced"});
 }
 
 }  // namespace

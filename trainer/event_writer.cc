@@ -82,6 +82,7 @@ absl::StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::Open(const std
   version.set_wall_time(static_cast<double>(std::time(nullptr)));
   version.set_file_version("brain.Event:2");
   absl::Status status = writer->WriteRecord(version.SerializeAsString());
+  if (status.ok()) status = writer->Flush();  // the point a failed summary is cut back to
   if (!status.ok()) return status;
   return writer;
 }
@@ -94,10 +95,24 @@ absl::Status EventFileWriter::WriteRecord(const std::string& data) {
   const std::string length = LittleEndian64(data.size());
   const std::string record =
       absl::StrCat(length, LittleEndian32(MaskedCrc32c(length)), data, LittleEndian32(MaskedCrc32c(data)));
-  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size()) {
-    return absl::InternalError(absl::StrCat("cannot write ", path_, ": ", std::strerror(errno)));
+  if (file_ == nullptr) {
+    file_ = std::fopen(path_.c_str(), "ab");
+    if (file_ == nullptr) return Rollback("reopen", errno);
   }
+  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size()) return Rollback("write", errno);
   return absl::OkStatus();
+}
+
+absl::Status EventFileWriter::Rollback(const std::string& what, int error) {
+  if (file_ != nullptr) std::fclose(file_);  // what it still buffers may fail too: cut below
+  file_ = nullptr;
+  std::string detail = absl::StrCat("the records since its last flush were dropped; it ends at byte ", durable_);
+  if (::truncate(path_.c_str(), durable_) != 0) {
+    detail = absl::StrCat("and cutting it back to byte ", durable_, " failed: ", std::strerror(errno));
+  } else {
+    file_ = std::fopen(path_.c_str(), "ab");  // null: the next write tries again
+  }
+  return absl::InternalError(absl::StrCat("cannot ", what, " ", path_, ": ", std::strerror(error), "; ", detail));
 }
 
 absl::Status EventFileWriter::WriteScalar(absl::string_view tag, float value, int64_t step, double wall_time) {
@@ -111,9 +126,11 @@ absl::Status EventFileWriter::WriteScalar(absl::string_view tag, float value, in
 }
 
 absl::Status EventFileWriter::Flush() {
-  if (std::fflush(file_) != 0) {
-    return absl::InternalError(absl::StrCat("cannot flush ", path_, ": ", std::strerror(errno)));
-  }
+  if (file_ == nullptr) return absl::OkStatus();  // nothing written since the rollback
+  if (std::fflush(file_) != 0) return Rollback("flush", errno);
+  const long end = std::ftell(file_);  // NOLINT(runtime/int): ftell's type
+  if (end < 0) return Rollback("tell the length of", errno);
+  durable_ = end;
   return absl::OkStatus();
 }
 

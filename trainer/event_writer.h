@@ -4,6 +4,11 @@
 // Files are named events.out.tfevents.<unix seconds>.<host> as TensorFlow
 // names them, so TensorBoard and tf.summary readers find them.
 //
+// A failed write or flush (a full disk) never leaves a torn record: the file
+// is cut back to its length after the last successful Flush, so the records
+// written since (one summary) are dropped whole and the file stays readable
+// to its end; later writes append after that point.
+//
 // Thread-safety: not thread-safe (MetricsManager serialises writes).
 #ifndef TRAINYARD_TRAINER_EVENT_WRITER_H_
 #define TRAINYARD_TRAINER_EVENT_WRITER_H_
@@ -36,9 +41,13 @@ class EventFileWriter {
  private:
   EventFileWriter(std::string path, std::FILE* file) : path_(std::move(path)), file_(file) {}
   absl::Status WriteRecord(const std::string& data);
+  // After a failed write or flush: cuts the file back to `durable_` bytes
+  // and reopens it for appending; `error` (with what was dropped) returned.
+  absl::Status Rollback(const std::string& what, int error);
 
   std::string path_;
-  std::FILE* file_;
+  std::FILE* file_;      // null after a rollback that could not reopen it
+  int64_t durable_ = 0;  // bytes on disk as of the last successful Flush
 };
 
 // mkdir -p.

@@ -19,6 +19,7 @@
 #include "common/durable_file.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
 
 namespace trainyard {
 namespace {
@@ -146,7 +147,9 @@ absl::Status WriteShardedTrainCheckpoint(const std::string& dir, const TrainSnap
                                                    " optimizer shards"));
   }
   const auto start = std::chrono::steady_clock::now();
-  TY_ASSIGN_OR_RETURN(CheckpointWriter writer, CheckpointWriter::BeginShared(dir, snapshot.token));
+  // A restarted job computes some steps again: their checkpoints replace
+  // those the earlier attempt wrote.
+  TY_ASSIGN_OR_RETURN(CheckpointWriter writer, CheckpointWriter::BeginShared(dir, snapshot.token, /*replace=*/true));
   const std::string mine = OptimizerShardFile(snapshot.shard, snapshot.num_shards);
   auto write = [&]() -> absl::Status {
     if (snapshot.param_shards > 0) {
@@ -213,7 +216,7 @@ absl::Status WriteTrainCheckpoint(const std::string& dir, const TrainSnapshot& s
     return absl::InvalidArgumentError("checkpoint.save_dtype: parameters are saved as FLOAT32 or BFLOAT16");
   }
   if (snapshot.num_shards > 0) return WriteShardedTrainCheckpoint(dir, snapshot, save_dtype);
-  TY_ASSIGN_OR_RETURN(CheckpointWriter writer, CheckpointWriter::Begin(dir));
+  TY_ASSIGN_OR_RETURN(CheckpointWriter writer, CheckpointWriter::Begin(dir, /*replace=*/true));
   auto write = [&]() -> absl::Status {
     TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(kParams), snapshot.params, save_dtype));
     std::vector<std::pair<std::string, torch::Tensor>> optimizer(snapshot.optimizer.begin(), snapshot.optimizer.end());
@@ -385,11 +388,18 @@ absl::StatusOr<double> AsyncCheckpointer::Save(std::string dir, TrainSnapshot sn
         absl::Status s = WriteTrainCheckpoint(dir, snapshot, save_dtype);
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (s.ok() && after) after();
+        if (!s.ok()) {
+          spdlog::error("checkpoint {} was not written ({}); the newest checkpoint stays {}", dir, s.ToString(),
+                        last_written().empty() ? "none" : last_written());
+        }
         MutexLock lock(&mu_);
         status_ = s;
         if (s.ok()) {
           last_written_ = dir;
           last_seconds_ = seconds;
+          last_failure_.clear();
+        } else {
+          last_failure_ = absl::StrCat(dir, ": ", s.message());
         }
         // Borrowed tensors are the live state's: never reused as buffers.
         buffers_ = snapshot.borrowed ? TrainSnapshot() : std::move(snapshot);
@@ -420,6 +430,11 @@ TrainSnapshot AsyncCheckpointer::TakeBuffers() {
 std::string AsyncCheckpointer::last_written() const {
   MutexLock lock(&mu_);
   return last_written_;
+}
+
+std::string AsyncCheckpointer::last_failure() const {
+  MutexLock lock(&mu_);
+  return last_failure_;
 }
 
 double AsyncCheckpointer::last_write_seconds() const {

@@ -204,6 +204,10 @@ class AsyncCheckpointer {
   // that write took.
   std::string last_written() const;
   double last_write_seconds() const;
+  // Why the last finished write failed ("<dir>: <error>"), or "" once a
+  // later one succeeded. Unlike Wait's status it is not consumed: a job
+  // reports it on every chunk until a write succeeds again.
+  std::string last_failure() const;
 
  private:
   mutable Mutex mu_;
@@ -211,6 +215,7 @@ class AsyncCheckpointer {
   absl::Status status_ ABSL_GUARDED_BY(mu_);  // the last finished write's
   std::string last_written_ ABSL_GUARDED_BY(mu_);
   double last_seconds_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string last_failure_ ABSL_GUARDED_BY(mu_);
   TrainSnapshot buffers_ ABSL_GUARDED_BY(mu_);  // the finished write's snapshot
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
 };

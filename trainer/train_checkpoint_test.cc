@@ -370,12 +370,23 @@ TEST_F(TrainCheckpointTest, AsyncWritesOneAtATimeAndReportsFailures) {
   ASSERT_THAT(five.status(), IsOk());
   const auto param = *model_->named_parameters().begin();
   EXPECT_TRUE(torch::allclose(five->params.at(param.key()) + 1.0, param.value()));
-  // A write that fails (the directory exists) is reported and leaves the
+  // A write that fails (its parent directory is missing) is reported, by
+  // Wait once and by last_failure until a write succeeds, and leaves the
   // good checkpoint as the last written.
-  ASSERT_THAT(async.Save(dir_ + "/checkpoint_6", Snapshot(6), torch::kFloat).status(), IsOk());
-  EXPECT_FALSE(async.Wait().ok());
+  EXPECT_EQ(async.last_failure(), "");
+  ASSERT_THAT(async.Save(dir_ + "/missing/checkpoint_7", Snapshot(7), torch::kFloat).status(), IsOk());
+  EXPECT_THAT(async.Wait(), StatusIs(absl::StatusCode::kInternal, HasSubstr("cannot create")));
   EXPECT_EQ(async.last_written(), dir_ + "/checkpoint_6");
+  EXPECT_THAT(async.last_failure(), HasSubstr(dir_ + "/missing/checkpoint_7: cannot create"));
   EXPECT_THAT(ReadTrainCheckpoint(dir_ + "/checkpoint_6").status(), IsOk());
+  // A checkpoint of a step written before (a restarted job computes steps
+  // again) replaces that one and clears the failure.
+  ASSERT_THAT(async.Save(dir_ + "/checkpoint_6", Snapshot(6), torch::kFloat).status(), IsOk());
+  EXPECT_THAT(async.Wait(), IsOk());
+  EXPECT_EQ(async.last_failure(), "");
+  auto six = ReadTrainCheckpoint(dir_ + "/checkpoint_6");
+  ASSERT_THAT(six.status(), IsOk());
+  EXPECT_TRUE(torch::equal(six->params.at(param.key()), param.value()));
 }
 
 // A crash at every point of a checkpoint write (a forked child dies there)
