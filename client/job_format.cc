@@ -36,6 +36,7 @@ nlohmann::json JobJson(const JobInfo& job) {
   j["metrics"] = metrics;
   j["metrics_step"] = job.metrics_step();
   j["latest_checkpoint"] = job.latest_checkpoint();
+  j["checkpoint_failure"] = job.checkpoint_failure();
   j["output_dir"] = job.spec().output_dir();
   j["num_workers"] = job.spec().num_workers();
   nlohmann::json ranks = nlohmann::json::array();
@@ -54,6 +55,7 @@ nlohmann::json JobJson(const JobInfo& job) {
   j["ranks"] = ranks;
   j["create_time_unix_ms"] = job.create_time_unix_ms();
   j["update_time_unix_ms"] = job.update_time_unix_ms();
+  j["end_time_unix_ms"] = job.end_time_unix_ms();
   return j;
 }
 
@@ -63,6 +65,9 @@ std::string FormatJob(const JobInfo& job) {
   if (!job.reason().empty()) absl::StrAppend(&out, "  reason: ", job.reason(), "\n");
   absl::StrAppend(&out, "  output: ", job.spec().output_dir(), "\n");
   if (!job.latest_checkpoint().empty()) absl::StrAppend(&out, "  checkpoint: ", job.latest_checkpoint(), "\n");
+  if (!job.checkpoint_failure().empty()) {
+    absl::StrAppend(&out, "  checkpoint failing: ", job.checkpoint_failure(), "\n");
+  }
   if (!job.metrics().empty()) {
     absl::StrAppend(&out, "  metrics at step ", job.metrics_step(), ":\n");
     std::map<std::string, double> sorted(job.metrics().begin(), job.metrics().end());

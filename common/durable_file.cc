@@ -12,11 +12,15 @@
 namespace trainyard {
 namespace {
 
-absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
+absl::Status ErrnoStatus(absl::string_view what, const std::string& path) { return FileError(what, path, errno); }
 
 }  // namespace
+
+absl::Status FileError(absl::string_view what, const std::string& path, int error) {
+  std::string message = absl::StrCat(what, " ", path, ": ", std::strerror(error));
+  if (error == ENOSPC || error == EDQUOT) return absl::UnavailableError(std::move(message));
+  return absl::InternalError(std::move(message));
+}
 
 bool WriteFully(int fd, const void* data, size_t size) {
   const char* p = static_cast<const char*>(data);

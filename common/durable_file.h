@@ -25,7 +25,13 @@ enum class DurableWritePoint {
   kRenamed,           // renamed; the directory not yet fsynced
 };
 
-// Writes `contents` to `path` as above. kInternal naming the file and the
+// A failed file operation as a Status: "<what> <path>: <the system's
+// reason>". A full disk or an exceeded quota (ENOSPC, EDQUOT) is
+// kUnavailable: a condition outside the job that can clear (space freed), so
+// a job failing on it may be retried; any other error is kInternal.
+absl::Status FileError(absl::string_view what, const std::string& path, int error);
+
+// Writes `contents` to `path` as above. FileError naming the file and the
 // system's reason on failure (the temporary file is removed; `path` is
 // untouched).
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);

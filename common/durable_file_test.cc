@@ -56,10 +56,18 @@ TEST_F(DurableFileTest, AFailedWriteLeavesTheOldFileAndNoTemporary) {
     errno = ENOSPC;
     return false;
   });
-  EXPECT_THAT(failed, StatusIs(absl::StatusCode::kInternal, HasSubstr("No space left on device")));
-  EXPECT_THAT(failed, StatusIs(absl::StatusCode::kInternal, HasSubstr(path + ".tmp-")));
+  // A full disk can clear: kUnavailable, which a job may retry.
+  EXPECT_THAT(failed, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("No space left on device")));
+  EXPECT_THAT(failed, StatusIs(absl::StatusCode::kUnavailable, HasSubstr(path + ".tmp-")));
   EXPECT_EQ(Read(path), "old");
   EXPECT_EQ(Entries(), std::vector<std::string>{"a.txt"});
+  // Any other failure is the job's own: kInternal.
+  failed = WriteFileAtomically(path, [](int) {
+    errno = EIO;
+    return false;
+  });
+  EXPECT_THAT(failed, StatusIs(absl::StatusCode::kInternal, HasSubstr("Input/output error")));
+  EXPECT_EQ(FileError("cannot write", "x", EDQUOT).code(), absl::StatusCode::kUnavailable);
 }
 
 TEST_F(DurableFileTest, HooksSeeEachPointInOrderAndTheFileAtEach) {

@@ -129,6 +129,7 @@ absl::Status Coordinator::Load() {
       }
       job->info.clear_ranks();
       job->info.set_update_time_unix_ms(UnixMillis(options_.clock));
+      spdlog::warn("job {}: {} {}", job->id, JobState_Name(job->info.state()), job->info.reason());
       TY_RETURN_IF_ERROR(db_->Put(job->info, job->sequence));
     }
     if (IsFinal(job->info.state())) {

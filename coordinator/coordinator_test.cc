@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -43,6 +44,8 @@ struct FakeWorker {
   // StartJob reports it restored this instead of the named checkpoint, having
   // passed over the named one (a damaged newest checkpoint).
   std::string restores_instead;
+  // RunSteps ending at this step reports this checkpoint_failure.
+  std::map<int64_t, std::string> checkpoint_failure_at;
 };
 
 class FakeClient : public WorkerClient {
@@ -95,6 +98,9 @@ class FakeClient : public WorkerClient {
     response.set_seconds_per_step(0.25);
     response.set_compute_seconds_per_step(0.125);
     response.set_collective_seconds_per_step(0.0625);
+    if (auto it = w_->checkpoint_failure_at.find(response.last_step()); it != w_->checkpoint_failure_at.end()) {
+      response.set_checkpoint_failure(it->second);
+    }
     return response;
   }
   absl::StatusOr<OpenSessionResponse> OpenSession(const WorkerOpenSessionRequest& r) override {
@@ -868,6 +874,44 @@ TEST_F(CoordinatorTest, AJobDeletedWhileWatchedEndsTheWatch) {
   EXPECT_THAT(c->WaitForChange(first, &version, absl::Seconds(30)).status(), StatusCodeIs(absl::StatusCode::kNotFound));
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   deleter.join();
+}
+
+TEST_F(CoordinatorTest, AFailedCheckpointWriteIsInTheJobUntilAWriteSucceeds) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  AddWorker(c.get(), "b");
+  Worker("b")->checkpoint_failure_at[40] = "runs/x/checkpoint_40: No space left on device";
+  Worker("a")->hold_run = 3;  // the chunk after the failure waits while the test looks
+  SubmitJobRequest request = Spec(2, 100);
+  request.mutable_spec()->set_checkpoint_period(20);
+  const std::string id = c->SubmitJob(request)->job_id();
+  c->Start();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(Worker("a")->mu);
+      if (Worker("a")->held) break;
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  JobInfo running = *c->GetJob(id);
+  EXPECT_EQ(running.state(), RUNNING);
+  EXPECT_EQ(running.step(), 40);
+  int b_rank;
+  {
+    std::lock_guard<std::mutex> lock(Worker("b")->mu);
+    b_rank = Worker("b")->rank;
+  }
+  EXPECT_EQ(running.checkpoint_failure(),
+            absl::StrCat("rank ", b_rank, ": runs/x/checkpoint_40: No space left on device"));
+  {
+    std::lock_guard<std::mutex> lock(Worker("a")->mu);
+    Worker("a")->released = true;
+    Worker("a")->cv.notify_all();
+  }
+  JobInfo done = WaitForState(c.get(), id, SUCCEEDED);
+  EXPECT_EQ(done.checkpoint_failure(), "");  // the write at step 60 succeeded
+  EXPECT_EQ(done.latest_checkpoint(), "ckpt_100");
 }
 
 TEST_F(CoordinatorTest, ARestartRecordsTheCheckpointTheWorkersRestored) {

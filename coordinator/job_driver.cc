@@ -314,7 +314,23 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
     }
     step += n;
     if (!ran[0].checkpoint().empty()) latest_checkpoint_ = ran[0].checkpoint();
+    std::string checkpoint_failure;
+    for (int r = 0; r < world && checkpoint_failure.empty(); ++r) {
+      if (!ran[r].checkpoint_failure().empty()) {
+        checkpoint_failure = absl::StrCat("rank ", r, ": ", ran[r].checkpoint_failure());
+      }
+    }
+    if (checkpoint_failure != checkpoint_failure_) {
+      if (checkpoint_failure.empty()) {
+        spdlog::info("job {}: checkpoints are written again ({})", job_id, latest_checkpoint_);
+      } else {
+        spdlog::error("job {}: a checkpoint write failed, training goes on from {}: {}", job_id,
+                      latest_checkpoint_.empty() ? "no checkpoint" : latest_checkpoint_, checkpoint_failure);
+      }
+      checkpoint_failure_ = checkpoint_failure;
+    }
     host_->RecordProgress(job_id, [&](JobInfo* info) {
+      info->set_checkpoint_failure(checkpoint_failure_);
       info->set_step(step);
       info->mutable_metrics()->clear();
       for (const auto& [k, v] : ran[0].metrics()) (*info->mutable_metrics())[k] = v;

@@ -116,7 +116,8 @@ class JobDriver {
 
   const AttemptPlan plan_;
   JobDriverHost* const host_;
-  std::string latest_checkpoint_;  // the newest durable checkpoint this attempt knows
+  std::string latest_checkpoint_;   // the newest durable checkpoint this attempt knows
+  std::string checkpoint_failure_;  // as last reported to the job's record
 
   Mutex mu_;
   CondVar changed_;  // a rank answered, or a stop was requested

@@ -188,6 +188,8 @@ class TrainingJob {
   // Rank 0: the newest checkpoint written completely, and that write's time.
   std::string last_written_checkpoint() const { return checkpointer_.last_written(); }
   double last_write_seconds() const { return checkpointer_.last_write_seconds(); }
+  // Why this rank's last checkpoint write failed; "" once one succeeded.
+  std::string checkpoint_failure() const { return checkpointer_.last_failure(); }
 
   // For owners that drive the model themselves (the interactive model).
   EncoderDecoderModel* model() { return model_.get(); }

@@ -252,6 +252,7 @@ absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& req
   } else if (job->rank == 0) {
     response.set_checkpoint(training.last_written_checkpoint());
   }
+  response.set_checkpoint_failure(training.checkpoint_failure());
   return response;
 }
 
