@@ -19,8 +19,11 @@ class GrpcWorkerClient : public WorkerClient {
       : address_(address) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
+    // Reconnect attempts 200 ms apart, growing to 2 s. The "minimum
+    // backoff" is gRPC's minimum connect timeout: each attempt gets 5 s for
+    // its TCP (and TLS) handshake, which a loaded or distant host needs.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
     if (!server_name.empty()) args.SetSslTargetNameOverride(server_name);
     if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();

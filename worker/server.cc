@@ -51,10 +51,11 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
   TY_ASSIGN_OR_RETURN(std::unique_ptr<SignalWatcher> signals, SignalWatcher::Create({SIGTERM, SIGINT}));
 
   // Reconnect within a couple of seconds when the coordinator comes back
-  // (gRPC's default backoff grows to two minutes).
+  // (gRPC's default backoff grows to two minutes). The "minimum backoff" is
+  // gRPC's minimum connect timeout: 5 s for each attempt's handshake.
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 200);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   TY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> channel_credentials,
                       MakeChannelCredentials(options.tls, &args));
