@@ -206,12 +206,7 @@ class HeldSaveTest(unittest.TestCase):
         c.add_worker()
 
     def worker_logs(self):
-        logs = ""
-        for w in self.cluster.procs:
-            if w.name.startswith("worker-"):
-                with open(w.log) as f:
-                    logs += f.read()
-        return logs
+        return self.cluster.logs("worker-")
 
     def assert_equal_to_an_uninterrupted_run(self, out):
         """The reference runs on the two workers that never held."""

@@ -120,6 +120,16 @@ class Cluster:
         with open(proc.log) as f:
             return f.read()[-4000:]
 
+    def logs(self, prefix):
+        """The whole logs of every process named `prefix`... ("worker-",
+        "coordinator"), in the order they started."""
+        text = ""
+        for proc in self.procs:
+            if proc.name.startswith(prefix):
+                with open(proc.log) as f:
+                    text += f.read()
+        return text
+
     def cli(self, *args, check=True, timeout=120):
         result = subprocess.run([TRAINYARD, *args[:1], "--coordinator", self.address, *args[1:]],
                                 capture_output=True, text=True, timeout=timeout, env=self.env)
