@@ -139,10 +139,13 @@ def run(args):
                 "rss_mib": rss_mib(pid)})
         # A dead worker: the largest gang, one of its ranks killed mid-job.
         gang = max(gangs)
+        # Long enough that the victim is found (the status of a large gang
+        # takes a while) and killed well before the job ends.
+        dead_steps = 4 * steps
         job = cluster.submit(spec, "output_dir=dead", f"num_workers={gang}", f"batch_size={gang}",
-                             f"total_steps={steps}", f"summary_period={args.chunk_steps}",
+                             f"total_steps={dead_steps}", f"summary_period={args.chunk_steps}",
                              f"checkpoint_period={args.chunk_steps}", "eval_period=0", "max_restarts=1")
-        wait_for(lambda: cluster.status(job)["step"] >= steps // 2, 600, "half the job")
+        wait_for(lambda: cluster.status(job)["step"] >= args.chunk_steps, 600, "the job's first chunk")
         ranks = cluster.status(job)["ranks"]
         victim_port = int(ranks[gang // 2]["address"].rsplit(":", 1)[1])
         report = sim.ask("report")
