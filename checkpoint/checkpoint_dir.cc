@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/crash_points.h"
 #include "common/durable_file.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace trainyard {
@@ -58,6 +59,20 @@ absl::Status WriteFileDurably(const std::string& path, const std::string& conten
   return FsyncPath(path, false);
 }
 
+// An existing `final_dir` may be replaced only when asked and only if it is
+// a checkpoint (a directory with a manifest): never a file, nor another
+// directory that happens to have the name.
+absl::Status CheckReplaceable(const std::string& final_dir, bool replace) {
+  struct stat st;
+  if (stat(final_dir.c_str(), &st) != 0) return absl::OkStatus();
+  if (!replace) return absl::AlreadyExistsError(absl::StrCat(final_dir, " already exists"));
+  if (!S_ISDIR(st.st_mode) || stat((final_dir + "/" + kManifestFile).c_str(), &st) != 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(final_dir, " already exists and is not a checkpoint (no ", kManifestFile, "): not replaced"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> Sha256File(const std::string& path) {
@@ -86,10 +101,7 @@ absl::StatusOr<std::string> Sha256File(const std::string& path) {
 }
 
 absl::StatusOr<CheckpointWriter> CheckpointWriter::Begin(const std::string& final_dir, bool replace) {
-  struct stat st;
-  if (!replace && stat(final_dir.c_str(), &st) == 0) {
-    return absl::AlreadyExistsError(absl::StrCat(final_dir, " already exists"));
-  }
+  TY_RETURN_IF_ERROR(CheckReplaceable(final_dir, replace));
   CheckpointWriter writer;
   writer.final_dir_ = final_dir;
   writer.replace_ = replace;
@@ -102,10 +114,7 @@ absl::StatusOr<CheckpointWriter> CheckpointWriter::Begin(const std::string& fina
 
 absl::StatusOr<CheckpointWriter> CheckpointWriter::BeginShared(const std::string& final_dir, const std::string& token,
                                                                bool replace) {
-  struct stat st;
-  if (!replace && stat(final_dir.c_str(), &st) == 0) {
-    return absl::AlreadyExistsError(absl::StrCat(final_dir, " already exists"));
-  }
+  TY_RETURN_IF_ERROR(CheckReplaceable(final_dir, replace));
   CheckpointWriter writer;
   writer.final_dir_ = final_dir;
   writer.replace_ = replace;
@@ -162,6 +171,8 @@ absl::Status CheckpointWriter::Commit(const std::string& metadata_json, const st
   CrashPoint("checkpoint: directory fsynced, not renamed");
   struct stat st;
   if (replace_ && stat(final_dir_.c_str(), &st) == 0) {
+    // What stands there now must still be a checkpoint.
+    TY_RETURN_IF_ERROR(CheckReplaceable(final_dir_, true));
     // Swapped in one step: the old checkpoint moves to the temporary name
     // and is removed after.
     if (renameat2(AT_FDCWD, tmp_dir_.c_str(), AT_FDCWD, final_dir_.c_str(), RENAME_EXCHANGE) != 0) {

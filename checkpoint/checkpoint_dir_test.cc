@@ -99,5 +99,23 @@ TEST(CheckpointDirTest, ReplaceSwapsTheNewCheckpointInAndRemovesTheOld) {
   EXPECT_EQ(siblings, std::vector<std::string>{"ckpt_replaced"});
 }
 
+TEST(CheckpointDirTest, ReplaceNeverTakesTheNameFromAFileOrAnotherDirectory) {
+  Write(Dir("ckpt_a_file"), "not a checkpoint");
+  EXPECT_THAT(CheckpointWriter::Begin(Dir("ckpt_a_file"), /*replace=*/true).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("is not a checkpoint")));
+  std::filesystem::create_directories(Dir("ckpt_other_dir"));
+  EXPECT_THAT(CheckpointWriter::Begin(Dir("ckpt_other_dir"), /*replace=*/true).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("is not a checkpoint")));
+  // Nor when the file appears while the checkpoint is written.
+  auto writer = CheckpointWriter::Begin(Dir("ckpt_raced"), /*replace=*/true);
+  ASSERT_THAT(writer.status(), IsOk());
+  Write(writer->Path("params.safetensors"), "0123456789");
+  Write(Dir("ckpt_raced"), "a file meanwhile");
+  EXPECT_THAT(writer->Commit(R"({"step": 7})"), StatusCodeIs(absl::StatusCode::kAlreadyExists));
+  std::ifstream in(Dir("ckpt_raced"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "a file meanwhile");
+}
+
 }  // namespace
 }  // namespace trainyard
