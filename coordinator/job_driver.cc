@@ -105,12 +105,16 @@ absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Resp
   // a gang of thousands costs the coordinator no threads); each answer is
   // recorded as it comes.
   for (int r = 0; r < world; ++r) {
-    call(r, WorkerClient::Done<Response>([this, shared, r](absl::StatusOr<Response> result) {
+    call(r, WorkerClient::Done<Response>([this, shared, r, world](absl::StatusOr<Response> result) {
            MutexLock lock(&mu_);
-           shared->failed = shared->failed || !result.ok();
+           const bool failed = !result.ok();
+           shared->failed = shared->failed || failed;
            shared->results[r] = std::move(result);
            shared->done++;
-           changed_.SignalAll();
+           // Only a failure or the last answer can end a wait below: waking
+           // the driver for each of a thousand answers would cost a
+           // thousand context switches per chunk.
+           if (failed || shared->done == world) changed_.SignalAll();
          }));
   }
   bool all_ok;

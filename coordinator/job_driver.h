@@ -120,7 +120,7 @@ class JobDriver {
   std::string checkpoint_failure_;  // as last reported to the job's record
 
   Mutex mu_;
-  CondVar changed_;  // a rank answered, or a stop was requested
+  CondVar changed_;  // every rank answered or one failed, or a stop was requested
   std::optional<StopRequest> stop_ ABSL_GUARDED_BY(mu_);
   // On-demand checkpoints: tickets asked and served, the last result, and
   // how the attempt ended (set once Drive returns).
