@@ -67,13 +67,6 @@ absl::Status ServeCoordinator(const CoordinatorServerOptions& options, std::ostr
   int port = 0;
   builder.AddListeningPort(listen, server_credentials, &port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
-  // Every worker heartbeats once a second: with gRPC's default of at most
-  // two idle polling threads, a thousand workers' heartbeats made the sync
-  // server start and end a thread for most of them (hundreds a second).
-  // Keeping a few more pollers warm ends that churn; a burst above them
-  // still gets threads on demand.
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 2);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 8);
   builder.RegisterService(&job_service);
   builder.RegisterService(&coordinator_service);
   AddRpcMetrics(&metrics, &builder);

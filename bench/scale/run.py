@@ -14,12 +14,17 @@ step). Measures, and prints as one JSON object:
     process's connection does) to the gang's teardown (the first AbortJob)
     and to the job running again on a new gang (the last StartJob of the
     next attempt);
+  - per gang size, the CPU time the coordinator and the simulator spent
+    per rank per chunk, beyond their idle heartbeat load: where the two
+    share cores, both are in the overhead above; the coordinator's alone is
+    what a dedicated coordinator host pays;
   - the scheduler's tick time (trainyard_scheduler_tick_seconds).
 With --check it asserts correctness only (every job SUCCEEDED, every chunk
 reached every rank once, the killed job restarted once): the CI version
 (//tests/scale:scale_test).
 
-  bench/scale/run.sh --workers 1024 --gangs 256,1024
+  bench/scale/run.sh                                          # 1032 workers, gangs of 256 and 1024
+  bench/scale/run.sh --workers 4104 --gangs 1024,4096 --chunks 6
 """
 import argparse
 import json
@@ -125,9 +130,12 @@ def run(args):
         wait_for(lambda: metric(cluster, "trainyard_workers", '{state="IDLE"}') >= args.workers, 600,
                  f"{args.workers} idle workers")
         out["registration_seconds"] = time.monotonic() - start
-        cpu0, t0 = cpu_seconds(pid), time.monotonic()
+        cpu0, sim0, t0 = cpu_seconds(pid), cpu_seconds(sim.proc.pid), time.monotonic()
         time.sleep(args.idle_seconds)
-        out["idle"] = {"cpu_share": (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0), "rss_mib": rss_mib(pid)}
+        idle_seconds = time.monotonic() - t0
+        idle_share = (cpu_seconds(pid) - cpu0) / idle_seconds
+        sim_idle_share = (cpu_seconds(sim.proc.pid) - sim0) / idle_seconds
+        out["idle"] = {"cpu_share": idle_share, "rss_mib": rss_mib(pid), "simulator_cpu_share": sim_idle_share}
         out["gangs"] = []
         steps = args.chunks * args.chunk_steps
         finished = 0
@@ -136,9 +144,12 @@ def run(args):
                                  f"total_steps={steps}", f"summary_period={args.chunk_steps}",
                                  "checkpoint_period=0", "eval_period=0")
             t = time.monotonic()
+            cpu_coordinator, cpu_sim = cpu_seconds(pid), cpu_seconds(sim.proc.pid)
             finished += 1
             wait_finished(cluster, finished, 600)
             wall = time.monotonic() - t
+            cpu_coordinator = cpu_seconds(pid) - cpu_coordinator
+            cpu_sim = cpu_seconds(sim.proc.pid) - cpu_sim
             s = cluster.status(job)
             assert s["state"] == "SUCCEEDED", s["reason"]
             chunks = events(sim.ask("report"), "RunSteps", job)
@@ -147,10 +158,18 @@ def run(args):
             chunk_seconds = args.chunk_steps * args.step_ms / 1000
             overhead = [b["first"] - a["first"] - chunk_seconds for a, b in zip(chunks, chunks[1:])]
             spread = [c["last"] - c["first"] for c in chunks]
+            # CPU per rank per chunk beyond the idle heartbeats (each
+            # process's idle share taken off): what a rank's chunk costs
+            # each process (the job's start and end spread over its chunks).
+            per_rank_chunk = 1e6 / (len(chunks) * gang)
+            cpu_coordinator -= idle_share * wall
+            cpu_sim -= sim_idle_share * wall
             out["gangs"].append({
                 "gang": gang, "chunks": len(chunks), "job_seconds": wall,
                 "chunk_overhead_ms": {"median": 1e3 * statistics.median(overhead), "max": 1e3 * max(overhead)},
                 "fanout_spread_ms": {"median": 1e3 * statistics.median(spread), "max": 1e3 * max(spread)},
+                "cpu_us_per_rank_chunk": {
+                    "coordinator": per_rank_chunk * cpu_coordinator, "simulator": per_rank_chunk * cpu_sim},
                 "rss_mib": rss_mib(pid)})
         # A dead worker: the largest gang, one of its ranks killed mid-job.
         gang = max(gangs)
@@ -193,7 +212,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trainyard", required=True)
     parser.add_argument("--sim", required=True, help="the sim_workers binary")
-    parser.add_argument("--workers", type=int, default=1024)
+    parser.add_argument("--workers", type=int, default=1032)
     parser.add_argument("--gangs", default="256,1024")
     parser.add_argument("--spares", type=int, default=8)
     parser.add_argument("--step-ms", type=float, default=10)
