@@ -69,8 +69,11 @@ make_venv() {  # DIR REQUIREMENTS [VENV-FLAGS]
 make_venv .venv scripts/requirements-test.txt --system-site-packages
 make_venv .venv-jax scripts/requirements-jax.txt
 
-# Tests find the virtualenvs through environment variables (.bazelrc reads
-# this file).
-setup_rc="test --test_env=TRAINYARD_PYTHON=$PWD/.venv/bin/python --test_env=TRAINYARD_JAX_PYTHON=$PWD/.venv-jax/bin/python"
+# kubectl (with Kustomize) for the deployment test.
+kubectl=$(scripts/setup-kubectl.sh)
+
+# Tests find the virtualenvs and kubectl through environment variables
+# (.bazelrc reads this file).
+setup_rc="test --test_env=TRAINYARD_PYTHON=$PWD/.venv/bin/python --test_env=TRAINYARD_JAX_PYTHON=$PWD/.venv-jax/bin/python --test_env=TRAINYARD_KUBECTL=$kubectl"
 [ "$(cat .bazelrc.setup 2>/dev/null)" = "$setup_rc" ] || echo "$setup_rc" >.bazelrc.setup
 echo "setup: ok"
