@@ -4,22 +4,34 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The build: Bazel (offline, see docs/building.md), the compilers' libraries
-# and every C++ dependency of the project.
+# The build: Bazel (offline, see docs/building.md), the compiler and every
+# C++ dependency of the project.
 packages=(
   bazel-bootstrap bazel-rules-java
-  g++ clang libclang-rt-14-dev
+  g++
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
   libabsl-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev
   libtorch-dev libgloo-dev
   # LibTorch's matrix products go to libblas.so.3: OpenBLAS takes that name
   # (Debian's alternatives), ~34x the reference BLAS here (bench/blas_bench).
   libopenblas0-pthread
   libsqlite3-dev libsentencepiece-dev sentencepiece
   zlib1g-dev
-  python3 python3-venv python3-numpy python3-torch
+  python3
 )
+# The tests: GoogleTest, clang (sanitizer, fuzzer and thread-safety builds),
+# Python with Debian's PyTorch (baselines), podman. TRAINYARD_SETUP_BUILD_ONLY=1
+# (deploy/Dockerfile's build stage) leaves them out.
+if [ "${TRAINYARD_SETUP_BUILD_ONLY:-0}" != 1 ]; then
+  packages+=(
+    clang libclang-rt-14-dev
+    libgtest-dev libgmock-dev
+    python3-venv python3-numpy python3-torch
+    # deploy/image_test.sh: the image built and run with podman (runc), its
+    # base made by debootstrap; containers on a CNI bridge network.
+    podman runc debootstrap containernetworking-plugins iptables
+  )
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -20,7 +20,10 @@
 #      (scripts/thread_safety.sh);
 #   7. the libFuzzer targets under ASan, TRAINYARD_FUZZ_SECONDS each (30;
 #      longer campaigns: scripts/fuzz.sh SECONDS);
-#   8. the GPU configuration compiled and linked (--config=cuda against the
+#   8. the image (deploy/image_test.sh): deploy/Dockerfile built with
+#      podman, a coordinator and two workers run as containers, jobs from
+#      the CLI outside, a worker container stopped (preemption);
+#   9. the GPU configuration compiled and linked (--config=cuda against the
 #      CUDA LibTorch of scripts/setup-libtorch-cuda.sh): the worker binary,
 #      the GPU tests and the GPU benchmark (nothing CUDA runs on a machine
 #      without a GPU; bench/gpu/run.sh runs them on one).
@@ -132,6 +135,33 @@ run_step "counting: a leak under LeakSanitizer" \
 
 run_step "thread safety (clang -Werror=thread-safety)" scripts/thread_safety.sh
 run_step "fuzz" scripts/fuzz.sh "${TRAINYARD_FUZZ_SECONDS:-30}"
+
+# The image built and run with podman: one case per check of
+# deploy/image_test.sh (it needs the CLI of the default build).
+echo "==> image (deploy/image_test.sh)"
+if bazel build //client:trainyard; then
+  image_out="$(deploy/image_test.sh 2>&1)"
+  image_rc=$?
+else
+  image_out="FAIL: the CLI (bazel build //client:trainyard) (exit 1)"
+  image_rc=1
+fi
+printf '%s\n' "$image_out"
+image_cases=0
+while IFS= read -r line; do
+  case "$line" in
+    "PASS: "*) summary_args+=("--check" "image: ${line#PASS: }=pass"); image_cases=$((image_cases + 1)) ;;
+    "FAIL: "*" (exit "*")") name="${line#FAIL: }"; summary_args+=("--check" "image: ${name% (exit *}=fail")
+      image_cases=$((image_cases + 1)) ;;
+    "FAIL: "*) name="${line#FAIL: }"; summary_args+=("--check" "image: ${name%%: *}=fail")
+      image_cases=$((image_cases + 1)) ;;
+  esac
+done <<<"$image_out"
+if [ "$image_rc" -ne 0 ] && ! grep -q '^FAIL: ' <<<"$image_out"; then
+  summary_args+=("--check" "image: deploy/image_test.sh exited $image_rc=fail")
+elif [ "$image_cases" -eq 0 ]; then
+  summary_args+=("--check" "image: deploy/image_test.sh reported no check=fail")
+fi
 if [ -f /usr/local/cuda/include/nccl.h ]; then
   run_step "cuda libtorch" scripts/setup-libtorch-cuda.sh
   run_step "cuda build" bazel build --config=cuda //third_party:cuda_link_check //client:trainyard-torch \
