@@ -136,20 +136,26 @@ def _cuda_configure_impl(ctx):
             ctx.path(prefix + "/include/nccl.h").exists
     libdir = prefix + "/lib64"
     if found:
+        # The headers are linked in and declared, so that every dependent
+        # (LibTorch's CUDA headers included) gets the include path. Only the
+        # runtime's (with crt/), NCCL's and CCCL's nv/ (cuda_fp16.h includes
+        # <nv/target>): the rest of the toolkit's C++ libraries are thousands
+        # of files no code here includes.
+        ctx.symlink(prefix + "/include", "include")
         body = """
 cc_library(
     name = "cuda",
-    copts = ["-isystem", "{prefix}/include"],
+    hdrs = glob(["include/*.h", "include/*.hpp", "include/crt/**", "include/nv/**"]),
+    includes = ["include"],
     linkopts = ["-L{libdir}", "-Wl,-rpath,{libdir}", "-lcudart"],
 )
 
 cc_library(
     name = "nccl",
-    copts = ["-isystem", "{prefix}/include"],
     linkopts = ["-L{libdir}", "-Wl,-rpath,{libdir}", "-lnccl"],
     deps = [":cuda"],
 )
-""".format(prefix = prefix, libdir = libdir)
+""".format(libdir = libdir)
     else:
         # Without a toolkit the targets exist but refuse to build, with the reason.
         body = """
