@@ -10,6 +10,9 @@
 #     Kubernetes delivers a preemption) makes the job stop with an emergency
 #     checkpoint; the worker started again, the job resumes from it and
 #     succeeds.
+# The CUDA image (--target cuda) is built too; without a GPU it is checked
+# as far as it goes: every library its binaries link is inside, and its
+# worker refuses --device cuda:0 with the reason.
 #
 #   deploy/image_test.sh [--keep]     (scripts/test.sh runs it; --keep leaves
 #                                      the containers and files for a look)
@@ -36,7 +39,8 @@ export CONTAINERS_CONF="$PWD/deploy/testdata/containers.conf"
 cache=/var/cache/trainyard-image
 base=localhost/trainyard-base:bookworm
 image=localhost/trainyard:image-test
-trainyard="$PWD/bazel-bin/client/trainyard"
+cuda_image=localhost/trainyard-cuda:image-test
+trainyard="$(bazel info bazel-bin 2>/dev/null)/client/trainyard"  # the default build's
 run=$$
 work=$(mktemp -d /tmp/trainyard-image-test.XXXXXX)
 net=trainyard-it-$run
@@ -51,7 +55,9 @@ cleanup() {
   podman network rm -f "$net" >/dev/null 2>&1
   rm -rf "$work"
 }
-trap 'cleanup; _cases_finish' EXIT
+# cases.sh's exit handler judges by the script's exit status: keep it
+# through the clean-up.
+trap 'status=$?; cleanup; (exit "$status"); _cases_finish' EXIT
 
 # --- The base image -------------------------------------------------------
 mirror() {  # this machine's Debian mirror (deb822 or one-line sources)
@@ -80,7 +86,7 @@ case_check "the Debian 12 base image (debootstrap, podman import)" make_base || 
 
 # --- The image --------------------------------------------------------------
 build_image() {
-  mkdir -p "$cache/bazel" "$cache/apt"
+  mkdir -p "$cache/bazel" "$cache/apt" "$cache/pip"
   local began=$SECONDS old
   old=$(podman image inspect -f '{{.Id}}' "$image" 2>/dev/null)
   # No layer cache (--layers=false): no 2 GB build-stage image left behind
@@ -95,6 +101,52 @@ build_image() {
   echo "built $image in $((SECONDS - began)) s ($(podman image inspect -f '{{.Size}}' "$image") bytes)"
 }
 case_check "deploy/Dockerfile builds with podman" build_image || exit 1
+
+# --- The CUDA image (--target cuda) ---------------------------------------
+# pip in the build fetches from PyPI over TLS: give it this machine's CA
+# bundle, which trusts the machine's egress proxy if it has one.
+ca=()
+host_ca=/etc/ssl/certs/ca-certificates.crt
+[[ -f "$host_ca" ]] && ca=(-v "$host_ca:/etc/ssl/host-ca.crt:ro" --build-arg PIP_CERT_FILE=/etc/ssl/host-ca.crt)
+build_cuda_image() {
+  local began=$SECONDS old
+  old=$(podman image inspect -f '{{.Id}}' "$cuda_image" 2>/dev/null)
+  podman build --pull=never --layers=false --target cuda -f deploy/Dockerfile -t "$cuda_image" \
+    --build-arg BUILD_BASE="$base" --build-arg RUN_BASE="$base" \
+    -v "$cache/bazel:/root/.cache/bazel" -v "$cache/apt:/var/cache/apt/archives" -v "$cache/pip:/root/.cache/pip" \
+    "${ca[@]}" . >"$work/build-cuda.log" 2>&1 || { tail -40 "$work/build-cuda.log"; return 1; }
+  if [[ -n "$old" && "$old" != "$(podman image inspect -f '{{.Id}}' "$cuda_image")" ]]; then
+    podman rmi "$old" >/dev/null 2>&1
+  fi
+  echo "built $cuda_image in $((SECONDS - began)) s ($(podman image inspect -f '{{.Size}}' "$cuda_image") bytes)"
+}
+case_check "deploy/Dockerfile's cuda target builds with podman" build_cuda_image
+cuda_built=$?
+
+cuda_libraries_resolve() {
+  local user missing
+  user=$(podman image inspect -f '{{.Config.User}}' "$cuda_image")
+  [[ "$user" == "10001:10001" ]] || { echo "the CUDA image's user is '$user', not 10001:10001"; return 1; }
+  # Every library the CUDA binaries link resolves inside the image (the
+  # GPU driver's libcuda.so.1 is not one of them: the CUDA LibTorch opens it
+  # at run time, from the host).
+  missing=$(podman run --rm --read-only --entrypoint /bin/sh "$cuda_image" -c \
+    'for f in /opt/trainyard/bin/*; do ldd "$f"; done | grep "not found" | sort -u')
+  [[ -z "$missing" ]] || { echo "unresolved in the CUDA image: $missing"; return 1; }
+  echo "user 10001; every library its binaries link resolves inside it"
+}
+cuda_worker_refuses_without_a_gpu() {
+  local out rc
+  out=$(podman run --rm --read-only "$cuda_image" worker --coordinator=127.0.0.1:1 --device=cuda:0 2>&1)
+  rc=$?
+  echo "exit $rc: $(tail -1 <<<"$out")"
+  [[ $rc -ne 0 ]] && grep -q "no CUDA device is visible" <<<"$out"
+}
+if [[ $cuda_built -eq 0 ]]; then
+  case_check "the CUDA image: user 10001, every library it links inside" cuda_libraries_resolve
+  case_check "the CUDA image's worker refuses --device cuda:0 without a GPU, saying why" \
+    cuda_worker_refuses_without_a_gpu
+fi
 
 runs_as_non_root_read_only() {
   local user
