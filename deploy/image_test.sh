@@ -85,22 +85,23 @@ make_base() {
 case_check "the Debian 12 base image (debootstrap, podman import)" make_base || exit 1
 
 # --- The image --------------------------------------------------------------
-build_image() {
-  mkdir -p "$cache/bazel" "$cache/apt" "$cache/pip"
-  local began=$SECONDS old
+build() {  # IMAGE LOG [podman build flags]: builds deploy/Dockerfile as IMAGE
+  local image="$1" log="$2" began=$SECONDS old
+  shift 2
+  mkdir -p "$cache/bazel" "$cache/apt"
   old=$(podman image inspect -f '{{.Id}}' "$image" 2>/dev/null)
   # No layer cache (--layers=false): no 2 GB build-stage image left behind
   # per run; the Bazel and apt caches make a rebuild quick without it.
-  podman build --pull=never --layers=false -f deploy/Dockerfile -t "$image" \
+  podman build --pull=never --layers=false -f deploy/Dockerfile -t "$image" "$@" \
     --build-arg BUILD_BASE="$base" --build-arg RUN_BASE="$base" \
     -v "$cache/bazel:/root/.cache/bazel" -v "$cache/apt:/var/cache/apt/archives" \
-    . >"$work/build.log" 2>&1 || { tail -40 "$work/build.log"; return 1; }
+    . >"$work/$log" 2>&1 || { tail -40 "$work/$log"; return 1; }
   if [[ -n "$old" && "$old" != "$(podman image inspect -f '{{.Id}}' "$image")" ]]; then
     podman rmi "$old" >/dev/null 2>&1  # the previous run's image
   fi
   echo "built $image in $((SECONDS - began)) s ($(podman image inspect -f '{{.Size}}' "$image") bytes)"
 }
-case_check "deploy/Dockerfile builds with podman" build_image || exit 1
+case_check "deploy/Dockerfile builds with podman" build "$image" build.log || exit 1
 
 # --- The CUDA image (--target cuda) ---------------------------------------
 # pip in the build fetches from PyPI over TLS: give it this machine's CA
@@ -108,19 +109,8 @@ case_check "deploy/Dockerfile builds with podman" build_image || exit 1
 ca=()
 host_ca=/etc/ssl/certs/ca-certificates.crt
 [[ -f "$host_ca" ]] && ca=(-v "$host_ca:/etc/ssl/host-ca.crt:ro" --build-arg PIP_CERT_FILE=/etc/ssl/host-ca.crt)
-build_cuda_image() {
-  local began=$SECONDS old
-  old=$(podman image inspect -f '{{.Id}}' "$cuda_image" 2>/dev/null)
-  podman build --pull=never --layers=false --target cuda -f deploy/Dockerfile -t "$cuda_image" \
-    --build-arg BUILD_BASE="$base" --build-arg RUN_BASE="$base" \
-    -v "$cache/bazel:/root/.cache/bazel" -v "$cache/apt:/var/cache/apt/archives" -v "$cache/pip:/root/.cache/pip" \
-    "${ca[@]}" . >"$work/build-cuda.log" 2>&1 || { tail -40 "$work/build-cuda.log"; return 1; }
-  if [[ -n "$old" && "$old" != "$(podman image inspect -f '{{.Id}}' "$cuda_image")" ]]; then
-    podman rmi "$old" >/dev/null 2>&1
-  fi
-  echo "built $cuda_image in $((SECONDS - began)) s ($(podman image inspect -f '{{.Size}}' "$cuda_image") bytes)"
-}
-case_check "deploy/Dockerfile's cuda target builds with podman" build_cuda_image
+case_check "deploy/Dockerfile's cuda target builds with podman" \
+  build "$cuda_image" build-cuda.log --target cuda "${ca[@]}"
 cuda_built=$?
 
 cuda_libraries_resolve() {
