@@ -24,7 +24,7 @@ reached every rank once, the killed job restarted once): the CI version
 (//tests/scale:scale_test).
 
   bench/scale/run.sh                                          # 1032 workers, gangs of 256 and 1024
-  bench/scale/run.sh --workers 4104 --gangs 1024,4096 --chunks 6
+  bench/scale/run.sh --workers 4104 --gangs 1024,4096 --chunks 20
 """
 import argparse
 import json
@@ -92,8 +92,7 @@ class Sim:
 
 
 def wait_finished(cluster, finished, timeout):
-    """Waits until `finished` jobs have ended, then returns the last one's
-    status. Polls the metrics page (one HTTP request), not `trainyard
+    """Waits until `finished` jobs have ended. Polls the metrics page (one HTTP request), not `trainyard
     status`: a CLI process per poll, printing a 1024-rank status, costs a
     quarter of a second of CPU and would compete with what is measured."""
     def ended():

@@ -4,7 +4,7 @@
 # Prints one JSON object; it also goes to .bench/scale/.
 #
 # usage: bench/scale/run.sh [run.py flags]   (default --workers 1032 --gangs 256,1024)
-#        bench/scale/run.sh --workers 4104 --gangs 1024,4096 --chunks 6
+#        bench/scale/run.sh --workers 4104 --gangs 1024,4096 --chunks 20
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 scripts/setup.sh >/dev/null
