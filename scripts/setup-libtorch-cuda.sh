@@ -14,19 +14,8 @@ prefix="$PWD/.deps/libtorch-cuda-$version"
 
 if [ ! -f "$prefix/.complete" ]; then
   scripts/setup.sh >/dev/null  # .venv-jax: a pip and a Python 3.11 to match the wheel's tag
-  mkdir -p .deps
   wheel=".deps/torch-$version-cp311-cp311-manylinux_2_28_x86_64.whl"
-  if [ ! -f "$wheel" ] || [ "$(sha256sum "$wheel" | cut -c1-64)" != "$sha256" ]; then
-    echo "setup-libtorch-cuda: downloading torch $version (530 MB)"
-    rm -f "$wheel"
-    .venv-jax/bin/pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-      -d .deps "torch==$version"
-  fi
-  got=$(sha256sum "$wheel" | cut -c1-64)
-  if [ "$got" != "$sha256" ]; then
-    echo "setup-libtorch-cuda: $wheel has SHA-256 $got, expected $sha256" >&2
-    exit 1
-  fi
+  scripts/fetch-wheel.sh "torch==$version" "$wheel" "$sha256" "torch $version (530 MB)"
   echo "setup-libtorch-cuda: unpacking into $prefix"
   rm -rf "$prefix" "$prefix.tmp"
   .venv-jax/bin/python - "$wheel" "$prefix.tmp" <<'PY'
