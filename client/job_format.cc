@@ -28,6 +28,7 @@ nlohmann::json JobJson(const JobInfo& job) {
   j["step"] = job.step();
   j["total_steps"] = job.spec().total_steps();
   j["restarts"] = job.restarts();
+  j["regroups"] = job.regroups();
   j["reason"] = job.reason();
   nlohmann::json metrics = nlohmann::json::object();
   for (const auto& [k, v] : job.metrics()) {
@@ -63,6 +64,10 @@ std::string FormatJob(const JobInfo& job) {
   std::string out = absl::StrCat("job ", job.job_id(), ": ", JobState_Name(job.state()), ", step ", job.step(), "/",
                                  job.spec().total_steps(), "\n");
   if (!job.reason().empty()) absl::StrAppend(&out, "  reason: ", job.reason(), "\n");
+  if (job.regroups() > 0) {
+    absl::StrAppend(&out, "  regroups: ", job.regroups(), " (", job.ranks_size(), " of ", job.spec().num_workers(),
+                    " workers now)\n");
+  }
   absl::StrAppend(&out, "  output: ", job.spec().output_dir(), "\n");
   if (!job.latest_checkpoint().empty()) absl::StrAppend(&out, "  checkpoint: ", job.latest_checkpoint(), "\n");
   if (!job.checkpoint_failure().empty()) {

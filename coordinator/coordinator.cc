@@ -224,11 +224,14 @@ void Coordinator::Tick() {
     Job* job = it->second.get();
     const auto rank = std::find(job->worker_ids.begin(), job->worker_ids.end(), w.worker_id);
     if (rank == job->worker_ids.end()) continue;
-    StopLocked(job, FAILED,
-               absl::StrCat(RankName(*job, static_cast<int>(rank - job->worker_ids.begin())),
-                            " stopped heartbeating (nothing heard for more than ",
-                            absl::FormatDuration(options_.heartbeat_timeout), ")"),
-               /*retryable=*/true);
+    const std::string why = absl::StrCat(RankName(*job, static_cast<int>(rank - job->worker_ids.begin())),
+                                         " stopped heartbeating (nothing heard for more than ",
+                                         absl::FormatDuration(options_.heartbeat_timeout), ")");
+    // An ELASTIC attempt drops the rank and goes on without it.
+    if (job->attempt && job->driver.joinable() && !job->driver_done && job->attempt->WorkerLost(w.worker_id, why)) {
+      continue;
+    }
+    StopLocked(job, FAILED, why, /*retryable=*/true);
   }
   // Oldest pending jobs first.
   std::vector<Job*> pending;
@@ -291,6 +294,7 @@ void Coordinator::StartJobLocked(Job* job, const std::vector<std::string>& worke
       plan.clients.push_back(nullptr);
     }
     plan.rank_names.push_back(RankName(*job, static_cast<int>(r)));
+    plan.worker_ids.push_back(worker_ids[r]);
   }
   SetStateLocked(job, STARTING, "");
   spdlog::info("job {}: starting on {} worker(s)", job->info.job_id(), worker_ids.size());
@@ -458,6 +462,58 @@ void Coordinator::ChangeState(const std::string& job_id, JobState state, const s
   if (it == jobs_.end()) return;
   if (edit) edit(&it->second->info);
   SetStateLocked(it->second.get(), state, reason);
+}
+
+std::vector<JoiningWorker> Coordinator::AcquireWorkers(const std::string& job_id, int n) {
+  MutexLock lock(&mu_);
+  Job* job = FindLocked(job_id);
+  if (shutting_down_ || job == nullptr || job->stop || n <= 0) return {};
+  // Older jobs waiting for a gang come first.
+  for (const auto& [id, other] : jobs_) {
+    const bool waiting = other->info.state() == PENDING || other->info.state() == RESTARTING;
+    if (waiting && other->sequence < job->sequence) return {};
+  }
+  std::vector<std::string> idle = workers_.Idle();
+  if (idle.empty()) return {};
+  if (static_cast<int>(idle.size()) > n) idle.resize(static_cast<size_t>(n));
+  if (absl::Status s = workers_.Assign(idle, job_id); !s.ok()) {
+    spdlog::warn("job {}: cannot take idle workers: {}", job_id, s.ToString());
+    return {};
+  }
+  std::vector<JoiningWorker> out;
+  for (const std::string& id : idle) {
+    absl::StatusOr<WorkerRecord> w = workers_.Get(id);
+    job->worker_ids.push_back(id);
+    if (!w.ok()) continue;
+    out.push_back({id, std::shared_ptr<WorkerClient>(client_factory_(*w)),
+                   absl::StrCat("worker ", id, " on host ", w->host, ", ", w->address)});
+  }
+  return out;
+}
+
+void Coordinator::SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids) {
+  MutexLock lock(&mu_);
+  Job* job = FindLocked(job_id);
+  if (job == nullptr) return;
+  std::vector<std::string> gone;
+  for (const std::string& id : job->worker_ids) {
+    if (std::find(worker_ids.begin(), worker_ids.end(), id) == worker_ids.end()) gone.push_back(id);
+  }
+  workers_.Release(gone);
+  job->worker_ids = worker_ids;
+  job->info.clear_ranks();
+  for (size_t r = 0; r < worker_ids.size(); ++r) {
+    RankInfo* rank = job->info.add_ranks();
+    rank->set_rank(static_cast<int>(r));
+    rank->set_worker_id(worker_ids[r]);
+    if (absl::StatusOr<WorkerRecord> w = workers_.Get(worker_ids[r]); w.ok()) {
+      rank->set_host(w->host);
+      rank->set_address(w->address);
+      rank->set_device(w->device);
+    }
+  }
+  job->info.set_regroups(job->info.regroups() + 1);
+  UpdateLocked(job, /*durable=*/false);
 }
 
 absl::StatusOr<SubmitJobResponse> Coordinator::SubmitJob(const SubmitJobRequest& request) {

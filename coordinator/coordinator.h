@@ -170,6 +170,8 @@ class Coordinator : private JobDriverHost {
   void RecordProgress(const std::string& job_id, const std::function<void(JobInfo*)>& edit) override;
   void ChangeState(const std::string& job_id, JobState state, const std::string& reason,
                    const std::function<void(JobInfo*)>& edit) override;
+  std::vector<JoiningWorker> AcquireWorkers(const std::string& job_id, int n) override;
+  void SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids) override;
   // Records a change (caller holds mu_): bumps the version, wakes watchers,
   // and persists: at once when `durable` (state changes), else soon, by the
   // persister thread (progress: steps and metrics, so that a chunk boundary

@@ -46,14 +46,26 @@ struct FakeWorker {
   std::string restores_instead;
   // RunSteps ending at this step reports this checkpoint_failure.
   std::map<int64_t, std::string> checkpoint_failure_at;
+  bool fail_once = false;  // fail_step fails only the first time
+  int64_t step = 0;        // the last chunk's end (Regroup reports it)
+  uint64_t digest = 7;     // Regroup's and a join's state digest
 };
 
 class FakeClient : public WorkerClient {
  public:
   explicit FakeClient(std::shared_ptr<FakeWorker> w) : w_(std::move(w)) {}
   absl::StatusOr<StartJobResponse> StartJob(const StartJobRequest& r) override {
-    Record(absl::StrCat("start ", r.rank(), "/", r.world_size()));
+    Record(
+        absl::StrCat("start ", r.rank(), "/", r.world_size(), r.join() ? absl::StrCat(" join g", r.generation()) : ""));
     std::lock_guard<std::mutex> lock(w_->mu);
+    if (r.join()) {  // receives the group's state: reports the step it was told to expect
+      StartJobResponse response;
+      response.set_start_step(w_->step);
+      response.mutable_joined()->set_source_rank(0);
+      response.mutable_joined()->set_state_digest(w_->digest);
+      w_->rank = r.rank();
+      return response;
+    }
     w_->restored.push_back(r.restore_checkpoint());
     w_->rank = r.rank();
     StartJobResponse response;
@@ -75,7 +87,10 @@ class FakeClient : public WorkerClient {
       w_->cv.notify_all();
       w_->cv.wait(lock, [&] { return w_->released; });
     }
-    if (r.first_step() == w_->fail_step) return w_->fail_run_at_step;
+    if (r.first_step() == w_->fail_step) {
+      if (w_->fail_once) w_->fail_step = -1;
+      return w_->fail_run_at_step;
+    }
     if (r.first_step() == w_->preempt_step) {
       w_->preempt_step = -1;
       RunStepsResponse response;
@@ -92,6 +107,7 @@ class FakeClient : public WorkerClient {
     }
     RunStepsResponse response;
     response.set_last_step(r.first_step() + r.num_steps());
+    w_->step = response.last_step();
     (*response.mutable_metrics())["loss"] =
         w_->nan_loss ? std::nan("") : 100.0 / static_cast<double>(response.last_step());
     if (r.save_checkpoint()) response.set_checkpoint(absl::StrCat("ckpt_", response.last_step()));
@@ -163,6 +179,16 @@ class FakeClient : public WorkerClient {
     (*response.mutable_metrics())["digits_to_words/loss"] = 1000.0 / r.step();
     return response;
   }
+  absl::StatusOr<RegroupResponse> Regroup(const RegroupRequest& r) override {
+    Record(absl::StrCat("regroup ", r.rank(), "/", r.world_size(), " g", r.generation()));
+    std::lock_guard<std::mutex> lock(w_->mu);
+    w_->rank = r.rank();
+    RegroupResponse response;
+    response.set_step(w_->step);
+    response.set_source_rank(-1);
+    response.set_state_digest(w_->digest);
+    return response;
+  }
   absl::Status AbortJob(const AbortJobRequest&) override {
     Record("abort");
     return absl::OkStatus();
@@ -205,10 +231,11 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   // Registers a fake worker; returns its id.
-  std::string AddWorker(Coordinator* c, const std::string& name) {
+  std::string AddWorker(Coordinator* c, const std::string& name, int64_t step = 0) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       workers_[name] = std::make_shared<FakeWorker>();
+      workers_[name]->step = step;
     }
     RegisterWorkerRequest r;
     r.set_host(name);
@@ -223,6 +250,19 @@ class CoordinatorTest : public ::testing::Test {
     auto w = Worker(name);
     std::lock_guard<std::mutex> lock(w->mu);
     return w->calls;
+  }
+
+  // Waits (10 s bound) until `name`'s RunSteps call number hold_run is held.
+  void WaitUntilHeld(const std::string& name) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      {
+        std::lock_guard<std::mutex> lock(Worker(name)->mu);
+        if (Worker(name)->held) return;
+      }
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    ADD_FAILURE() << name << "'s RunSteps was not held within 10 s";
   }
 
   // The job's final state is published before its ranks are torn down:
@@ -886,14 +926,7 @@ TEST_F(CoordinatorTest, AFailedCheckpointWriteIsInTheJobUntilAWriteSucceeds) {
   request.mutable_spec()->set_checkpoint_period(20);
   const std::string id = c->SubmitJob(request)->job_id();
   c->Start();
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (absl::Now() < deadline) {
-    {
-      std::lock_guard<std::mutex> lock(Worker("a")->mu);
-      if (Worker("a")->held) break;
-    }
-    absl::SleepFor(absl::Milliseconds(2));
-  }
+  WaitUntilHeld("a");
   JobInfo running = *c->GetJob(id);
   EXPECT_EQ(running.state(), RUNNING);
   EXPECT_EQ(running.step(), 40);
@@ -1015,6 +1048,126 @@ TEST_F(CoordinatorTest, ACheckpointOnRequestIsWrittenOnEveryRankAtTheNextBoundar
   request.set_timeout_seconds(-1);
   EXPECT_THAT(c->CheckpointJob(request).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("timeout_seconds: -1; allowed 1..86400")));
+}
+
+// fault_tolerance ELASTIC: a rank whose worker vanished (UNAVAILABLE) while
+// its peers' collective failed (ABORTED) is dropped; the others regroup and
+// go on from their step, without a restart; an idle worker joins at the
+// next boundary.
+SubmitJobRequest ElasticSpec(int min_workers) {
+  SubmitJobRequest r;
+  JobSpec* s = r.mutable_spec();
+  s->set_name("test-job");
+  s->mutable_model()->set_preset("tiny");
+  s->set_task("digits_to_words");
+  s->mutable_feature_lengths()->set_inputs(16);
+  s->mutable_feature_lengths()->set_targets(32);
+  s->set_batch_size(12);
+  s->set_num_workers(3);
+  s->set_total_steps(100);
+  s->set_summary_period(20);
+  s->set_output_dir("runs/x");
+  s->mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
+  if (min_workers > 0) s->mutable_fault_tolerance()->set_min_workers(min_workers);
+  return r;
+}
+
+void LoseRankAt(FakeWorker* lost, std::vector<FakeWorker*> peers, int64_t step) {
+  lost->fail_step = step;
+  lost->fail_run_at_step = absl::UnavailableError("Socket closed");
+  for (FakeWorker* w : peers) {
+    w->fail_step = step;
+    w->fail_once = true;
+    w->fail_run_at_step = absl::AbortedError("collective failed (a peer left or stalled)");
+  }
+}
+
+TEST_F(CoordinatorTest, ElasticDropsALostRankAndGoesOnWithoutARestart) {
+  auto c = Make();
+  for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
+  LoseRankAt(Worker("b").get(), {Worker("a").get(), Worker("c").get()}, 40);
+  ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
+  c->Start();
+  JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.regroups(), 1);
+  EXPECT_EQ(done.step(), 100);
+  ASSERT_EQ(done.ranks_size(), 2);
+  EXPECT_EQ(done.ranks(0).host(), "a");
+  EXPECT_EQ(done.ranks(1).host(), "c");
+  EXPECT_EQ(CallsAfterAbort("c"),
+            (std::vector<std::string>{"start 2/3", "run 0+20", "run 20+20", "run 40+20", "regroup 1/2 g1", "run 40+20",
+                                      "run 60+20", "run 80+20 ckpt", "abort"}));
+  // The lost rank is told to let go (in case its worker still lives).
+  EXPECT_EQ(CallsAfterAbort("b").back(), "abort");
+}
+
+TEST_F(CoordinatorTest, ElasticBelowMinWorkersRestartsAsRestartDoes) {
+  auto c = Make();
+  std::vector<std::string> ids;
+  for (const char* n : {"a", "b", "c"}) ids.push_back(AddWorker(c.get(), n));
+  LoseRankAt(Worker("b").get(), {Worker("a").get(), Worker("c").get()}, 40);
+  Worker("b")->fail_once = true;
+  ASSERT_THAT(c->SubmitJob(ElasticSpec(3)).status(), IsOk());
+  c->Start();
+  // The drained workers say they hold no job; the job gets its gang again.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (c->GetJob("test-job-1")->state() != SUCCEEDED && absl::Now() < deadline) {
+    for (const std::string& w : ids) {
+      HeartbeatRequest hb;
+      hb.set_worker_id(w);
+      ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  JobInfo done = *c->GetJob("test-job-1");
+  EXPECT_EQ(done.state(), SUCCEEDED) << done.reason();
+  EXPECT_EQ(done.restarts(), 1);
+  EXPECT_EQ(done.regroups(), 0);
+  EXPECT_THAT(Calls("a"), ::testing::Not(::testing::Contains(HasSubstr("regroup"))));
+}
+
+TEST_F(CoordinatorTest, ElasticAdmitsAnIdleWorkerWhichReceivesTheState) {
+  auto c = Make();
+  for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
+  LoseRankAt(Worker("a").get(), {Worker("b").get(), Worker("c").get()}, 40);
+  Worker("b")->hold_run = 4;  // the first chunk at 2 ranks (40+20) waits
+  ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
+  c->Start();
+  // The replacement registers while the job runs at 2 ranks; at the next
+  // boundary (60) it joins and receives the state.
+  WaitUntilHeld("b");
+  EXPECT_EQ(c->GetJob("test-job-1")->regroups(), 1);
+  AddWorker(c.get(), "d", /*step=*/60);
+  {
+    std::lock_guard<std::mutex> lock(Worker("b")->mu);
+    Worker("b")->released = true;
+    Worker("b")->cv.notify_all();
+  }
+  JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.regroups(), 2);
+  ASSERT_EQ(done.ranks_size(), 3);
+  EXPECT_EQ(done.ranks(0).host(), "b");
+  EXPECT_EQ(done.ranks(2).host(), "d");
+  const std::vector<std::string> d = CallsAfterAbort("d");
+  ASSERT_GE(d.size(), 2u);
+  EXPECT_EQ(d[0], "start 2/3 join g2");
+  EXPECT_THAT(Calls("b"), ::testing::Contains("regroup 0/3 g2"));
+}
+
+TEST_F(CoordinatorTest, ElasticRefusesRanksWhoseStatesDifferAfterARegroup) {
+  auto c = Make();
+  for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
+  LoseRankAt(Worker("b").get(), {Worker("a").get(), Worker("c").get()}, 40);
+  Worker("c")->digest = 8;
+  SubmitJobRequest spec = ElasticSpec(0);
+  spec.mutable_spec()->set_max_restarts(0);
+  ASSERT_THAT(c->SubmitJob(spec).status(), IsOk());
+  c->Start();
+  JobInfo done = WaitForState(c.get(), "test-job-1", FAILED);
+  EXPECT_THAT(done.reason(), HasSubstr("after regrouping, rank 1 (worker "));
+  EXPECT_THAT(done.reason(), HasSubstr("holds step 40 with state digest 8, rank 0 step 40 with 7"));
 }
 
 }  // namespace

@@ -40,6 +40,11 @@ class GrpcWorkerClient : public WorkerClient {
       return stub_->RunSteps(ctx, request, r);
     });
   }
+  absl::StatusOr<RegroupResponse> Regroup(const RegroupRequest& request) override {
+    return Call<RegroupResponse>(std::chrono::minutes(10), [&](grpc::ClientContext* ctx, RegroupResponse* r) {
+      return stub_->Regroup(ctx, request, r);
+    });
+  }
   absl::StatusOr<OpenSessionResponse> OpenSession(const WorkerOpenSessionRequest& request) override {
     return Call<OpenSessionResponse>(std::chrono::minutes(10), [&](grpc::ClientContext* ctx, OpenSessionResponse* r) {
       return stub_->OpenSession(ctx, request, r);
@@ -82,6 +87,12 @@ class GrpcWorkerClient : public WorkerClient {
         std::chrono::hours(24 * 365), request, std::move(done),
         [this](grpc::ClientContext* c, const RunStepsRequest* q, RunStepsResponse* r,
                std::function<void(grpc::Status)> f) { stub_->async()->RunSteps(c, q, r, std::move(f)); });
+  }
+  void RegroupAsync(const RegroupRequest& request, Done<RegroupResponse> done) override {
+    Async<RegroupRequest, RegroupResponse>(
+        std::chrono::minutes(10), request, std::move(done),
+        [this](grpc::ClientContext* c, const RegroupRequest* q, RegroupResponse* r,
+               std::function<void(grpc::Status)> f) { stub_->async()->Regroup(c, q, r, std::move(f)); });
   }
   void EvaluateAsync(const EvaluateRequest& request, Done<EvaluateResponse> done) override {
     Async<EvaluateRequest, EvaluateResponse>(

@@ -2,9 +2,11 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
@@ -44,7 +46,43 @@ int Blame(const absl::Status& status) {
 }  // namespace
 
 JobDriver::JobDriver(AttemptPlan plan, JobDriverHost* host)
-    : plan_(std::move(plan)), host_(host), latest_checkpoint_(plan_.latest_checkpoint) {}
+    : plan_(std::move(plan)), host_(host), latest_checkpoint_(plan_.latest_checkpoint) {
+  std::vector<std::string> ids = plan_.worker_ids;
+  ids.resize(plan_.clients.size());
+  SetMembers(plan_.clients, plan_.rank_names, std::move(ids));
+}
+
+bool JobDriver::elastic() const {
+  return plan_.spec.fault_tolerance().mode() == FaultToleranceConfig::ELASTIC && plan_.spec.kind() != EVALUATION &&
+         plan_.spec.kind() != INFERENCE;
+}
+
+void JobDriver::SetMembers(std::vector<std::shared_ptr<WorkerClient>> clients, std::vector<std::string> names,
+                           std::vector<std::string> worker_ids) {
+  MutexLock lock(&mu_);
+  clients_ = std::move(clients);
+  rank_names_ = std::move(names);
+  worker_ids_ = std::move(worker_ids);
+  member_clients_.clear();
+  for (size_t r = 0; r < clients_.size(); ++r) {
+    if (clients_[r] && !worker_ids_[r].empty()) member_clients_[worker_ids_[r]] = clients_[r];
+  }
+}
+
+bool JobDriver::WorkerLost(const std::string& worker_id, const std::string& reason) {
+  if (!elastic()) return false;
+  std::shared_ptr<WorkerClient> client;
+  {
+    MutexLock lock(&mu_);
+    lost_[worker_id] = reason;
+    auto it = member_clients_.find(worker_id);
+    if (it != member_clients_.end()) client = it->second;
+  }
+  changed_.SignalAll();
+  // Its call in flight ends now (and OnAllRanks reports the loss for it).
+  if (client) client->CancelInFlight();
+  return true;
+}
 
 void JobDriver::Stop(JobState state, std::string reason, bool retryable) {
   {
@@ -92,8 +130,9 @@ std::optional<JobDriver::StopRequest> JobDriver::stop_request() {
 }
 
 template <typename Response, typename Call>
-absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Response>* responses) {
-  const int world = static_cast<int>(plan_.clients.size());
+absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Response>* responses,
+                                   std::vector<absl::StatusOr<Response>>* each) {
+  const int world = static_cast<int>(clients_.size());
   struct Shared {
     std::vector<std::optional<absl::StatusOr<Response>>> results;
     int done = 0;
@@ -121,7 +160,7 @@ absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Resp
   {
     MutexLock lock(&mu_);
     while (!(shared->done == world || shared->failed || stop_.has_value())) changed_.Wait(&mu_);
-    if (shared->failed && shared->done < world) {
+    if (shared->failed && shared->done < world && each == nullptr) {
       // Give the other ranks a moment to report: the rank whose worker is
       // gone is the root cause, not its peers' collective errors.
       const absl::Time deadline = absl::Now() + absl::Seconds(2);
@@ -129,20 +168,34 @@ absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Resp
         if (changed_.WaitWithDeadline(&mu_, deadline)) break;
       }
     }
+    // ELASTIC: the survivors answer once their collective fails (at once
+    // when a peer's process died, after the collective timeout when its
+    // link was cut); lost workers' calls are cancelled by WorkerLost.
+    while (each != nullptr && !(shared->done == world || stop_.has_value())) changed_.Wait(&mu_);
     all_ok = shared->done == world && !shared->failed;
   }
   if (!all_ok) {
-    for (auto& c : plan_.clients) {
+    for (auto& c : clients_) {
       if (c) c->CancelInFlight();
     }
   }
   {
     // Every call has ended (cancelled ones promptly) before the results
-    // are read.
+    // are read. A rank whose worker stopped heartbeating reports that.
     MutexLock lock(&mu_);
     while (shared->done < world) changed_.Wait(&mu_);
+    for (int r = 0; r < world; ++r) {
+      auto lost = lost_.find(worker_ids_[r]);
+      if (lost != lost_.end() && !shared->results[r]->ok()) {
+        *shared->results[r] = absl::UnavailableError(lost->second);
+      }
+    }
   }
   if (std::optional<StopRequest> stop = stop_request()) return absl::AbortedError(stop->reason);
+  if (each != nullptr) {
+    each->clear();
+    for (int r = 0; r < world; ++r) each->push_back(*shared->results[r]);
+  }
   if (!all_ok) {
     int culprit = -1;
     for (int r = 0; r < world; ++r) {
@@ -152,8 +205,8 @@ absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Resp
     }
     if (culprit < 0) return absl::AbortedError(absl::StrCat(what, " was cancelled"));
     const absl::Status& s = shared->results[culprit]->status();
-    const std::string name = culprit < static_cast<int>(plan_.rank_names.size()) ? plan_.rank_names[culprit]
-                                                                                 : absl::StrCat("rank ", culprit);
+    const std::string name =
+        culprit < static_cast<int>(rank_names_.size()) ? rank_names_[culprit] : absl::StrCat("rank ", culprit);
     return absl::Status(s.code(), absl::StrCat(name, ": ", what, " failed: ", s.message()));
   }
   responses->clear();
@@ -164,8 +217,8 @@ absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Resp
 absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) {
   const JobSpec& spec = plan_.spec;
   const std::string& job_id = plan_.job_id;
-  const int world = static_cast<int>(plan_.clients.size());
-  for (const auto& c : plan_.clients) {
+  int world = static_cast<int>(clients_.size());  // ELASTIC: changes with the group
+  for (const auto& c : clients_) {
     if (!c) return absl::UnavailableError("a worker of the gang left before the job started");
   }
   std::vector<StartJobResponse> started;
@@ -179,7 +232,7 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
         request.set_world_size(world);
         request.set_attempt(plan_.restarts);
         request.set_restore_checkpoint(plan_.restore_from);
-        plan_.clients[r]->StartJobAsync(request, std::move(done));
+        clients_[r]->StartJobAsync(request, std::move(done));
       },
       &started));
   int64_t step = started[0].start_step();
@@ -213,7 +266,7 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
         [&](int r, auto done) {
           InferRequest request;
           request.set_job_id(job_id);
-          plan_.clients[r]->InferAsync(request, std::move(done));
+          clients_[r]->InferAsync(request, std::move(done));
         },
         &inferred));
     int64_t examples = 0;
@@ -257,10 +310,15 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
       for (const auto& [k, v] : metrics) (*info->mutable_metrics())[k] = v;
     });
     *final_state = PREEMPTED;
-    *final_reason = absl::StrCat(plan_.rank_names[r], " was asked to stop; emergency checkpoint at step ", last_step,
-                                 during, checkpoint.empty() ? "" : ": " + checkpoint);
+    *final_reason = absl::StrCat(rank_names_[r], " was asked to stop; emergency checkpoint at step ", last_step, during,
+                                 checkpoint.empty() ? "" : ": " + checkpoint);
   };
   while (step < spec.total_steps()) {
+    // ELASTIC: idle workers fill the ranks lost earlier.
+    if (elastic() && world < spec.num_workers()) {
+      TY_RETURN_IF_ERROR(AdmitJoiners(&step));
+      world = static_cast<int>(clients_.size());
+    }
     // On-demand checkpoints asked since the last chunk: one save serves them
     // all.
     int64_t asked, served;
@@ -278,7 +336,7 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
             request.set_job_id(job_id);
             request.set_step(step);
             request.set_wait(true);
-            plan_.clients[r]->SaveCheckpointAsync(request, std::move(done));
+            clients_[r]->SaveCheckpointAsync(request, std::move(done));
           },
           &saved);
       {
@@ -299,7 +357,8 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
     const int64_t n = NextChunk(step, periods);
     const bool last = step + n == spec.total_steps();
     std::vector<RunStepsResponse> ran;
-    TY_RETURN_IF_ERROR(OnAllRanks<RunStepsResponse>(
+    std::vector<absl::StatusOr<RunStepsResponse>> each;
+    const absl::Status run = OnAllRanks<RunStepsResponse>(
         "RunSteps",
         [&](int r, auto done) {
           RunStepsRequest request;
@@ -307,9 +366,17 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
           request.set_first_step(step);
           request.set_num_steps(n);
           request.set_save_checkpoint(last || AtBoundary(step + n, spec.checkpoint_period()));
-          plan_.clients[r]->RunStepsAsync(request, std::move(done));
+          clients_[r]->RunStepsAsync(request, std::move(done));
         },
-        &ran));
+        &ran, elastic() ? &each : nullptr);
+    if (!run.ok()) {
+      // ELASTIC: lost ranks are dropped and the others go on from where
+      // they are (at most the failed step is computed again).
+      TY_ASSIGN_OR_RETURN(bool survived, elastic() ? SurviveLostRanks(each, run, &step) : false);
+      if (!survived) return run;
+      world = static_cast<int>(clients_.size());
+      continue;
+    }
     if (ran[0].preempted()) {
       std::vector<bool> asked;
       for (const auto& r : ran) asked.push_back(r.asked_to_stop());
@@ -358,7 +425,7 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
             EvaluateRequest request;
             request.set_job_id(job_id);
             request.set_step(step);
-            plan_.clients[r]->EvaluateAsync(request, std::move(done));
+            clients_[r]->EvaluateAsync(request, std::move(done));
           },
           &evaluated));
       if (evaluated[0].preempted()) {
@@ -386,6 +453,149 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
       if (run_actions(ActionModeKind::kInferEval, inferred)) break;
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> JobDriver::SurviveLostRanks(const std::vector<absl::StatusOr<RunStepsResponse>>& each,
+                                                 const absl::Status& failure, int64_t* step) {
+  std::vector<int> keep;
+  std::vector<std::string> lost;
+  for (size_t r = 0; r < each.size(); ++r) {
+    const absl::StatusOr<RunStepsResponse>& result = each[r];
+    if (result.ok()) {
+      if (result->preempted()) return false;  // a preemption and a loss at once: the restart handles both
+      keep.push_back(static_cast<int>(r));
+    } else if (IsTransportError(result.status())) {
+      lost.push_back(absl::StrCat(rank_names_[r], ": ", result.status().message()));
+    } else if (absl::IsAborted(result.status()) || absl::IsCancelled(result.status())) {
+      keep.push_back(static_cast<int>(r));  // its collective failed with the lost peer
+    } else {
+      return false;  // an error of the rank's own (divergence, NaN, a bad spec, ...)
+    }
+  }
+  if (lost.empty()) return false;
+  const int min_workers = std::max(plan_.spec.fault_tolerance().min_workers(), 1);
+  if (static_cast<int>(keep.size()) < min_workers) {
+    spdlog::warn("job {}: {} rank(s) left of {}, fewer than fault_tolerance.min_workers {}: the attempt ends ({})",
+                 plan_.job_id, keep.size(), each.size(), min_workers, failure.ToString());
+    return false;
+  }
+  TY_RETURN_IF_ERROR(Regroup(keep, {}, step, absl::StrCat("lost ", absl::StrJoin(lost, "; "))));
+  return true;
+}
+
+absl::Status JobDriver::AdmitJoiners(int64_t* step) {
+  const int want = plan_.spec.num_workers() - static_cast<int>(clients_.size());
+  if (want <= 0) return absl::OkStatus();
+  std::vector<JoiningWorker> joining = host_->AcquireWorkers(plan_.job_id, want);
+  if (joining.empty()) return absl::OkStatus();
+  std::vector<int> keep;
+  for (int r = 0; r < static_cast<int>(clients_.size()); ++r) keep.push_back(r);
+  std::vector<std::string> names;
+  for (const JoiningWorker& j : joining) names.push_back(j.description);
+  return Regroup(keep, joining, step, absl::StrCat("joined: ", absl::StrJoin(names, "; ")));
+}
+
+absl::Status JobDriver::Regroup(const std::vector<int>& keep, const std::vector<JoiningWorker>& joining, int64_t* step,
+                                const std::string& why) {
+  const std::string& job_id = plan_.job_id;
+  const auto start = absl::Now();
+  const int world = static_cast<int>(keep.size() + joining.size());
+  const int generation = generation_ + 1;
+  // "rank R (worker ...)": the worker part stays, the rank is the new one.
+  auto worker_part = [](const std::string& name) {
+    const size_t open = name.find(" (");
+    return open == std::string::npos ? name : name.substr(open + 2, name.size() - open - 3);
+  };
+  std::vector<std::shared_ptr<WorkerClient>> clients;
+  std::vector<std::string> names, ids;
+  std::set<int> kept(keep.begin(), keep.end());
+  for (int r : keep) {
+    clients.push_back(clients_[r]);
+    names.push_back(absl::StrCat("rank ", names.size(), " (", worker_part(rank_names_[r]), ")"));
+    ids.push_back(worker_ids_[r]);
+  }
+  for (const JoiningWorker& j : joining) {
+    clients.push_back(j.client);
+    names.push_back(absl::StrCat("rank ", names.size(), " (", j.description, ")"));
+    ids.push_back(j.worker_id);
+  }
+  // Ranks left behind let go of the job, if they still can (a worker whose
+  // link was cut, or that was taken for lost).
+  AbortJobRequest abort;
+  abort.set_job_id(job_id);
+  abort.set_reason(absl::StrCat("dropped from the job's ranks: ", why));
+  for (int r = 0; r < static_cast<int>(clients_.size()); ++r) {
+    if (kept.count(r) == 0 && clients_[r]) {
+      std::shared_ptr<WorkerClient> c = clients_[r];
+      c->AbortJobAsync(abort, [c](absl::Status) {});
+    }
+  }
+  const int64_t keep_count = static_cast<int64_t>(keep.size());
+  SetMembers(std::move(clients), std::move(names), std::move(ids));
+  generation_ = generation;
+  spdlog::warn("job {}: {}; regrouping {} rank(s) (generation {})", job_id, why, world, generation);
+  std::vector<RegroupResponse> answers;
+  TY_RETURN_IF_ERROR(OnAllRanks<RegroupResponse>(
+      "Regroup",
+      [&](int r, WorkerClient::Done<RegroupResponse> done) {
+        if (r < keep_count) {
+          RegroupRequest request;
+          request.set_job_id(job_id);
+          request.set_attempt(plan_.restarts);
+          request.set_generation(generation);
+          request.set_rank(r);
+          request.set_world_size(world);
+          clients_[r]->RegroupAsync(request, std::move(done));
+          return;
+        }
+        StartJobRequest request;
+        request.set_job_id(job_id);
+        *request.mutable_spec() = plan_.spec;
+        request.set_rank(r);
+        request.set_world_size(world);
+        request.set_attempt(plan_.restarts);
+        request.set_generation(generation);
+        request.set_join(true);
+        clients_[r]->StartJobAsync(request, [done = std::move(done)](absl::StatusOr<StartJobResponse> started) {
+          if (!started.ok()) return done(started.status());
+          RegroupResponse answer;
+          answer.set_step(started->start_step());
+          answer.set_source_rank(started->joined().source_rank());
+          answer.set_sent_bytes(started->joined().sent_bytes());
+          answer.set_transfer_seconds(started->joined().transfer_seconds());
+          answer.set_state_digest(started->joined().state_digest());
+          done(std::move(answer));
+        });
+      },
+      &answers));
+  // Every rank must now hold the same state, bit for bit.
+  for (int r = 1; r < world; ++r) {
+    if (answers[r].step() != answers[0].step() || answers[r].state_digest() != answers[0].state_digest()) {
+      return absl::InternalError(absl::StrCat("after regrouping, ", rank_names_[r], " holds step ", answers[r].step(),
+                                              " with state digest ", absl::Hex(answers[r].state_digest()),
+                                              ", rank 0 step ", answers[0].step(), " with ",
+                                              absl::Hex(answers[0].state_digest())));
+    }
+  }
+  *step = answers[0].step();
+  regroups_++;
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const int source = answers[0].source_rank();
+  const std::string transfer =
+      source < 0 ? "every rank held the same state"
+                 : absl::StrCat("state of ", rank_names_[source], " sent (", answers[source].sent_bytes(), " bytes in ",
+                                absl::StrFormat("%.3f", answers[source].transfer_seconds()), " s)");
+  const std::string note =
+      absl::StrCat(why, "; training on ", world, " of ", plan_.spec.num_workers(), " workers from step ", *step,
+                   " (regroup ", regroups_, " in ", absl::StrFormat("%.3f", seconds), " s; ", transfer,
+                   "; state digest ", absl::Hex(answers[0].state_digest()), ")");
+  spdlog::warn("job {}: {}", job_id, note);
+  host_->SetRanks(job_id, worker_ids_);
+  host_->RecordProgress(job_id, [&](JobInfo* info) {
+    info->set_reason(note);
+    info->set_step(*step);
+  });
   return absl::OkStatus();
 }
 
@@ -456,12 +666,12 @@ void JobDriver::Run() {
   };
   auto aborts = std::make_shared<Aborts>();
   size_t started = 0;
-  for (auto& c : plan_.clients) started += c != nullptr;
+  for (auto& c : clients_) started += c != nullptr;
   {
     MutexLock lock(&aborts->mu);
     aborts->left = started;
   }
-  for (auto& c : plan_.clients) {
+  for (auto& c : clients_) {
     if (!c) continue;
     c->AbortJobAsync(abort, [aborts](absl::Status) {
       MutexLock lock(&aborts->mu);

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,6 +54,14 @@ struct AttemptPlan {
   std::string latest_checkpoint;                       // the job's newest checkpoint so far ("" none)
   std::vector<std::shared_ptr<WorkerClient>> clients;  // rank order; nullptr: the worker left
   std::vector<std::string> rank_names;                 // "rank 1 (worker w2-b on host b, b)", for messages
+  std::vector<std::string> worker_ids;                 // rank order (ELASTIC: WorkerLost, joins)
+};
+
+// A worker given to a running ELASTIC attempt (JobDriverHost::AcquireWorkers).
+struct JoiningWorker {
+  std::string worker_id;
+  std::shared_ptr<WorkerClient> client;
+  std::string description;  // "worker w4-b on host b, b:1234"
 };
 
 // The coordinator's side: the job's record.
@@ -67,6 +76,19 @@ class JobDriverHost {
   // it is visible.
   virtual void ChangeState(const std::string& job_id, JobState state, const std::string& reason,
                            const std::function<void(JobInfo*)>& edit = nullptr) = 0;
+  // fault_tolerance ELASTIC. Up to `n` idle workers, now the job's (none
+  // by default).
+  virtual std::vector<JoiningWorker> AcquireWorkers(const std::string& job_id, int n) {
+    (void)job_id;
+    (void)n;
+    return {};
+  }
+  // The attempt's ranks are now `worker_ids` (rank order); the job's other
+  // workers (lost, or acquired and not joined) go back to the pool.
+  virtual void SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids) {
+    (void)job_id;
+    (void)worker_ids;
+  }
 };
 
 class JobDriver {
@@ -85,6 +107,10 @@ class JobDriver {
   void Stop(JobState state, std::string reason, bool retryable);
   // The coordinator is stopping: end the attempt without a state change.
   void ShutDown();
+  // The worker stopped heartbeating. An ELASTIC training attempt drops its
+  // rank (its call in flight is cancelled and reports the loss) and
+  // returns true; otherwise false, and the caller stops the attempt.
+  bool WorkerLost(const std::string& worker_id, const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
 
   // An on-demand checkpoint: written on every rank at the next boundary
   // between chunks, after which this returns its path and step. If the
@@ -107,8 +133,27 @@ class JobDriver {
   // Runs call(rank) on every rank in parallel; returns once all succeed, or
   // at the first failure or stop (cancelling the calls still in flight). The
   // status names the rank that failed.
+  // `each` (ELASTIC): on a failure the other ranks' calls are not
+  // cancelled but awaited (they fail once their collective does, or are
+  // lost), and every rank's outcome is returned in it.
   template <typename Response, typename Call>
-  absl::Status OnAllRanks(const char* what, Call call, std::vector<Response>* responses);
+  absl::Status OnAllRanks(const char* what, Call call, std::vector<Response>* responses,
+                          std::vector<absl::StatusOr<Response>>* each = nullptr);
+  // ELASTIC: the ranks `keep` (in rank order) and `joining` form the
+  // attempt's next group; on success *step is where they all are.
+  // `why` is the reason recorded with it.
+  absl::Status Regroup(const std::vector<int>& keep, const std::vector<JoiningWorker>& joining, int64_t* step,
+                       const std::string& why);
+  // ELASTIC: after a failed RunSteps, the lost ranks are dropped and the
+  // others regroup (true); false when the failure is not a lost rank, or
+  // fewer than min_workers would be left: the attempt ends with `failure`.
+  absl::StatusOr<bool> SurviveLostRanks(const std::vector<absl::StatusOr<RunStepsResponse>>& each,
+                                        const absl::Status& failure, int64_t* step);
+  // ELASTIC: idle workers join, up to num_workers ranks.
+  absl::Status AdmitJoiners(int64_t* step);
+  bool elastic() const;
+  void SetMembers(std::vector<std::shared_ptr<WorkerClient>> clients, std::vector<std::string> names,
+                  std::vector<std::string> worker_ids) ABSL_LOCKS_EXCLUDED(mu_);
   // The attempt's body; sets *final_state/*final_reason (when it ends the
   // job itself: success, an action, a preemption).
   absl::Status Drive(JobState* final_state, std::string* final_reason);
@@ -116,12 +161,22 @@ class JobDriver {
 
   const AttemptPlan plan_;
   JobDriverHost* const host_;
+  // The attempt's ranks: the plan's, then (ELASTIC) the groups that
+  // followed. Written by the driver's thread under mu_, read by it freely.
+  std::vector<std::shared_ptr<WorkerClient>> clients_;
+  std::vector<std::string> rank_names_;
+  std::vector<std::string> worker_ids_;
+  int generation_ = 0;  // ELASTIC: of the current group
+  int regroups_ = 0;
   std::string latest_checkpoint_;   // the newest durable checkpoint this attempt knows
   std::string checkpoint_failure_;  // as last reported to the job's record
 
   Mutex mu_;
   CondVar changed_;  // every rank answered or one failed, or a stop was requested
   std::optional<StopRequest> stop_ ABSL_GUARDED_BY(mu_);
+  // ELASTIC: workers that stopped heartbeating, and why.
+  std::map<std::string, std::string> lost_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<WorkerClient>> member_clients_ ABSL_GUARDED_BY(mu_);
   // On-demand checkpoints: tickets asked and served, the last result, and
   // how the attempt ended (set once Drive returns).
   int64_t checkpoints_asked_ ABSL_GUARDED_BY(mu_) = 0;

@@ -29,6 +29,11 @@ class WorkerClient {
   virtual absl::StatusOr<OpenSessionResponse> OpenSession(const WorkerOpenSessionRequest& request) = 0;
   virtual absl::StatusOr<SessionResponse> RunSession(const SessionRequest& request) = 0;
   virtual absl::Status AbortJob(const AbortJobRequest& request) = 0;
+  // fault_tolerance ELASTIC (WorkerService.Regroup); kUnimplemented for a
+  // client without it (test fakes of jobs that never regroup).
+  virtual absl::StatusOr<RegroupResponse> Regroup(const RegroupRequest&) {
+    return absl::UnimplementedError("this worker client does not regroup");
+  }
   virtual void CancelInFlight() = 0;
 
   // The asynchronous forms the coordinator fans a gang's calls out with (no
@@ -44,6 +49,9 @@ class WorkerClient {
   }
   virtual void RunStepsAsync(const RunStepsRequest& request, Done<RunStepsResponse> done) {
     Detach([this, request] { return RunSteps(request); }, std::move(done));
+  }
+  virtual void RegroupAsync(const RegroupRequest& request, Done<RegroupResponse> done) {
+    Detach([this, request] { return Regroup(request); }, std::move(done));
   }
   virtual void EvaluateAsync(const EvaluateRequest& request, Done<EvaluateResponse> done) {
     Detach([this, request] { return Evaluate(request); }, std::move(done));

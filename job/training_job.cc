@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -57,25 +58,40 @@ class LimitedIterator : public BatchIterator {
 }  // namespace
 
 // The train batches, remembering the data position before the batch taken
-// last, so that a step abandoned between microbatches (a preemption) can
-// put its batch back before the emergency checkpoint records the position.
+// last, so that a step abandoned between microbatches (a preemption), or
+// left half done by a failed collective (ELASTIC), can put its batch back.
+// ELASTIC: the iterator yields the whole global batch (the same on every
+// rank, whatever the number of ranks), and rank r of W trains on rows
+// [r B / W, (r + 1) B / W) of it.
 class TrainingJob::RewindableBatches : public BatchIterator {
  public:
-  explicit RewindableBatches(TaskBatchIterator* base) : base_(base) {}
+  RewindableBatches(TaskBatchIterator* base, const TrainingJob* job) : base_(base), job_(job) {}
   absl::StatusOr<T5Batch> Next() override {
     before_ = base_->task_iterator()->State();
-    return base_->Next();
+    ++taken_;
+    absl::StatusOr<T5Batch> batch = base_->Next();
+    if (!batch.ok() || !job_->elastic()) return batch;
+    const int64_t b = batch->batch_size(), w = job_->world_size(), r = job_->rank();
+    return batch->Slice(r * b / w, (r + 1) * b / w - r * b / w);
   }
   std::map<std::string, double> TakeDataMetrics() override { return base_->TakeDataMetrics(); }
   absl::Status PutBackLast() { return before_.empty() ? absl::OkStatus() : base_->task_iterator()->Restore(before_); }
+  // Batches taken since the last ResetTaken.
+  int64_t taken() const { return taken_; }
+  void ResetTaken() { taken_ = 0; }
 
  private:
   TaskBatchIterator* base_;
+  const TrainingJob* job_;
   std::string before_;
+  int64_t taken_ = 0;
 };
 
 TrainingJob::TrainingJob(JobSpec spec, Collective* collective, TrainingJobOptions options)
-    : spec_(std::move(spec)), collective_(collective), timed_(collective), options_(std::move(options)) {}
+    : spec_(std::move(spec)),
+      collective_(collective),
+      timed_(std::make_unique<TimedCollective>(collective)),
+      options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& spec, Collective* collective,
                                                                  TrainingJobOptions options) {
@@ -92,14 +108,17 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
     default:
       return absl::InvalidArgumentError(absl::StrCat("kind: ", JobKind_Name(spec.kind()), " is not a job kind"));
   }
-  if (spec.batch_size() % world != 0) {
+  const bool elastic = spec.fault_tolerance().mode() == FaultToleranceConfig::ELASTIC;
+  // ELASTIC: the ranks' shares of the global batch may differ by a row
+  // (after a rank was lost), and every rank reads the whole batch.
+  if (elastic ? spec.batch_size() < world : spec.batch_size() % world != 0) {
     return absl::InvalidArgumentError(absl::StrCat("batch_size: ", spec.batch_size(), " does not split over ", world,
                                                    " workers; use a multiple of num_workers"));
   }
   std::unique_ptr<TrainingJob> job(new TrainingJob(spec, collective, std::move(options)));
   const bool inference = !job->trains();
   const int64_t rows = spec.batch_size() / world;
-  if (!inference && rows % std::max(spec.num_microbatches(), 1) != 0) {
+  if (!inference && !elastic && rows % std::max(spec.num_microbatches(), 1) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("num_microbatches: ", spec.num_microbatches(),
                                                    " does not divide the per-worker batch of ", rows, " rows"));
   }
@@ -113,17 +132,17 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
       if (!inference) {  // EVALUATION and INFERENCE read their split in Infer
         IteratorOptions data;
         data.split = spec.data().train_split();
-        data.rows = rows;
+        data.rows = elastic ? spec.batch_size() : rows;
         data.inputs_length = spec.feature_lengths().inputs();
         data.targets_length = spec.feature_lengths().targets();
         data.pack = spec.data().pack();
         data.shuffle = spec.data().shuffle();
         data.seed = static_cast<uint64_t>(spec.seed());
-        data.rank = rank;
-        data.world_size = world;
+        data.rank = elastic ? 0 : rank;
+        data.world_size = elastic ? 1 : world;
         TY_ASSIGN_OR_RETURN(std::unique_ptr<TaskIterator> it, TaskIterator::Create(**task, data));
         job->train_batches_ = std::make_unique<TaskBatchIterator>(std::move(it));
-        job->batches_ = std::make_unique<RewindableBatches>(job->train_batches_.get());
+        job->batches_ = std::make_unique<RewindableBatches>(job->train_batches_.get(), job.get());
       }
     }
 
@@ -164,7 +183,7 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
       model_options.hold_parameter = [own = std::move(own)](const std::string& name) { return own.count(name) > 0; };
     }
     TY_ASSIGN_OR_RETURN(job->model_, EncoderDecoderModel::Create(config, model_options));
-    TY_ASSIGN_OR_RETURN(LearningRateCallable lr, LearningRateCallable::Create(spec.learning_rate()));
+    TY_RETURN_IF_ERROR(LearningRateCallable::Create(spec.learning_rate()).status());
     if (!inference) {
       NamedTensors params;
       for (const auto& p : job->model_->named_parameters()) params.emplace_back(p.key(), p.value());
@@ -172,39 +191,12 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
       if (sharding != DataParallelConfig::NONE && world > 1) {
         // The parameters' all-gather goes in rounds of a bucket per rank.
         const int64_t round = (static_cast<int64_t>(std::max(spec.data_parallel().bucket_mb(), 1)) << 20) / 4;
-        TY_ASSIGN_OR_RETURN(job->optimizer_, ShardedOptimizer::Create(spec.optimizer(), params, &job->timed_, round));
+        TY_ASSIGN_OR_RETURN(job->optimizer_,
+                            ShardedOptimizer::Create(spec.optimizer(), params, job->timed_.get(), round));
       } else {
         TY_ASSIGN_OR_RETURN(job->optimizer_, CreateOptimizer(spec.optimizer(), params));
       }
-      TrainerOptions trainer;
-      trainer.num_microbatches = std::max(spec.num_microbatches(), 1);
-      trainer.overlap_allreduce =
-          !spec.data_parallel().has_overlap_allreduce() || spec.data_parallel().overlap_allreduce();
-      if (spec.data_parallel().bucket_mb() > 0) {
-        trainer.allreduce_bucket_bytes = static_cast<int64_t>(spec.data_parallel().bucket_mb()) << 20;
-      }
-      trainer.shard_gradients = sharding == DataParallelConfig::GRADIENTS || sharding == DataParallelConfig::PARAMETERS;
-      trainer.shard_parameters = sharding == DataParallelConfig::PARAMETERS && world > 1;
-      trainer.overlap_allgather = spec.data_parallel().overlap_allgather();
-      trainer.loss = LossOptions::FromConfig(spec.loss());
-      trainer.seed = static_cast<uint64_t>(spec.seed());
-      trainer.summary_dir = spec.output_dir();  // written by rank 0 only
-      trainer.compute_weight_metrics = spec.summary().weight_metrics();
-      trainer.model_flops_per_step =
-          3 * ForwardFlopsPerExample(config, spec.feature_lengths().inputs(), spec.feature_lengths().targets()) *
-          static_cast<double>(spec.batch_size());
-      trainer.peak_flops_per_device = job->options_.peak_flops;
-      if (trainer.peak_flops_per_device <= 0) {
-        trainer.peak_flops_per_device = MeasurePeakFlops(job->options_.device, model_options.compute_dtype);
-        if (rank == 0) {
-          spdlog::info("job {}: timing/mfu against {:.3g} TFLOP/s per device, measured by a matrix-product probe",
-                       job->id(), trainer.peak_flops_per_device / 1e12);
-        }
-      }
-      trainer.preemption_requested = job->options_.stop;
-      trainer.collective_timer = &job->timed_;
-      job->trainer_ =
-          std::make_unique<Trainer>(job->model_.get(), job->optimizer_.get(), std::move(lr), &job->timed_, trainer);
+      TY_RETURN_IF_ERROR(job->BuildTrainer());
       if (build_sharded && !job->trainer_->parameters_sharded()) {
         // The model holds this rank's parameters only; nothing else could
         // read it whole.
@@ -219,6 +211,54 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
     return absl::InternalError(absl::StrCat("building the job: ", e.what()));
   }
   return job;
+}
+
+int TrainingJob::Microbatches() const {
+  const int m = std::max(spec_.num_microbatches(), 1);
+  if (!elastic()) return m;
+  // The spec's microbatch: batch_size / (num_workers x num_microbatches)
+  // rows; the largest share of the global batch over this many ranks.
+  const int64_t microbatch_rows =
+      std::max<int64_t>(spec_.batch_size() / (static_cast<int64_t>(std::max(spec_.num_workers(), 1)) * m), 1);
+  const int64_t largest = (spec_.batch_size() + world_size() - 1) / world_size();
+  return static_cast<int>((largest + microbatch_rows - 1) / microbatch_rows);
+}
+
+absl::Status TrainingJob::BuildTrainer() {
+  TY_ASSIGN_OR_RETURN(ModelConfig config, ResolveModelConfig(spec_.model()));
+  TY_ASSIGN_OR_RETURN(LearningRateCallable lr, LearningRateCallable::Create(spec_.learning_rate()));
+  const DataParallelConfig::Sharding sharding = spec_.data_parallel().sharding();
+  TrainerOptions trainer;
+  trainer.num_microbatches = Microbatches();
+  trainer.uneven_microbatches = elastic();
+  trainer.overlap_allreduce =
+      !spec_.data_parallel().has_overlap_allreduce() || spec_.data_parallel().overlap_allreduce();
+  if (spec_.data_parallel().bucket_mb() > 0) {
+    trainer.allreduce_bucket_bytes = static_cast<int64_t>(spec_.data_parallel().bucket_mb()) << 20;
+  }
+  trainer.shard_gradients = sharding == DataParallelConfig::GRADIENTS || sharding == DataParallelConfig::PARAMETERS;
+  trainer.shard_parameters = sharding == DataParallelConfig::PARAMETERS && world_size() > 1;
+  trainer.overlap_allgather = spec_.data_parallel().overlap_allgather();
+  trainer.loss = LossOptions::FromConfig(spec_.loss());
+  trainer.seed = static_cast<uint64_t>(spec_.seed());
+  trainer.summary_dir = spec_.output_dir();  // written by rank 0 only
+  trainer.compute_weight_metrics = spec_.summary().weight_metrics();
+  trainer.model_flops_per_step =
+      3 * ForwardFlopsPerExample(config, spec_.feature_lengths().inputs(), spec_.feature_lengths().targets()) *
+      static_cast<double>(spec_.batch_size());
+  trainer.peak_flops_per_device = options_.peak_flops;
+  if (trainer.peak_flops_per_device <= 0) {
+    const torch::ScalarType dtype = spec_.dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat32;
+    trainer.peak_flops_per_device = MeasurePeakFlops(options_.device, dtype);
+    if (rank() == 0 && trainer_ == nullptr) {
+      spdlog::info("job {}: timing/mfu against {:.3g} TFLOP/s per device, measured by a matrix-product probe", id(),
+                   trainer.peak_flops_per_device / 1e12);
+    }
+  }
+  trainer.preemption_requested = options_.stop;
+  trainer.collective_timer = timed_.get();
+  trainer_ = std::make_unique<Trainer>(model_.get(), optimizer_.get(), std::move(lr), timed_.get(), trainer);
+  return absl::OkStatus();
 }
 
 TrainingJob::~TrainingJob() {
@@ -355,8 +395,11 @@ absl::Status TrainingJob::Apply(const TrainCheckpoint& ckpt, const ParamFilter& 
                       ApplyCheckpoint(ckpt, spec_.restore(), model_->network().get(), optimizer_.get(), hold));
   if (!with_optimizer || !train_batches_) return absl::OkStatus();
   // Data positions: exact when the world size is the same; otherwise every
-  // rank starts at the epoch after the furthest one recorded.
-  if (ckpt.world_size == world_size() && static_cast<int>(ckpt.data_states.size()) == world_size()) {
+  // rank starts at the epoch after the furthest one recorded. One position
+  // is the whole global batch's (an ELASTIC job's, or one rank's), which is
+  // where an ELASTIC job reads.
+  if (elastic() && ckpt.data_states.size() == 1) return train_batches_->task_iterator()->Restore(ckpt.data_states[0]);
+  if (!elastic() && ckpt.world_size == world_size() && static_cast<int>(ckpt.data_states.size()) == world_size()) {
     return train_batches_->task_iterator()->Restore(ckpt.data_states[rank()]);
   }
   if (ckpt.data_states.empty()) {
@@ -380,9 +423,20 @@ absl::StatusOr<TrainChunk> TrainingJob::Train(int64_t num_steps) {
   try {
     const auto start = std::chrono::steady_clock::now();
     const int64_t abandoned_before = trainer_->abandoned_steps();
+    const int64_t first_step = trainer_->step();
+    batches_->ResetTaken();
     absl::StatusOr<std::map<std::string, double>> summary = trainer_->Train(batches_.get(), num_steps);
     if (!summary.ok()) {
-      if (!IsPreemptionError(summary.status())) return CollectiveFailure(summary.status());
+      if (!IsPreemptionError(summary.status())) {
+        // ELASTIC: the ranks go on after a failure, from the last completed
+        // step (Regroup), so a batch taken for a step that did not complete
+        // goes back.
+        if (elastic() && batches_->taken() > trainer_->step() - first_step) {
+          TY_RETURN_IF_ERROR(batches_->PutBackLast());
+          spdlog::warn("job {}: step {} failed part way; its batch was put back", id(), trainer_->step());
+        }
+        return CollectiveFailure(summary.status());
+      }
       // Stopped between microbatches: the abandoned step's batch goes back.
       const bool abandoned = trainer_->abandoned_steps() > abandoned_before;
       TY_ASSIGN_OR_RETURN(chunk.emergency_checkpoint, WriteEmergencyCheckpoint(abandoned, &chunk.emergency_seconds));
@@ -412,6 +466,141 @@ absl::StatusOr<TrainChunk> TrainingJob::Train(int64_t num_steps) {
     return absl::InternalError(absl::StrCat("step ", trainer_->step(), ": ", e.what()));
   }
   return chunk;
+}
+
+absl::StatusOr<RegroupOutcome> TrainingJob::Regroup(Collective* collective, bool fresh) {
+  if (!elastic() || !trainer_ || !train_batches_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id(), ": Regroup needs a training job with fault_tolerance ELASTIC"));
+  }
+  RegroupOutcome out;
+  try {
+    if (collective != collective_) {
+      // The trainer (its gradient buckets, its summary writer for rank 0)
+      // belongs to the old group; gradients of a step left half done go.
+      if (absl::Status s = trainer_->Close(); !s.ok()) {
+        spdlog::error("job {}: the summary writer: {}", id(), s.ToString());
+      }
+      trainer_.reset();
+      for (auto& p : model_->parameters()) p.mutable_grad() = torch::Tensor();
+      collective_ = collective;
+      timed_ = std::make_unique<TimedCollective>(collective);
+      TY_RETURN_IF_ERROR(BuildTrainer());
+    }
+    // Every rank's step (-1: fresh); the lowest rank at the furthest one
+    // is the source.
+    const TaskIterator* it = train_batches_->task_iterator();
+    std::vector<torch::Tensor> steps;
+    TY_RETURN_IF_ERROR(CollectiveFailure(
+        collective_->AllGather(torch::tensor({fresh ? int64_t{-1} : trainer_->step()}, torch::kLong), &steps)));
+    int64_t furthest = -1;
+    bool differ = false;
+    for (const torch::Tensor& t : steps) furthest = std::max(furthest, t.item<int64_t>());
+    for (size_t r = 0; r < steps.size(); ++r) {
+      const int64_t step = steps[r].item<int64_t>();
+      if (step != furthest) differ = true;
+      if (step == furthest && out.source_rank < 0) out.source_rank = static_cast<int>(r);
+    }
+    if (furthest < 0) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", id(), ": regrouping ", world_size(),
+                                                        " rank(s), none of which holds the training state"));
+    }
+    if (!differ) {
+      out.source_rank = -1;
+    } else {
+      const auto t0 = std::chrono::steady_clock::now();
+      torch::NoGradGuard no_grad;
+      std::map<std::string, torch::Tensor> state = optimizer_->State();  // the slots themselves, and the step
+      torch::Tensor position = torch::tensor({it->epoch(), it->position(), it->segment()}, torch::kLong);
+      // One broadcast per dtype, in a fixed order on every rank.
+      std::map<int, std::vector<torch::Tensor>> by_dtype;
+      for (const auto& p : model_->parameters()) by_dtype[static_cast<int>(p.scalar_type())].push_back(p.detach());
+      for (auto& [name, t] : state) by_dtype[static_cast<int>(t.scalar_type())].push_back(t);
+      by_dtype[static_cast<int>(position.scalar_type())].push_back(position);
+      // Flat buckets of up to 64 MiB, so that a model's hundreds of
+      // tensors cost a few broadcasts.
+      constexpr int64_t kBucketBytes = int64_t{64} << 20;
+      auto send = [&](const std::vector<torch::Tensor>& bucket) -> absl::Status {
+        std::vector<torch::Tensor> flat;
+        for (const torch::Tensor& t : bucket) flat.push_back(t.reshape({-1}));
+        std::vector<torch::Tensor> one = {torch::cat(flat)};
+        TY_RETURN_IF_ERROR(CollectiveFailure(collective_->Broadcast(one, out.source_rank)));
+        int64_t offset = 0;
+        for (const torch::Tensor& t : bucket) {
+          const_cast<torch::Tensor&>(t).copy_(one[0].narrow(0, offset, t.numel()).view(t.sizes()));
+          offset += t.numel();
+        }
+        out.sent_bytes += static_cast<int64_t>(one[0].nbytes());
+        return absl::OkStatus();
+      };
+      for (auto& [dtype, tensors] : by_dtype) {
+        std::vector<torch::Tensor> bucket;
+        int64_t bytes = 0;
+        for (const torch::Tensor& t : tensors) {
+          if (!bucket.empty() && bytes + static_cast<int64_t>(t.nbytes()) > kBucketBytes) {
+            TY_RETURN_IF_ERROR(send(bucket));
+            bucket.clear();
+            bytes = 0;
+          }
+          bucket.push_back(t);
+          bytes += static_cast<int64_t>(t.nbytes());
+        }
+        if (!bucket.empty()) TY_RETURN_IF_ERROR(send(bucket));
+      }
+      if (rank() != out.source_rank) {
+        TY_RETURN_IF_ERROR(optimizer_->LoadState(state));
+        TY_RETURN_IF_ERROR(train_batches_->task_iterator()->Restore(FormatIteratorState(
+            {position[0].item<int64_t>(), position[1].item<int64_t>(), position[2].item<int64_t>()})));
+        // The trainer reads its step from the optimizer when it is made.
+        TY_RETURN_IF_ERROR(BuildTrainer());
+      }
+      out.transfer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    if (fresh) restored_step_ = furthest;
+    out.step = trainer_->step();
+    out.state_digest = StateDigest();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("regrouping: ", e.what()));
+  }
+  spdlog::info("job {}: rank {} of {} at step {}{}", id(), rank(), world_size(), out.step,
+               out.source_rank < 0 ? std::string(" (every rank held the same step)")
+                                   : absl::StrCat(" (state of rank ", out.source_rank, ", ", out.sent_bytes,
+                                                  " bytes in ", out.transfer_seconds, " s)"));
+  return out;
+}
+
+uint64_t TrainingJob::StateDigest() const {
+  // FNV-1a over 64-bit words (the tail bytewise), chained over the tensors
+  // in a fixed order.
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&h](uint64_t v) {
+    h ^= v;
+    h *= 1099511628211ull;
+  };
+  auto add = [&mix](const torch::Tensor& tensor) {
+    const torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+    const size_t n = t.nbytes();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t word;
+      std::memcpy(&word, bytes + i, 8);
+      mix(word);
+    }
+    for (; i < n; ++i) mix(bytes[i]);
+    mix(n);
+  };
+  for (const auto& p : model_->parameters()) add(p);
+  if (optimizer_) {
+    for (const auto& [name, t] : optimizer_->State()) add(t);
+  }
+  if (train_batches_) {
+    const TaskIterator* it = train_batches_->task_iterator();
+    mix(static_cast<uint64_t>(it->epoch()));
+    mix(static_cast<uint64_t>(it->position()));
+    mix(static_cast<uint64_t>(it->segment()));
+  }
+  return h;
 }
 
 absl::StatusOr<EvalOutcome> TrainingJob::Evaluate() {
@@ -522,6 +711,9 @@ absl::StatusOr<EvalOutcome> TrainingJob::Evaluate() {
 absl::StatusOr<std::vector<std::string>> TrainingJob::GatherDataStates() {
   if (!train_batches_) return std::vector<std::string>();
   const TaskIterator* it = train_batches_->task_iterator();
+  // ELASTIC: one position, of the global batches, the same on every rank
+  // (and what one rank reading every batch would have).
+  if (elastic()) return std::vector<std::string>{it->State()};
   std::vector<torch::Tensor> all;
   TY_RETURN_IF_ERROR(CollectiveFailure(
       collective_->AllGather(torch::tensor({it->epoch(), it->position(), it->segment()}, torch::kLong), &all)));

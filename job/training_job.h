@@ -108,6 +108,15 @@ struct InferOutcome {
   std::map<std::string, double> metrics;  // rank 0, EVALUATION: "<task>/<metric>"
 };
 
+// What Regroup did on this rank.
+struct RegroupOutcome {
+  int64_t step = 0;        // every rank's step after it
+  int source_rank = -1;    // whose state was broadcast (-1: none, all agreed)
+  int64_t sent_bytes = 0;  // the broadcast's size
+  double transfer_seconds = 0;
+  uint64_t state_digest = 0;  // StateDigest() after it: equal on every rank
+};
+
 // What Restore restored.
 struct RestoreOutcome {
   int64_t step = 0;                      // 0 from scratch
@@ -169,6 +178,23 @@ class TrainingJob {
   // checkpoint; the others return "". A step saved already (or in flight)
   // is not written twice.
   absl::StatusOr<std::string> SaveCheckpoint(bool wait);
+  // fault_tolerance ELASTIC: this rank moves into `collective` (not owned;
+  // it outlives the job, and the previous one may be destroyed once this
+  // returns): a new group of the attempt's surviving ranks, and of workers
+  // joining it, which call it with `fresh` right after Create on the same
+  // collective. A step this rank left half done is abandoned (its
+  // gradients dropped, its batch put back). Then the ranks agree on the
+  // state: the lowest rank at the furthest step broadcasts parameters,
+  // optimizer state (with the step) and data position, when any rank is at
+  // another step or fresh. kFailedPrecondition when every rank is fresh or
+  // the job is not ELASTIC; kAborted when the group fails.
+  absl::StatusOr<RegroupOutcome> Regroup(Collective* collective, bool fresh);
+  // A hash of the parameters, optimizer state, step and data position:
+  // equal on two ranks exactly when their training states are bit for bit
+  // equal (but for hash collisions).
+  uint64_t StateDigest() const;
+  bool elastic() const { return spec_.fault_tolerance().mode() == FaultToleranceConfig::ELASTIC; }
+
   // Waits for a background save (rank 0); its status.
   absl::Status WaitForSaves();
   // Ends the job: flushes and closes the summary writers and waits for a
@@ -201,6 +227,12 @@ class TrainingJob {
  private:
   TrainingJob(JobSpec spec, Collective* collective, TrainingJobOptions options);
   bool trains() const { return spec_.kind() != EVALUATION && spec_.kind() != INFERENCE; }
+  // (Re)builds trainer_ for collective_'s ranks (training kinds).
+  absl::Status BuildTrainer();
+  // Microbatches per step on this rank: the spec's, or, ELASTIC, as many as
+  // the largest share of the global batch needs at the spec's microbatch
+  // size (the same on every rank).
+  int Microbatches() const;
   // Every rank's data position, in rank order (a collective); empty without
   // task data.
   absl::StatusOr<std::vector<std::string>> GatherDataStates();
@@ -221,10 +253,10 @@ class TrainingJob {
   class RewindableBatches;
 
   const JobSpec spec_;
-  Collective* const collective_;
+  Collective* collective_;  // replaced by Regroup
   // collective_, timing the trainer's and the optimizer's waits (TrainChunk's
   // compute and collective seconds).
-  TimedCollective timed_;
+  std::unique_ptr<TimedCollective> timed_;
   const TrainingJobOptions options_;
   TaskRegistry registry_;
   std::unique_ptr<TaskBatchIterator> train_batches_;  // task data only

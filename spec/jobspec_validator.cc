@@ -352,6 +352,44 @@ void ValidateOutputDir(Errors* errors, JobSpec* spec, const ValidationOptions& o
   spec->set_output_dir(resolved);
 }
 
+// fault_tolerance: RESTART by default; ELASTIC for replicated training on
+// more than one worker.
+void ValidateFaultTolerance(Errors* errors, JobSpec* spec, bool training) {
+  FaultToleranceConfig* ft = spec->mutable_fault_tolerance();
+  if (!FaultToleranceConfig::Mode_IsValid(ft->mode())) {
+    errors->Add("fault_tolerance.mode", absl::StrCat(ft->mode(), " is not a mode; RESTART or ELASTIC"));
+    return;
+  }
+  if (ft->mode() == FaultToleranceConfig::MODE_UNSPECIFIED) ft->set_mode(FaultToleranceConfig::RESTART);
+  if (ft->mode() != FaultToleranceConfig::ELASTIC) {
+    if (ft->min_workers() != 0) {
+      errors->Add("fault_tolerance.min_workers",
+                  absl::StrCat(ft->min_workers(),
+                               " is set with mode RESTART, where a lost worker always restarts "
+                               "the attempt; it applies to ELASTIC"));
+    }
+    return;
+  }
+  if (!training) {
+    errors->Add("fault_tolerance.mode", absl::StrCat("ELASTIC with kind ", JobKind_Name(spec->kind()),
+                                                     "; it applies to training kinds (TRAIN, PRETRAINING, "
+                                                     "FINETUNING), which have a training state to carry on"));
+  }
+  if (spec->num_workers() < 2) {
+    errors->Add("fault_tolerance.mode",
+                absl::StrCat("ELASTIC with num_workers ", spec->num_workers(), "; it needs 2 or more workers"));
+  }
+  if (spec->data_parallel().sharding() != DataParallelConfig::NONE) {
+    errors->Add("fault_tolerance.mode",
+                absl::StrCat("ELASTIC with data_parallel.sharding ",
+                             DataParallelConfig::Sharding_Name(spec->data_parallel().sharding()),
+                             ": a lost rank's shard of the state exists on no other rank; use sharding NONE, or "
+                             "mode RESTART (which restores every shard from the checkpoint)"));
+  }
+  if (ft->min_workers() == 0) ft->set_min_workers(1);
+  CheckIntRange(errors, "fault_tolerance.min_workers", ft->min_workers(), 1, std::max(spec->num_workers(), 1));
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> ResolveOutputDir(const std::string& field, const std::string& dir,
@@ -520,6 +558,7 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   if (!spec->has_seed()) spec->set_seed(0);
   if (!spec->has_max_restarts()) spec->set_max_restarts(3);
   CheckIntRange(&errors, "max_restarts", spec->max_restarts(), 0, kMaxRestarts);
+  ValidateFaultTolerance(&errors, spec, training);
   if (spec->dtype() == DTYPE_UNSPECIFIED) spec->set_dtype(FLOAT32);
 
   ValidateOutputDir(&errors, spec, options);

@@ -206,7 +206,7 @@ absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t s
                                                  bool overlap) {
   const int64_t b = batch.batch_size();
   const int m = options_.num_microbatches;
-  if (m < 1 || b % m != 0) {
+  if (m < 1 || (b % m != 0 && !options_.uneven_microbatches)) {
     return absl::InvalidArgumentError(
         absl::StrCat("a batch of ", b, " examples does not split into ", m, " microbatches"));
   }
@@ -215,7 +215,11 @@ absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t s
     loss.loss_normalizing_factor = std::max(global_target_tokens, 1.0);
   }
   Metrics metrics;
-  const int64_t size = b / m;
+  // Microbatch i is rows [first(i), first(i + 1)): b / m each when they
+  // divide (uneven_microbatches otherwise).
+  auto first = [b, m](int i) { return static_cast<int64_t>(i) * b / m; };
+  int last = m - 1;  // the last microbatch with rows
+  while (last > 0 && first(last + 1) == first(last)) --last;
   for (int i = 0; i < m; ++i) {
     if (i > 0) {
       // A stop request between microbatches (agreed across ranks) abandons
@@ -229,6 +233,8 @@ absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t s
         return PreemptionError(step);
       }
     }
+    const int64_t size = first(i + 1) - first(i);
+    if (size == 0) continue;  // a share smaller than the microbatches (uneven_microbatches)
     if (parameters_sharded()) {
       // This pass's gathers: forward, then backward (ParameterGatherer).
       if (absl::Status s = gatherer_->BeginPass(); !s.ok()) {
@@ -236,7 +242,7 @@ absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t s
         return s;
       }
     }
-    absl::StatusOr<LossOutput> out = model_->LossFn(batch.Slice(i * size, size), loss, DropoutGenerator(step, i));
+    absl::StatusOr<LossOutput> out = model_->LossFn(batch.Slice(first(i), size), loss, DropoutGenerator(step, i));
     if (!out.ok()) {
       ClearGrads();
       return ForwardError(out.status());
@@ -245,7 +251,7 @@ absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t s
     // bucket of gradients as soon as it is complete; with only a shard of
     // the gradients kept, every microbatch's does (and is finished here).
     const bool each = overlap && reducer_ != nullptr && reducer_->keeps_only_shard();
-    if (overlap && options_.overlap_allreduce && reducer_ != nullptr && (i == m - 1 || each)) reducer_->Arm();
+    if (overlap && options_.overlap_allreduce && reducer_ != nullptr && (i == last || each)) reducer_->Arm();
     // A warm-up pass (CompileTrain) keeping only a shard: its gradients
     // are dropped as they come, never the whole model's at once.
     if (!overlap && reducer_ != nullptr && reducer_->keeps_only_shard()) reducer_->ArmToDiscard();

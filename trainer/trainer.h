@@ -70,6 +70,12 @@ class WeightMetricsComputer {
 
 struct TrainerOptions {
   int num_microbatches = 1;
+  // Batches need not split into equal microbatches: microbatch i takes rows
+  // [i b / m, (i + 1) b / m) (rounded down), and an empty one is skipped
+  // (its stop agreement still runs, so every rank makes the same collective
+  // calls). For ranks holding shares of different sizes of one global batch
+  // (fault_tolerance ELASTIC).
+  bool uneven_microbatches = false;
   LossOptions loss;
   uint64_t seed = 0;
   std::string summary_dir;  // empty: no event files

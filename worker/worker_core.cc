@@ -43,9 +43,46 @@ struct WorkerCore::Job {
   std::atomic<bool> preempt{false};  // this worker was asked to stop: checkpoint first
   Mutex busy;                        // held while a call runs the job
   std::string stop_reason ABSL_GUARDED_BY(busy);
+  int attempt = 0;
+  int generation = 0;  // ELASTIC: the group's (Regroup)
   std::unique_ptr<Collective> collective;
   std::unique_ptr<TrainingJob> training;  // declared after the collective it uses
 };
+
+absl::StatusOr<std::unique_ptr<Collective>> WorkerCore::MakeCollective(const std::string& scope, int rank, int world) {
+  if (world == 1) return std::unique_ptr<Collective>(std::make_unique<LocalCollective>());
+  if (!options_.store_factory) return absl::FailedPreconditionError("no rendezvous store configured");
+  std::shared_ptr<Store> store = options_.store_factory(scope);
+  absl::StatusOr<std::unique_ptr<Collective>> collective;
+  if (options_.device.is_cuda()) {
+#ifdef TRAINYARD_WITH_NCCL
+    NcclOptions nccl;
+    nccl.device = options_.device.index();
+    nccl.timeout = options_.collective_timeout;
+    collective = NcclCollective::Create(rank, world, std::move(store), nccl);
+#else
+    return absl::FailedPreconditionError("a CUDA device needs a build with NCCL (--config=cuda)");
+#endif
+  } else {
+    GlooOptions gloo;
+    gloo.hostname = options_.host_address;
+    gloo.timeout = options_.collective_timeout;
+    collective = GlooCollective::Create(rank, world, std::move(store), gloo);
+  }
+  if (!collective.ok()) return CollectiveFailure(collective.status());
+  return std::move(*collective);
+}
+
+namespace {
+
+// The rendezvous scope of an attempt's group: "<job>/<attempt>", and
+// "<job>/<attempt>/g<generation>" for an ELASTIC job's later groups.
+std::string GroupScope(const std::string& job_id, int attempt, int generation) {
+  if (generation == 0) return absl::StrCat(job_id, "/", attempt);
+  return absl::StrCat(job_id, "/", attempt, "/g", generation);
+}
+
+}  // namespace
 
 WorkerCore::WorkerCore(WorkerCoreOptions options) : options_(std::move(options)) {
   if (MetricsRegistry* r = options_.metrics) {
@@ -140,30 +177,16 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   };
   MutexLock busy(&job->busy);
   const auto start = std::chrono::steady_clock::now();
-  if (world == 1) {
-    job->collective = std::make_unique<LocalCollective>();
-  } else {
-    if (!options_.store_factory) return release(absl::FailedPreconditionError("no rendezvous store configured"));
-    std::shared_ptr<Store> store = options_.store_factory(absl::StrCat(job->id, "/", request.attempt()));
-    absl::StatusOr<std::unique_ptr<Collective>> collective;
-    if (options_.device.is_cuda()) {
-#ifdef TRAINYARD_WITH_NCCL
-      NcclOptions nccl;
-      nccl.device = options_.device.index();
-      nccl.timeout = options_.collective_timeout;
-      collective = NcclCollective::Create(rank, world, std::move(store), nccl);
-#else
-      return release(absl::FailedPreconditionError("a CUDA device needs a build with NCCL (--config=cuda)"));
-#endif
-    } else {
-      GlooOptions gloo;
-      gloo.hostname = options_.host_address;
-      gloo.timeout = options_.collective_timeout;
-      collective = GlooCollective::Create(rank, world, std::move(store), gloo);
-    }
-    if (!collective.ok()) return release(CollectiveFailure(collective.status()));
-    job->collective = std::move(*collective);
+  job->attempt = request.attempt();
+  job->generation = request.generation();
+  const bool elastic = spec.fault_tolerance().mode() == FaultToleranceConfig::ELASTIC;
+  if (request.join() && !elastic) {
+    return release(absl::InvalidArgumentError("StartJob: join needs a job with fault_tolerance ELASTIC"));
   }
+  absl::StatusOr<std::unique_ptr<Collective>> collective =
+      MakeCollective(GroupScope(job->id, request.attempt(), request.generation()), rank, world);
+  if (!collective.ok()) return release(collective.status());
+  job->collective = std::move(*collective);
   TrainingJobOptions options;
   options.id = job->id;
   options.device = options_.device;
@@ -176,8 +199,21 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   absl::Status built = AgreeOnOutcome(job->collective.get(), training.status(), "building the job");
   if (!built.ok()) return release(CollectiveFailure(built));
   job->training = std::move(*training);
-  absl::StatusOr<RestoreOutcome> restored = job->training->Restore(request.restore_checkpoint());
-  if (!restored.ok()) return release(restored.status());
+  StartJobResponse response;
+  absl::StatusOr<RestoreOutcome> restored = RestoreOutcome();
+  if (request.join()) {
+    // A running attempt's new rank: the state comes from its peers.
+    absl::StatusOr<RegroupOutcome> joined = job->training->Regroup(job->collective.get(), /*fresh=*/true);
+    if (!joined.ok()) return release(joined.status());
+    JoinOutcome* out = response.mutable_joined();
+    out->set_source_rank(joined->source_rank);
+    out->set_sent_bytes(joined->sent_bytes);
+    out->set_transfer_seconds(joined->transfer_seconds);
+    out->set_state_digest(joined->state_digest);
+  } else {
+    restored = job->training->Restore(request.restore_checkpoint());
+    if (!restored.ok()) return release(restored.status());
+  }
   if (rank == 0) {
     std::error_code ec;
     std::filesystem::create_directories(spec.output_dir(), ec);
@@ -190,16 +226,29 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("job {}: rank {}/{} ready in {:.2f} s ({} rows per batch on this rank)", job->id, rank, world, seconds,
                spec.batch_size() / world);
-  StartJobResponse response;
   response.set_start_step(job->training->step());
   response.set_restored_checkpoint(restored->checkpoint);
   for (const std::string& note : restored->passed_over) response.add_passed_over(note);
   return response;
 }
 
+void WorkerCore::LeaveGroup(Job* job) {
+  spdlog::warn("job {}: leaving the failed group; waiting for the coordinator to regroup the ranks", job->id);
+  std::shared_ptr<Collective> old(std::move(job->collective));
+  MutexLock lock(&mu_);
+  teardowns_.emplace_back([old]() mutable { old.reset(); });
+}
+
+absl::Status WorkerCore::CheckInGroup(const Job& job) {
+  if (job.collective) return absl::OkStatus();
+  return absl::AbortedError(
+      absl::StrCat("job ", job.id, ": this rank left its group after a failure and waits for Regroup"));
+}
+
 absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& request) {
   TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
   MutexLock busy(&job->busy);
+  TY_RETURN_IF_ERROR(CheckInGroup(*job));
   TrainingJob& training = *job->training;
   // An abort refuses new steps; a preemption does not: the ranks run into
   // the agreed stop at the first step boundary and write the emergency
@@ -211,7 +260,12 @@ absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& req
     return absl::FailedPreconditionError(absl::StrCat("RunSteps(", request.first_step(), ", ", request.num_steps(),
                                                       "): this rank is at step ", training.step()));
   }
-  TY_ASSIGN_OR_RETURN(TrainChunk chunk, training.Train(request.num_steps()));
+  absl::StatusOr<TrainChunk> trained = training.Train(request.num_steps());
+  if (!trained.ok()) {
+    if (training.elastic() && absl::IsAborted(trained.status()) && !job->stop) LeaveGroup(job.get());
+    return trained.status();
+  }
+  TrainChunk& chunk = *trained;
   RunStepsResponse response;
   response.set_last_step(training.step());
   if (chunk.preempted) {
@@ -256,9 +310,59 @@ absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& req
   return response;
 }
 
+absl::StatusOr<RegroupResponse> WorkerCore::Regroup(const RegroupRequest& request) {
+  TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
+  const auto start = std::chrono::steady_clock::now();
+  MutexLock busy(&job->busy);  // a call still failing in the old group ends first
+  if (job->stop && !job->preempt) {
+    return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted: ", job->stop_reason));
+  }
+  if (!job->training || !job->training->elastic()) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job->id, " is not a training job with ELASTIC"));
+  }
+  const int world = request.world_size(), rank = request.rank();
+  if (world < 1 || rank < 0 || rank >= world || request.attempt() != job->attempt ||
+      request.generation() <= job->generation) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Regroup: rank ", rank, " of ", world, ", attempt ", request.attempt(), ", generation ", request.generation(),
+        " (this rank: attempt ", job->attempt, ", generation ", job->generation, ")"));
+  }
+  TY_ASSIGN_OR_RETURN(std::unique_ptr<Collective> collective,
+                      MakeCollective(GroupScope(job->id, job->attempt, request.generation()), rank, world));
+  SetLogJob(job->id, rank);
+  // Workers joining the group (StartJob with `join`) say first whether
+  // they could build the job; this rank has it already.
+  absl::Status built = AgreeOnOutcome(collective.get(), absl::OkStatus(), "building the job");
+  if (!built.ok()) return CollectiveFailure(built);
+  absl::StatusOr<RegroupOutcome> regrouped = job->training->Regroup(collective.get(), /*fresh=*/false);
+  // The training job uses the new group from here on, whether or not the
+  // ranks agreed (on failure the attempt is torn down by AbortJob). The old
+  // group's connections may wait for a lost peer until their timeout: it is
+  // closed in the background.
+  {
+    std::shared_ptr<Collective> old(std::move(job->collective));
+    MutexLock lock(&mu_);
+    teardowns_.emplace_back([old]() mutable { old.reset(); });
+  }
+  job->collective = std::move(collective);
+  if (!regrouped.ok()) return regrouped.status();
+  job->rank = rank;
+  job->world_size = world;
+  job->generation = request.generation();
+  RegroupResponse response;
+  response.set_step(regrouped->step);
+  response.set_source_rank(regrouped->source_rank);
+  response.set_sent_bytes(regrouped->sent_bytes);
+  response.set_transfer_seconds(regrouped->transfer_seconds);
+  response.set_state_digest(regrouped->state_digest);
+  response.set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return response;
+}
+
 absl::StatusOr<EvaluateResponse> WorkerCore::Evaluate(const EvaluateRequest& request) {
   TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
   MutexLock busy(&job->busy);
+  TY_RETURN_IF_ERROR(CheckInGroup(*job));
   // A preempted rank still evaluates: it stops at the first batch, with
   // the others, into the emergency checkpoint.
   if (job->stop && !job->preempt) return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted"));
@@ -278,6 +382,7 @@ absl::StatusOr<EvaluateResponse> WorkerCore::Evaluate(const EvaluateRequest& req
 absl::StatusOr<InferResponse> WorkerCore::Infer(const InferRequest& request) {
   TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
   MutexLock busy(&job->busy);
+  TY_RETURN_IF_ERROR(CheckInGroup(*job));
   TY_ASSIGN_OR_RETURN(InferOutcome inferred, job->training->Infer());
   InferResponse response;
   response.set_examples(inferred.examples);
@@ -289,6 +394,7 @@ absl::StatusOr<InferResponse> WorkerCore::Infer(const InferRequest& request) {
 absl::StatusOr<SaveCheckpointResponse> WorkerCore::SaveCheckpoint(const SaveCheckpointRequest& request) {
   TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
   MutexLock busy(&job->busy);
+  TY_RETURN_IF_ERROR(CheckInGroup(*job));
   if (job->stop && !job->preempt) return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted"));
   TrainingJob& training = *job->training;
   if (training.trainer() != nullptr && request.step() != training.step()) {

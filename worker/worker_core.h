@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "collective/collective.h"
 #include "collective/store.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
@@ -74,6 +75,12 @@ class WorkerCore {
   // the job was aborted meanwhile or a collective failed; kInternal when the
   // ranks' parameters differ after the chunk (checked every chunk).
   absl::StatusOr<RunStepsResponse> RunSteps(const RunStepsRequest& request);
+  // fault_tolerance ELASTIC: this rank leaves its group for the request's
+  // generation (TrainingJob::Regroup); every rank of the new group calls it
+  // (or StartJob with `join`) at once. kInvalidArgument for a generation
+  // that is not newer or another attempt; kAborted when the group fails
+  // (the job keeps its old group and waits for AbortJob).
+  absl::StatusOr<RegroupResponse> Regroup(const RegroupRequest& request);
   absl::StatusOr<EvaluateResponse> Evaluate(const EvaluateRequest& request);
   // EVALUATION and INFERENCE jobs: decodes and scores this rank's shard of
   // inference.split (examples r, r+W, ... in the split's order, at most
@@ -109,6 +116,15 @@ class WorkerCore {
  private:
   struct Job;
   absl::StatusOr<std::shared_ptr<Job>> Find(const std::string& job_id);
+  // ELASTIC, after a chunk failed with its collective: this rank closes its
+  // connections to the group (in the background), so that peers blocked on
+  // it fail at once instead of at the collective timeout; the job keeps its
+  // state for Regroup, and other calls are refused (kAborted) until then.
+  void LeaveGroup(Job* job) ABSL_LOCKS_EXCLUDED(mu_);
+  static absl::Status CheckInGroup(const Job& job);
+  // The job's collective for `scope`: local for one rank, else NCCL on a
+  // CUDA device, Gloo otherwise.
+  absl::StatusOr<std::unique_ptr<Collective>> MakeCollective(const std::string& scope, int rank, int world);
 
   WorkerCoreOptions options_;
   mutable Mutex mu_;

@@ -24,6 +24,11 @@ grpc::Status WorkerServiceImpl::RunSteps(grpc::ServerContext*, const RunStepsReq
   return Reply(core_->RunSteps(*request), response);
 }
 
+grpc::Status WorkerServiceImpl::Regroup(grpc::ServerContext*, const RegroupRequest* request,
+                                        RegroupResponse* response) {
+  return Reply(core_->Regroup(*request), response);
+}
+
 grpc::Status WorkerServiceImpl::Evaluate(grpc::ServerContext*, const EvaluateRequest* request,
                                          EvaluateResponse* response) {
   return Reply(core_->Evaluate(*request), response);

@@ -12,6 +12,7 @@ class WorkerServiceImpl final : public WorkerService::Service {
   explicit WorkerServiceImpl(WorkerCore* core) : core_(core) {}
   grpc::Status StartJob(grpc::ServerContext*, const StartJobRequest* request, StartJobResponse* response) override;
   grpc::Status RunSteps(grpc::ServerContext*, const RunStepsRequest* request, RunStepsResponse* response) override;
+  grpc::Status Regroup(grpc::ServerContext*, const RegroupRequest* request, RegroupResponse* response) override;
   grpc::Status Evaluate(grpc::ServerContext*, const EvaluateRequest* request, EvaluateResponse* response) override;
   grpc::Status Infer(grpc::ServerContext*, const InferRequest* request, InferResponse* response) override;
   grpc::Status OpenSession(grpc::ServerContext*, const WorkerOpenSessionRequest* request,

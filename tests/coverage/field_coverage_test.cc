@@ -109,6 +109,7 @@ class CoreClient : public WorkerClient {
   }
   absl::StatusOr<SessionResponse> RunSession(const SessionRequest& r) override { return core_->RunSession(r); }
   absl::Status AbortJob(const AbortJobRequest& r) override { return core_->AbortJob(r); }
+  absl::StatusOr<RegroupResponse> Regroup(const RegroupRequest& r) override { return core_->Regroup(r); }
   void CancelInFlight() override {}
 
  private:
@@ -139,6 +140,10 @@ class RecordingHost : public JobDriverHost {
     info_.set_state(state);
     info_.set_reason(reason);
     records_.push_back(absl::StrCat("state ", JobState_Name(state), ": ", reason));
+  }
+  void SetRanks(const std::string& /*job_id*/, const std::vector<std::string>& worker_ids) override {
+    MutexLock lock(&mu_);
+    records_.push_back(absl::StrCat("ranks ", absl::StrJoin(worker_ids, ",")));
   }
   std::vector<std::string> records() {
     MutexLock lock(&mu_);
@@ -230,6 +235,7 @@ struct RunOptions {
   int restarts_so_far = 0;              // the attempt's AttemptPlan.restarts
   bool block_first_checkpoint = false;  // a file stands where checkpoint_2 would go
   bool copy_source = false;             // the source checkpoints are in output_dir already
+  absl::Duration collective_timeout = absl::Seconds(60);
 };
 
 class FieldCoverageTest : public ::testing::Test {
@@ -318,6 +324,7 @@ class FieldCoverageTest : public ::testing::Test {
       return std::make_shared<PrefixStore>(scope + "/", store.get());
     };
     options.peak_flops = 1e12;  // no probe
+    options.collective_timeout = run.collective_timeout;
     std::vector<std::unique_ptr<WorkerCore>> cores;
     AttemptPlan plan;
     plan.job_id = JobIdFor(spec.name(), 1);
@@ -327,6 +334,7 @@ class FieldCoverageTest : public ::testing::Test {
       cores.push_back(std::make_unique<WorkerCore>(options));
       plan.clients.push_back(std::make_shared<CoreClient>(cores.back().get(), run.lose_worker && r == 0));
       plan.rank_names.push_back(absl::StrCat("rank ", r));
+      plan.worker_ids.push_back(absl::StrCat("w", r));
     }
     RecordingHost host;
     JobDriver(plan, &host).Run();
@@ -603,6 +611,8 @@ std::vector<Case> Cases() {
       Check("actions.terminate_on_nan.task"),
       Check("actions.terminate_on_nan.metric"),
       Check("max_restarts"),
+      R("fault_tolerance.mode", "num_workers: 2", "fault_tolerance { mode: ELASTIC }"),
+      Check("fault_tolerance.min_workers"),
       R("dtype", "", "dtype: BFLOAT16"),
       R("kind", absl::StrCat(kFromSource2, "inference { num_batches: 1 }"), "kind: EVALUATION"),
       R("loss.z_loss", "", "loss { z_loss: 0.1 }"),
@@ -852,6 +862,21 @@ TEST_F(FieldCoverageTest, MaxRestartsDecidesWhetherALostWorkerRestartsTheJob) {
   const Outcome ends = Run("", "max_restarts: 1", lost);
   EXPECT_EQ(ends.state, FAILED) << ends.Fingerprint();
   EXPECT_THAT(ends.reason, HasSubstr("no restarts left: max_restarts 1"));
+}
+
+// fault_tolerance.min_workers: a lost rank (rank 0's RunSteps fails as a
+// vanished worker's does; the other ranks' collective times out) leaves two
+// of three ranks, which go on with min_workers 2 and end the attempt with 3.
+TEST_F(FieldCoverageTest, MinWorkersDecidesWhetherTheSurvivorsGoOn) {
+  RunOptions lost;
+  lost.lose_worker = true;
+  lost.collective_timeout = absl::Seconds(2);
+  const std::string elastic = "num_workers: 3 batch_size: 6 fault_tolerance { mode: ELASTIC }";
+  const Outcome goes_on = Run(elastic, "fault_tolerance { min_workers: 2 }", lost);
+  EXPECT_EQ(goes_on.state, SUCCEEDED) << goes_on.Fingerprint();
+  EXPECT_THAT(goes_on.records, ::testing::Contains("ranks w1,w2"));
+  const Outcome restarts = Run(elastic, "fault_tolerance { min_workers: 3 }", lost);
+  EXPECT_EQ(restarts.state, RESTARTING) << restarts.Fingerprint();
 }
 
 // The NaN action's task and metric choose what it watches (CreateActions,
