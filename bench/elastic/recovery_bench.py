@@ -110,6 +110,10 @@ def one_run(root, model, mode, rng):
             row.update(detect_seconds=round(detected - t0, 3), regroup_seconds=round(again - detected, 3),
                        fault_to_training_seconds=round(again - t0, 3), resumed_from_step=resumed,
                        steps_recomputed=max(reached - resumed, 0))
+        # Back where the job was at the fault: the steps computed again at
+        # the step time measured before it.
+        row["back_to_fault_seconds"] = round(row["fault_to_training_seconds"] +
+                                             row["steps_recomputed"] * step_seconds, 3)
         cluster.cli("cancel", job)
         print(json.dumps(row), flush=True)
         return row
@@ -136,6 +140,7 @@ def main():
             mine = [r for r in rows if r["model"] == model and r["mode"] == mode]
             summary = {"summary": True, "model": model, "mode": mode, "runs": len(mine)}
             for key in ("detect_seconds", "regroup_seconds", "fault_to_training_seconds", "steps_recomputed",
+                        "back_to_fault_seconds",
                         "join_seconds", "transfer_seconds", "state_bytes", "step_seconds"):
                 values = [r[key] for r in mine if key in r]
                 if values:
