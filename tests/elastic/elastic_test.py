@@ -137,8 +137,12 @@ class ElasticTest(unittest.TestCase):
         self.assertIn("lost rank", notes[0])
         self.assertIn("training on 2 of 3 workers from step", notes[0])
         resumed = int(re.search(r"from step (\d+)", notes[0]).group(1))
-        # No completed step is lost; at most the failed one is computed again.
+        # No completed step is lost; at most the failed one is computed again
+        # (the step the survivors abandoned, which is where they resume).
         self.assertGreaterEqual(resumed, before)
+        abandoned = {int(n) for n in re.findall(r"job \S+: step (\d+) failed part way", c.logs("worker-"))}
+        self.assertLessEqual(len(abandoned), 1, abandoned)
+        self.assertTrue(abandoned <= {resumed}, (abandoned, resumed))
         print(f"killed worker {victim} at step >= {kill_at} (job at {before}); resumed from step {resumed}")
 
     def test_a_replacement_recovers_its_state_from_its_peers(self):
