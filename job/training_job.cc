@@ -473,11 +473,16 @@ absl::StatusOr<RegroupOutcome> TrainingJob::Regroup(Collective* collective, bool
     return absl::FailedPreconditionError(
         absl::StrCat("job ", id(), ": Regroup needs a training job with fault_tolerance ELASTIC"));
   }
+  if (fresh && collective != collective_) {
+    return absl::InvalidArgumentError("Regroup: a fresh rank joins on the collective it was created with");
+  }
   RegroupOutcome out;
   try {
-    if (collective != collective_) {
+    if (!fresh) {
       // The trainer (its gradient buckets, its summary writer for rank 0)
       // belongs to the old group; gradients of a step left half done go.
+      // (Always: the old group may be gone, and the new one may even sit at
+      // its address.)
       if (absl::Status s = trainer_->Close(); !s.ok()) {
         spdlog::error("job {}: the summary writer: {}", id(), s.ToString());
       }

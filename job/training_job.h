@@ -187,7 +187,8 @@ class TrainingJob {
   // state: the lowest rank at the furthest step broadcasts parameters,
   // optimizer state (with the step) and data position, when any rank is at
   // another step or fresh. kFailedPrecondition when every rank is fresh or
-  // the job is not ELASTIC; kAborted when the group fails.
+  // the job is not ELASTIC; kAborted when the group fails. A rank that is
+  // not fresh always moves: `collective` must be a new group.
   absl::StatusOr<RegroupOutcome> Regroup(Collective* collective, bool fresh);
   // A hash of the parameters, optimizer state, step and data position:
   // equal on two ranks exactly when their training states are bit for bit
