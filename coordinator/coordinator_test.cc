@@ -293,6 +293,16 @@ class CoordinatorTest : public ::testing::Test {
     return r;
   }
 
+  // Spec's job on 3 workers with fault_tolerance ELASTIC (batch 12).
+  static SubmitJobRequest ElasticSpec(int min_workers) {
+    SubmitJobRequest r = Spec(3, 100);
+    JobSpec* s = r.mutable_spec();
+    s->set_batch_size(12);
+    s->mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
+    if (min_workers > 0) s->mutable_fault_tolerance()->set_min_workers(min_workers);
+    return r;
+  }
+
   // Polls until the job reaches `state` (10 s bound).
   JobInfo WaitForState(Coordinator* c, const std::string& id, JobState state) {
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -1054,24 +1064,6 @@ TEST_F(CoordinatorTest, ACheckpointOnRequestIsWrittenOnEveryRankAtTheNextBoundar
 // its peers' collective failed (ABORTED) is dropped; the others regroup and
 // go on from their step, without a restart; an idle worker joins at the
 // next boundary.
-SubmitJobRequest ElasticSpec(int min_workers) {
-  SubmitJobRequest r;
-  JobSpec* s = r.mutable_spec();
-  s->set_name("test-job");
-  s->mutable_model()->set_preset("tiny");
-  s->set_task("digits_to_words");
-  s->mutable_feature_lengths()->set_inputs(16);
-  s->mutable_feature_lengths()->set_targets(32);
-  s->set_batch_size(12);
-  s->set_num_workers(3);
-  s->set_total_steps(100);
-  s->set_summary_period(20);
-  s->set_output_dir("runs/x");
-  s->mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
-  if (min_workers > 0) s->mutable_fault_tolerance()->set_min_workers(min_workers);
-  return r;
-}
-
 void LoseRankAt(FakeWorker* lost, std::vector<FakeWorker*> peers, int64_t step) {
   lost->fail_step = step;
   lost->fail_run_at_step = absl::UnavailableError("Socket closed");
