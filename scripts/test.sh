@@ -38,16 +38,26 @@
 # reasons. Exits 1 if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+suite_start=$SECONDS
 scripts/setup.sh || exit 1
+setup_seconds=$((SECONDS - suite_start))
 
 bep_dir="$(mktemp -d)"
 trap 'rm -rf "$bep_dir"' EXIT
-summary_args=()
+summary_args=("--step" "setup (scripts/setup.sh)=$setup_seconds")
+
+timed() {  # NAME COMMAND... : runs COMMAND, records its wall time as step NAME
+  local name="$1"; shift
+  local start=$SECONDS rc=0
+  "$@" || rc=$?
+  summary_args+=("--step" "$name=$((SECONDS - start))")
+  return "$rc"
+}
 
 run_step() {  # NAME COMMAND... : one case, passed if COMMAND exits 0
   local name="$1"; shift
   echo "==> $name"
-  if "$@"; then summary_args+=("--check" "$name=pass"); else summary_args+=("--check" "$name=fail"); fi
+  if timed "$name" "$@"; then summary_args+=("--check" "$name=pass"); else summary_args+=("--check" "$name=fail"); fi
 }
 
 bazel_tests() {  # LABEL CONFIG-FLAGS... [-- TARGETS...]  (default //...)
@@ -61,7 +71,7 @@ bazel_tests() {  # LABEL CONFIG-FLAGS... [-- TARGETS...]  (default //...)
   echo "==> bazel test ${flags[*]} ${targets[*]}"
   # The exit code is not needed: the build events record it, and every
   # verdict (test_summary.py).
-  bazel test "${flags[@]}" --keep_going --build_event_json_file="$bep" "${targets[@]}"
+  timed "bazel test $label" bazel test "${flags[@]}" --keep_going --build_event_json_file="$bep" "${targets[@]}"
   summary_args+=("--bep" "$label=$bep")
 }
 
@@ -74,7 +84,7 @@ if [ $# -gt 0 ]; then
     exit 2
   fi
   bazel_tests subset "${flags[@]}" -- "$@"
-  python3 scripts/test_summary.py "${summary_args[@]}"
+  python3 scripts/test_summary.py --step "total=$((SECONDS - suite_start))" "${summary_args[@]}"
   exit $?
 fi
 
@@ -89,8 +99,10 @@ bazel_tests tsan --config=tsan -- //coordinator:all //collective:store_test //co
 
 # The layering (BUILD.bazel): one case per rule of tools/check_layering.sh.
 echo "==> layering (tools/check_layering.sh)"
+layering_start=$SECONDS
 layering="$(tools/check_layering.sh)"
 layering_rc=$?
+summary_args+=("--step" "layering=$((SECONDS - layering_start))")
 printf '%s\n' "$layering"
 while IFS= read -r line; do
   case "$line" in
@@ -139,6 +151,7 @@ run_step "fuzz" scripts/fuzz.sh "${TRAINYARD_FUZZ_SECONDS:-30}"
 # The image built and run with podman: one case per check of
 # deploy/image_test.sh (it needs the CLI of the default build).
 echo "==> image (deploy/image_test.sh)"
+image_start=$SECONDS
 if bazel build //client:trainyard; then
   image_out="$(deploy/image_test.sh 2>&1)"
   image_rc=$?
@@ -146,6 +159,7 @@ else
   image_out="FAIL: the CLI (bazel build //client:trainyard) (exit 1)"
   image_rc=1
 fi
+summary_args+=("--step" "image (deploy/image_test.sh)=$((SECONDS - image_start))")
 printf '%s\n' "$image_out"
 image_cases=0
 while IFS= read -r line; do
@@ -171,4 +185,4 @@ else
   summary_args+=("--skip" "cuda build=no CUDA toolkit with NCCL under /usr/local/cuda")
 fi
 
-python3 scripts/test_summary.py "${summary_args[@]}"
+python3 scripts/test_summary.py --step "total=$((SECONDS - suite_start))" "${summary_args[@]}"

@@ -2,7 +2,7 @@
 """The closing line of scripts/test.sh: 'N passed, N failed, N skipped'.
 
 usage: test_summary.py [--bep LABEL=FILE]... [--check NAME=pass|fail]...
-                       [--skip NAME=REASON]...
+                       [--skip NAME=REASON]... [--step NAME=SECONDS]...
 
 Each FILE is the build event protocol of one `bazel test` invocation
 (--build_event_json_file). Bazel's own verdicts decide:
@@ -29,6 +29,12 @@ Each FILE is the build event protocol of one `bazel test` invocation
 Each --check is one more case (a step that is not a Bazel test), each --skip
 one more skipped case with its reason. The exit status is 1 if anything
 failed, else 0.
+
+Before the closing line come the wall time of each --step, in the order
+given (a step named "total" last), and how many test targets Bazel ran and
+how many of their results it took from a cache (the local action cache or
+the disk cache: a target counts as cached when every run and shard of it
+was), so that a cached pass is never mistaken for a run.
 """
 import argparse
 import json
@@ -51,6 +57,8 @@ class Tally:
         self.skipped = 0
         self.failures = []  # lines
         self.skips = []     # lines
+        self.targets_run = 0     # test targets whose result Bazel computed in this run
+        self.targets_cached = 0  # test targets whose result came from a cache
 
     def fail(self, line):
         self.failed += 1
@@ -85,7 +93,7 @@ def count_invocation(label, path, tally):
         tally.fail("%s: no build event file from bazel (%s)" % (label, e))
         return
     summaries = {}   # target label -> overallStatus
-    results = {}     # (target, run, shard) -> (attempt, xml path, log path)
+    results = {}     # (target, run, shard) -> (attempt, xml path, log path, cached)
     broken = {}      # target label -> why it did not build
     tests = {}       # test target label -> its tags (every test target configured)
     exit_code = None
@@ -100,13 +108,15 @@ def count_invocation(label, path, tally):
             key = (rid["label"], rid.get("run", 1), rid.get("shard", 1))
             attempt = rid.get("attempt", 1)
             xml = log = None
-            for out in ev.get("testResult", {}).get("testActionOutput", []):
+            result = ev.get("testResult", {})
+            cached = bool(result.get("cachedLocally") or result.get("executionInfo", {}).get("cachedRemotely"))
+            for out in result.get("testActionOutput", []):
                 if out.get("name") == "test.xml":
                     xml = _path_of(out.get("uri", ""))
                 elif out.get("name") == "test.log":
                     log = _path_of(out.get("uri", ""))
             if key not in results or attempt >= results[key][0]:
-                results[key] = (attempt, xml, log)
+                results[key] = (attempt, xml, log, cached)
         elif "targetConfigured" in eid:
             configured = ev.get("configured", {})
             if "testSize" in configured or configured.get("targetKind", "").endswith("_test rule"):
@@ -138,7 +148,11 @@ def count_invocation(label, path, tally):
         shards = sorted((k, v) for k, v in results.items() if k[0] == target)
         cases = []
         logs = []
-        for _, (_, xml, log) in shards:
+        if shards and all(cached for _, (_, _, _, cached) in shards):
+            tally.targets_cached += 1
+        elif shards:
+            tally.targets_run += 1
+        for _, (_, xml, log, _) in shards:
             if log:
                 logs.append(log)
             if xml and os.path.exists(xml):
@@ -172,11 +186,37 @@ def count_invocation(label, path, tally):
         tally.fail("%s: bazel says tests failed (exit 3), and no failed test was found in its events" % label)
 
 
+def print_steps(items):
+    """The table of step wall times, "total" last."""
+    steps = []
+    for item in items:
+        name, _, seconds = item.rpartition("=")
+        try:
+            steps.append((name, int(float(seconds))))
+        except ValueError:
+            steps.append((name, None))
+    total = [s for s in steps if s[0] == "total"]
+    steps = [s for s in steps if s[0] != "total"]
+    width = max([len(n) for n, _ in steps + total] + [4])
+
+    def row(name, seconds):
+        if seconds is None:
+            return "%-*s  %7s" % (width, name, "?")
+        return "%-*s  %7d  %3d:%02d" % (width, name, seconds, seconds // 60, seconds % 60)
+
+    print("%-*s  %7s  %6s" % (width, "step", "seconds", "m:ss"))
+    for name, seconds in steps:
+        print(row(name, seconds))
+    for name, seconds in total:
+        print(row(name, seconds))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--bep", action="append", default=[], help="LABEL=FILE")
     parser.add_argument("--check", action="append", default=[], help="NAME=pass|fail")
     parser.add_argument("--skip", action="append", default=[], help="NAME=REASON")
+    parser.add_argument("--step", action="append", default=[], help="NAME=SECONDS")
     args = parser.parse_args(argv)
     tally = Tally()
     for item in args.bep:
@@ -199,6 +239,10 @@ def main(argv=None):
         print("SKIPPED: " + line)
     for line in tally.failures:
         print("FAILED: " + line)
+    if args.step:
+        print_steps(args.step)
+    if tally.targets_run or tally.targets_cached:
+        print("bazel test targets: %d run, %d results from the cache" % (tally.targets_run, tally.targets_cached))
     print("%d passed, %d failed, %d skipped" % (tally.passed, tally.failed, tally.skipped))
     return 1 if tally.failed else 0
 
