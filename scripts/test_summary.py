@@ -30,9 +30,10 @@ Each --check is one more case (a step that is not a Bazel test), each --skip
 one more skipped case with its reason. The exit status is 1 if anything
 failed, else 0.
 
-Before the closing line come the wall time of each --step, in the order
-given (a step named "total" last), and how many test targets Bazel ran and
-how many of their results it took from a cache (the local action cache or
+After the skips and before the failures and the closing line come the wall
+time of each --step, in the order given (a step named "total" last), and
+how many test targets Bazel ran and how many of their results it took from
+a cache (the local action cache or
 the disk cache: a target counts as cached when every run and shard of it
 was), so that a cached pass is never mistaken for a run.
 """
@@ -237,12 +238,12 @@ def main(argv=None):
         tally.skips.append("%s: %s" % (name, reason))
     for line in tally.skips:
         print("SKIPPED: " + line)
-    for line in tally.failures:
-        print("FAILED: " + line)
     if args.step:
         print_steps(args.step)
     if tally.targets_run or tally.targets_cached:
         print("bazel test targets: %d run, %d results from the cache" % (tally.targets_run, tally.targets_cached))
+    for line in tally.failures:
+        print("FAILED: " + line)
     print("%d passed, %d failed, %d skipped" % (tally.passed, tally.failed, tally.skipped))
     return 1 if tally.failed else 0
 

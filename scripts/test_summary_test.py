@@ -44,14 +44,19 @@ class Bep:
         self.events.append({"id": {"targetCompleted": {"label": target, "configuration": CONFIG}},
                             "completed": completed})
 
-    def result(self, target, cases, attempt=1, shard=1, status="PASSED"):
+    def result(self, target, cases, attempt=1, shard=1, status="PASSED", cached=None):
         outputs = [{"name": "test.log", "uri": "file://" + os.path.join(self.root, "test.log")}]
         xml = self._xml(target, attempt, cases, shard)
         if xml:
             outputs.append({"name": "test.xml", "uri": "file://" + xml})
+        result = {"testActionOutput": outputs, "status": status}
+        if cached == "locally":  # the output base's action cache
+            result["cachedLocally"] = True
+        elif cached == "disk":  # --disk_cache, which Bazel reports as a remote cache
+            result["executionInfo"] = {"cachedRemotely": True, "strategy": "remote-cache"}
         self.events.append({"id": {"testResult": {"label": target, "run": 1, "shard": shard, "attempt": attempt,
                                                   "configuration": CONFIG}},
-                            "testResult": {"testActionOutput": outputs, "status": status}})
+                            "testResult": result})
 
     def summary(self, target, status):
         self.events.append({"id": {"testSummary": {"label": target, "configuration": CONFIG}},
@@ -105,7 +110,8 @@ class TestSummaryTest(unittest.TestCase):
         self.bep.test("//t:a_test", "PASSED", [("A.x", P, ""), ("A.y", P, ""), ("A.gpu", S, "no CUDA device")])
         rc, last, lines = self.summarize()
         self.assertEqual((rc, last), (0, "2 passed, 0 failed, 1 skipped"))
-        self.assertEqual(lines, ["SKIPPED: default //t:a_test A.gpu: no CUDA device"])
+        self.assertEqual(lines, ["SKIPPED: default //t:a_test A.gpu: no CUDA device",
+                                 "bazel test targets: 1 run, 0 results from the cache"])
 
     def test_only_the_xml_the_events_name_is_read(self):
         self.bep.exit_code = (0, "SUCCESS")
@@ -135,7 +141,7 @@ class TestSummaryTest(unittest.TestCase):
         self.bep.test("//t:mixed_test", "FAILED", [("M.a", P, ""), ("M.b", F, "expected 1, got 2"), ("M.c", F, "x")])
         rc, last, lines = self.summarize()
         self.assertEqual((rc, last), (1, "0 passed, 2 failed, 0 skipped"))
-        self.assertIn("//t:mixed_test M.b: expected 1, got 2", lines[0])
+        self.assertIn("//t:mixed_test M.b: expected 1, got 2", lines[1])
 
     def test_a_failed_case_in_a_passed_target_is_still_red(self):
         self.bep.exit_code = (0, "SUCCESS")
@@ -205,6 +211,40 @@ class TestSummaryTest(unittest.TestCase):
         self.assertEqual((rc, last), (1, "2 passed, 1 failed, 1 skipped"))
         self.assertIn("SKIPPED: gpu: no GPU here", lines)
         self.assertIn("FAILED: cuda build", lines)
+
+
+    def test_results_from_a_cache_are_counted_apart_from_runs(self):
+        self.bep.exit_code = (0, "SUCCESS")
+        self.bep.test("//t:ran_test", "PASSED", [("R.x", P, "")])
+        for target, how in (("//t:local_test", "locally"), ("//t:disk_test", "disk")):
+            self.bep.configured(target)
+            self.bep.built(target)
+            self.bep.result(target, [("C.x", P, "")], cached=how)
+            self.bep.summary(target, "PASSED")
+        # Two shards, one of them cached: the target ran.
+        self.bep.configured("//t:sharded_test")
+        self.bep.built("//t:sharded_test")
+        self.bep.result("//t:sharded_test", [("S.a", P, "")], shard=1, cached="disk")
+        self.bep.result("//t:sharded_test", [("S.b", P, "")], shard=2)
+        self.bep.summary("//t:sharded_test", "PASSED")
+        rc, last, lines = self.summarize()
+        self.assertEqual((rc, last), (0, "5 passed, 0 failed, 0 skipped"))
+        self.assertEqual(lines, ["bazel test targets: 2 run, 2 results from the cache"])
+
+    def test_the_steps_table_comes_before_the_failures_and_the_closing_line(self):
+        self.bep.test("//t:x_test", "FAILED", [("X.a", F, "boom")])
+        rc, last, lines = self.summarize("--step", "total=4241", "--step", "setup=12", "--step", "bazel test asan=1830",
+                                         "--skip", "gpu=no GPU here")
+        self.assertEqual((rc, last), (1, "0 passed, 1 failed, 1 skipped"))
+        self.assertEqual(lines, [
+            "SKIPPED: gpu: no GPU here",
+            "step             seconds    m:ss",
+            "setup                 12    0:12",
+            "bazel test asan     1830   30:30",
+            "total               4241   70:41",
+            "bazel test targets: 1 run, 0 results from the cache",
+            "FAILED: default //t:x_test X.a: boom (log: %s)" % os.path.join(self.root, "test.log"),
+        ])
 
 
 if __name__ == "__main__":
