@@ -10,12 +10,19 @@
 #     Kubernetes delivers a preemption) makes the job stop with an emergency
 #     checkpoint; the worker started again, the job resumes from it and
 #     succeeds.
-# The CUDA image (--target cuda) is built too; without a GPU it is checked
-# as far as it goes: every library its binaries link is inside, and its
-# worker refuses --device cuda:0 with the reason.
 #
-#   deploy/image_test.sh [--keep]     (scripts/test.sh runs it; --keep leaves
-#                                      the containers and files for a look)
+#   deploy/image_test.sh [--long] [--keep]
+#
+# By default (scripts/test.sh) the image is built from source in the host's
+# default configuration with the host's Bazel disk cache mounted into the
+# build, so that the container reuses what the host compiled from the same
+# sources instead of compiling the project again (the build log's process
+# line, printed with the check, says how many actions came from the cache).
+# --long (scripts/test.sh --long) builds both images as users build them:
+# -c opt from source without the host's cache, and the CUDA image
+# (--target cuda), which without a GPU is checked as far as it goes: every
+# library its binaries link is inside, and its worker refuses --device
+# cuda:0 with the reason. --keep leaves the containers and files for a look.
 #
 # No image registry is reachable here, so the Debian 12 base is made
 # locally: `debootstrap --variant=minbase bookworm` from this machine's apt
@@ -29,8 +36,14 @@ set -u
 cd "$(dirname "$0")/.."
 source tests/testing/cases.sh
 
-keep=0
-[[ "${1:-}" == --keep ]] && keep=1
+keep=0 long=0
+for arg in "$@"; do
+  case "$arg" in
+    --keep) keep=1 ;;
+    --long) long=1 ;;
+    *) echo "usage: deploy/image_test.sh [--long] [--keep]"; exit 2 ;;
+  esac
+done
 [[ "$(id -u)" -eq 0 ]] || { echo "deploy/image_test.sh: needs root (podman's networks, debootstrap)"; exit 1; }
 
 # podman's settings for these machines (runc; no default ulimits): see the
@@ -86,22 +99,43 @@ case_check "the Debian 12 base image (debootstrap, podman import)" make_base || 
 
 # --- The image --------------------------------------------------------------
 build() {  # IMAGE LOG [podman build flags]: builds deploy/Dockerfile as IMAGE
-  local image="$1" log="$2" began=$SECONDS old
+  local image="$1" log="$2" began=$SECONDS old processes
   shift 2
-  mkdir -p "$cache/bazel" "$cache/apt"
+  mkdir -p "$cache/bazel" "$cache/bazel-default" "$cache/apt"
+  # The .deb files the host's apt already fetched (hard links where the
+  # file system allows): the image's apt finds them instead of downloading.
+  cp -ln /var/cache/apt/archives/*.deb "$cache/apt/" 2>/dev/null || cp -n /var/cache/apt/archives/*.deb "$cache/apt/" 2>/dev/null
   old=$(podman image inspect -f '{{.Id}}' "$image" 2>/dev/null)
   # No layer cache (--layers=false): no 2 GB build-stage image left behind
   # per run; the Bazel and apt caches make a rebuild quick without it.
   podman build --pull=never --layers=false -f deploy/Dockerfile -t "$image" "$@" \
     --build-arg BUILD_BASE="$base" --build-arg RUN_BASE="$base" \
-    -v "$cache/bazel:/root/.cache/bazel" -v "$cache/apt:/var/cache/apt/archives" \
+    -v "$cache/apt:/var/cache/apt/archives" \
     . >"$work/$log" 2>&1 || { tail -40 "$work/$log"; return 1; }
   if [[ -n "$old" && "$old" != "$(podman image inspect -f '{{.Id}}' "$image")" ]]; then
     podman rmi "$old" >/dev/null 2>&1  # the previous run's image
   fi
-  echo "built $image in $((SECONDS - began)) s ($(podman image inspect -f '{{.Size}}' "$image") bytes)"
+  processes=$(grep -o 'INFO: [0-9]* processes: .*' "$work/$log" | tail -1)
+  echo "built $image in $((SECONDS - began)) s ($(podman image inspect -f '{{.Size}}' "$image") bytes); Bazel: ${processes#INFO: }"
 }
-case_check "deploy/Dockerfile builds with podman" build "$image" build.log || exit 1
+if [[ $long -eq 0 ]]; then
+  # The host's default configuration, with the host's disk cache (the one
+  # scripts/setup.sh configured in .bazelrc.setup) at the path the image's
+  # set-up gives it.
+  host_disk_cache=$(sed -n 's/^build --disk_cache=//p' .bazelrc.setup 2>/dev/null | head -1)
+  build_flags=(--build-arg "BAZEL_FLAGS=-c fastbuild" -v "$cache/bazel-default:/root/.cache/bazel")
+  if [[ -n "$host_disk_cache" && -d "$host_disk_cache" ]]; then
+    build_flags+=(--build-arg TRAINYARD_DISK_CACHE=/var/cache/trainyard/bazel-disk
+      -v "$host_disk_cache:/var/cache/trainyard/bazel-disk")
+  fi
+  case_check "deploy/Dockerfile builds from source with podman (the host's configuration and disk cache)" \
+    build "$image" build.log "${build_flags[@]}" || exit 1
+else
+  # As users build it: -c opt, nothing of the host's (the output base under
+  # $cache/bazel is the image builds' own, kept between runs).
+  case_check "deploy/Dockerfile builds from source with podman (-c opt, as users build it)" \
+    build "$image" build.log -v "$cache/bazel:/root/.cache/bazel" || exit 1
+fi
 
 # --- The CUDA image (--target cuda) ---------------------------------------
 # pip in the build fetches from PyPI over TLS: give it this machine's CA
@@ -109,9 +143,12 @@ case_check "deploy/Dockerfile builds with podman" build "$image" build.log || ex
 ca=()
 host_ca=/etc/ssl/certs/ca-certificates.crt
 [[ -f "$host_ca" ]] && ca=(-v "$host_ca:/etc/ssl/host-ca.crt:ro" --build-arg PIP_CERT_FILE=/etc/ssl/host-ca.crt)
-case_check "deploy/Dockerfile's cuda target builds with podman" \
-  build "$cuda_image" build-cuda.log --target cuda "${ca[@]}"
-cuda_built=$?
+cuda_built=1
+if [[ $long -eq 1 ]]; then
+  case_check "deploy/Dockerfile's cuda target builds with podman" \
+    build "$cuda_image" build-cuda.log --target cuda -v "$cache/bazel:/root/.cache/bazel" "${ca[@]}"
+  cuda_built=$?
+fi
 
 cuda_libraries_resolve() {
   local user missing

@@ -2,10 +2,11 @@
 # The main job on the bundled example: trains the `tiny` T5.1.1 on the
 # digits-to-words task with a coordinator and two worker processes on this
 # machine (`trainyard local`), then decodes held-out numbers with the final
-# checkpoint.
+# checkpoint. It installs only what the build needs (scripts/setup.sh's
+# build packages: no test tools).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+TRAINYARD_SETUP_BUILD_ONLY=1 scripts/setup.sh
 echo "==> building //client:trainyard"
 log=$(mktemp)
 if ! bazel build //client:trainyard >"$log" 2>&1; then

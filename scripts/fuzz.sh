@@ -2,14 +2,11 @@
 # Builds the libFuzzer targets with clang + ASan (--config=fuzz) and runs each
 # for a while, seeded with the example and bad specs.
 #   scripts/fuzz.sh [SECONDS]     (default 60 per target)
-# The fuzz build uses its own Bazel output base, so switching compilers never
-# invalidates the main build; its server is shut down at the end.
+# The fuzz build (--config=fuzz) has an output tree of its own, so it never
+# invalidates the other configurations' objects.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
-base="${TRAINYARD_FUZZ_OUTPUT_BASE:-$HOME/.cache/trainyard-fuzz/$(pwd | md5sum | cut -c1-12)}"
-bazel_fuzz() { bazel --output_base="$base" "$@"; }
-trap 'bazel_fuzz shutdown >/dev/null 2>&1 || true' EXIT
 
 targets=(//spec:jobspec_fuzzer //spec:session_request_fuzzer //common:security_fuzzer //common:http_request_fuzzer //data:source_fuzzer //checkpoint:msgpack_fuzzer)
 
@@ -40,29 +37,53 @@ seed_corpus() {  # NAME DIR
 }
 # ld.gold warns about every ASan symbol it cannot export: keep the build log
 # aside and show it only when the build fails.
-if ! bazel_fuzz build --symlink_prefix=/ --config=fuzz "${targets[@]}" >/tmp/trainyard-fuzz-build.log 2>&1; then
+if ! bazel build --symlink_prefix=/ --config=fuzz "${targets[@]}" >/tmp/trainyard-fuzz-build.log 2>&1; then
   tail -60 /tmp/trainyard-fuzz-build.log >&2
   exit 1
 fi
-bin="$(bazel_fuzz info --config=fuzz bazel-bin 2>/dev/null)"
+bin="$(bazel info --config=fuzz bazel-bin 2>/dev/null)"
 
-status=0
-for target in "${targets[@]}"; do
-  name="${target##*:}"
+# Each target runs for SECONDS; as many run at once as there are cores
+# (TRAINYARD_FUZZ_JOBS), so the campaign takes SECONDS x targets / cores.
+jobs="${TRAINYARD_FUZZ_JOBS:-$(nproc)}"
+results="$(mktemp -d)"
+fuzz_one() {  # TARGET: writes $results/NAME.rc and NAME.out
+  local target="$1" name="${1##*:}" work
   work="$(mktemp -d)"
   mkdir -p "$work/corpus"
   seed_corpus "$name" "$work/corpus"
-  echo "fuzz: $name for ${seconds}s"
   # -rss_limit_mb: a spec is at most 1 MiB, so anything near this is a leak.
   if (cd "$work" && "$bin/$(echo "${target#//}" | tr : /)" -max_total_time="$seconds" -rss_limit_mb=2048 \
         -max_len=4096 -print_final_stats=1 corpus >"$work/log" 2>&1); then
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$work/log" | grep -o '[0-9]*$' || echo 0)
-    echo "fuzz: $name ok: $runs inputs in ${seconds}s, no crash"
+    echo "fuzz: $name ok: $runs inputs in ${seconds}s, no crash" >"$results/$name.out"
     rm -rf "$work"
+    echo 0 >"$results/$name.rc"
   else
-    echo "fuzz: $name FAILED; log and crash input in $work" >&2
-    tail -40 "$work/log" >&2
+    { echo "fuzz: $name FAILED; log and crash input in $work"; tail -40 "$work/log"; } >"$results/$name.out"
+    echo 1 >"$results/$name.rc"
+  fi
+}
+running=0
+for target in "${targets[@]}"; do
+  echo "fuzz: ${target##*:} for ${seconds}s"
+  fuzz_one "$target" &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+done
+wait
+status=0
+for target in "${targets[@]}"; do
+  name="${target##*:}"
+  if [ "$(cat "$results/$name.rc" 2>/dev/null)" = 0 ]; then
+    cat "$results/$name.out"
+  else
+    cat "$results/$name.out" >&2 2>/dev/null || echo "fuzz: $name: no result" >&2
     status=1
   fi
 done
+rm -rf "$results"
 exit "$status"
