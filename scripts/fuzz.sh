@@ -35,8 +35,7 @@ seed_corpus() {  # NAME DIR
       printf '\xdc\x00\x03\xcb\x3f\xf0\x00\x00\x00\x00\x00\x00\xd3\xff\xff\xff\xff\xff\xff\xff\xfe\xc0' >"$2/scalars" ;;
   esac
 }
-# ld.gold warns about every ASan symbol it cannot export: keep the build log
-# aside and show it only when the build fails.
+# The build log is kept aside and shown only when the build fails.
 if ! bazel build --symlink_prefix=/ --config=fuzz "${targets[@]}" >/tmp/trainyard-fuzz-build.log 2>&1; then
   tail -60 /tmp/trainyard-fuzz-build.log >&2
   exit 1

@@ -15,8 +15,18 @@ namespace {
 
 constexpr char kShim[] = "libtrainyard_spm.so";
 
+// The sanitizers' runtimes refuse RTLD_DEEPBIND. gcc says it is
+// sanitizing with __SANITIZE_*__; clang 14 only through __has_feature.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TRAINYARD_SANITIZED 1
+#endif
+#endif
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-// The sanitizers' runtimes refuse RTLD_DEEPBIND.
+#define TRAINYARD_SANITIZED 1
+#endif
+
+#if defined(TRAINYARD_SANITIZED)
 constexpr int kDeepBind = 0;
 #else
 constexpr int kDeepBind = RTLD_DEEPBIND;

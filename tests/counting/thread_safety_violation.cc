@@ -1,8 +1,7 @@
 // Writes a member guarded by a mutex without holding it. Every build
 // compiles with clang's -Werror=thread-safety (.bazelrc), so this must not
 // compile; scripts/test.sh checks that it fails with that diagnostic.
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace trainyard {
 
@@ -11,7 +10,7 @@ class Counter {
   void Increment() { ++count_; }  // no lock: the error this file exists for
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
   int count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
