@@ -6,6 +6,14 @@
 #include "absl/strings/str_join.h"
 
 namespace trainyard {
+
+absl::Status CollectiveFailure(const absl::Status& s) {
+  if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
+    return absl::AbortedError(absl::StrCat("collective failed (a peer left or stalled): ", s.message()));
+  }
+  return s;
+}
+
 namespace {
 
 absl::Status CheckCounts(const char* what, const std::vector<int64_t>& counts, int world_size, int64_t* total) {

@@ -108,6 +108,14 @@ absl::Status CheckAllGatherV(const torch::Tensor& input, const std::vector<int64
 // Element offsets of the shards: offsets[r] = counts[0] + ... + counts[r-1].
 std::vector<int64_t> ShardOffsets(const std::vector<int64_t>& counts);
 
+// A collective's failure as a live rank reports it: kUnavailable and
+// kDeadlineExceeded become kAborted ("collective failed (a peer left or
+// stalled): ..."), since they are a consequence of a peer dying or
+// stalling, not a reason to blame this rank's transport; other errors are
+// returned as they are. The coordinator blames the rank whose error is not
+// kAborted.
+absl::Status CollectiveFailure(const absl::Status& s);
+
 // World size 1: every operation is the identity.
 class LocalCollective : public Collective {
  public:

@@ -34,7 +34,6 @@
 
 namespace trainyard {
 
-using job_internal::CollectiveFailure;
 using job_internal::Raised;
 
 namespace {
@@ -108,7 +107,7 @@ absl::StatusOr<std::unique_ptr<TrainingJob>> TrainingJob::Create(const JobSpec& 
     default:
       return absl::InvalidArgumentError(absl::StrCat("kind: ", JobKind_Name(spec.kind()), " is not a job kind"));
   }
-  const bool elastic = spec.fault_tolerance().mode() == FaultToleranceConfig::ELASTIC;
+  const bool elastic = IsElasticTraining(spec);
   // ELASTIC: the ranks' shares of the global batch may differ by a row
   // (after a rank was lost), and every rank reads the whole batch.
   if (elastic ? spec.batch_size() < world : spec.batch_size() % world != 0) {

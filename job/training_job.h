@@ -43,6 +43,7 @@
 #include "evaluation/metric_fns.h"
 #include "model/encoder_decoder_model.h"
 #include "proto/job.pb.h"
+#include "spec/jobspec.h"
 #include "trainer/metrics_manager.h"
 #include "trainer/optimizer.h"
 #include "trainer/task_batches.h"
@@ -194,7 +195,7 @@ class TrainingJob {
   // equal on two ranks exactly when their training states are bit for bit
   // equal (but for hash collisions).
   uint64_t StateDigest() const;
-  bool elastic() const { return spec_.fault_tolerance().mode() == FaultToleranceConfig::ELASTIC; }
+  bool elastic() const { return IsElasticTraining(spec_); }
 
   // Waits for a background save (rank 0); its status.
   absl::Status WaitForSaves();
@@ -227,7 +228,7 @@ class TrainingJob {
 
  private:
   TrainingJob(JobSpec spec, Collective* collective, TrainingJobOptions options);
-  bool trains() const { return spec_.kind() != EVALUATION && spec_.kind() != INFERENCE; }
+  bool trains() const { return IsTrainingKind(spec_.kind()); }
   // (Re)builds trainer_ for collective_'s ranks (training kinds).
   absl::Status BuildTrainer();
   // Microbatches per step on this rank: the spec's, or, ELASTIC, as many as

@@ -19,7 +19,6 @@
 
 namespace trainyard {
 
-using job_internal::CollectiveFailure;
 using job_internal::Raised;
 
 void TrainingJob::WriteInferEval(const std::string& task, const MetricResults& values) {

@@ -109,6 +109,14 @@ absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
   return ParseJobSpec(content, path == "-" ? "<stdin>" : path, format);
 }
 
+bool IsTrainingKind(JobKind kind) {
+  return kind == JOB_KIND_UNSPECIFIED || kind == TRAIN || kind == PRETRAINING || kind == FINETUNING;
+}
+
+bool IsElasticTraining(const JobSpec& spec) {
+  return spec.fault_tolerance().mode() == FaultToleranceConfig::ELASTIC && IsTrainingKind(spec.kind());
+}
+
 std::string FormatJobSpecText(const JobSpec& spec) {
   std::string out;
   google::protobuf::TextFormat::Printer printer;

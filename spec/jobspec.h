@@ -35,6 +35,14 @@ std::string FormatJobSpecText(const JobSpec& spec);
 // JSON with the proto field names, enums as names; indented unless compact.
 std::string FormatJobSpecJson(const JobSpec& spec, bool compact = false);
 
+// Whether the job trains (TRAIN, PRETRAINING, FINETUNING; an unset kind is
+// TRAIN), as opposed to EVALUATION and INFERENCE.
+bool IsTrainingKind(JobKind kind);
+// Whether a lost rank is survived in place (fault_tolerance ELASTIC on a
+// training job) rather than by restarting the attempt. The one definition
+// the coordinator, the worker and the training job use.
+bool IsElasticTraining(const JobSpec& spec);
+
 }  // namespace trainyard
 
 #endif  // TRAINYARD_SPEC_JOBSPEC_H_

@@ -23,6 +23,7 @@
 #include "common/status_macros.h"
 #include "evaluation/metric_fns.h"
 #include "re2/re2.h"
+#include "spec/jobspec.h"
 #include "spec/presets.h"
 #include "spec/task_validation.h"
 #include "spec/validation_util.h"
@@ -51,8 +52,6 @@ std::string CleanPath(absl::string_view path) {
   if (absl::StartsWith(path, "/")) return "/" + joined;
   return joined.empty() ? "." : joined;
 }
-
-bool IsTrainingKind(JobKind kind) { return kind == TRAIN || kind == FINETUNING || kind == PRETRAINING; }
 
 void ValidateModelConfig(Errors* errors, const ModelConfig& c) {
   CheckIntRange(errors, "model.config.vocab_size", c.vocab_size(), 2, 1 << 22);

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "collective/agreement.h"
@@ -11,6 +10,7 @@
 #ifdef TRAINYARD_WITH_NCCL
 #include "collective/nccl_collective.h"
 #endif
+#include "common/durable_file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "evaluation/metric_fns.h"
@@ -21,18 +21,6 @@
 #include "spec/jobspec.h"
 
 namespace trainyard {
-namespace {
-
-// A collective's failure seen by a live worker is a consequence (a peer
-// died or stalled), not a reason to blame this rank's transport.
-absl::Status CollectiveFailure(const absl::Status& s) {
-  if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
-    return absl::AbortedError(absl::StrCat("collective failed (a peer left or stalled): ", s.message()));
-  }
-  return s;
-}
-
-}  // namespace
 
 struct WorkerCore::Job {
   std::string id;
@@ -106,13 +94,11 @@ WorkerCore::WorkerCore(WorkerCoreOptions options) : options_(std::move(options))
 }
 
 WorkerCore::~WorkerCore() {
-  std::vector<std::thread> teardowns;
   {
     MutexLock lock(&mu_);
     if (job_) job_->stop = true;
-    teardowns.swap(teardowns_);
   }
-  for (std::thread& t : teardowns) t.join();
+  teardowns_.JoinAll();  // before the members the teardowns use
   std::shared_ptr<Job> job;
   {
     MutexLock lock(&mu_);
@@ -139,6 +125,14 @@ int64_t WorkerCore::step() const {
   return job_ && job_->training ? job_->training->progress() : 0;
 }
 
+absl::Status WorkerCore::CheckFreeLocked() const {
+  if (job_) return absl::FailedPreconditionError(absl::StrCat("this worker is busy with job '", job_->id, "'"));
+  if (session_) {
+    return absl::FailedPreconditionError(absl::StrCat("this worker is busy with session '", session_->id, "'"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<WorkerCore::Job>> WorkerCore::Find(const std::string& job_id) {
   MutexLock lock(&mu_);
   if (!job_ || job_->id != job_id) {
@@ -162,10 +156,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   job->world_size = world;
   {
     MutexLock lock(&mu_);
-    if (job_) return absl::FailedPreconditionError(absl::StrCat("this worker is busy with job '", job_->id, "'"));
-    if (session_) {
-      return absl::FailedPreconditionError(absl::StrCat("this worker is busy with session '", session_->id, "'"));
-    }
+    TY_RETURN_IF_ERROR(CheckFreeLocked());
     job_ = job;  // claims the worker; released below on failure
   }
   SetLogJob(job->id, rank);
@@ -179,7 +170,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   const auto start = std::chrono::steady_clock::now();
   job->attempt = request.attempt();
   job->generation = request.generation();
-  const bool elastic = spec.fault_tolerance().mode() == FaultToleranceConfig::ELASTIC;
+  const bool elastic = IsElasticTraining(spec);
   if (request.join() && !elastic) {
     return release(absl::InvalidArgumentError("StartJob: join needs a job with fault_tolerance ELASTIC"));
   }
@@ -221,7 +212,11 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
       return release(absl::FailedPreconditionError(
           absl::StrCat("output_dir: cannot create ", spec.output_dir(), ": ", ec.message())));
     }
-    std::ofstream(spec.output_dir() + "/config.textproto") << FormatJobSpecText(spec);
+    const std::string config = spec.output_dir() + "/config.textproto";
+    if (absl::Status written = WriteFileAtomically(config, FormatJobSpecText(spec)); !written.ok()) {
+      return release(
+          absl::Status(written.code(), absl::StrCat("output_dir: writing ", config, ": ", written.message())));
+    }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("job {}: rank {}/{} ready in {:.2f} s ({} rows per batch on this rank)", job->id, rank, world, seconds,
@@ -235,8 +230,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
 void WorkerCore::LeaveGroup(Job* job) {
   spdlog::warn("job {}: leaving the failed group; waiting for the coordinator to regroup the ranks", job->id);
   std::shared_ptr<Collective> old(std::move(job->collective));
-  MutexLock lock(&mu_);
-  teardowns_.emplace_back([old]() mutable { old.reset(); });
+  teardowns_.Start([old]() mutable { old.reset(); });
 }
 
 absl::Status WorkerCore::CheckInGroup(const Job& job) {
@@ -341,8 +335,7 @@ absl::StatusOr<RegroupResponse> WorkerCore::Regroup(const RegroupRequest& reques
   // closed in the background.
   {
     std::shared_ptr<Collective> old(std::move(job->collective));
-    MutexLock lock(&mu_);
-    teardowns_.emplace_back([old]() mutable { old.reset(); });
+    teardowns_.Start([old]() mutable { old.reset(); });
   }
   job->collective = std::move(collective);
   if (!regrouped.ok()) return regrouped.status();
@@ -413,7 +406,7 @@ void WorkerCore::Preempt() {
     // A session has nothing to save: it ends; its client's next call fails.
     std::shared_ptr<Session> session = std::move(session_);
     spdlog::warn("session {}: this worker is asked to stop; closing the session", session->id);
-    teardowns_.emplace_back([session] { MutexLock busy(&session->busy); });
+    teardowns_.Start([session] { MutexLock busy(&session->busy); });
     return;
   }
   if (!job_) return;
@@ -427,14 +420,14 @@ absl::Status WorkerCore::AbortJob(const AbortJobRequest& request) {
   if (session_ && session_->id == request.job_id()) {
     std::shared_ptr<Session> session = std::move(session_);
     spdlog::info("session {}: closed ({})", session->id, request.reason());
-    teardowns_.emplace_back([session] { MutexLock busy(&session->busy); });  // the call in flight ends
+    teardowns_.Start([session] { MutexLock busy(&session->busy); });  // the call in flight ends
     return absl::OkStatus();
   }
   if (!job_ || job_->id != request.job_id()) return absl::OkStatus();  // already gone
   std::shared_ptr<Job> job = job_;
   job->stop = true;
   spdlog::info("job {}: tearing down ({})", job->id, request.reason());
-  teardowns_.emplace_back([this, job, reason = request.reason()] {
+  teardowns_.Start([this, job, reason = request.reason()] {
     {
       MutexLock busy(&job->busy);  // the running call has seen the flag
       job->stop_reason = reason;
@@ -455,11 +448,8 @@ absl::StatusOr<OpenSessionResponse> WorkerCore::OpenSession(const WorkerOpenSess
   session->id = request.session_id();
   {
     MutexLock lock(&mu_);
-    if (job_ || session_) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("this worker is busy with '", session_ ? session_->id : job_->id, "'"));
-    }
-    session_ = session;  // claims the worker
+    TY_RETURN_IF_ERROR(CheckFreeLocked());
+    session_ = session;  // claims the worker; released below on failure
   }
   MutexLock busy(&session->busy);
   auto release = [&](const absl::Status& status) {
@@ -472,13 +462,9 @@ absl::StatusOr<OpenSessionResponse> WorkerCore::OpenSession(const WorkerOpenSess
     return release(absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(), " is outside world size ", world)));
   }
   if (world > 1) {
-    if (!options_.store_factory) return release(absl::FailedPreconditionError("no rendezvous store configured"));
-    GlooOptions gloo;
-    gloo.hostname = options_.host_address;
-    gloo.timeout = options_.collective_timeout;
-    absl::StatusOr<std::unique_ptr<GlooCollective>> collective =
-        GlooCollective::Create(request.rank(), world, options_.store_factory(session->id), gloo);
-    if (!collective.ok()) return release(CollectiveFailure(collective.status()));
+    // The same collective as a job's on this device (NCCL on a GPU).
+    absl::StatusOr<std::unique_ptr<Collective>> collective = MakeCollective(session->id, request.rank(), world);
+    if (!collective.ok()) return release(collective.status());
     session->collective = std::move(*collective);
   }
   InteractiveModelOptions options;

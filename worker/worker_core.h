@@ -25,9 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <c10/core/Device.h>
@@ -38,6 +36,7 @@
 #include "absl/time/time.h"
 #include "collective/collective.h"
 #include "collective/store.h"
+#include "common/background_threads.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
 #include "proto/worker.pb.h"
@@ -112,10 +111,17 @@ class WorkerCore {
   // The job held ("" = none) and its last completed step, for heartbeats.
   std::string job_id() const;
   int64_t step() const;
+  // Background threads (teardowns) not yet joined: those still running and
+  // those that ended since the last one started.
+  size_t background_threads() const { return teardowns_.held(); }
 
  private:
   struct Job;
   absl::StatusOr<std::shared_ptr<Job>> Find(const std::string& job_id);
+  // OK when the worker holds neither a job nor a session; else
+  // kFailedPrecondition naming the one it holds. A job or a session claims
+  // the worker by setting job_/session_ under the same lock.
+  absl::Status CheckFreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ELASTIC, after a chunk failed with its collective: this rank closes its
   // connections to the group (in the background), so that peers blocked on
   // it fail at once instead of at the collective timeout; the job keeps its
@@ -138,7 +144,9 @@ class WorkerCore {
     Histogram* checkpoint_seconds = nullptr;
   } metrics_;  // all set or all null
   std::shared_ptr<Session> session_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::thread> teardowns_ ABSL_GUARDED_BY(mu_);
+  // Aborts, session closes and groups left: joined as they end, and all of
+  // them by the destructor.
+  BackgroundThreads teardowns_;
 };
 
 }  // namespace trainyard

@@ -3,12 +3,11 @@
 // checkpoint restored onto a different number of workers; bad requests.
 #include "worker/worker_core.h"
 
-#include "interactive/interactive_model.h"
-
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include "collective/store.h"
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 #include "interactive/interactive_model.h"
@@ -344,6 +343,56 @@ TEST_F(WorkerCoreTest, ASessionServesTheInteractiveModelAndExcludesJobs) {
   EXPECT_THAT(core.RunSession(run).status(), StatusCodeIs(absl::StatusCode::kNotFound));
   ASSERT_THAT(Start(core, "j3", spec).status(), IsOk());  // free for jobs again
   End(core, "j3");
+}
+
+TEST_F(WorkerCoreTest, ASessionOnACudaWorkerUsesTheJobsCollective) {
+  // A CUDA device's group is NCCL, for a session as for a job; a build
+  // without NCCL refuses both alike (before any rendezvous).
+  auto store = std::make_shared<InMemoryStore>();
+  WorkerCoreOptions options;
+  options.device = c10::Device(c10::DeviceType::CUDA, 0);
+  options.collective_timeout = absl::Seconds(2);
+  options.store_factory = [store](const std::string&) { return store; };
+  WorkerCore core(options);
+  const JobSpec spec = Spec("cuda", /*workers=*/2);
+  const absl::Status job = Start(core, "j", spec, "", /*rank=*/0, /*world=*/2).status();
+  EXPECT_THAT(job, StatusIs(absl::StatusCode::kFailedPrecondition,
+                            HasSubstr("a CUDA device needs a build with NCCL (--config=cuda)")));
+  WorkerOpenSessionRequest open;
+  open.set_session_id("s");
+  open.set_rank(0);
+  open.set_world_size(2);
+  open.mutable_request()->set_checkpoint(root_ + "/none");
+  EXPECT_EQ(core.OpenSession(open).status(), job);
+  EXPECT_EQ(core.job_id(), "");  // neither kept the worker
+}
+
+TEST_F(WorkerCoreTest, TeardownThreadsAreJoinedAsTheyEnd) {
+  WorkerCore core(WorkerCoreOptions{});
+  const JobSpec spec = Spec("jobs");
+  for (int i = 0; i < 6; ++i) {
+    const std::string id = absl::StrCat("j", i);
+    ASSERT_THAT(Start(core, id, spec).status(), IsOk());
+    End(core, id);  // AbortJob: the teardown runs on a thread of its own
+  }
+  // Each teardown's thread is joined once the next one starts: at most the
+  // last is held, not one per job the worker ever ran.
+  EXPECT_LE(core.background_threads(), 1u);
+}
+
+TEST_F(WorkerCoreTest, AConfigThatCannotBeWrittenFailsTheStart) {
+  WorkerCore core(WorkerCoreOptions{});
+  const JobSpec spec = Spec("unwritable");
+  // A directory where the job's config.textproto goes: the durable write's
+  // rename fails, and the job does not start without its config.
+  std::filesystem::create_directories(spec.output_dir() + "/config.textproto/taken");
+  EXPECT_THAT(Start(core, "j", spec).status(),
+              StatusIs(absl::StatusCode::kInternal,
+                       HasSubstr("output_dir: writing " + spec.output_dir() + "/config.textproto")));
+  EXPECT_EQ(core.job_id(), "");
+  ASSERT_THAT(Start(core, "j2", Spec("fine")).status(), IsOk());
+  EXPECT_TRUE(std::filesystem::is_regular_file(root_ + "/fine/config.textproto"));
+  End(core, "j2");
 }
 
 }  // namespace
