@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "coordinator/attempt_policy.h"
 #include "coordinator/scheduler.h"
 #include "spdlog/spdlog.h"
 #include "spec/jobspec_validator.h"
@@ -56,7 +57,10 @@ Coordinator::Coordinator(CoordinatorOptions options, WorkerClientFactory factory
       workers_(options_.clock, options_.heartbeat_timeout,
                options_.instance_id ? *options_.instance_id : RandomToken()),
       sessions_(SessionManagerOptions{options_.output_root, options_.clock, &workers_, client_factory_, &store_,
-                                      [this](const std::string& job_id) { return JobCheckpoint(job_id); }}) {
+                                      [this](const std::string& job_id) { return JobCheckpoint(job_id); },
+                                      [this](const std::string& session_id, int n, absl::Duration wait) {
+                                        return AcquireSessionWorkers(session_id, n, wait);
+                                      }}) {
   if (options_.metrics != nullptr) DefineMetrics();
 }
 
@@ -115,18 +119,13 @@ absl::Status Coordinator::Load() {
     if (!IsFinal(state) && state != PENDING && state != RESTARTING) {
       // Its workers were driven by the previous coordinator: resume the job
       // from its newest checkpoint on a new gang, if restarts are left.
-      const int max_restarts = job->info.spec().max_restarts();  // normalised: set, default 3
-      const std::string what = absl::StrCat("the coordinator restarted while the job was ", JobState_Name(state));
-      if (job->info.restarts() < max_restarts) {
-        job->info.set_restarts(job->info.restarts() + 1);
-        job->info.set_state(RESTARTING);
-        job->info.set_reason(
-            absl::StrCat(what, "; restart ", job->info.restarts(), " of ", max_restarts, " from ",
-                         job->info.latest_checkpoint().empty() ? "scratch" : job->info.latest_checkpoint()));
-      } else {
-        job->info.set_state(FAILED);
-        job->info.set_reason(absl::StrCat(what, " (no restarts left: max_restarts ", max_restarts, ")"));
-      }
+      // max_restarts is normalised: set, default 3.
+      const NextAttempt next =
+          AfterRetryableEnd(absl::StrCat("the coordinator restarted while the job was ", JobState_Name(state)),
+                            job->info.restarts(), job->info.spec().max_restarts(), job->info.latest_checkpoint());
+      job->info.set_restarts(next.restarts);
+      job->info.set_state(next.state);
+      job->info.set_reason(next.reason);
       job->info.clear_ranks();
       job->info.set_update_time_unix_ms(UnixMillis(options_.clock));
       spdlog::warn("job {}: {} {}", job->id, JobState_Name(job->info.state()), job->info.reason());
@@ -233,27 +232,59 @@ void Coordinator::Tick() {
     }
     StopLocked(job, FAILED, why, /*retryable=*/true);
   }
-  // Oldest pending jobs first.
-  std::vector<Job*> pending;
+  AssignGangsLocked();
+}
+
+void Coordinator::AssignGangsLocked() {
+  // The queue: jobs by sequence; a session behind the jobs submitted before
+  // it arrived, before those submitted after.
+  struct Entry {
+    int64_t sequence;
+    int64_t order;  // -1 for a job: it goes after the sessions that arrived before it
+    Job* job;
+    SessionWaiter* session;
+    int num_workers() const {
+      return job != nullptr ? std::max(job->info.spec().num_workers(), 1) : session->num_workers;
+    }
+  };
+  std::vector<Entry> queue;
   for (auto& [id, job] : jobs_) {
     const bool waiting =
         (job->info.state() == PENDING && !job->stop) || (job->info.state() == RESTARTING && !job->driver.joinable());
-    if (waiting) pending.push_back(job.get());
+    if (waiting) queue.push_back({job->sequence, std::numeric_limits<int64_t>::max(), job.get(), nullptr});
   }
-  std::sort(pending.begin(), pending.end(), [](Job* a, Job* b) { return a->sequence < b->sequence; });
-  std::vector<PendingJob> queue;
-  for (Job* job : pending) queue.push_back({job->info.job_id(), std::max(job->info.spec().num_workers(), 1)});
+  for (SessionWaiter* w : session_waiters_) {
+    if (w->assigned.empty()) queue.push_back({w->before_sequence, w->order, nullptr, w});
+  }
+  if (queue.empty()) return;
+  // A session that arrived when next_sequence_ was N waits behind job N-1
+  // and before job N: (N, order) sorts before (N, max).
+  std::sort(queue.begin(), queue.end(), [](const Entry& a, const Entry& b) {
+    return std::make_pair(a.sequence, a.order) < std::make_pair(b.sequence, b.order);
+  });
+  std::vector<PendingJob> pending;
+  for (const Entry& e : queue)
+    pending.push_back({e.job != nullptr ? e.job->id : e.session->session_id, e.num_workers()});
   const std::vector<std::string> idle = workers_.Idle();
-  const std::vector<GangAssignment> gangs = AssignGangs(queue, idle);
+  const std::vector<GangAssignment> gangs = AssignGangs(pending, idle);
   size_t used = 0;
-  for (const GangAssignment& gang : gangs) {
-    StartJobLocked(jobs_[gang.job_id].get(), gang.worker_ids);
-    used += gang.worker_ids.size();
+  for (size_t i = 0; i < gangs.size(); ++i) {
+    const Entry& e = queue[i];
+    if (e.job != nullptr) {
+      StartJobLocked(e.job, gangs[i].worker_ids);
+    } else if (absl::Status s = workers_.Assign(gangs[i].worker_ids, e.session->session_id); s.ok()) {
+      e.session->assigned = gangs[i].worker_ids;
+      changed_.SignalAll();
+    } else {
+      spdlog::warn("session {}: cannot assign its workers: {}", e.session->session_id, s.ToString());
+    }
+    used += gangs[i].worker_ids.size();
   }
   // Say why the head of the queue waits (a restarting job keeps saying why
   // it restarts).
-  if (gangs.size() < pending.size() && pending[gangs.size()]->info.state() == PENDING) {
-    Job* head = pending[gangs.size()];
+  if (gangs.size() < queue.size() && queue[gangs.size()].job != nullptr &&
+      queue[gangs.size()].job->info.state() == PENDING) {
+    Job* head = queue[gangs.size()].job;
     const std::string reason =
         absl::StrCat("waiting for ", std::max(head->info.spec().num_workers(), 1), " idle workers (",
                      idle.size() - used, " idle of ", workers_.List().size(), " registered)");
@@ -262,6 +293,38 @@ void Coordinator::Tick() {
       UpdateLocked(head);
     }
   }
+}
+
+absl::StatusOr<std::vector<std::string>> Coordinator::AcquireSessionWorkers(const std::string& session_id, int n,
+                                                                            absl::Duration wait) {
+  MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  SessionWaiter waiter;
+  waiter.session_id = session_id;
+  waiter.num_workers = std::max(n, 1);
+  waiter.before_sequence = next_sequence_;
+  waiter.order = next_waiter_++;
+  session_waiters_.push_back(&waiter);
+  // Served by this thread's passes (workers that are idle now, or become
+  // idle at a heartbeat) and by the scheduler's.
+  const absl::Time give_up = absl::Now() + wait;
+  while (waiter.assigned.empty() && !shutting_down_) {
+    AssignGangsLocked();
+    if (!waiter.assigned.empty()) break;
+    const absl::Time now = absl::Now();
+    if (now >= give_up) break;
+    changed_.WaitWithDeadline(&mu_, std::min(give_up, now + absl::Milliseconds(50)));
+  }
+  session_waiters_.erase(std::find(session_waiters_.begin(), session_waiters_.end(), &waiter));
+  if (!waiter.assigned.empty()) {
+    if (!shutting_down_) return waiter.assigned;
+    workers_.Release(waiter.assigned);
+  }
+  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
+  return absl::UnavailableError(absl::StrCat("no ", n, " idle worker(s) for a session within ",
+                                             absl::ToDoubleSeconds(wait),
+                                             " s (jobs submitted before it are served first); try again when a job "
+                                             "has finished"));
 }
 
 void Coordinator::StartJobLocked(Job* job, const std::vector<std::string>& worker_ids) {

@@ -158,6 +158,16 @@ class Coordinator : private JobDriverHost {
   void DefineMetrics();
   // A job's newest checkpoint, for sessions opened by job id.
   absl::StatusOr<std::string> JobCheckpoint(const std::string& job_id);
+  // A session's workers (SessionManagerOptions::acquire_workers): the
+  // session waits in the same queue as jobs, behind every job submitted
+  // before it, for up to `wait`. kUnavailable when none came in time or
+  // the coordinator is shutting down.
+  absl::StatusOr<std::vector<std::string>> AcquireSessionWorkers(const std::string& session_id, int n,
+                                                                 absl::Duration wait) ABSL_LOCKS_EXCLUDED(mu_);
+  // Hands idle workers to the queue's head, oldest first (scheduler.h): jobs
+  // waiting for a gang (PENDING, or RESTARTING between attempts) and
+  // sessions waiting for workers, in the order they arrived.
+  void AssignGangsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Load() ABSL_LOCKS_EXCLUDED(mu_);
   void SchedulerLoop();
   void StartJobLocked(Job* job, const std::vector<std::string>& worker_ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -209,6 +219,17 @@ class Coordinator : private JobDriverHost {
   std::set<std::pair<int64_t, int64_t>> finished_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> to_delete_ ABSL_GUARDED_BY(mu_);  // for the persister
   int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  // Sessions waiting for workers (AcquireSessionWorkers), each queued
+  // behind the jobs whose sequence is below `before_sequence`.
+  struct SessionWaiter {
+    std::string session_id;
+    int num_workers = 1;
+    int64_t before_sequence = 0;        // next_sequence_ when it arrived
+    int64_t order = 0;                  // among sessions that arrived between the same jobs
+    std::vector<std::string> assigned;  // set by AssignGangsLocked
+  };
+  std::vector<SessionWaiter*> session_waiters_ ABSL_GUARDED_BY(mu_);
+  int64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);  // to persist
   SessionManager sessions_;

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -21,6 +22,7 @@ namespace trainyard {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // What one fake worker was asked to do, and how it behaves.
 struct FakeWorker {
@@ -143,6 +145,11 @@ class FakeClient : public WorkerClient {
     for (const auto& e : r.examples()) {
       if (e.input() == "refused") return absl::InvalidArgumentError("example 0: refused");  // alike on every rank
       if (e.input() == "crash" && w_->rank == 1) return absl::UnavailableError("rank 1 is gone");
+      // Rank 0 fails on its own while rank 1's worker vanishes.
+      if (e.input() == "split") {
+        if (w_->rank == 0) return absl::InvalidArgumentError("rank 0 refused it");
+        if (w_->rank == 1) return absl::UnavailableError("rank 1 is gone");
+      }
       response.add_predictions(absl::StrCat("p", w_->rank, ":", e.input()));
     }
     return response;
@@ -630,6 +637,88 @@ TEST_F(CoordinatorTest, SessionsHoldAWorkerUntilClosedOrIdle) {
   std::lock_guard<std::mutex> lock(Worker("a")->mu);
   // The failed open, the idle timeout, the close.
   EXPECT_EQ(std::count(Worker("a")->calls.begin(), Worker("a")->calls.end(), "abort"), 3);
+}
+
+// A JobDriverHost says what an ELASTIC attempt gets: no default that
+// silently gives it nothing.
+class ProgressOnlyHost : public JobDriverHost {
+ public:
+  void RecordProgress(const std::string&, const std::function<void(JobInfo*)>&) override {}
+  void ChangeState(const std::string&, JobState, const std::string&, const std::function<void(JobInfo*)>&) override {}
+};
+static_assert(std::is_abstract_v<ProgressOnlyHost>,
+              "JobDriverHost::AcquireWorkers and SetRanks must be implemented by every host");
+
+TEST_F(CoordinatorTest, ASessionWaitsInTheQueueBehindOlderJobs) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  // A job that needs two workers heads the queue with one registered ...
+  absl::StatusOr<SubmitJobResponse> job = c->SubmitJob(Spec(2, 40));
+  ASSERT_THAT(job.status(), IsOk());
+  c->Tick();
+  EXPECT_EQ(c->GetJob(job->job_id())->state(), PENDING);
+  // ... so a session asking for the idle one waits behind it, as a job
+  // would, and gives up after its wait.
+  OpenSessionRequest open;
+  open.set_checkpoint("ckpt_7");
+  open.set_wait_seconds(1);
+  EXPECT_THAT(c->OpenSession(open).status(),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("no 1 idle worker(s) for a session within 1 s (jobs submitted before it are served "
+                                 "first)")));
+  EXPECT_TRUE(Calls("a").empty());  // the session never took it
+  AddWorker(c.get(), "b");
+  c->Tick();
+  WaitForState(c.get(), job->job_id(), SUCCEEDED);
+}
+
+TEST_F(CoordinatorTest, ASessionBlamesTheRankAJobWould) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  AddWorker(c.get(), "b");
+  OpenSessionRequest open;
+  open.set_checkpoint("ckpt_7");
+  open.set_wait_seconds(1);
+  open.set_batch_size(2);
+  open.set_num_workers(2);
+  absl::StatusOr<OpenSessionResponse> s = c->OpenSession(open);
+  ASSERT_THAT(s.status(), IsOk());
+  SessionRequest run;
+  run.set_session_id(s->session_id());
+  run.set_op(SessionRequest::PREDICT);
+  run.add_examples()->set_input("split");
+  // Rank 0's own error and rank 1's vanished worker: rank 1 caused it
+  // (rank_blame.h), as in a job, not the first rank that failed.
+  EXPECT_THAT(c->RunSession(run).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1 (worker w2-b): rank 1 is gone")));
+}
+
+TEST_F(CoordinatorTest, ACoordinatorRemembersOnlyRecentClosedSessions) {
+  auto c = Make();
+  const std::string a = AddWorker(c.get(), "a");
+  OpenSessionRequest open;
+  open.set_checkpoint("ckpt_7");
+  open.set_wait_seconds(5);
+  HeartbeatRequest hb;
+  hb.set_worker_id(a);
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < SessionManager::kClosedKept + 2; ++i) {
+    absl::StatusOr<OpenSessionResponse> s = c->OpenSession(open);
+    ASSERT_THAT(s.status(), IsOk()) << "session " << i;
+    ids.push_back(s->session_id());
+    ASSERT_THAT(c->CloseSession(s->session_id()), IsOk());
+    ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());  // the worker let go
+  }
+  SessionRequest run;
+  run.set_op(SessionRequest::PREDICT);
+  run.set_session_id(ids.back());
+  EXPECT_THAT(c->RunSession(run).status(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("closed, by its client")));
+  // The oldest two were forgotten: unknown, not "closed".
+  run.set_session_id(ids[1]);
+  EXPECT_THAT(c->RunSession(run).status(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("no session '")));
+  EXPECT_THAT(c->RunSession(run).status(), Not(StatusIs(absl::StatusCode::kNotFound, HasSubstr("closed"))));
+  run.set_session_id(ids[2]);
+  EXPECT_THAT(c->RunSession(run).status(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("closed, by its client")));
 }
 
 TEST_F(CoordinatorTest, ADataParallelSessionRunsOnEveryWorker) {

@@ -10,9 +10,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "coordinator/attempt_policy.h"
+#include "coordinator/rank_blame.h"
 #include "coordinator/scheduler.h"
 #include "spdlog/spdlog.h"
 #include "spec/actions.h"
+#include "spec/jobspec.h"
 
 namespace trainyard {
 
@@ -27,24 +30,6 @@ std::string JobIdFor(const std::string& name, int64_t sequence) {
   if (base.size() > 48) base.resize(48);
   return absl::StrCat(base, "-", sequence);
 }
-namespace {
-
-// An error from the transport (the worker could not be reached or vanished)
-// is the root cause of errors other ranks report about their peers.
-bool IsTransportError(const absl::Status& status) {
-  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
-}
-
-// How much a failed rank's error explains the failure: a transport error
-// (its worker is gone) most, a peer's report of another rank's failure
-// (kAborted) least.
-int Blame(const absl::Status& status) {
-  if (IsTransportError(status)) return 2;
-  return absl::IsAborted(status) ? 0 : 1;
-}
-
-}  // namespace
-
 JobDriver::JobDriver(AttemptPlan plan, JobDriverHost* host)
     : plan_(std::move(plan)), host_(host), latest_checkpoint_(plan_.latest_checkpoint) {
   std::vector<std::string> ids = plan_.worker_ids;
@@ -52,10 +37,7 @@ JobDriver::JobDriver(AttemptPlan plan, JobDriverHost* host)
   SetMembers(plan_.clients, plan_.rank_names, std::move(ids));
 }
 
-bool JobDriver::elastic() const {
-  return plan_.spec.fault_tolerance().mode() == FaultToleranceConfig::ELASTIC && plan_.spec.kind() != EVALUATION &&
-         plan_.spec.kind() != INFERENCE;
-}
+bool JobDriver::elastic() const { return IsElasticTraining(plan_.spec); }
 
 void JobDriver::SetMembers(std::vector<std::shared_ptr<WorkerClient>> clients, std::vector<std::string> names,
                            std::vector<std::string> worker_ids) {
@@ -197,13 +179,12 @@ absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Resp
     for (int r = 0; r < world; ++r) each->push_back(*shared->results[r]);
   }
   if (!all_ok) {
-    int culprit = -1;
-    for (int r = 0; r < world; ++r) {
-      const auto& result = shared->results[r];
-      if (!result || result->ok() || absl::IsCancelled(result->status())) continue;
-      if (culprit < 0 || Blame(result->status()) > Blame(shared->results[culprit]->status())) culprit = r;
-    }
-    if (culprit < 0) return absl::AbortedError(absl::StrCat(what, " was cancelled"));
+    std::vector<absl::Status> statuses;
+    for (int r = 0; r < world; ++r)
+      statuses.push_back(shared->results[r] ? shared->results[r]->status() : absl::OkStatus());
+    const int culprit = CulpritRank(statuses);
+    if (culprit < 0 || absl::IsCancelled(statuses[culprit]))
+      return absl::AbortedError(absl::StrCat(what, " was cancelled"));
     const absl::Status& s = shared->results[culprit]->status();
     const std::string name =
         culprit < static_cast<int>(rank_names_.size()) ? rank_names_[culprit] : absl::StrCat("rank ", culprit);
@@ -465,9 +446,9 @@ absl::StatusOr<bool> JobDriver::SurviveLostRanks(const std::vector<absl::StatusO
     if (result.ok()) {
       if (result->preempted()) return false;  // a preemption and a loss at once: the restart handles both
       keep.push_back(static_cast<int>(r));
-    } else if (IsTransportError(result.status())) {
+    } else if (Blame(result.status()) == kBlameTransport) {
       lost.push_back(absl::StrCat(rank_names_[r], ": ", result.status().message()));
-    } else if (absl::IsAborted(result.status()) || absl::IsCancelled(result.status())) {
+    } else if (Blame(result.status()) < kBlameOwnError) {
       keep.push_back(static_cast<int>(r));  // its collective failed with the lost peer
     } else {
       return false;  // an error of the rank's own (divergence, NaN, a bad spec, ...)
@@ -628,24 +609,20 @@ void JobDriver::Run() {
   } else if (!status.ok()) {
     final_state = FAILED;
     final_reason = status.ToString();
-    // A lost worker or a broken collective: another attempt may succeed.
-    // Bad specs, divergence or a NaN will fail again.
-    retryable = absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status) || absl::IsAborted(status);
+    retryable = IsRetryable(status);
   }
   if (!shutting_down) {
     // Final before the teardown: watchers learn the outcome at once, even if
     // an unreachable rank makes its AbortJob wait for its deadline.
     if (final_state == PREEMPTED) host_->ChangeState(job_id, PREEMPTED, final_reason);
-    const int max_restarts = plan_.spec.max_restarts();  // normalised: set, default 3
     std::function<void(JobInfo*)> edit;
-    if (retryable && plan_.restarts < max_restarts) {
-      final_state = RESTARTING;
-      final_reason = absl::StrCat(final_reason, "; restart ", plan_.restarts + 1, " of ", max_restarts, " from ",
-                                  latest_checkpoint_.empty() ? "scratch" : latest_checkpoint_);
-      edit = [this](JobInfo* info) { info->set_restarts(plan_.restarts + 1); };
-    } else if (retryable) {
-      final_state = FAILED;
-      final_reason = absl::StrCat(final_reason, " (no restarts left: max_restarts ", max_restarts, ")");
+    if (retryable) {
+      // max_restarts is normalised: set, default 3.
+      const NextAttempt next =
+          AfterRetryableEnd(final_reason, plan_.restarts, plan_.spec.max_restarts(), latest_checkpoint_);
+      final_state = next.state;
+      final_reason = next.reason;
+      edit = [restarts = next.restarts](JobInfo* info) { info->set_restarts(restarts); };
     }
     host_->ChangeState(job_id, final_state, final_reason, edit);
   }

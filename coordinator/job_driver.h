@@ -77,18 +77,11 @@ class JobDriverHost {
   virtual void ChangeState(const std::string& job_id, JobState state, const std::string& reason,
                            const std::function<void(JobInfo*)>& edit = nullptr) = 0;
   // fault_tolerance ELASTIC. Up to `n` idle workers, now the job's (none
-  // by default).
-  virtual std::vector<JoiningWorker> AcquireWorkers(const std::string& job_id, int n) {
-    (void)job_id;
-    (void)n;
-    return {};
-  }
+  // while an older job waits for a gang).
+  virtual std::vector<JoiningWorker> AcquireWorkers(const std::string& job_id, int n) = 0;
   // The attempt's ranks are now `worker_ids` (rank order); the job's other
   // workers (lost, or acquired and not joined) go back to the pool.
-  virtual void SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids) {
-    (void)job_id;
-    (void)worker_ids;
-  }
+  virtual void SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids) = 0;
 };
 
 class JobDriver {

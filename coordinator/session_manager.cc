@@ -1,11 +1,13 @@
 #include "coordinator/session_manager.h"
 
 #include <random>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "coordinator/rank_blame.h"
 #include "spdlog/spdlog.h"
 #include "spec/jobspec_validator.h"
 
@@ -27,20 +29,16 @@ std::vector<absl::StatusOr<Response>> CallAll(int n, Call call) {
   return results;
 }
 
-// OK when every rank succeeded; otherwise the root cause, naming the rank
-// and worker: the first error that is not kAborted (a peer reporting that
-// another rank failed), else the first error.
+// OK when every rank succeeded; otherwise the error of the rank to blame
+// (rank_blame.h, as for jobs), naming the rank and worker.
 template <typename Response>
 absl::Status GroupStatus(const std::vector<absl::StatusOr<Response>>& results,
                          const std::vector<std::string>& worker_ids) {
-  int chosen = -1;
-  for (int r = 0; r < static_cast<int>(results.size()); ++r) {
-    if (results[r].ok()) continue;
-    if (chosen < 0) chosen = r;
-    if (!absl::IsAborted(results[r].status()) && absl::IsAborted(results[chosen].status())) chosen = r;
-  }
+  std::vector<absl::Status> statuses;
+  for (const auto& r : results) statuses.push_back(r.status());
+  const int chosen = CulpritRank(statuses);
   if (chosen < 0) return absl::OkStatus();
-  const absl::Status& s = results[chosen].status();
+  const absl::Status& s = statuses[chosen];
   if (results.size() == 1) return absl::Status(s.code(), absl::StrCat("worker ", worker_ids[0], ": ", s.message()));
   return absl::Status(s.code(), absl::StrCat("rank ", chosen, " (worker ", worker_ids[chosen], "): ", s.message()));
 }
@@ -54,46 +52,37 @@ size_t SessionManager::open_sessions() const {
   return sessions_.size();
 }
 
+size_t SessionManager::closed_sessions_remembered() const {
+  MutexLock lock(&mu_);
+  return closed_.size();
+}
+
 void SessionManager::Tick(const std::vector<WorkerRecord>& lost) {
-  std::vector<std::thread> finished;
-  {
-    MutexLock lock(&mu_);
-    for (auto it = closers_.begin(); it != closers_.end();) {
-      if (it->done->load()) {
-        finished.push_back(std::move(it->thread));
-        it = closers_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    if (!shut_down_) {
-      const absl::Time now = options_.clock->Now();
-      std::vector<std::pair<std::string, absl::Duration>> idle;
-      for (const auto& [id, session] : sessions_) {
-        if (session.in_flight == 0 && now - session.last_used > session.idle_timeout) {
-          idle.emplace_back(id, session.idle_timeout);
-        }
-      }
-      for (const auto& [id, timeout] : idle) {
-        CloseLocked(id, absl::StrCat("idle for more than ", absl::FormatDuration(timeout)));
-      }
-      for (const WorkerRecord& w : lost) {
-        if (sessions_.count(w.job_id)) CloseLocked(w.job_id, absl::StrCat("its worker ", w.worker_id, " was lost"));
-      }
+  closers_.Reap();
+  MutexLock lock(&mu_);
+  if (shut_down_) return;
+  const absl::Time now = options_.clock->Now();
+  std::vector<std::pair<std::string, absl::Duration>> idle;
+  for (const auto& [id, session] : sessions_) {
+    if (session.in_flight == 0 && now - session.last_used > session.idle_timeout) {
+      idle.emplace_back(id, session.idle_timeout);
     }
   }
-  for (std::thread& t : finished) t.join();
+  for (const auto& [id, timeout] : idle) {
+    CloseLocked(id, absl::StrCat("idle for more than ", absl::FormatDuration(timeout)));
+  }
+  for (const WorkerRecord& w : lost) {
+    if (sessions_.count(w.job_id)) CloseLocked(w.job_id, absl::StrCat("its worker ", w.worker_id, " was lost"));
+  }
 }
 
 void SessionManager::Shutdown() {
-  std::vector<Closer> closers;
   {
     MutexLock lock(&mu_);
     shut_down_ = true;
     for (auto it = sessions_.begin(); it != sessions_.end();) CloseLocked((it++)->first, "the coordinator stopped");
-    closers.swap(closers_);
   }
-  for (Closer& c : closers) c.thread.join();
+  closers_.JoinAll();
 }
 
 absl::StatusOr<OpenSessionResponse> SessionManager::Open(const OpenSessionRequest& original) {
@@ -119,33 +108,20 @@ absl::StatusOr<OpenSessionResponse> SessionManager::Open(const OpenSessionReques
     // A random suffix: ids never repeat across coordinator restarts.
     session_id = absl::StrCat("session-", next_session_++, ".", absl::Hex(std::random_device()() & 0xffff));
   }
-  // Idle workers, waiting a little for them (a worker that has just
-  // finished a job becomes idle at its next heartbeat).
-  std::vector<std::string> worker_ids;
-  const absl::Time give_up = absl::Now() + absl::Seconds(request.wait_seconds());
-  while (true) {
-    {
-      MutexLock lock(&mu_);
-      if (shut_down_) return absl::UnavailableError("the coordinator is shutting down");
-      std::vector<std::string> idle = options_.workers->Idle();
-      if (static_cast<int>(idle.size()) >= num_workers) {
-        idle.resize(num_workers);
-        if (options_.workers->Assign(idle, session_id).ok()) worker_ids = idle;
-      }
-    }
-    if (!worker_ids.empty()) break;
-    if (absl::Now() >= give_up) {
-      return absl::UnavailableError(absl::StrCat("no ", num_workers, " idle worker(s) for a session within ",
-                                                 request.wait_seconds(), " s; try again when a job has finished"));
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  // Workers from the scheduler's queue, behind the jobs submitted before
+  // this session.
+  TY_ASSIGN_OR_RETURN(std::vector<std::string> worker_ids,
+                      options_.acquire_workers(session_id, num_workers, absl::Seconds(request.wait_seconds())));
   Session session;
   session.id = session_id;
   session.worker_ids = worker_ids;
   session.idle_timeout = absl::Seconds(request.idle_timeout_seconds());
   {
     MutexLock lock(&mu_);
+    if (shut_down_) {
+      options_.workers->Release(worker_ids);
+      return absl::UnavailableError("the coordinator is shutting down");
+    }
     for (const std::string& id : worker_ids) {
       absl::StatusOr<WorkerRecord> record = options_.workers->Get(id);
       if (!record.ok()) {
@@ -229,12 +205,18 @@ void SessionManager::CloseLocked(std::string session_id, const std::string& why)
   if (it == sessions_.end()) return;
   Session session = it->second;
   sessions_.erase(it);
+  // Why a session closed is kept for the most recent kClosedKept sessions:
+  // a long-lived coordinator does not grow with every session it served.
   closed_[session_id] = why;
+  closed_order_.push_back(session_id);
+  while (closed_order_.size() > kClosedKept) {
+    closed_.erase(closed_order_.front());
+    closed_order_.pop_front();
+  }
   options_.workers->Release(session.worker_ids);  // DRAINING until each worker says it let go
   options_.store->ErasePrefix(absl::StrCat(session_id, "/"));
   spdlog::info("session {}: closed ({})", session_id, why);
-  auto done = std::make_shared<std::atomic<bool>>(false);
-  std::thread closer([session, why, done] {
+  closers_.Start([session, why] {
     AbortJobRequest abort;
     abort.set_job_id(session.id);
     abort.set_reason(absl::StrCat("the session is closed: ", why));
@@ -245,9 +227,7 @@ void SessionManager::CloseLocked(std::string session_id, const std::string& why)
       }
       return true;
     });
-    *done = true;
   });
-  closers_.push_back(Closer{std::move(closer), done});
 }
 
 }  // namespace trainyard

@@ -2,22 +2,21 @@
 // InteractiveModel on a checkpoint, held by a group of idle workers
 // (data-parallel, meeting in the rendezvous store under the session's id)
 // until its client closes it, it stays idle for longer than its timeout, or
-// one of its workers is lost. Workers come from the same pool as jobs' gangs
-// (the WorkerRegistry); a closed session's workers go back to it once each
-// says it let go.
+// one of its workers is lost. Workers come from the same pool and the same
+// queue as jobs' gangs (acquire_workers: the coordinator's scheduler, oldest
+// first); a closed session's workers go back to the pool once each says it
+// let go.
 //
 // Thread-safety: thread-safe.
 #ifndef TRAINYARD_COORDINATOR_SESSION_MANAGER_H_
 #define TRAINYARD_COORDINATOR_SESSION_MANAGER_H_
 
-#include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -25,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "collective/store.h"
+#include "common/background_threads.h"
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "coordinator/worker_client.h"
@@ -42,6 +42,11 @@ struct SessionManagerOptions {
   // A job's newest checkpoint (OpenSession by job_id): kNotFound for an
   // unknown job, "" when it has none yet.
   std::function<absl::StatusOr<std::string>(const std::string& job_id)> job_checkpoint;
+  // `n` workers for a session, now assigned to it in `workers`, waiting up
+  // to `wait` in the scheduler's queue (behind older jobs): kUnavailable
+  // saying why when none came in time.
+  std::function<absl::StatusOr<std::vector<std::string>>(const std::string& session_id, int n, absl::Duration wait)>
+      acquire_workers;
 };
 
 class SessionManager {
@@ -70,6 +75,9 @@ class SessionManager {
   void Shutdown();
 
   size_t open_sessions() const;
+  // Closed sessions whose reason Run still names.
+  size_t closed_sessions_remembered() const;
+  static constexpr size_t kClosedKept = 1024;
 
  private:
   struct Session {
@@ -80,10 +88,6 @@ class SessionManager {
     absl::Time last_used;
     int in_flight = 0;  // calls running: never idle while one runs
   };
-  struct Closer {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
   // Ends a session (caller holds mu_): its workers are told to drop it (in
   // the background) and return to the pool once each says it holds nothing.
   // (By value: callers pass ids that live in the map entry it erases.)
@@ -93,9 +97,13 @@ class SessionManager {
   mutable Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::string> closed_ ABSL_GUARDED_BY(mu_);  // id -> why
+  // Recently closed sessions: id -> why (Run names it), at most kClosedKept.
+  std::map<std::string, std::string> closed_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> closed_order_ ABSL_GUARDED_BY(mu_);  // oldest first
   int64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
-  std::vector<Closer> closers_ ABSL_GUARDED_BY(mu_);  // joined by Tick once done
+  // Each close tells the session's workers on a thread of its own; joined
+  // as they end (Tick) and by Shutdown.
+  BackgroundThreads closers_;
 };
 
 }  // namespace trainyard
