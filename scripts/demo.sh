@@ -20,7 +20,7 @@ spec=examples/tiny_local.textproto
 out=runs/demo-$(date +%Y%m%d-%H%M%S)
 echo
 echo "==> trainyard local --workers 2 $spec --set output_dir=$out"
-echo "    (a coordinator and 2 workers as processes; 300 steps; about 70 s on 2 cores)"
+echo "    (a coordinator and 2 workers as processes; 300 steps; about 15 s on 2 cores)"
 "$trainyard" local --workers 2 "$spec" --set "output_dir=$out"
 echo
 echo "==> trainyard predict --checkpoint $out/checkpoint_300 --num 64   (held-out numbers, greedy)"
@@ -28,8 +28,9 @@ echo "==> trainyard predict --checkpoint $out/checkpoint_300 --num 64   (held-ou
   | sed -n '1,9p;$p'
 echo
 cat <<MSG
-Expected: the train loss falls from ~3.7 (step 20) to ~0.05 (step 300), and about 60
-of 64 held-out numbers are spelled exactly (measured: 61/64).
+Expected: the train loss falls from ~3.7 (step 20) to ~0.1 (step 300), and about 60
+of 64 held-out numbers are spelled exactly (measured: 57 to 61 of 64; the last digits
+of the matrix products depend on the machine's BLAS kernels).
 TensorBoard events are in $out/train and $out/training_eval; the job's logs are
 in the directory printed on the first line.
 MSG
