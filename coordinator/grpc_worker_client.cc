@@ -6,6 +6,7 @@
 #include <mutex>
 #include <set>
 
+#include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "proto/worker.grpc.pb.h"
 
@@ -19,12 +20,7 @@ class GrpcWorkerClient : public WorkerClient {
       : address_(address) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
-    // Reconnect attempts 200 ms apart, growing to 2 s. The "minimum
-    // backoff" is gRPC's minimum connect timeout: each attempt gets 5 s for
-    // its TCP (and TLS) handshake, which a loaded or distant host needs.
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+    SetReconnectBackoff(&args);
     if (!server_name.empty()) args.SetSslTargetNameOverride(server_name);
     if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
     stub_ = WorkerService::NewStub(grpc::CreateCustomChannel(address, credentials, args));

@@ -24,6 +24,7 @@
 #include "evaluation/metric_fns.h"
 #include "re2/re2.h"
 #include "spec/jobspec.h"
+#include "spec/learning_rate_factors.h"
 #include "spec/presets.h"
 #include "spec/task_validation.h"
 #include "spec/validation_util.h"
@@ -38,10 +39,6 @@ using spec_internal::Errors;
 using spec_internal::IsValidName;
 using spec_internal::kInf;
 using spec_internal::Quote;
-
-constexpr const char* kLearningRateFactors[] = {
-    "constant", "linear_warmup", "rsqrt_decay", "rsqrt_normalized_decay", "decay_every", "cosine_decay", "linear_decay",
-};
 
 std::string CleanPath(absl::string_view path) {
   std::vector<absl::string_view> parts;
@@ -123,25 +120,25 @@ void ValidateOptimizer(Errors* errors, OptimizerConfig* opt) {
 }
 
 void ValidateLearningRate(Errors* errors, LearningRateSchedule* lr, int64_t total_steps, bool training) {
-  if (lr->factors().empty()) lr->set_factors("constant * rsqrt_decay");
+  if (lr->factors().empty()) lr->set_factors(kDefaultLearningRateFactors);
   if (!lr->has_base_learning_rate()) lr->set_base_learning_rate(1.0f);
-  std::set<std::string> factors;
+  std::set<LearningRateFactor> factors;
   std::vector<std::string> canonical;
   for (absl::string_view raw : absl::StrSplit(lr->factors(), '*')) {
-    const std::string factor(absl::StripAsciiWhitespace(raw));
-    if (!IsKnownLearningRateFactor(factor)) {
-      std::vector<std::string> allowed(std::begin(kLearningRateFactors), std::end(kLearningRateFactors));
+    const std::string name(absl::StripAsciiWhitespace(raw));
+    const std::optional<LearningRateFactor> factor = ParseLearningRateFactor(name);
+    if (!factor.has_value()) {
       errors->Add("learning_rate.factors",
-                  absl::StrCat("unknown factor ", Quote(factor), " in ", Quote(lr->factors()),
-                               "; allowed factors, joined by '*': ", absl::StrJoin(allowed, ", ")));
+                  absl::StrCat("unknown factor ", Quote(name), " in ", Quote(lr->factors()),
+                               "; allowed factors, joined by '*': ", absl::StrJoin(LearningRateFactorNames(), ", ")));
       return;
     }
-    if (!factors.insert(factor).second) {
+    if (!factors.insert(*factor).second) {
       errors->Add("learning_rate.factors",
-                  absl::StrCat("factor ", Quote(factor), " appears twice in ", Quote(lr->factors())));
+                  absl::StrCat("factor ", Quote(name), " appears twice in ", Quote(lr->factors())));
       return;
     }
-    canonical.push_back(factor);
+    canonical.push_back(name);
   }
   lr->set_factors(absl::StrJoin(canonical, " * "));
   CheckRange(errors, "learning_rate.base_learning_rate", lr->base_learning_rate(), 0, true, 1e6, false);
@@ -150,11 +147,16 @@ void ValidateLearningRate(Errors* errors, LearningRateSchedule* lr, int64_t tota
   CheckRange(errors, "learning_rate.min_learning_rate", lr->min_learning_rate(), 0, false, 1e6, false);
   // rsqrt_decay is 1/sqrt(max(step, warmup_steps)) and linear_warmup is
   // min(1, step/warmup_steps): both need warmup_steps > 0 (T5X's default).
-  if ((factors.count("linear_warmup") || factors.count("rsqrt_decay") || factors.count("rsqrt_normalized_decay")) &&
-      lr->warmup_steps() == 0) {
+  const auto any = [&](bool (*needs)(LearningRateFactor)) {
+    for (LearningRateFactor f : factors) {
+      if (needs(f)) return true;
+    }
+    return false;
+  };
+  if (any(NeedsWarmupSteps) && lr->warmup_steps() == 0) {
     lr->set_warmup_steps(10000);
   }
-  if (factors.count("decay_every")) {
+  if (any(NeedsStepsPerDecay)) {
     if (!lr->has_decay_factor()) lr->set_decay_factor(0.5f);
     CheckRange(errors, "learning_rate.decay_factor", lr->decay_factor(), 0, true, 1, false);
     if (lr->steps_per_decay() <= 0) {
@@ -163,7 +165,7 @@ void ValidateLearningRate(Errors* errors, LearningRateSchedule* lr, int64_t tota
                                                                 "steps_per_decay > 0"));
     }
   }
-  if (factors.count("cosine_decay") || factors.count("linear_decay")) {
+  if (any(NeedsStepsPerCycle)) {
     if (lr->steps_per_cycle() == 0 && training) lr->set_steps_per_cycle(total_steps);
     if (lr->steps_per_cycle() <= 0) {
       errors->Add("learning_rate.steps_per_cycle", absl::StrCat(lr->steps_per_cycle(),
@@ -468,12 +470,7 @@ void FillAdamWDefaults(AdamW* a) {
   if (!a->has_weight_decay()) a->set_weight_decay(0.01f);
 }
 
-bool IsKnownLearningRateFactor(const std::string& factor) {
-  for (const char* known : kLearningRateFactors) {
-    if (factor == known) return true;
-  }
-  return false;
-}
+bool IsKnownLearningRateFactor(const std::string& factor) { return ParseLearningRateFactor(factor).has_value(); }
 
 absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& options) {
   Errors errors;

@@ -12,39 +12,24 @@ namespace trainyard {
 absl::StatusOr<LearningRateCallable> LearningRateCallable::Create(const LearningRateSchedule& config) {
   LearningRateCallable schedule;
   schedule.config_ = config;
-  const std::string factors = config.factors().empty() ? "constant * rsqrt_decay" : config.factors();
+  const std::string factors = config.factors().empty() ? kDefaultLearningRateFactors : config.factors();
   if (!config.has_base_learning_rate()) schedule.config_.set_base_learning_rate(1.0f);
   if (!config.has_decay_factor()) schedule.config_.set_decay_factor(0.5f);
   for (absl::string_view raw : absl::StrSplit(factors, '*')) {
     const std::string name(absl::StripAsciiWhitespace(raw));
-    Factor factor;
-    if (name == "constant") {
-      factor = Factor::kConstant;
-    } else if (name == "linear_warmup") {
-      factor = Factor::kLinearWarmup;
-    } else if (name == "rsqrt_decay") {
-      factor = Factor::kRsqrtDecay;
-    } else if (name == "rsqrt_normalized_decay") {
-      factor = Factor::kRsqrtNormalizedDecay;
-    } else if (name == "decay_every") {
-      factor = Factor::kDecayEvery;
-    } else if (name == "cosine_decay") {
-      factor = Factor::kCosineDecay;
-    } else if (name == "linear_decay") {
-      factor = Factor::kLinearDecay;
-    } else {
+    const std::optional<Factor> parsed = ParseLearningRateFactor(name);
+    if (!parsed.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat("learning_rate.factors: unknown factor \"", name, "\""));
     }
-    const bool needs_warmup =
-        factor == Factor::kLinearWarmup || factor == Factor::kRsqrtDecay || factor == Factor::kRsqrtNormalizedDecay;
-    if (needs_warmup && config.warmup_steps() <= 0) {
+    const Factor factor = *parsed;
+    if (NeedsWarmupSteps(factor) && config.warmup_steps() <= 0) {
       return absl::InvalidArgumentError(absl::StrCat("learning_rate.warmup_steps: ", config.warmup_steps(), "; factor ",
                                                      name, " needs warmup_steps > 0"));
     }
-    if (factor == Factor::kDecayEvery && config.steps_per_decay() <= 0) {
+    if (NeedsStepsPerDecay(factor) && config.steps_per_decay() <= 0) {
       return absl::InvalidArgumentError("learning_rate.steps_per_decay: decay_every needs > 0");
     }
-    if ((factor == Factor::kCosineDecay || factor == Factor::kLinearDecay) && config.steps_per_cycle() <= 0) {
+    if (NeedsStepsPerCycle(factor) && config.steps_per_cycle() <= 0) {
       return absl::InvalidArgumentError(absl::StrCat("learning_rate.steps_per_cycle: ", name, " needs > 0"));
     }
     schedule.factors_.push_back(factor);

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
+#include "spec/learning_rate_factors.h"
 
 namespace trainyard {
 
@@ -34,15 +35,7 @@ class LearningRateCallable {
   double operator()(int64_t step) const;
 
  private:
-  enum class Factor {
-    kConstant,
-    kLinearWarmup,
-    kRsqrtDecay,
-    kRsqrtNormalizedDecay,
-    kDecayEvery,
-    kCosineDecay,
-    kLinearDecay
-  };
+  using Factor = LearningRateFactor;
   std::vector<Factor> factors_;
   LearningRateSchedule config_;
 };

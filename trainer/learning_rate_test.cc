@@ -93,5 +93,22 @@ TEST(LearningRateTest, UnknownFactorAndMissingParameters) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("steps_per_cycle")));
 }
 
+TEST(LearningRateTest, EveryFactorTheSpecAllowsIsOneTheScheduleComputes) {
+  // One table (spec/learning_rate_factors.h) for validation and the
+  // schedule: each name parses to its factor and builds a schedule.
+  ASSERT_EQ(LearningRateFactorNames().size(), 7u);
+  for (const std::string& name : LearningRateFactorNames()) {
+    LearningRateSchedule config;
+    config.set_factors(name);
+    config.set_warmup_steps(10);
+    config.set_steps_per_decay(5);
+    config.set_steps_per_cycle(100);
+    EXPECT_THAT(LearningRateCallable::Create(config).status(), IsOk()) << name;
+    EXPECT_TRUE(ParseLearningRateFactor(name).has_value()) << name;
+  }
+  EXPECT_FALSE(ParseLearningRateFactor("Constant").has_value());
+  EXPECT_EQ(ParseLearningRateFactor("cosine_decay"), LearningRateFactor::kCosineDecay);
+}
+
 }  // namespace
 }  // namespace trainyard

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/device.h"
+#include "common/grpc_channel.h"
 #include "common/grpc_metrics.h"
 #include "common/grpc_status.h"
 #include "common/http_server.h"
@@ -50,13 +51,9 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
                                                                                      : ClientCertificates::kRequired));
   TY_ASSIGN_OR_RETURN(std::unique_ptr<SignalWatcher> signals, SignalWatcher::Create({SIGTERM, SIGINT}));
 
-  // Reconnect within a couple of seconds when the coordinator comes back
-  // (gRPC's default backoff grows to two minutes). The "minimum backoff" is
-  // gRPC's minimum connect timeout: 5 s for each attempt's handshake.
+  // Reconnects within a couple of seconds when the coordinator comes back.
   grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  SetReconnectBackoff(&args);
   TY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> channel_credentials,
                       MakeChannelCredentials(options.tls, &args));
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options.coordinator, channel_credentials, args);
