@@ -240,11 +240,7 @@ class Backend {
   absl::StatusOr<MetricResults> Evaluate(const std::vector<NaturalExample>& examples,
                                          const std::vector<std::string>& metrics) {
     if (model_) {
-      std::vector<MetricFn> fns;
-      for (const std::string& name : metrics) {
-        TY_ASSIGN_OR_RETURN(MetricFn fn, BuiltinMetricFn(name));
-        fns.push_back(fn);
-      }
+      TY_ASSIGN_OR_RETURN(std::vector<MetricFn> fns, BuiltinMetricFns(metrics, "--metric"));
       return model_->Evaluate(examples, fns);
     }
     TY_ASSIGN_OR_RETURN(SessionResponse r, Run(SessionRequest::EVALUATE, examples, metrics));
@@ -356,10 +352,7 @@ int RunEvaluate(const std::vector<std::string>& args, std::ostream& out, std::os
   if (metrics.empty()) {
     metrics = {"exact_match", "sequence_accuracy", "token_f1", "bleu", "rouge", "mean_log_likelihood"};
   }
-  for (const std::string& name : metrics) {
-    absl::StatusOr<MetricFn> fn = BuiltinMetricFn(name);
-    if (!fn.ok()) return Fail(absl::InvalidArgumentError(absl::StrCat("--metric: ", fn.status().message())), err);
-  }
+  if (absl::Status known = BuiltinMetricFns(metrics, "--metric").status(); !known.ok()) return Fail(known, err);
   absl::StatusOr<std::vector<NaturalExample>> examples = LoadExamples(c, true);
   if (!examples.ok()) return Fail(examples.status(), err);
   absl::StatusOr<std::unique_ptr<Backend>> model = Backend::Create(c);

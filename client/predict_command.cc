@@ -1,6 +1,8 @@
-// `trainyard predict` (in trainyard-torch): decodes examples with a
-// checkpoint's model: a task split's examples (with their targets, and the
-// exact-match count), or texts given on the command line.
+// `trainyard predict` (in trainyard-torch): decodes a sample of a task
+// split's examples with a checkpoint's model, shown with their targets and
+// the exact-match count. Texts (--input, --examples) go through the
+// interactive model (RunPredictExamples), which tokenizes them as the
+// model's tasks do.
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -14,40 +16,28 @@
 #include "trainer/task_batches.h"
 
 namespace trainyard {
-namespace {
-
-std::string Text(const Vocabulary& vocab, const torch::Tensor& row) {
-  std::vector<int> ids;
-  for (int64_t i = 0; i < row.size(0); ++i) ids.push_back(static_cast<int>(row[i].item<int64_t>()));
-  absl::StatusOr<std::string> text = vocab.Decode(ids);
-  return text.ok() ? *text : "<" + std::string(text.status().message()) + ">";
-}
-
-}  // namespace
 
 int RunPredict(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   // Examples from a file, or JSON output: the interactive model's path.
   for (const std::string& a : args) {
     // The interactive model's form: --examples, --json, or a coordinator's
     // workers.
-    for (const char* flag : {"--json", "--examples", "--coordinator", "--workers"}) {
+    for (const char* flag : {"--json", "--input", "--examples", "--coordinator", "--workers"}) {
       if (a == flag || a.rfind(std::string(flag) + "=", 0) == 0) return RunPredictExamples(args, out, err);
     }
   }
   std::string checkpoint, task_name = "digits_to_words", split = "validation";
-  std::vector<std::string> inputs;
   int num = 8, input_length = 64, max_decode = 64, seed = 0;
-  FlagSet flags("predict --checkpoint DIR [--task NAME] [--split SPLIT] [--num N] [--input TEXT]...",
-                "Greedy predictions of a checkpoint's model: for N examples of a task's\n"
-                "split (shown with their targets and the exact-match count), or for the\n"
-                "given --input texts. With --examples FILE.jsonl, --json or --coordinator: see\n"
+  FlagSet flags("predict --checkpoint DIR [--task NAME] [--split SPLIT] [--num N]",
+                "Greedy predictions of a checkpoint's model for N examples of a task's\n"
+                "split, shown with their targets and the exact-match count. For texts\n"
+                "(--input TEXT, --examples FILE.jsonl), --json or --coordinator: see\n"
                 "`trainyard predict --json --help`.");
   flags.AddString("checkpoint", &checkpoint, "DIR", "a checkpoint directory (checkpoint_<step>)");
   flags.AddString("task", &task_name, "NAME", "a registered task (default digits_to_words)");
   flags.AddString("split", &split, "SPLIT", "the split to take examples from (default validation)");
   flags.AddInt("num", &num, "N", "number of examples (default 8)");
   flags.AddInt("seed", &seed, "N", "which sample of the split (default 0)");
-  flags.AddRepeated("input", &inputs, "TEXT", "predict for this text instead of the split's examples");
   flags.AddInt("input-length", &input_length, "N", "input tokens kept (default 64)");
   flags.AddInt("max-decode-length", &max_decode, "N", "longest prediction in tokens (default 64)");
   std::vector<std::string> positional;
@@ -74,51 +64,37 @@ int RunPredict(const std::vector<std::string>& args, std::ostream& out, std::ost
     if (!task.ok()) return fail(absl::InvalidArgumentError(absl::StrCat("--task: ", task.status().message())));
     const Vocabulary& vocab = *(*task)->vocabulary;
 
-    T5Batch batch;
-    if (inputs.empty()) {
-      IteratorOptions data;
-      data.split = split;
-      data.rows = num;
-      data.inputs_length = input_length;
-      data.targets_length = max_decode;
-      data.pack = false;
-      data.shuffle = true;  // a sample of the split, not its first rows
-      data.seed = static_cast<uint64_t>(seed);
-      data.repeat = false;
-      absl::StatusOr<std::unique_ptr<TaskIterator>> it = TaskIterator::Create(**task, data);
-      if (!it.ok()) return fail(it.status());
-      absl::StatusOr<ConvertedBatch> converted = (*it)->Next();
-      if (!converted.ok()) return fail(converted.status());
-      batch = ToT5Batch(*converted);
-    } else {
-      torch::Tensor tokens = torch::zeros({static_cast<int64_t>(inputs.size()), input_length}, torch::kLong);
-      for (size_t r = 0; r < inputs.size(); ++r) {
-        absl::StatusOr<std::vector<int>> ids = vocab.Encode(inputs[r]);
-        if (!ids.ok()) return fail(ids.status());
-        ids->push_back(1);  // EOS
-        for (int64_t i = 0; i < std::min<int64_t>(input_length, ids->size()); ++i) tokens[r][i] = (*ids)[i];
-      }
-      batch.encoder_input_tokens = tokens;
-    }
+    IteratorOptions data;
+    data.split = split;
+    data.rows = num;
+    data.inputs_length = input_length;
+    data.targets_length = max_decode;
+    data.pack = false;
+    data.shuffle = true;  // a sample of the split, not its first rows
+    data.seed = static_cast<uint64_t>(seed);
+    data.repeat = false;
+    absl::StatusOr<std::unique_ptr<TaskIterator>> it = TaskIterator::Create(**task, data);
+    if (!it.ok()) return fail(it.status());
+    absl::StatusOr<ConvertedBatch> converted = (*it)->Next();
+    if (!converted.ok()) return fail(converted.status());
+    const T5Batch batch = ToT5Batch(*converted).Slice(0, converted->rows);
     DecodeOptions decode;
     decode.max_decode_length = max_decode;
     absl::StatusOr<Predictions> predicted = (*model)->PredictBatchWithAux(batch, decode);
     if (!predicted.ok()) return fail(predicted.status());
-    const int64_t rows = batch.encoder_input_tokens.size(0);
+    const int64_t rows = batch.batch_size();
     int exact = 0;
     out << "checkpoint " << checkpoint << " (step " << ckpt->step << ")\n";
     for (int64_t r = 0; r < rows; ++r) {
-      const std::string input = Text(vocab, batch.encoder_input_tokens[r]);
-      const std::string prediction = Text(vocab, predicted->tokens[r]);
-      out << absl::StrFormat("  %-14s -> %s", input, prediction);
-      if (batch.decoder_target_tokens.defined()) {
-        const std::string target = Text(vocab, batch.decoder_target_tokens[r]);
-        exact += prediction == target;
-        out << (prediction == target ? "  [exact]" : absl::StrCat("  [target: ", target, "]"));
-      }
-      out << absl::StrFormat("  (log-likelihood %.3f)\n", predicted->scores[r].item<double>());
+      const std::string input = DecodeRow(vocab, batch.encoder_input_tokens[r]);
+      const std::string prediction = DecodeRow(vocab, predicted->tokens[r]);
+      const std::string target = DecodeRow(vocab, batch.decoder_target_tokens[r]);
+      exact += prediction == target;
+      out << absl::StrFormat("  %-14s -> %s", input, prediction)
+          << (prediction == target ? "  [exact]" : absl::StrCat("  [target: ", target, "]"))
+          << absl::StrFormat("  (log-likelihood %.3f)\n", predicted->scores[r].item<double>());
     }
-    if (batch.decoder_target_tokens.defined()) out << "exact match: " << exact << "/" << rows << "\n";
+    out << "exact match: " << exact << "/" << rows << "\n";
   } catch (const std::exception& e) {
     return fail(absl::InternalError(e.what()));
   }

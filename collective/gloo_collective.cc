@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "collective/flat_buckets.h"
 
 namespace trainyard {
 
@@ -273,84 +274,35 @@ absl::Status GlooCollective::AllReduce(std::vector<torch::Tensor>& tensors, Redu
   c10d::AllreduceOptions options;
   options.reduceOp = ToC10d(op);
   options.timeout = impl_->timeout;
-  // c10d's list is one tensor per device, not a list of buffers: pack the
-  // tensors of each dtype, in order, into flat buckets of at most
-  // bucket_bytes; a large contiguous tensor is cut into bucket-sized views
-  // and reduced in place. Every bucket's all-reduce is issued before any is
-  // waited for, so Gloo's worker threads overlap one bucket's transfer with
-  // another's reduction.
-  struct Bucket {
-    std::vector<torch::Tensor> buffer;    // what c10d reduces
-    std::vector<torch::Tensor*> members;  // packed tensors to copy back (empty: in place)
-    c10::intrusive_ptr<c10d::Work> work;
-  };
-  std::vector<Bucket> buckets;
-  const int64_t limit = impl_->bucket_bytes;
-  std::map<c10::ScalarType, std::vector<torch::Tensor*>> by_type;
-  for (torch::Tensor& t : tensors) by_type[t.scalar_type()].push_back(&t);
+  // c10d's list is one tensor per device, not a list of buffers: the
+  // tensors go in flat buckets of at most bucket_bytes (PackFlatBuckets; a
+  // large contiguous tensor is reduced in place, in bucket-sized views).
+  // Every bucket's all-reduce is issued before any is waited for, so Gloo's
+  // worker threads overlap one bucket's transfer with another's reduction.
+  std::vector<FlatBucket> buckets;
+  std::vector<std::vector<torch::Tensor>> inputs;  // alive until the works end
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
   try {
-    for (auto& [type, group] : by_type) {
-      std::vector<torch::Tensor*> pending;
-      int64_t pending_bytes = 0;
-      auto flush = [&] {
-        if (pending.empty()) return;
-        Bucket b;
-        if (pending.size() == 1 && pending[0]->is_contiguous()) {  // no packing needed
-          b.buffer = {pending[0]->view({-1})};
-          buckets.push_back(std::move(b));
-          pending.clear();
-          pending_bytes = 0;
-          return;
-        }
-        std::vector<torch::Tensor> parts;
-        for (torch::Tensor* t : pending) parts.push_back(t->reshape({-1}));
-        b.buffer = {torch::cat(parts)};
-        b.members = pending;
-        buckets.push_back(std::move(b));
-        pending.clear();
-        pending_bytes = 0;
-      };
-      for (torch::Tensor* t : group) {
-        const int64_t bytes = static_cast<int64_t>(t->nbytes());
-        if (bytes >= limit && t->is_contiguous()) {
-          flush();
-          torch::Tensor flat = t->view({-1});
-          const int64_t per = std::max<int64_t>(limit / static_cast<int64_t>(t->element_size()), 1);
-          for (int64_t offset = 0; offset < flat.numel(); offset += per) {
-            Bucket b;
-            b.buffer = {flat.narrow(0, offset, std::min(per, flat.numel() - offset))};
-            buckets.push_back(std::move(b));
-          }
-          continue;
-        }
-        if (pending_bytes + bytes > limit) flush();
-        pending.push_back(t);
-        pending_bytes += bytes;
-      }
-      flush();
+    buckets = PackFlatBuckets(tensors, impl_->bucket_bytes);
+    inputs.reserve(buckets.size());
+    for (FlatBucket& b : buckets) {
+      inputs.push_back({b.flat});
+      works.push_back(impl_->group->allreduce(inputs.back(), options));
     }
-    for (Bucket& b : buckets) b.work = impl_->group->allreduce(b.buffer, options);
   } catch (const std::exception& e) {
     return FromTorchError("all-reduce", e);
   }
   const auto deadline = std::chrono::steady_clock::now() + impl_->timeout;
   absl::Status status;
-  for (Bucket& b : buckets) {
+  for (auto& work : works) {
     const auto left =
         std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
                  std::chrono::milliseconds(1));
-    absl::Status s = Run("all-reduce", left, [&] { return b.work; });
+    absl::Status s = Run("all-reduce", left, [&] { return work; });
     if (!s.ok() && status.ok()) status = s;
   }
   if (!status.ok()) return status;
-  for (Bucket& b : buckets) {
-    int64_t offset = 0;
-    for (torch::Tensor* t : b.members) {
-      const int64_t n = t->numel();
-      t->copy_(b.buffer[0].narrow(0, offset, n).view(t->sizes()));
-      offset += n;
-    }
-  }
+  for (const FlatBucket& b : buckets) UnpackFlatBucket(b);
   return absl::OkStatus();
 }
 

@@ -2,8 +2,13 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/cuda.h>
+#include <torch/torch.h>
 
+#include <algorithm>
+#include <chrono>
+#include <map>
 #include <string>
+#include <utility>
 
 #ifdef TRAINYARD_LIBTORCH_CUDA
 #include <c10/cuda/CUDAStream.h>
@@ -12,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/mutex.h"
 
 namespace trainyard {
 
@@ -69,6 +75,29 @@ void SynchronizeDevice(const torch::Device& device) {
 #else
   (void)device;
 #endif
+}
+
+double MeasurePeakFlops(const torch::Device& device, torch::ScalarType dtype) {
+  static Mutex mu;
+  static auto* cache = new std::map<std::pair<std::string, int>, double>;
+  const auto key = std::make_pair(device.str(), static_cast<int>(dtype));
+  MutexLock lock(&mu);
+  auto it = cache->find(key);
+  if (it != cache->end()) return it->second;
+  const int64_t n = device.is_cuda() ? 4096 : 1024;
+  torch::NoGradGuard no_grad;
+  const auto options = torch::TensorOptions().device(device).dtype(dtype);
+  const torch::Tensor a = torch::ones({n, n}, options), b = torch::ones({n, n}, options);
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {  // the first warms up
+    const auto t0 = std::chrono::steady_clock::now();
+    torch::Tensor c = torch::mm(a, b);
+    (void)c.sum().item<double>();  // waits for the device
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0 && seconds > 0) best = std::max(best, 2.0 * n * n * n / seconds);
+  }
+  (*cache)[key] = best;
+  return best;
 }
 
 }  // namespace trainyard

@@ -33,6 +33,12 @@ absl::Status TorchErrorStatus(absl::string_view what, const c10::Error& e);
 // CPU.
 void SynchronizeDevice(const torch::Device& device);
 
+// The best FLOP/s of a few 1024^3 (CPU) or 4096^3 (CUDA) matrix products in
+// `dtype` on `device`: what the device reaches on a model's main kernel,
+// the peak timing/mfu is measured against when none is given. Measured once
+// per process, device and dtype (thread-safe).
+double MeasurePeakFlops(const torch::Device& device, torch::ScalarType dtype);
+
 }  // namespace trainyard
 
 #endif  // TRAINYARD_COMMON_DEVICE_H_

@@ -56,5 +56,11 @@ TEST(DeviceTest, OutOfMemoryIsResourceExhausted) {
               StatusIs(absl::StatusCode::kInternal, HasSubstr("forward: shape mismatch")));
 }
 
+TEST(MeasurePeakFlopsTest, MeasuredOnceThenTheSame) {
+  const double probe = MeasurePeakFlops(torch::Device(torch::kCPU), torch::kFloat32);
+  EXPECT_GT(probe, 1e8);  // any CPU does 0.1 GFLOP/s
+  EXPECT_EQ(MeasurePeakFlops(torch::Device(torch::kCPU), torch::kFloat32), probe);
+}
+
 }  // namespace
 }  // namespace trainyard

@@ -273,6 +273,18 @@ absl::StatusOr<MetricFn> BuiltinMetricFn(const std::string& name) {
       absl::StrCat("metric function '", name, "' is not one of: ", absl::StrJoin(BuiltinMetricFnNames(), ", ")));
 }
 
+absl::StatusOr<std::vector<MetricFn>> BuiltinMetricFns(const std::vector<std::string>& names,
+                                                       absl::string_view context) {
+  std::vector<MetricFn> fns;
+  fns.reserve(names.size());
+  for (const std::string& name : names) {
+    absl::StatusOr<MetricFn> fn = BuiltinMetricFn(name);
+    if (!fn.ok()) return absl::InvalidArgumentError(absl::StrCat(context, ": ", fn.status().message()));
+    fns.push_back(*std::move(fn));
+  }
+  return fns;
+}
+
 absl::StatusOr<MetricResults> ComputeMetrics(const std::vector<MetricFn>& fns, const std::vector<std::string>& targets,
                                              const std::vector<std::string>* predictions, const AuxValues* aux,
                                              const std::vector<double>* scores) {

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace trainyard {
 
@@ -72,6 +73,11 @@ absl::StatusOr<MetricResults> MeanLogLikelihood(const std::vector<std::string>& 
 // "bleu", "rouge", "mean_log_likelihood"); kNotFound lists the names.
 absl::StatusOr<MetricFn> BuiltinMetricFn(const std::string& name);
 std::vector<std::string> BuiltinMetricFnNames();
+// The built-ins `names` names, in order: what a task, a request or a flag
+// lists. kInvalidArgument "<context>: metric function '<name>' is not one
+// of: ..." for the first unknown name.
+absl::StatusOr<std::vector<MetricFn>> BuiltinMetricFns(const std::vector<std::string>& names,
+                                                       absl::string_view context);
 
 // Runs every function on what it needs and merges the results.
 // kInvalidArgument when a function returns a name another one returned

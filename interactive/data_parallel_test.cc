@@ -204,7 +204,7 @@ TEST_F(DataParallelTest, CreateFailsOnEveryRankWhenOneRankFails) {
   });
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_THAT(status[rank], StatusIs(absl::StatusCode::kInvalidArgument,
-                                       HasSubstr("batch_size: 3 does not divide over the 2 ranks")));
+                                       HasSubstr("batch_size: 3 is not a multiple of num_workers 2")));
   }
 }
 

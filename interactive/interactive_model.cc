@@ -8,7 +8,9 @@
 #include "collective/agreement.h"
 #include "common/status_macros.h"
 #include "data/bundled.h"
+#include "job/distributed_decode.h"
 #include "spdlog/spdlog.h"
+#include "spec/jobspec.h"
 #include "spec/presets.h"
 
 namespace trainyard {
@@ -41,19 +43,14 @@ class OneBatch : public BatchIterator {
 absl::Status CheckOptions(const InteractiveModelOptions& o) {
   if (o.batch_size < 1) return absl::InvalidArgumentError(absl::StrCat("batch_size: ", o.batch_size, "; must be >= 1"));
   const int world = o.collective != nullptr ? o.collective->world_size() : 1;
-  if (o.batch_size % world != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch_size: ", o.batch_size, " does not divide over the ", world, " ranks of the collective"));
+  if (o.num_microbatches < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("num_microbatches: ", o.num_microbatches, "; must be >= 1"));
   }
+  TY_RETURN_IF_ERROR(CheckBatchSplit(o.batch_size, world, o.num_microbatches, /*elastic=*/false));
   if (o.task_feature_lengths.inputs() < 1 || o.task_feature_lengths.targets() < 1) {
     return absl::InvalidArgumentError(absl::StrCat("task_feature_lengths: inputs ", o.task_feature_lengths.inputs(),
                                                    ", targets ", o.task_feature_lengths.targets(),
                                                    "; both must be >= 1"));
-  }
-  if (o.num_microbatches < 1 || (o.batch_size / world) % o.num_microbatches != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("num_microbatches: ", o.num_microbatches,
-                                                   " does not divide batch_size ", o.batch_size,
-                                                   world > 1 ? absl::StrCat(" / ", world, " ranks") : ""));
   }
   if (o.decode.max_decode_length < 0) {
     return absl::InvalidArgumentError(
@@ -275,56 +272,33 @@ absl::StatusOr<Inference> InteractiveModel::InferWithPreprocessors(InferenceType
 
 absl::Status InteractiveModel::InferBatch(const T5Batch& batch, bool score, const DecodeOptions& options,
                                           Inference* out) {
+  // This rank's rows: a contiguous share of batch_size / world_size rows
+  // (fewer, or none, where the batch is shorter), decoded or scored and
+  // gathered back in the batch's order.
   const int64_t rows = batch.batch_size();
+  const int64_t per_rank = options_.batch_size / world_size();
+  const int64_t first = std::min<int64_t>(rank() * per_rank, rows);
+  const int64_t own = std::min<int64_t>(per_rank, rows - first);
+  const T5Batch local = batch.Slice(first, own);
+  DistributedDecodeOptions decode;
+  decode.predict = !score;
+  decode.score = score;
+  decode.decode = options;
+  decode.rows_per_rank = per_rank;
+  TY_ASSIGN_OR_RETURN(DecodedRows gathered,
+                      DecodeAndGather(job_->model(), own > 0 ? &local : nullptr, decode, collective_));
   auto append = [](const torch::Tensor& t, std::vector<double>* to) {
     const torch::Tensor d = t.to(torch::kDouble).contiguous();
     to->insert(to->end(), d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
   };
-  if (world_size() == 1) {
-    if (score) {
-      TY_ASSIGN_OR_RETURN(torch::Tensor scores, job_->model()->ScoreBatch(batch));
-      append(scores, &out->scores);
-    } else {
-      TY_ASSIGN_OR_RETURN(Predictions predicted, job_->model()->PredictBatchWithAux(batch, options));
-      for (int64_t r = 0; r < predicted.tokens.size(0); ++r) {
-        out->predictions.push_back(DecodeRow(*vocabulary_, predicted.tokens[r]));
-      }
-      append(predicted.scores, &out->aux["scores"]);
-    }
+  if (score) {
+    append(gathered.target_scores, &out->scores);
     return absl::OkStatus();
   }
-  // This rank's rows: a contiguous share of batch_size / world_size rows;
-  // where the batch is shorter, its first row stands in (and is dropped
-  // after the gather), so that every rank runs the same shapes.
-  const int64_t per_rank = options_.batch_size / world_size();
-  std::vector<int64_t> mine(per_rank);
-  for (int64_t i = 0; i < per_rank; ++i) {
-    const int64_t row = rank() * per_rank + i;
-    mine[i] = row < rows ? row : 0;
+  for (int64_t r = 0; r < gathered.size(); ++r) {
+    out->predictions.push_back(DecodeRow(*vocabulary_, gathered.predictions[r]));
   }
-  const T5Batch local = batch.SelectRows(torch::tensor(mine, torch::kLong));
-  torch::Tensor scores, tokens;
-  if (score) {
-    TY_ASSIGN_OR_RETURN(scores, job_->model()->ScoreBatch(local));
-  } else {
-    TY_ASSIGN_OR_RETURN(Predictions predicted, job_->model()->PredictBatchWithAux(local, options));
-    scores = predicted.scores;
-    tokens = predicted.tokens.to(torch::kLong);
-    if (tokens.size(1) < options.max_decode_length) {  // the same width on every rank
-      tokens = torch::constant_pad_nd(tokens, {0, options.max_decode_length - tokens.size(1)}, 0);
-    }
-  }
-  std::vector<torch::Tensor> gathered;
-  TY_RETURN_IF_ERROR(collective_->AllGather(scores.to(torch::kDouble).contiguous(), &gathered));
-  const torch::Tensor all_scores = torch::cat(gathered).narrow(0, 0, rows);
-  if (score) {
-    append(all_scores, &out->scores);
-    return absl::OkStatus();
-  }
-  TY_RETURN_IF_ERROR(collective_->AllGather(tokens.contiguous(), &gathered));
-  const torch::Tensor all_tokens = torch::cat(gathered).narrow(0, 0, rows);
-  for (int64_t r = 0; r < rows; ++r) out->predictions.push_back(DecodeRow(*vocabulary_, all_tokens[r]));
-  append(all_scores, &out->aux["scores"]);
+  append(gathered.prediction_scores, &out->aux["scores"]);
   return absl::OkStatus();
 }
 

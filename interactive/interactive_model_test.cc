@@ -138,7 +138,7 @@ TEST_F(InteractiveModelTest, BadExamplesGetClearErrors) {
   bad.num_microbatches = 4;
   EXPECT_THAT(
       InteractiveModel::Create(bad).status(),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("num_microbatches: 4 does not divide batch_size 6")));
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("num_microbatches: 4 does not divide the per-worker batch of 6 rows")));
   bad = Options();
   bad.task_feature_lengths.set_targets(0);
   EXPECT_THAT(InteractiveModel::Create(bad).status(),

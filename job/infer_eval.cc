@@ -1,8 +1,12 @@
 #include "job/infer_eval.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "collective/agreement.h"
 #include "common/status_macros.h"
+#include "job/components.h"
+#include "job/distributed_decode.h"
 #include "trainer/task_batches.h"
 
 namespace trainyard {
@@ -31,19 +35,30 @@ DecodeOptions DecodeOptionsFromConfig(const InferenceConfig& config, uint64_t se
 
 DecodeOptions DecodeOptionsFromSpec(const JobSpec& spec, int rank) {
   DecodeOptions decode = DecodeOptionsFromConfig(spec.inference(), static_cast<uint64_t>(spec.seed()), rank);
-  decode.compute_dtype = spec.dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat32;
+  decode.compute_dtype = ComputeDtype(spec);
   return decode;
+}
+
+absl::StatusOr<std::vector<MetricFn>> InferEvalMetricFns(const Task& task) {
+  std::vector<std::string> names = task.metric_fns;
+  if (std::find(names.begin(), names.end(), "mean_log_likelihood") == names.end()) {
+    names.push_back("mean_log_likelihood");
+  }
+  return BuiltinMetricFns(names, absl::StrCat("task ", task.name));
 }
 
 absl::StatusOr<MetricResults> InferEval(Model* model, BatchIterator* batches, const Vocabulary& vocabulary,
                                         const std::vector<MetricFn>& fns, const InferEvalOptions& options,
                                         Collective* collective) {
-  const int64_t decode_length = options.decode.max_decode_length;
-  const int64_t targets_length = options.targets_length;
+  DistributedDecodeOptions decode;
+  decode.predict = true;
+  decode.score = true;
+  decode.decode = options.decode;
+  decode.targets_length = options.targets_length;
+  decode.rows_per_rank = options.rows;
   std::vector<std::string> targets, predictions;
   std::vector<double> target_scores;
   AuxValues aux;
-  const int64_t n = options.rows;
   while (true) {
     absl::StatusOr<T5Batch> batch = batches->Next();
     const bool exhausted = absl::IsOutOfRange(batch.status());
@@ -52,38 +67,16 @@ absl::StatusOr<MetricResults> InferEval(Model* model, BatchIterator* batches, co
     TY_ASSIGN_OR_RETURN(std::vector<bool> any, AnyRank(collective, {stop, !exhausted}));
     if (any[0]) return PreemptionError(options.step);
     if (!any[1]) break;
-    // This rank's rows: prediction tokens then target tokens, and their two
-    // scores; zeros for a rank whose shard has ended.
-    torch::Tensor tokens = torch::zeros({n, decode_length + targets_length}, torch::kLong);
-    torch::Tensor scores = torch::zeros({n, 2}, torch::kDouble);
-    if (!exhausted) {
-      if (batch->decoder_target_tokens.size(0) != n || batch->decoder_target_tokens.size(1) != targets_length) {
-        return absl::InternalError(
-            absl::StrCat("inference evaluation: a batch of ", batch->decoder_target_tokens.size(0), " x ",
-                         batch->decoder_target_tokens.size(1), " targets, want ", n, " x ", targets_length));
-      }
-      TY_ASSIGN_OR_RETURN(Predictions predicted, model->PredictBatchWithAux(*batch, options.decode));
-      TY_ASSIGN_OR_RETURN(torch::Tensor target_score, model->ScoreBatch(*batch));
-      const torch::Tensor p = predicted.tokens.to(torch::kCPU, torch::kLong);
-      const int64_t plen = std::min<int64_t>(p.size(1), decode_length);
-      tokens.slice(1, 0, plen).copy_(p.slice(1, 0, plen));
-      tokens.slice(1, decode_length).copy_(batch->decoder_target_tokens.to(torch::kCPU, torch::kLong));
-      scores.select(1, 0).copy_(predicted.scores.to(torch::kCPU, torch::kDouble));
-      scores.select(1, 1).copy_(target_score.to(torch::kCPU, torch::kDouble));
-    }
-    std::vector<torch::Tensor> all_tokens, all_scores;
-    TY_RETURN_IF_ERROR(collective->AllGather(tokens, &all_tokens));
-    TY_RETURN_IF_ERROR(collective->AllGather(scores, &all_scores));
+    TY_ASSIGN_OR_RETURN(DecodedRows rows, DecodeAndGather(model, exhausted ? nullptr : &*batch, decode, collective));
     if (collective->rank() != 0) continue;
-    for (size_t r = 0; r < all_tokens.size(); ++r) {
-      for (int64_t i = 0; i < n; ++i) {
-        const torch::Tensor target = all_tokens[r][i].slice(0, decode_length);
-        if (target.count_nonzero().item<int64_t>() == 0) continue;  // padding, not an example
-        predictions.push_back(DecodeRow(vocabulary, all_tokens[r][i].slice(0, 0, decode_length)));
-        targets.push_back(DecodeRow(vocabulary, target));
-        aux["scores"].push_back(all_scores[r][i][0].item<double>());
-        target_scores.push_back(all_scores[r][i][1].item<double>());
-      }
+    for (int64_t i = 0; i < rows.size(); ++i) {
+      // A row without a target is the iterator's padding of a short last
+      // batch, not an example.
+      if (rows.targets[i].count_nonzero().item<int64_t>() == 0) continue;
+      predictions.push_back(DecodeRow(vocabulary, rows.predictions[i]));
+      targets.push_back(DecodeRow(vocabulary, rows.targets[i]));
+      aux["scores"].push_back(rows.prediction_scores[i].item<double>());
+      target_scores.push_back(rows.target_scores[i].item<double>());
     }
   }
   if (collective->rank() != 0) return MetricResults();

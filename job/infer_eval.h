@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "collective/collective.h"
+#include "data/task.h"
 #include "data/vocabulary.h"
 #include "evaluation/metric_fns.h"
 #include "model/model.h"
@@ -26,6 +27,11 @@ DecodeOptions DecodeOptionsFromConfig(const InferenceConfig& config, uint64_t se
 // Those of `spec.inference` (the job's seed by default, its dtype), as
 // EVALUATION and INFERENCE jobs and inference evaluation use them.
 DecodeOptions DecodeOptionsFromSpec(const JobSpec& spec, int rank);
+
+// The metric functions an inference evaluation of `task` computes: the
+// task's own, then mean_log_likelihood of the targets (unless the task lists
+// it). kInvalidArgument naming the task for a name that is not a built-in.
+absl::StatusOr<std::vector<MetricFn>> InferEvalMetricFns(const Task& task);
 
 struct InferEvalOptions {
   DecodeOptions decode;

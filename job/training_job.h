@@ -18,6 +18,13 @@
 //            rank gathered), in the background when the spec says so, with
 //            retention.
 //
+// A facade over single-purpose parts, each in its own file of job/:
+// components.h (what Create assembles), shard_plan.h, job_checkpoints.h
+// (Restore, SaveCheckpoint, the emergency checkpoint), evaluator.h
+// (Evaluate, keep-best), split_inference.h (Infer), elastic_state.h
+// (Regroup, StateDigest), and distributed_decode.h under the inference
+// parts. Train lives here.
+//
 // Every rank calls the same methods in the same order (they run collective
 // operations). Checkpoints and summaries are written by rank 0.
 //
@@ -33,48 +40,18 @@
 #include <string>
 #include <vector>
 
-#include <c10/core/Device.h>
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "collective/collective.h"
-#include "collective/timed_collective.h"
-#include "data/task.h"
-#include "evaluation/metric_fns.h"
-#include "model/encoder_decoder_model.h"
+#include "job/components.h"
+#include "job/elastic_state.h"
+#include "job/evaluator.h"
+#include "job/job_checkpoints.h"
+#include "job/split_inference.h"
 #include "proto/job.pb.h"
-#include "spec/jobspec.h"
-#include "trainer/metrics_manager.h"
-#include "trainer/optimizer.h"
-#include "trainer/task_batches.h"
-#include "trainer/train_checkpoint.h"
 #include "trainer/trainer.h"
 
 namespace trainyard {
-
-struct TrainingJobOptions {
-  std::string id;  // for logs and checkpoint metadata
-  c10::Device device = c10::Device(c10::DeviceType::CPU);
-  // Raised by the owner to stop the job (not owned; outlive the job). The
-  // ranks agree on a stop at the next step boundary (or between
-  // microbatches, or eval batches); when `preempted` is raised on any rank
-  // the emergency checkpoint is written, else the stop is an abort.
-  const std::atomic<bool>* stop = nullptr;
-  const std::atomic<bool>* preempted = nullptr;
-  // Build the data shard of the spec's task (TRAIN/PRETRAINING/FINETUNING
-  // jobs). False: the owner feeds batches to trainer() itself (the
-  // interactive model); Train is then refused.
-  bool task_data = true;
-  // The device's peak FLOP/s for timing/mfu in the train summary; 0: measured
-  // once per process, device and dtype by a matrix-product probe
-  // (MeasurePeakFlops).
-  double peak_flops = 0;
-};
-
-// The best FLOP/s of a few 1024^3 (CPU) or 4096^3 (CUDA) matrix products in
-// `dtype` on `device`: what the device reaches on the model's main kernel,
-// used as the peak when none is given. Cached per device and dtype.
-double MeasurePeakFlops(const c10::Device& device, torch::ScalarType dtype);
 
 // A chunk of steps (Train).
 struct TrainChunk {
@@ -89,40 +66,6 @@ struct TrainChunk {
   bool asked_to_stop = false;        // this rank's worker is the one preempted
   std::string emergency_checkpoint;  // rank 0
   double emergency_seconds = 0;
-};
-
-// An evaluation (Evaluate).
-struct EvalOutcome {
-  std::map<std::string, double> metrics;  // rank 0: "<task>/<metric>"
-  // rank 0, with eval.infer_metrics: the tasks' metric functions over
-  // decoded predictions, "<task>/<metric>".
-  std::map<std::string, double> infer_metrics;
-  bool preempted = false;
-  bool asked_to_stop = false;
-  std::string emergency_checkpoint;  // rank 0
-};
-
-// An inference over a split (Infer).
-struct InferOutcome {
-  int64_t examples = 0;                   // this rank's
-  std::string output;                     // rank 0: the merged JSON lines
-  std::map<std::string, double> metrics;  // rank 0, EVALUATION: "<task>/<metric>"
-};
-
-// What Regroup did on this rank.
-struct RegroupOutcome {
-  int64_t step = 0;        // every rank's step after it
-  int source_rank = -1;    // whose state was broadcast (-1: none, all agreed)
-  int64_t sent_bytes = 0;  // the broadcast's size
-  double transfer_seconds = 0;
-  uint64_t state_digest = 0;  // StateDigest() after it: equal on every rank
-};
-
-// What Restore restored.
-struct RestoreOutcome {
-  int64_t step = 0;                      // 0 from scratch
-  std::string checkpoint;                // "" from scratch
-  std::vector<std::string> passed_over;  // checkpoints that did not read back whole, why, and where moved
 };
 
 class TrainingJob {
@@ -165,13 +108,15 @@ class TrainingJob {
 
   // EVALUATION and INFERENCE jobs: decodes and scores this rank's shard of
   // inference.split (examples r, r+W, ... in the split's order, at most
-  // inference.num_batches batches), writes it as JSON lines (index, input,
-  // target, prediction, prediction_score, target_score), and on rank 0,
-  // after a barrier, merges the shards in order into
-  // output_dir/inference/<task>-<split>.jsonl. EVALUATION then computes the
-  // task's metric functions (and mean_log_likelihood of the targets),
-  // written as TensorBoard scalars under output_dir/inference_eval/<task>/
-  // at the checkpoint's step and as output_dir/inference_eval/<task>-<split>.json.
+  // inference.num_batches batches), a batch per rank at a time gathered to
+  // rank 0 (DecodeAndGather), which writes every example in the split's
+  // order to output_dir/inference/<task>-<split>.jsonl (index, input,
+  // target, prediction, prediction_score, target_score). EVALUATION then
+  // computes the task's metric functions (and mean_log_likelihood of the
+  // targets), written as TensorBoard scalars under
+  // output_dir/inference_eval/<task>/ at the checkpoint's step and as
+  // output_dir/inference_eval/<task>-<split>.json. A stop on any rank stops
+  // every rank (kAborted).
   absl::StatusOr<InferOutcome> Infer();
 
   // Every rank calls; rank 0 writes checkpoint_<step> (waiting for it when
@@ -195,7 +140,7 @@ class TrainingJob {
   // equal on two ranks exactly when their training states are bit for bit
   // equal (but for hash collisions).
   uint64_t StateDigest() const;
-  bool elastic() const { return IsElasticTraining(spec_); }
+  bool elastic() const { return parts_->elastic(); }
 
   // Waits for a background save (rank 0); its status.
   absl::Status WaitForSaves();
@@ -204,73 +149,37 @@ class TrainingJob {
   // it. progress() stays readable.
   void Close();
 
-  const JobSpec& spec() const { return spec_; }
-  const std::string& id() const { return options_.id; }
-  int rank() const { return collective_->rank(); }
-  int world_size() const { return collective_->world_size(); }
+  const JobSpec& spec() const { return parts_->spec; }
+  const std::string& id() const { return parts_->id(); }
+  int rank() const { return parts_->rank(); }
+  int world_size() const { return parts_->world_size(); }
   int64_t step() const;
   // The last completed step, from any thread.
   int64_t progress() const;
   // The restored checkpoint's step (0 from scratch).
-  int64_t restored_step() const { return restored_step_; }
+  int64_t restored_step() const { return checkpoints_.restored_step(); }
   // Rank 0: the newest checkpoint written completely, and that write's time.
-  std::string last_written_checkpoint() const { return checkpointer_.last_written(); }
-  double last_write_seconds() const { return checkpointer_.last_write_seconds(); }
+  std::string last_written_checkpoint() const { return checkpoints_.last_written(); }
+  double last_write_seconds() const { return checkpoints_.last_write_seconds(); }
   // Why this rank's last checkpoint write failed; "" once one succeeded.
-  std::string checkpoint_failure() const { return checkpointer_.last_failure(); }
+  std::string checkpoint_failure() const { return checkpoints_.last_failure(); }
 
   // For owners that drive the model themselves (the interactive model).
-  EncoderDecoderModel* model() { return model_.get(); }
-  Optimizer* optimizer() { return optimizer_.get(); }
-  Trainer* trainer() { return trainer_.get(); }
-  Collective* collective() { return collective_; }
-  const TaskRegistry& registry() const { return registry_; }
+  EncoderDecoderModel* model() { return parts_->model.get(); }
+  Optimizer* optimizer() { return parts_->optimizer.get(); }
+  Trainer* trainer() { return parts_->trainer.get(); }
+  Collective* collective() { return parts_->collective; }
+  const TaskRegistry& registry() const { return parts_->registry; }
 
  private:
-  TrainingJob(JobSpec spec, Collective* collective, TrainingJobOptions options);
-  bool trains() const { return IsTrainingKind(spec_.kind()); }
-  // (Re)builds trainer_ for collective_'s ranks (training kinds).
-  absl::Status BuildTrainer();
-  // Microbatches per step on this rank: the spec's, or, ELASTIC, as many as
-  // the largest share of the global batch needs at the spec's microbatch
-  // size (the same on every rank).
-  int Microbatches() const;
-  // Every rank's data position, in rank order (a collective); empty without
-  // task data.
-  absl::StatusOr<std::vector<std::string>> GatherDataStates();
-  // After the ranks stopped together: kAborted unless a rank was preempted;
-  // else puts the abandoned step's batch back (`abandoned`) and writes the
-  // emergency checkpoint of the current step, synchronously.
-  absl::StatusOr<std::string> WriteEmergencyCheckpoint(bool abandoned, double* seconds);
-  // Applies a read checkpoint: parameters (those `hold` accepts; null: all),
-  // optimizer and data positions.
-  absl::Status Apply(const TrainCheckpoint& ckpt, const ParamFilter& hold = nullptr);
-  // Rank 0's random name for this save's temporary directory, on every rank
-  // (a collective).
-  absl::StatusOr<std::string> SaveToken();
-  // Rank 0: one inference evaluation's values of `task`, to TensorBoard and
-  // JSON lines.
-  void WriteInferEval(const std::string& task, const MetricResults& values);
+  explicit TrainingJob(std::unique_ptr<JobComponents> parts);
+  // After a chunk: kInternal naming the parameter when the ranks' replicas
+  // differ (nothing to compare when PARAMETERS shards them).
+  absl::Status CheckReplicasAgree();
 
-  class RewindableBatches;
-
-  const JobSpec spec_;
-  Collective* collective_;  // replaced by Regroup
-  // collective_, timing the trainer's and the optimizer's waits (TrainChunk's
-  // compute and collective seconds).
-  std::unique_ptr<TimedCollective> timed_;
-  const TrainingJobOptions options_;
-  TaskRegistry registry_;
-  std::unique_ptr<TaskBatchIterator> train_batches_;  // task data only
-  std::unique_ptr<RewindableBatches> batches_;        // over train_batches_
-  std::unique_ptr<EncoderDecoderModel> model_;
-  std::unique_ptr<Optimizer> optimizer_;  // training kinds
-  std::unique_ptr<Trainer> trainer_;      // training kinds
-  // rank 0: one TensorBoard writer per task for inference evaluation.
-  std::map<std::string, std::unique_ptr<MetricsManager>> infer_eval_writers_;
-  AsyncCheckpointer checkpointer_;  // rank 0; with a sharded optimizer every rank (its shard)
-  std::string last_save_started_;   // rank 0: the directory of the last save
-  int64_t restored_step_ = 0;
+  std::unique_ptr<JobComponents> parts_;
+  JobCheckpoints checkpoints_;
+  Evaluator evaluator_;
   bool closed_ = false;
 };
 

@@ -254,10 +254,6 @@ TEST_F(TrainingJobTest, TheSummaryCountsModelFlopsAndTheirUtilisation) {
   const double forward = ForwardFlopsPerExample(*PresetConfig("tiny"), 16, 32);
   EXPECT_DOUBLE_EQ(summary.at("timing/model_flops"), 3 * forward * 4 * 2);
   EXPECT_DOUBLE_EQ(summary.at("timing/mfu"), summary.at("timing/model_flops_per_second_per_core") / 1e12);
-  // Without a peak, the probe's: measured once, then the same.
-  const double probe = MeasurePeakFlops(c10::Device(c10::DeviceType::CPU), torch::kFloat32);
-  EXPECT_GT(probe, 1e8);  // any CPU does 0.1 GFLOP/s
-  EXPECT_EQ(MeasurePeakFlops(c10::Device(c10::DeviceType::CPU), torch::kFloat32), probe);
 }
 
 TEST_F(TrainingJobTest, BadSpecsAreRefusedByField) {
@@ -285,8 +281,9 @@ TEST_F(TrainingJobTest, BadSpecsAreRefusedByField) {
                              HasSubstr(" and 1000 extra ids), more than the model's vocab_size 512"))));
   auto group = std::make_shared<FakeGroup>(3, absl::Seconds(1));
   FakeCollective three(group, 0);
-  EXPECT_THAT(TrainingJob::Create(Spec("bad", 1), &three, {}).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batch_size: 4 does not split over 3 workers")));
+  EXPECT_THAT(
+      TrainingJob::Create(Spec("bad", 1), &three, {}).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batch_size: 4 is not a multiple of num_workers 3")));
 }
 
 // fault_tolerance ELASTIC: ranks 0 and 1 of 3 go on in a group of 2 (rank 2

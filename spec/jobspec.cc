@@ -117,6 +117,23 @@ bool IsElasticTraining(const JobSpec& spec) {
   return spec.fault_tolerance().mode() == FaultToleranceConfig::ELASTIC && IsTrainingKind(spec.kind());
 }
 
+absl::Status CheckBatchSplit(int64_t batch_size, int world_size, int num_microbatches, bool elastic) {
+  if (elastic ? batch_size < world_size : world_size < 1 || batch_size % world_size != 0) {
+    return absl::InvalidArgumentError(
+        elastic ? absl::StrCat("batch_size: ", batch_size, " is less than the ", world_size,
+                               " workers (ELASTIC gives every worker at least one row of a batch)")
+                : absl::StrCat("batch_size: ", batch_size, " is not a multiple of num_workers ", world_size,
+                               " (each worker takes an equal share of a batch)"));
+  }
+  if (elastic || num_microbatches <= 0) return absl::OkStatus();
+  const int64_t rows = batch_size / world_size;
+  if (rows % num_microbatches != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_microbatches: ", num_microbatches,
+                                                   " does not divide the per-worker batch of ", rows, " rows"));
+  }
+  return absl::OkStatus();
+}
+
 std::string FormatJobSpecText(const JobSpec& spec) {
   std::string out;
   google::protobuf::TextFormat::Printer printer;

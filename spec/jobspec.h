@@ -6,6 +6,7 @@
 #ifndef TRAINYARD_SPEC_JOBSPEC_H_
 #define TRAINYARD_SPEC_JOBSPEC_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -42,6 +43,14 @@ bool IsTrainingKind(JobKind kind);
 // training job) rather than by restarting the attempt. The one definition
 // the coordinator, the worker and the training job use.
 bool IsElasticTraining(const JobSpec& spec);
+
+// The one rule for how a global batch of `batch_size` rows splits: over
+// `world_size` ranks in equal shares (`elastic`: shares that may differ by a
+// row, at least one each), and each share into `num_microbatches` equal
+// microbatches (0: not checked). kInvalidArgument naming batch_size or
+// num_microbatches otherwise. Spec validation, the training job (for the
+// ranks it runs on) and the interactive model all use it.
+absl::Status CheckBatchSplit(int64_t batch_size, int world_size, int num_microbatches, bool elastic);
 
 }  // namespace trainyard
 

@@ -4,12 +4,8 @@
 // to the defaults it fills in.
 #include "spec/jobspec_validator.h"
 
-#include <filesystem>
-
-#include "common/status_macros.h"
-#include "evaluation/metric_fns.h"
-
 #include <cmath>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
@@ -438,11 +434,7 @@ absl::StatusOr<OpenSessionRequest> NormalizeOpenSessionRequest(const OpenSession
   if (num_workers < 1 || num_workers > 1024) {
     return absl::InvalidArgumentError(absl::StrCat("num_workers: ", request.num_workers(), "; allowed 1..1024"));
   }
-  if (request.batch_size() % num_workers != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("batch_size: ", request.batch_size(),
-                                                   " is not a multiple of num_workers ", num_workers,
-                                                   " (each worker takes an equal share of a batch)"));
-  }
+  TY_RETURN_IF_ERROR(CheckBatchSplit(request.batch_size(), num_workers, /*num_microbatches=*/0, /*elastic=*/false));
   request.set_num_workers(num_workers);
   Errors errors;
   if (!request.inference().split().empty() || request.inference().num_batches() != 0) {

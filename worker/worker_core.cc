@@ -525,12 +525,8 @@ absl::StatusOr<SessionResponse> WorkerCore::RunSession(const SessionRequest& req
       break;
     }
     case SessionRequest::EVALUATE: {
-      std::vector<MetricFn> fns;
-      for (const std::string& name : request.metric_fns()) {
-        absl::StatusOr<MetricFn> fn = BuiltinMetricFn(name);
-        if (!fn.ok()) return absl::InvalidArgumentError(absl::StrCat("metric_fns: ", fn.status().message()));
-        fns.push_back(*fn);
-      }
+      TY_ASSIGN_OR_RETURN(std::vector<MetricFn> fns,
+                          BuiltinMetricFns({request.metric_fns().begin(), request.metric_fns().end()}, "metric_fns"));
       TY_ASSIGN_OR_RETURN(MetricResults metrics, model.Evaluate(examples, fns));
       for (const auto& [k, v] : metrics) (*response.mutable_metrics())[k] = v;
       break;

@@ -1,0 +1,244 @@
+#include "job/components.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/device.h"
+#include "common/status_macros.h"
+#include "data/bundled.h"
+#include "data/task_definition.h"
+#include "spdlog/spdlog.h"
+#include "spec/presets.h"
+#include "trainer/learning_rate.h"
+#include "trainer/sharded_optimizer.h"
+
+namespace trainyard {
+
+torch::Tensor DataPositionTensor(const TaskIterator& it) {
+  return torch::tensor({it.epoch(), it.position(), it.segment()}, torch::kLong);
+}
+
+std::string DataPositionState(const torch::Tensor& position) {
+  const torch::Tensor p = position.to(torch::kLong).reshape({-1});
+  return FormatIteratorState({p[0].item<int64_t>(), p[1].item<int64_t>(), p[2].item<int64_t>()});
+}
+
+absl::StatusOr<T5Batch> RewindableBatches::Next() {
+  before_ = base_->task_iterator()->State();
+  ++taken_;
+  absl::StatusOr<T5Batch> batch = base_->Next();
+  if (!batch.ok() || !job_->elastic()) return batch;
+  const int64_t b = batch->batch_size(), w = job_->world_size(), r = job_->rank();
+  return batch->Slice(r * b / w, (r + 1) * b / w - r * b / w);
+}
+
+absl::Status RewindableBatches::PutBackLast() {
+  return before_.empty() ? absl::OkStatus() : base_->task_iterator()->Restore(before_);
+}
+
+JobComponents::JobComponents(JobSpec spec_in, Collective* collective_in, TrainingJobOptions options_in)
+    : spec(std::move(spec_in)),
+      options(std::move(options_in)),
+      collective(collective_in),
+      timed(std::make_unique<TimedCollective>(collective_in)) {}
+
+JobComponents::~JobComponents() { trainer.reset(); }
+
+torch::ScalarType ComputeDtype(const JobSpec& spec) {
+  return spec.dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat32;
+}
+
+int JobComponents::Microbatches() const {
+  const int m = std::max(spec.num_microbatches(), 1);
+  if (!elastic()) return m;
+  // The spec's microbatch: batch_size / (num_workers x num_microbatches)
+  // rows; the largest share of the global batch over this many ranks.
+  const int64_t microbatch_rows =
+      std::max<int64_t>(spec.batch_size() / (static_cast<int64_t>(std::max(spec.num_workers(), 1)) * m), 1);
+  const int64_t largest = (spec.batch_size() + world_size() - 1) / world_size();
+  return static_cast<int>((largest + microbatch_rows - 1) / microbatch_rows);
+}
+
+absl::Status JobComponents::BuildTrainer() {
+  TY_ASSIGN_OR_RETURN(ModelConfig config, ResolveModelConfig(spec.model()));
+  TY_ASSIGN_OR_RETURN(LearningRateCallable lr, LearningRateCallable::Create(spec.learning_rate()));
+  const DataParallelConfig& dp = spec.data_parallel();
+  TrainerOptions t;
+  t.num_microbatches = Microbatches();
+  t.uneven_microbatches = elastic();
+  t.overlap_allreduce = !dp.has_overlap_allreduce() || dp.overlap_allreduce();
+  if (dp.bucket_mb() > 0) t.allreduce_bucket_bytes = static_cast<int64_t>(dp.bucket_mb()) << 20;
+  t.shard_gradients = dp.sharding() == DataParallelConfig::GRADIENTS || dp.sharding() == DataParallelConfig::PARAMETERS;
+  t.shard_parameters = dp.sharding() == DataParallelConfig::PARAMETERS && world_size() > 1;
+  t.overlap_allgather = dp.overlap_allgather();
+  t.loss = LossOptions::FromConfig(spec.loss());
+  t.seed = static_cast<uint64_t>(spec.seed());
+  t.summary_dir = spec.output_dir();  // written by rank 0 only
+  t.compute_weight_metrics = spec.summary().weight_metrics();
+  t.model_flops_per_step =
+      3 * ForwardFlopsPerExample(config, spec.feature_lengths().inputs(), spec.feature_lengths().targets()) *
+      static_cast<double>(spec.batch_size());
+  t.peak_flops_per_device = options.peak_flops;
+  if (t.peak_flops_per_device <= 0) {
+    t.peak_flops_per_device = MeasurePeakFlops(options.device, ComputeDtype(spec));
+    if (rank() == 0 && trainer == nullptr) {
+      spdlog::info("job {}: timing/mfu against {:.3g} TFLOP/s per device, measured by a matrix-product probe", id(),
+                   t.peak_flops_per_device / 1e12);
+    }
+  }
+  t.preemption_requested = options.stop;
+  t.collective_timer = timed.get();
+  trainer = std::make_unique<Trainer>(model.get(), optimizer.get(), std::move(lr), timed.get(), t);
+  return absl::OkStatus();
+}
+
+absl::Status JobComponents::MoveTo(Collective* next) {
+  // The trainer (its gradient buckets, its summary writer for rank 0)
+  // belongs to the old group; gradients of a step left half done go.
+  // (Always: the old group may be gone, and the new one may even sit at its
+  // address.)
+  if (absl::Status s = trainer->Close(); !s.ok()) spdlog::error("job {}: the summary writer: {}", id(), s.ToString());
+  trainer.reset();
+  for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+  collective = next;
+  timed = std::make_unique<TimedCollective>(next);
+  return BuildTrainer();
+}
+
+namespace {
+
+absl::Status CheckKind(JobKind kind) {
+  switch (kind) {
+    case JOB_KIND_UNSPECIFIED:  // TRAIN, as validation normalises it
+    case TRAIN:
+    case PRETRAINING:
+    case FINETUNING:
+    case EVALUATION:
+    case INFERENCE:
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("kind: ", JobKind_Name(kind), " is not a job kind"));
+  }
+}
+
+// The task registry and, for training kinds, the train data: every rank
+// reads its shard of the split (ELASTIC: the whole global batch, sliced by
+// RewindableBatches).
+absl::Status AssembleData(JobComponents* job) {
+  const JobSpec& spec = job->spec;
+  TY_RETURN_IF_ERROR(RegisterBundledTasks(&job->registry));
+  TY_RETURN_IF_ERROR(RegisterSpecTasks(spec, &job->registry));
+  absl::StatusOr<const Task*> task = job->registry.Get(spec.task());
+  if (!task.ok()) return absl::InvalidArgumentError(absl::StrCat("task: ", task.status().message()));
+  if (!job->trains()) return absl::OkStatus();  // EVALUATION and INFERENCE read their split in Infer
+  const bool elastic = job->elastic();
+  IteratorOptions data;
+  data.split = spec.data().train_split();
+  data.rows = elastic ? spec.batch_size() : spec.batch_size() / job->world_size();
+  data.inputs_length = spec.feature_lengths().inputs();
+  data.targets_length = spec.feature_lengths().targets();
+  data.pack = spec.data().pack();
+  data.shuffle = spec.data().shuffle();
+  data.seed = static_cast<uint64_t>(spec.seed());
+  data.rank = elastic ? 0 : job->rank();
+  data.world_size = elastic ? 1 : job->world_size();
+  TY_ASSIGN_OR_RETURN(std::unique_ptr<TaskIterator> it, TaskIterator::Create(**task, data));
+  job->train_batches = std::make_unique<TaskBatchIterator>(std::move(it));
+  job->batches = std::make_unique<RewindableBatches>(job->train_batches.get(), job);
+  return absl::OkStatus();
+}
+
+// Every id a task's vocabulary makes (the job's task and its eval tasks)
+// must have an embedding row.
+absl::Status CheckVocabularies(const JobComponents& job, const ModelConfig& config) {
+  std::vector<std::string> tasks(job.spec.eval().tasks().begin(), job.spec.eval().tasks().end());
+  tasks.push_back(job.spec.task());
+  for (const std::string& name : tasks) {
+    absl::StatusOr<const Task*> task = job.registry.Get(name);
+    if (!task.ok()) return absl::InvalidArgumentError(absl::StrCat("eval.tasks: ", task.status().message()));
+    const Vocabulary& vocab = *(*task)->vocabulary;
+    if (vocab.size() > config.vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "task ", name, ": its vocabulary has ", vocab.size(), " ids (", vocab.size() - vocab.extra_ids(),
+          " pieces of ", vocab.path(), " and ", vocab.extra_ids(), " extra ids), more than the model's vocab_size ",
+          config.vocab_size(), "; use a smaller vocabulary or a model with a larger vocab_size"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The optimizer over the model's parameters: sharded over the ranks when
+// the spec shards the state, else one whole optimizer per rank.
+absl::Status AssembleOptimizer(JobComponents* job) {
+  NamedTensors params;
+  for (const auto& p : job->model->named_parameters()) params.emplace_back(p.key(), p.value());
+  const DataParallelConfig& dp = job->spec.data_parallel();
+  if (dp.sharding() != DataParallelConfig::NONE && job->world_size() > 1) {
+    // The parameters' all-gather goes in rounds of a bucket per rank.
+    const int64_t round = (static_cast<int64_t>(std::max(dp.bucket_mb(), 1)) << 20) / 4;
+    TY_ASSIGN_OR_RETURN(job->optimizer,
+                        ShardedOptimizer::Create(job->spec.optimizer(), params, job->timed.get(), round));
+  } else {
+    TY_ASSIGN_OR_RETURN(job->optimizer, CreateOptimizer(job->spec.optimizer(), params));
+  }
+  if (job->shards.sharded() && job->optimizer->shard_bounds() != job->shards.bounds()) {
+    return absl::InternalError("building the job: the optimizer's shards differ from the job's shard plan");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckBatchSplits(const JobSpec& spec, int world_size) {
+  const bool inference = !IsTrainingKind(spec.kind());
+  return CheckBatchSplit(spec.batch_size(), world_size, inference ? 0 : std::max(spec.num_microbatches(), 1),
+                         IsElasticTraining(spec));
+}
+
+absl::StatusOr<std::unique_ptr<JobComponents>> AssembleComponents(const JobSpec& spec, Collective* collective,
+                                                                  TrainingJobOptions options) {
+  TY_RETURN_IF_ERROR(CheckKind(spec.kind()));
+  TY_RETURN_IF_ERROR(CheckBatchSplits(spec, collective->world_size()));
+  auto job = std::make_unique<JobComponents>(spec, collective, std::move(options));
+  try {
+    // Data first: a bad task name fails before any expensive work.
+    if (job->options.task_data) TY_RETURN_IF_ERROR(AssembleData(job.get()));
+    TY_ASSIGN_OR_RETURN(ModelConfig config, ResolveModelConfig(spec.model()));
+    if (job->options.task_data) TY_RETURN_IF_ERROR(CheckVocabularies(*job, config));
+    ModelOptions model_options;
+    model_options.device = job->options.device;
+    model_options.compute_dtype = ComputeDtype(spec);
+    model_options.init_seed = static_cast<uint64_t>(spec.seed());
+    const int world = job->world_size();
+    if (job->trains() && world > 1 && spec.data_parallel().sharding() == DataParallelConfig::PARAMETERS) {
+      // The plan over a model of shapes only; on the CPU this rank then
+      // builds only the parameters it owns (the others are released as
+      // they are drawn).
+      T5 shapes(config, torch::kMeta);
+      NamedTensors meta;
+      for (const auto& p : shapes->named_parameters()) meta.emplace_back(p.key(), p.value());
+      job->shards = ShardPlan::Make(meta, world, job->rank());
+      if (job->options.device.is_cpu()) model_options.hold_parameter = job->shards.OwnFilter();
+    }
+    TY_ASSIGN_OR_RETURN(job->model, EncoderDecoderModel::Create(config, model_options));
+    TY_RETURN_IF_ERROR(LearningRateCallable::Create(spec.learning_rate()).status());
+    if (!job->trains()) return job;
+    TY_RETURN_IF_ERROR(AssembleOptimizer(job.get()));
+    TY_RETURN_IF_ERROR(job->BuildTrainer());
+    if (model_options.hold_parameter && !job->trainer->parameters_sharded()) {
+      // The model holds this rank's parameters only; nothing else could
+      // read it whole.
+      const absl::Status& why = job->trainer->gatherer_setup();
+      return absl::InternalError(absl::StrCat(
+          "building the job: the model was built sharded for PARAMETERS, and the trainer cannot gather it: ",
+          why.ok() ? "it made no parameter gatherer" : why.message()));
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("building the job: ", e.what()));
+  }
+  return job;
+}
+
+}  // namespace trainyard

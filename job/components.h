@@ -1,0 +1,138 @@
+// What a JobSpec assembles on one rank: the task registry and data shard,
+// the model, optimizer and Trainer, the shard plan, and the collective they
+// run on. TrainingJob and its parts (JobCheckpoints, Evaluator, the ELASTIC
+// state transfer, split inference) all work on one JobComponents.
+#ifndef TRAINYARD_JOB_COMPONENTS_H_
+#define TRAINYARD_JOB_COMPONENTS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <c10/core/Device.h>
+#include <torch/types.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collective/collective.h"
+#include "collective/timed_collective.h"
+#include "data/iterator.h"
+#include "data/task.h"
+#include "job/shard_plan.h"
+#include "model/encoder_decoder_model.h"
+#include "proto/job.pb.h"
+#include "spec/jobspec.h"
+#include "trainer/optimizer.h"
+#include "trainer/task_batches.h"
+#include "trainer/trainer.h"
+
+namespace trainyard {
+
+struct TrainingJobOptions {
+  std::string id;  // for logs and checkpoint metadata
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
+  // Raised by the owner to stop the job (not owned; outlive the job). The
+  // ranks agree on a stop at the next step boundary (or between
+  // microbatches, or eval batches); when `preempted` is raised on any rank
+  // the emergency checkpoint is written, else the stop is an abort.
+  const std::atomic<bool>* stop = nullptr;
+  const std::atomic<bool>* preempted = nullptr;
+  // Build the data shard of the spec's task (TRAIN/PRETRAINING/FINETUNING
+  // jobs). False: the owner feeds batches to trainer() itself (the
+  // interactive model); Train is then refused.
+  bool task_data = true;
+  // The device's peak FLOP/s for timing/mfu in the train summary; 0: measured
+  // once per process, device and dtype by a matrix-product probe
+  // (MeasurePeakFlops in common/device.h).
+  double peak_flops = 0;
+};
+
+// The data position of a train iterator as one tensor (epoch, position,
+// segment) for collectives, and back as TaskIterator::State()'s text.
+torch::Tensor DataPositionTensor(const TaskIterator& it);
+std::string DataPositionState(const torch::Tensor& position);
+
+struct JobComponents;
+
+// The train batches, remembering the data position before the batch taken
+// last, so that a step abandoned between microbatches (a preemption), or
+// left half done by a failed collective (ELASTIC), can put its batch back.
+// ELASTIC: the iterator yields the whole global batch (the same on every
+// rank, whatever the number of ranks), and rank r of W trains on rows
+// [r B / W, (r + 1) B / W) of it.
+class RewindableBatches : public BatchIterator {
+ public:
+  RewindableBatches(TaskBatchIterator* base, const JobComponents* job) : base_(base), job_(job) {}
+  absl::StatusOr<T5Batch> Next() override;
+  std::map<std::string, double> TakeDataMetrics() override { return base_->TakeDataMetrics(); }
+  absl::Status PutBackLast();
+  // Batches taken since the last ResetTaken.
+  int64_t taken() const { return taken_; }
+  void ResetTaken() { taken_ = 0; }
+
+ private:
+  TaskBatchIterator* base_;
+  const JobComponents* job_;
+  std::string before_;
+  int64_t taken_ = 0;
+};
+
+struct JobComponents {
+  JobComponents(JobSpec spec, Collective* collective, TrainingJobOptions options);
+  ~JobComponents();  // the trainer (and its summary writers) go before the model
+
+  const std::string& id() const { return options.id; }
+  int rank() const { return collective->rank(); }
+  int world_size() const { return collective->world_size(); }
+  bool trains() const { return IsTrainingKind(spec.kind()); }
+  bool elastic() const { return IsElasticTraining(spec); }
+  // Microbatches per step on this rank: the spec's, or, ELASTIC, as many as
+  // the largest share of the global batch needs at the spec's microbatch
+  // size (the same on every rank).
+  int Microbatches() const;
+  // (Re)builds `trainer` for the ranks of `collective` (training kinds); it
+  // reads its step from the optimizer.
+  absl::Status BuildTrainer();
+  // ELASTIC: moves to `next` (a new group): the trainer, which belongs to
+  // the old group, is closed and rebuilt, and gradients of a step left half
+  // done are dropped.
+  absl::Status MoveTo(Collective* next);
+
+  const JobSpec spec;
+  const TrainingJobOptions options;
+  Collective* collective;  // replaced by MoveTo
+  // `collective`, timing the trainer's and the optimizer's waits (a train
+  // chunk's compute and collective seconds).
+  std::unique_ptr<TimedCollective> timed;
+  TaskRegistry registry;
+  std::unique_ptr<TaskBatchIterator> train_batches;  // task data of training kinds only
+  std::unique_ptr<RewindableBatches> batches;        // over train_batches
+  std::unique_ptr<EncoderDecoderModel> model;
+  std::unique_ptr<Optimizer> optimizer;  // training kinds
+  std::unique_ptr<Trainer> trainer;      // training kinds
+  // PARAMETERS sharding over more than one rank: the parameters this rank
+  // builds, restores and saves. Unsharded otherwise.
+  ShardPlan shards;
+};
+
+// The dtype the model computes in: bfloat16 when the spec says so, else
+// float32.
+torch::ScalarType ComputeDtype(const JobSpec& spec);
+
+// kInvalidArgument naming the field unless the spec's global batch splits
+// over `world_size` ranks (ELASTIC: at least a row each) and, but for
+// ELASTIC and inference, each rank's rows into num_microbatches.
+absl::Status CheckBatchSplits(const JobSpec& spec, int world_size);
+
+// Builds everything `spec` describes for this rank of `collective`: data
+// first (a bad task name fails before any expensive work), then the model
+// (PARAMETERS: this rank's parameters only), the optimizer and the Trainer.
+// Local: no collective operation. kInvalidArgument naming the field for a
+// spec this rank cannot run.
+absl::StatusOr<std::unique_ptr<JobComponents>> AssembleComponents(const JobSpec& spec, Collective* collective,
+                                                                  TrainingJobOptions options);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_JOB_COMPONENTS_H_
