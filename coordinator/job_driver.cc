@@ -195,10 +195,9 @@ absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Resp
   return absl::OkStatus();
 }
 
-absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) {
+absl::StatusOr<int64_t> JobDriver::StartRanks() {
   const JobSpec& spec = plan_.spec;
-  const std::string& job_id = plan_.job_id;
-  int world = static_cast<int>(clients_.size());  // ELASTIC: changes with the group
+  const int world = static_cast<int>(clients_.size());
   for (const auto& c : clients_) {
     if (!c) return absl::UnavailableError("a worker of the gang left before the job started");
   }
@@ -207,7 +206,7 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
       "StartJob",
       [&](int r, auto done) {
         StartJobRequest request;
-        request.set_job_id(job_id);
+        request.set_job_id(plan_.job_id);
         *request.mutable_spec() = spec;
         request.set_rank(r);
         request.set_world_size(world);
@@ -216,125 +215,207 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
         clients_[r]->StartJobAsync(request, std::move(done));
       },
       &started));
-  int64_t step = started[0].start_step();
+  // What the workers restored: a restart whose newest checkpoint turned out
+  // damaged restores an older one, which becomes the job's newest; the
+  // reason while it runs says what was passed over.
+  const StartJobResponse& first = started[0];
+  const int64_t step = first.start_step();
+  std::string note;
+  if (first.passed_over_size() > 0) {
+    note = absl::StrCat("restored ",
+                        first.restored_checkpoint().empty() ? "nothing (from scratch)" : first.restored_checkpoint(),
+                        "; passed over ", absl::StrJoin(first.passed_over(), "; "));
+    spdlog::warn("job {}: {}", plan_.job_id, note);
+  }
+  const bool own =
+      !first.restored_checkpoint().empty() &&
+      std::filesystem::path(first.restored_checkpoint()).parent_path() == std::filesystem::path(spec.output_dir());
+  if (own || first.passed_over_size() > 0) latest_checkpoint_ = first.restored_checkpoint();
+  host_->ChangeState(plan_.job_id, RUNNING, note, [&](JobInfo* info) {
+    info->set_step(step);
+    info->set_latest_checkpoint(latest_checkpoint_);
+  });
+  return step;
+}
+
+absl::Status JobDriver::RunInference(int64_t step, std::string* final_reason) {
+  const JobSpec& spec = plan_.spec;
+  spdlog::info("job {}: {} of the checkpoint at step {} on {} split {}", plan_.job_id, JobKind_Name(spec.kind()), step,
+               spec.task(), spec.inference().split());
+  std::vector<InferResponse> inferred;
+  TY_RETURN_IF_ERROR(OnAllRanks<InferResponse>(
+      "Infer",
+      [&](int r, auto done) {
+        InferRequest request;
+        request.set_job_id(plan_.job_id);
+        clients_[r]->InferAsync(request, std::move(done));
+      },
+      &inferred));
+  int64_t examples = 0;
+  for (const InferResponse& r : inferred) examples += r.examples();
+  host_->RecordProgress(plan_.job_id, [&](JobInfo* info) {
+    info->mutable_metrics()->clear();
+    for (const auto& [k, v] : inferred[0].metrics()) (*info->mutable_metrics())[k] = v;
+    info->set_metrics_step(step);
+  });
+  *final_reason = absl::StrCat(examples, " example(s) decoded; predictions in ", inferred[0].output());
+  return absl::OkStatus();
+}
+
+absl::Status JobDriver::ServeCheckpointRequests(int64_t step) {
+  int64_t asked, served;
   {
-    // What the workers restored: a restart whose newest checkpoint turned
-    // out damaged restores an older one, which becomes the job's newest; the
-    // reason while it runs says what was passed over.
-    const StartJobResponse& first = started[0];
-    std::string note;
-    if (first.passed_over_size() > 0) {
-      note = absl::StrCat("restored ",
-                          first.restored_checkpoint().empty() ? "nothing (from scratch)" : first.restored_checkpoint(),
-                          "; passed over ", absl::StrJoin(first.passed_over(), "; "));
-      spdlog::warn("job {}: {}", job_id, note);
+    MutexLock lock(&mu_);
+    asked = checkpoints_asked_;
+    served = checkpoints_served_;
+  }
+  if (asked <= served) return absl::OkStatus();
+  std::vector<SaveCheckpointResponse> saved;
+  const absl::Status status = OnAllRanks<SaveCheckpointResponse>(
+      "SaveCheckpoint",
+      [&](int r, auto done) {
+        SaveCheckpointRequest request;
+        request.set_job_id(plan_.job_id);
+        request.set_step(step);
+        request.set_wait(true);
+        clients_[r]->SaveCheckpointAsync(request, std::move(done));
+      },
+      &saved);
+  {
+    MutexLock lock(&mu_);
+    if (status.ok()) {
+      last_saved_ = SavedCheckpoint{saved[0].path(), step};
+    } else {
+      last_saved_ = status;
     }
-    const bool own =
-        !first.restored_checkpoint().empty() &&
-        std::filesystem::path(first.restored_checkpoint()).parent_path() == std::filesystem::path(spec.output_dir());
-    if (own || first.passed_over_size() > 0) latest_checkpoint_ = first.restored_checkpoint();
-    host_->ChangeState(job_id, RUNNING, note, [&](JobInfo* info) {
-      info->set_step(step);
-      info->set_latest_checkpoint(latest_checkpoint_);
-    });
+    checkpoints_served_ = asked;
   }
-  if (spec.kind() == EVALUATION || spec.kind() == INFERENCE) {
-    spdlog::info("job {}: {} of the checkpoint at step {} on {} split {}", job_id, JobKind_Name(spec.kind()), step,
-                 spec.task(), spec.inference().split());
-    std::vector<InferResponse> inferred;
-    TY_RETURN_IF_ERROR(OnAllRanks<InferResponse>(
-        "Infer",
-        [&](int r, auto done) {
-          InferRequest request;
-          request.set_job_id(job_id);
-          clients_[r]->InferAsync(request, std::move(done));
-        },
-        &inferred));
-    int64_t examples = 0;
-    for (const InferResponse& r : inferred) examples += r.examples();
-    host_->RecordProgress(job_id, [&](JobInfo* info) {
-      info->mutable_metrics()->clear();
-      for (const auto& [k, v] : inferred[0].metrics()) (*info->mutable_metrics())[k] = v;
-      info->set_metrics_step(step);
-    });
-    *final_reason = absl::StrCat(examples, " example(s) decoded; predictions in ", inferred[0].output());
-    return absl::OkStatus();
+  changed_.SignalAll();
+  TY_RETURN_IF_ERROR(status);
+  latest_checkpoint_ = saved[0].path();
+  spdlog::info("job {}: checkpoint {} written on request", plan_.job_id, latest_checkpoint_);
+  host_->RecordProgress(plan_.job_id, [&](JobInfo* info) { info->set_latest_checkpoint(latest_checkpoint_); });
+  return absl::OkStatus();
+}
+
+void JobDriver::RecordChunk(int64_t step, const std::vector<RunStepsResponse>& ran) {
+  const int world = static_cast<int>(ran.size());
+  if (!ran[0].checkpoint().empty()) latest_checkpoint_ = ran[0].checkpoint();
+  std::string checkpoint_failure;
+  for (int r = 0; r < world && checkpoint_failure.empty(); ++r) {
+    if (!ran[r].checkpoint_failure().empty()) {
+      checkpoint_failure = absl::StrCat("rank ", r, ": ", ran[r].checkpoint_failure());
+    }
   }
-  spdlog::info("job {}: running from step {} to {}", job_id, step, spec.total_steps());
+  if (checkpoint_failure != checkpoint_failure_) {
+    if (checkpoint_failure.empty()) {
+      spdlog::info("job {}: checkpoints are written again ({})", plan_.job_id, latest_checkpoint_);
+    } else {
+      spdlog::error("job {}: a checkpoint write failed, training goes on from {}: {}", plan_.job_id,
+                    latest_checkpoint_.empty() ? "no checkpoint" : latest_checkpoint_, checkpoint_failure);
+    }
+    checkpoint_failure_ = checkpoint_failure;
+  }
+  host_->RecordProgress(plan_.job_id, [&](JobInfo* info) {
+    info->set_checkpoint_failure(checkpoint_failure_);
+    info->set_step(step);
+    info->mutable_metrics()->clear();
+    for (const auto& [k, v] : ran[0].metrics()) (*info->mutable_metrics())[k] = v;
+    info->set_metrics_step(step);
+    info->set_latest_checkpoint(latest_checkpoint_);
+    for (int r = 0; r < world && r < info->ranks_size(); ++r) {
+      RankInfo* rank = info->mutable_ranks(r);
+      rank->set_last_step_seconds(ran[r].seconds_per_step());
+      rank->set_last_compute_seconds(ran[r].compute_seconds_per_step());
+      rank->set_last_collective_seconds(ran[r].collective_seconds_per_step());
+    }
+  });
+}
+
+void JobDriver::RecordPreemption(const std::vector<bool>& asked, int64_t last_step, const std::string& checkpoint,
+                                 const google::protobuf::Map<std::string, double>& metrics, const std::string& during,
+                                 Ending* ending) {
+  // A worker was asked to stop: every rank stopped after the same step and
+  // rank 0 wrote the emergency checkpoint.
+  const int world = static_cast<int>(asked.size());
+  int r = 0;
+  while (r < world && !asked[r]) ++r;
+  if (r == world) r = 0;
+  if (!checkpoint.empty()) latest_checkpoint_ = checkpoint;
+  host_->RecordProgress(plan_.job_id, [&](JobInfo* info) {
+    info->set_step(last_step);
+    info->set_latest_checkpoint(latest_checkpoint_);
+    for (const auto& [k, v] : metrics) (*info->mutable_metrics())[k] = v;
+  });
+  *ending->state = PREEMPTED;
+  *ending->reason = absl::StrCat(rank_names_[r], " was asked to stop; emergency checkpoint at step ", last_step, during,
+                                 checkpoint.empty() ? "" : ": " + checkpoint);
+}
+
+bool JobDriver::RunActions(ActionsByMode& actions, ActionModeKind mode, const MetricsByTask& metrics, int64_t step,
+                           Ending* ending) {
+  for (const auto& action : actions[mode]) {
+    if (action->Run(step, metrics)) {
+      *ending->reason = action->reason();
+      *ending->state = action->halts_as_failure() ? FAILED : SUCCEEDED;
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::StatusOr<bool> JobDriver::EvaluateRanks(int64_t step, ActionsByMode& actions, Ending* ending) {
+  std::vector<EvaluateResponse> evaluated;
+  TY_RETURN_IF_ERROR(OnAllRanks<EvaluateResponse>(
+      "Evaluate",
+      [&](int r, auto done) {
+        EvaluateRequest request;
+        request.set_job_id(plan_.job_id);
+        request.set_step(step);
+        clients_[r]->EvaluateAsync(request, std::move(done));
+      },
+      &evaluated));
+  if (evaluated[0].preempted()) {
+    std::vector<bool> asked;
+    for (const auto& r : evaluated) asked.push_back(r.asked_to_stop());
+    RecordPreemption(asked, step, evaluated[0].checkpoint(), {},
+                     absl::StrCat(" (during the evaluation of step ", step, ", which is not repeated)"), ending);
+    return true;
+  }
+  auto by_task = [](const google::protobuf::Map<std::string, double>& values) {
+    MetricsByTask out;
+    for (const auto& [k, v] : values) {
+      std::vector<std::string> parts = absl::StrSplit(k, absl::MaxSplits('/', 1));
+      if (parts.size() == 2) out[parts[0]][parts[1]] = v;
+    }
+    return out;
+  };
+  host_->RecordProgress(plan_.job_id, [&](JobInfo* info) {
+    for (const auto& [k, v] : evaluated[0].metrics()) (*info->mutable_metrics())["training_eval/" + k] = v;
+    for (const auto& [k, v] : evaluated[0].infer_metrics()) (*info->mutable_metrics())["inference_eval/" + k] = v;
+  });
+  return RunActions(actions, ActionModeKind::kTrainEval, by_task(evaluated[0].metrics()), step, ending) ||
+         RunActions(actions, ActionModeKind::kInferEval, by_task(evaluated[0].infer_metrics()), step, ending);
+}
+
+absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) {
+  const JobSpec& spec = plan_.spec;
+  Ending ending{final_state, final_reason};
+  TY_ASSIGN_OR_RETURN(int64_t step, StartRanks());
+  if (!IsTrainingKind(spec.kind())) return RunInference(step, final_reason);
+  spdlog::info("job {}: running from step {} to {}", plan_.job_id, step, spec.total_steps());
   TY_ASSIGN_OR_RETURN(ActionsByMode actions, CreateActions(spec));
   ChunkPeriods periods;
   periods.total_steps = spec.total_steps();
   periods.summary_period = spec.summary_period();
   periods.eval_period = spec.eval_period();
   periods.checkpoint_period = spec.checkpoint_period();
-  auto run_actions = [&](ActionModeKind mode, const MetricsByTask& metrics) -> bool {
-    for (const auto& action : actions[mode]) {
-      if (action->Run(step, metrics)) {
-        *final_reason = action->reason();
-        *final_state = action->halts_as_failure() ? FAILED : SUCCEEDED;
-        return true;
-      }
-    }
-    return false;
-  };
-  // A worker was asked to stop: every rank stopped after the same step and
-  // rank 0 wrote the emergency checkpoint.
-  auto preempted = [&](const std::vector<bool>& asked, int64_t last_step, const std::string& checkpoint,
-                       const google::protobuf::Map<std::string, double>& metrics, const std::string& during) {
-    int r = 0;
-    while (r < world && !asked[r]) ++r;
-    if (r == world) r = 0;
-    if (!checkpoint.empty()) latest_checkpoint_ = checkpoint;
-    host_->RecordProgress(job_id, [&](JobInfo* info) {
-      info->set_step(last_step);
-      info->set_latest_checkpoint(latest_checkpoint_);
-      for (const auto& [k, v] : metrics) (*info->mutable_metrics())[k] = v;
-    });
-    *final_state = PREEMPTED;
-    *final_reason = absl::StrCat(rank_names_[r], " was asked to stop; emergency checkpoint at step ", last_step, during,
-                                 checkpoint.empty() ? "" : ": " + checkpoint);
-  };
   while (step < spec.total_steps()) {
     // ELASTIC: idle workers fill the ranks lost earlier.
-    if (elastic() && world < spec.num_workers()) {
-      TY_RETURN_IF_ERROR(AdmitJoiners(&step));
-      world = static_cast<int>(clients_.size());
-    }
-    // On-demand checkpoints asked since the last chunk: one save serves them
-    // all.
-    int64_t asked, served;
-    {
-      MutexLock lock(&mu_);
-      asked = checkpoints_asked_;
-      served = checkpoints_served_;
-    }
-    if (asked > served) {
-      std::vector<SaveCheckpointResponse> saved;
-      const absl::Status status = OnAllRanks<SaveCheckpointResponse>(
-          "SaveCheckpoint",
-          [&](int r, auto done) {
-            SaveCheckpointRequest request;
-            request.set_job_id(job_id);
-            request.set_step(step);
-            request.set_wait(true);
-            clients_[r]->SaveCheckpointAsync(request, std::move(done));
-          },
-          &saved);
-      {
-        MutexLock lock(&mu_);
-        if (status.ok()) {
-          last_saved_ = SavedCheckpoint{saved[0].path(), step};
-        } else {
-          last_saved_ = status;
-        }
-        checkpoints_served_ = asked;
-      }
-      changed_.SignalAll();
-      TY_RETURN_IF_ERROR(status);
-      latest_checkpoint_ = saved[0].path();
-      spdlog::info("job {}: checkpoint {} written on request", job_id, latest_checkpoint_);
-      host_->RecordProgress(job_id, [&](JobInfo* info) { info->set_latest_checkpoint(latest_checkpoint_); });
-    }
+    if (elastic() && static_cast<int>(clients_.size()) < spec.num_workers()) TY_RETURN_IF_ERROR(AdmitJoiners(&step));
+    // On-demand checkpoints asked since the last chunk: one save serves
+    // them all.
+    TY_RETURN_IF_ERROR(ServeCheckpointRequests(step));
     const int64_t n = NextChunk(step, periods);
     const bool last = step + n == spec.total_steps();
     std::vector<RunStepsResponse> ran;
@@ -343,7 +424,7 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
         "RunSteps",
         [&](int r, auto done) {
           RunStepsRequest request;
-          request.set_job_id(job_id);
+          request.set_job_id(plan_.job_id);
           request.set_first_step(step);
           request.set_num_steps(n);
           request.set_save_checkpoint(last || AtBoundary(step + n, spec.checkpoint_period()));
@@ -355,83 +436,22 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
       // they are (at most the failed step is computed again).
       TY_ASSIGN_OR_RETURN(bool survived, elastic() ? SurviveLostRanks(each, run, &step) : false);
       if (!survived) return run;
-      world = static_cast<int>(clients_.size());
       continue;
     }
     if (ran[0].preempted()) {
       std::vector<bool> asked;
       for (const auto& r : ran) asked.push_back(r.asked_to_stop());
-      preempted(asked, ran[0].last_step(), ran[0].checkpoint(), ran[0].metrics(), "");
+      RecordPreemption(asked, ran[0].last_step(), ran[0].checkpoint(), ran[0].metrics(), "", &ending);
       return absl::OkStatus();
     }
     step += n;
-    if (!ran[0].checkpoint().empty()) latest_checkpoint_ = ran[0].checkpoint();
-    std::string checkpoint_failure;
-    for (int r = 0; r < world && checkpoint_failure.empty(); ++r) {
-      if (!ran[r].checkpoint_failure().empty()) {
-        checkpoint_failure = absl::StrCat("rank ", r, ": ", ran[r].checkpoint_failure());
-      }
-    }
-    if (checkpoint_failure != checkpoint_failure_) {
-      if (checkpoint_failure.empty()) {
-        spdlog::info("job {}: checkpoints are written again ({})", job_id, latest_checkpoint_);
-      } else {
-        spdlog::error("job {}: a checkpoint write failed, training goes on from {}: {}", job_id,
-                      latest_checkpoint_.empty() ? "no checkpoint" : latest_checkpoint_, checkpoint_failure);
-      }
-      checkpoint_failure_ = checkpoint_failure;
-    }
-    host_->RecordProgress(job_id, [&](JobInfo* info) {
-      info->set_checkpoint_failure(checkpoint_failure_);
-      info->set_step(step);
-      info->mutable_metrics()->clear();
-      for (const auto& [k, v] : ran[0].metrics()) (*info->mutable_metrics())[k] = v;
-      info->set_metrics_step(step);
-      info->set_latest_checkpoint(latest_checkpoint_);
-      for (int r = 0; r < world && r < info->ranks_size(); ++r) {
-        RankInfo* rank = info->mutable_ranks(r);
-        rank->set_last_step_seconds(ran[r].seconds_per_step());
-        rank->set_last_compute_seconds(ran[r].compute_seconds_per_step());
-        rank->set_last_collective_seconds(ran[r].collective_seconds_per_step());
-      }
-    });
+    RecordChunk(step, ran);
     MetricsByTask train;
     train["train"] = std::map<std::string, double>(ran[0].metrics().begin(), ran[0].metrics().end());
-    if (run_actions(ActionModeKind::kTrain, train)) break;
+    if (RunActions(actions, ActionModeKind::kTrain, train, step, &ending)) break;
     if (spec.eval_period() > 0 && (AtBoundary(step, spec.eval_period()) || last)) {
-      std::vector<EvaluateResponse> evaluated;
-      TY_RETURN_IF_ERROR(OnAllRanks<EvaluateResponse>(
-          "Evaluate",
-          [&](int r, auto done) {
-            EvaluateRequest request;
-            request.set_job_id(job_id);
-            request.set_step(step);
-            clients_[r]->EvaluateAsync(request, std::move(done));
-          },
-          &evaluated));
-      if (evaluated[0].preempted()) {
-        std::vector<bool> asked;
-        for (const auto& r : evaluated) asked.push_back(r.asked_to_stop());
-        preempted(asked, step, evaluated[0].checkpoint(), {},
-                  absl::StrCat(" (during the evaluation of step ", step, ", which is not repeated)"));
-        return absl::OkStatus();
-      }
-      MetricsByTask eval;
-      for (const auto& [k, v] : evaluated[0].metrics()) {
-        std::vector<std::string> parts = absl::StrSplit(k, absl::MaxSplits('/', 1));
-        if (parts.size() == 2) eval[parts[0]][parts[1]] = v;
-      }
-      MetricsByTask inferred;
-      for (const auto& [k, v] : evaluated[0].infer_metrics()) {
-        std::vector<std::string> parts = absl::StrSplit(k, absl::MaxSplits('/', 1));
-        if (parts.size() == 2) inferred[parts[0]][parts[1]] = v;
-      }
-      host_->RecordProgress(job_id, [&](JobInfo* info) {
-        for (const auto& [k, v] : evaluated[0].metrics()) (*info->mutable_metrics())["training_eval/" + k] = v;
-        for (const auto& [k, v] : evaluated[0].infer_metrics()) (*info->mutable_metrics())["inference_eval/" + k] = v;
-      });
-      if (run_actions(ActionModeKind::kTrainEval, eval)) break;
-      if (run_actions(ActionModeKind::kInferEval, inferred)) break;
+      TY_ASSIGN_OR_RETURN(bool ended, EvaluateRanks(step, actions, &ending));
+      if (ended) break;
     }
   }
   return absl::OkStatus();

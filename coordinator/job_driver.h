@@ -36,6 +36,7 @@
 #include "coordinator/worker_client.h"
 #include "proto/job_service.pb.h"
 #include "proto/worker.pb.h"
+#include "spec/actions.h"
 
 namespace trainyard {
 
@@ -148,8 +149,37 @@ class JobDriver {
   void SetMembers(std::vector<std::shared_ptr<WorkerClient>> clients, std::vector<std::string> names,
                   std::vector<std::string> worker_ids) ABSL_LOCKS_EXCLUDED(mu_);
   // The attempt's body; sets *final_state/*final_reason (when it ends the
-  // job itself: success, an action, a preemption).
+  // job itself: success, an action, a preemption). Its phases follow.
   absl::Status Drive(JobState* final_state, std::string* final_reason);
+  // How Drive ends the job itself.
+  struct Ending {
+    JobState* state;
+    std::string* reason;
+  };
+  // StartJob on every rank; records what they restored (the job's newest
+  // checkpoint, what was passed over) and RUNNING. The step they start at.
+  absl::StatusOr<int64_t> StartRanks();
+  // EVALUATION and INFERENCE: Infer on every rank; the metrics recorded,
+  // *final_reason says what was decoded where.
+  absl::Status RunInference(int64_t step, std::string* final_reason);
+  // On-demand checkpoints asked since the last chunk: one save on every
+  // rank serves them all (CheckpointNow's callers are woken).
+  absl::Status ServeCheckpointRequests(int64_t step);
+  // A chunk's results in the job's record: step, metrics, checkpoint (and a
+  // failed write, logged when it changes), every rank's timings.
+  void RecordChunk(int64_t step, const std::vector<RunStepsResponse>& ran);
+  // A worker was asked to stop: every rank stopped after `last_step` and
+  // rank 0 wrote `checkpoint`; the job ends PREEMPTED naming the worker.
+  void RecordPreemption(const std::vector<bool>& asked, int64_t last_step, const std::string& checkpoint,
+                        const google::protobuf::Map<std::string, double>& metrics, const std::string& during,
+                        Ending* ending);
+  // Runs `mode`'s actions on `metrics` in order; true (the ending set) when
+  // one halts the job.
+  bool RunActions(ActionsByMode& actions, ActionModeKind mode, const MetricsByTask& metrics, int64_t step,
+                  Ending* ending);
+  // Evaluate on every rank at `step`, the metrics recorded and the eval
+  // actions run; true when the job ends (a preemption, or an action).
+  absl::StatusOr<bool> EvaluateRanks(int64_t step, ActionsByMode& actions, Ending* ending);
   std::optional<StopRequest> stop_request() ABSL_LOCKS_EXCLUDED(mu_);
 
   const AttemptPlan plan_;
