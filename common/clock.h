@@ -1,6 +1,8 @@
-// Time, injectable. Code that waits or times out (heartbeats, scheduler
-// deadlines, RPC retries) takes a Clock*, so tests can drive time by hand
-// instead of sleeping.
+// Time, injectable: the coordinator's job times and queueing delays, the
+// worker registry's heartbeat expiry, sessions' idle timeouts, the rate
+// limiter and the summary writers take a Clock*, so tests can drive time by
+// hand instead of sleeping. (The job driver's and sessions' bounded waits
+// still use the real clock.)
 //
 // Thread-safety: every Clock is safe to use from many threads.
 #ifndef TRAINYARD_COMMON_CLOCK_H_

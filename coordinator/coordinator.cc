@@ -1,8 +1,8 @@
 // The Coordinator's methods: the job table, queue, worker registry and
-// rendezvous store behind one lock. Longer than most files (about 650
-// lines) because every JobService and CoordinatorService call is a short
-// method over that same state; the drive loop of one job is in
-// job_driver.cc and sessions are in session_manager.cc.
+// rendezvous store behind one lock. Longer than most files because every
+// JobService and CoordinatorService call is a short method over that same
+// state; the drive loop of one job is in job_driver.cc and sessions are in
+// session_manager.cc.
 #include "coordinator/coordinator.h"
 
 #include <algorithm>

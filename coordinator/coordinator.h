@@ -20,10 +20,12 @@
 // RESTARTING and is scheduled again (before younger jobs) on any idle
 // gang, resuming from its newest checkpoint.
 //
-// A rank whose call fails, or whose worker stops heartbeating, fails the
-// job: calls still in flight to the other ranks are cancelled, every rank is
-// told to abort, and the gang goes back to the pool once each worker reports
-// it has let go of the job. Every state change is written to the job store
+// A rank whose call fails, or whose worker stops heartbeating, ends the
+// attempt (fault_tolerance ELASTIC training instead drops the rank and goes
+// on with the others, job_driver.h): calls still in flight to the other
+// ranks are cancelled, every rank is told to abort, and the gang goes back
+// to the pool once each worker reports it has let go of the job; whether
+// another attempt follows is attempt_policy.h's rule. Every state change is written to the job store
 // (SQLite) before it is visible; a coordinator that restarts reloads every
 // job: PENDING and RESTARTING jobs stay queued, jobs that were STARTING or
 // RUNNING restart from their newest checkpoint (if restarts are left).
@@ -95,7 +97,8 @@ class Coordinator : private JobDriverHost {
   void Start();
   // Stops scheduling, cancels running jobs' calls, aborts their workers
   // (best effort), joins every thread. Jobs that were running stay RUNNING
-  // in the store and are failed by the next coordinator. Idempotent.
+  // in the store; the next coordinator restarts them from their newest
+  // checkpoint while restarts are left (Load). Idempotent.
   void Shutdown();
 
   // One scheduling pass (what the scheduler thread does every tick).

@@ -1,8 +1,9 @@
 // WorkerClient over gRPC: the coordinator's channel to one worker.
-// Deadlines: StartJob 10 minutes (building a large model), AbortJob 10 s;
-// RunSteps and Evaluate have none, since a chunk may run for long; a worker
-// that dies is noticed by the transport or by its missing heartbeats, and
-// CancelInFlight ends the calls.
+// Deadlines: StartJob and Regroup 10 minutes (building a large model,
+// moving its state), SaveCheckpoint 1 hour, AbortJob 10 s; RunSteps,
+// Evaluate and Infer have none in effect (a year), since a chunk may run
+// for long; a worker that dies is noticed by the transport or by its
+// missing heartbeats, and CancelInFlight ends the calls.
 #ifndef TRAINYARD_COORDINATOR_GRPC_WORKER_CLIENT_H_
 #define TRAINYARD_COORDINATOR_GRPC_WORKER_CLIENT_H_
 

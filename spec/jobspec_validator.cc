@@ -462,8 +462,6 @@ void FillAdamWDefaults(AdamW* a) {
   if (!a->has_weight_decay()) a->set_weight_decay(0.01f);
 }
 
-bool IsKnownLearningRateFactor(const std::string& factor) { return ParseLearningRateFactor(factor).has_value(); }
-
 absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& options) {
   Errors errors;
   if (spec->kind() == JOB_KIND_UNSPECIFIED) spec->set_kind(TRAIN);

@@ -33,18 +33,15 @@ struct ValidationOptions {
 
 absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& options = {});
 
-// Fills unset optimizer hyper-parameters with their defaults (T5X's for
-// Adafactor; optax's for AdamW). The validator and the optimizers share them.
 // An output directory given outside a job spec (e.g. an interactive
 // session's), checked and resolved like `output_dir`; errors name `field`.
 absl::StatusOr<std::string> ResolveOutputDir(const std::string& field, const std::string& dir,
                                              const ValidationOptions& options);
 
+// Fills unset optimizer hyper-parameters with their defaults (T5X's for
+// Adafactor; optax's for AdamW). The validator and the optimizers share them.
 void FillAdafactorDefaults(Adafactor* adafactor);
 void FillAdamWDefaults(AdamW* adamw);
-
-// The factors T5X's learning-rate factor strings may contain.
-bool IsKnownLearningRateFactor(const std::string& factor);
 
 // An OpenSessionRequest with defaults filled in (batch_size 32, feature
 // lengths 64/64, idle timeout 300 s, wait 10 s, num_workers 1) and checked:

@@ -66,9 +66,9 @@ class WorkerCore {
   explicit WorkerCore(WorkerCoreOptions options);
   ~WorkerCore();  // aborts the job, joins teardowns
 
-  // kFailedPrecondition while another job is held; kInvalidArgument for a
-  // spec the worker cannot run (unknown task, batch not divisible by the
-  // world size, ...); kUnimplemented for job kinds workers do not run yet.
+  // kFailedPrecondition while another job or a session is held;
+  // kInvalidArgument for a spec the worker cannot run (unknown task, a
+  // batch that does not split over the world size, ...).
   absl::StatusOr<StartJobResponse> StartJob(const StartJobRequest& request);
   // kFailedPrecondition if first_step is not the next step; kAborted when
   // the job was aborted meanwhile or a collective failed; kInternal when the
