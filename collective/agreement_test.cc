@@ -4,10 +4,8 @@
 #include "collective/agreement.h"
 
 #include <functional>
-#include <thread>
 
-#include "collective/fake_collective.h"
-#include "collective/gloo_collective.h"
+#include "collective/ranks_on_threads.h"
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 
@@ -15,21 +13,6 @@ namespace trainyard {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Runs body(rank, collective) on `world` threads over a FakeGroup.
-void OnFakeRanks(int world, const std::function<void(int, Collective*)>& body,
-                 const std::function<void(FakeGroup*)>& faults = nullptr) {
-  auto group = std::make_shared<FakeGroup>(world, absl::Seconds(20));
-  if (faults) faults(group.get());
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      FakeCollective c(group, r);
-      body(r, &c);
-    });
-  }
-  for (auto& t : threads) t.join();
-}
 
 TEST(AgreementTest, AnyRankSeesOneRanksFlagEverywhere) {
   OnFakeRanks(4, [](int rank, Collective* c) {
@@ -102,7 +85,7 @@ TEST(AgreementTest, ACollectiveFailureIsReturnedAsIs) {
           EXPECT_THAT(any.status(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("peer gone")));
         }
       },
-      [](FakeGroup* g) { g->FailOperation(1, 0, absl::UnavailableError("peer gone")); });
+      absl::Seconds(20), [](FakeGroup* g) { g->FailOperation(1, 0, absl::UnavailableError("peer gone")); });
 }
 
 TEST(AgreementTest, WorldOfOneNeedsNoCollective) {
@@ -115,27 +98,22 @@ TEST(AgreementTest, WorldOfOneNeedsNoCollective) {
 
 TEST(AgreementTest, OverGlooOnLoopback) {
   constexpr int kWorld = 3;
-  std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorld; ++r) {
-    threads.emplace_back([&, r] {
-      auto gloo = GlooCollective::Create(r, kWorld, store, "127.0.0.1", absl::Seconds(30));
-      ASSERT_THAT(gloo.status(), IsOk());
-      Collective* c = gloo->get();
-      EXPECT_THAT(AnyRank(c, r == kWorld - 1), IsOkAndHolds(true));
-      EXPECT_THAT(AgreeOnValue(c, 42, "step"), IsOkAndHolds(42));
-      EXPECT_THAT(AgreeOnValue(c, r, "step").status(), StatusCodeIs(absl::StatusCode::kFailedPrecondition));
-      const absl::Status agreed = AgreeOnOutcome(c, r == 0 ? absl::InternalError("no") : absl::OkStatus(), "x");
-      EXPECT_EQ(agreed.code(), r == 0 ? absl::StatusCode::kInternal : absl::StatusCode::kAborted);
-      torch::Tensor v = torch::ones({4}, torch::kDouble);
-      if (r == 1) v[2] = 3;
-      absl::StatusOr<std::optional<Disagreement>> d = FindDisagreement(c, v);
-      ASSERT_THAT(d.status(), IsOk());
-      ASSERT_TRUE(d->has_value());
-      EXPECT_EQ((*d)->index, 2);
-    });
-  }
-  for (auto& t : threads) t.join();
+  OnGlooRanks(
+      kWorld,
+      [&](int r, Collective* c) {
+        EXPECT_THAT(AnyRank(c, r == kWorld - 1), IsOkAndHolds(true));
+        EXPECT_THAT(AgreeOnValue(c, 42, "step"), IsOkAndHolds(42));
+        EXPECT_THAT(AgreeOnValue(c, r, "step").status(), StatusCodeIs(absl::StatusCode::kFailedPrecondition));
+        const absl::Status agreed = AgreeOnOutcome(c, r == 0 ? absl::InternalError("no") : absl::OkStatus(), "x");
+        EXPECT_EQ(agreed.code(), r == 0 ? absl::StatusCode::kInternal : absl::StatusCode::kAborted);
+        torch::Tensor v = torch::ones({4}, torch::kDouble);
+        if (r == 1) v[2] = 3;
+        absl::StatusOr<std::optional<Disagreement>> d = FindDisagreement(c, v);
+        ASSERT_THAT(d.status(), IsOk());
+        ASSERT_TRUE(d->has_value());
+        EXPECT_EQ((*d)->index, 2);
+      },
+      absl::Seconds(30));
 }
 
 }  // namespace

@@ -4,12 +4,10 @@
 // default implementations (FakeCollective) and a single rank
 // (LocalCollective), into a separate output and in place; bad shard counts
 // and overlapping outputs are refused before anything is sent.
-#include <thread>
 #include <vector>
 
 #include "collective/collective.h"
-#include "collective/fake_collective.h"
-#include "collective/gloo_collective.h"
+#include "collective/ranks_on_threads.h"
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 
@@ -17,19 +15,6 @@ namespace trainyard {
 namespace {
 
 using ::testing::HasSubstr;
-
-template <typename Make>
-void OnRanks(int world, Make make, const std::function<void(int, Collective*)>& body) {
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      std::unique_ptr<Collective> c = make(rank);
-      ASSERT_NE(c, nullptr);
-      body(rank, c.get());
-    });
-  }
-  for (auto& t : threads) t.join();
-}
 
 // Shards of `total` elements for `world` ranks: uneven, with an empty one
 // from three ranks on.
@@ -73,21 +58,11 @@ void CheckShardOps(int rank, int world, Collective* c, int64_t total) {
   }
 }
 
-std::unique_ptr<Collective> Gloo(int rank, int world, std::shared_ptr<Store> store) {
-  GlooOptions options;
-  options.timeout = absl::Seconds(30);
-  auto c = GlooCollective::Create(rank, world, std::move(store), options);
-  EXPECT_THAT(c.status(), IsOk());
-  return c.ok() ? std::unique_ptr<Collective>(std::move(*c)) : nullptr;
-}
-
 TEST(ShardOpsTest, GlooRingsMatchClosedForms) {
   for (int world : {2, 3, 4}) {
     for (int64_t total : {int64_t{10}, int64_t{100003}}) {
-      std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();
-      OnRanks(
-          world, [&](int rank) { return Gloo(rank, world, store); },
-          [&](int rank, Collective* c) { CheckShardOps(rank, world, c, total); });
+      OnGlooRanks(
+          world, [&](int rank, Collective* c) { CheckShardOps(rank, world, c, total); }, absl::Seconds(30));
     }
   }
 }
@@ -96,38 +71,32 @@ TEST(ShardOpsTest, GlooRingsMatchClosedForms) {
 // caller's all-reduces go on.
 TEST(ShardOpsTest, GlooStartedOperationsOverlapWithAllReduce) {
   constexpr int kWorld = 3;
-  std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();
-  OnRanks(
-      kWorld, [&](int rank) { return Gloo(rank, kWorld, store); },
-      [&](int rank, Collective* c) {
-        const std::vector<int64_t> counts = {3, 4, 5};
-        torch::Tensor a = torch::ones({12}) * (rank + 1), a_out = torch::empty({counts[rank]});
-        torch::Tensor b = torch::ones({12}) * 10, b_out = torch::empty({counts[rank]});
-        torch::Tensor g_in = torch::full({counts[rank]}, static_cast<float>(rank)), g_out = torch::empty({12});
-        auto w1 = c->StartReduceScatter(a, counts, a_out, ReduceOp::kSum);
-        auto w2 = c->StartAllGatherV(g_in, counts, g_out);
-        std::vector<torch::Tensor> flag = {torch::ones({1}) * rank};
-        ASSERT_THAT(c->AllReduce(flag, ReduceOp::kMax), IsOk());
-        auto w3 = c->StartReduceScatter(b, counts, b_out, ReduceOp::kSum);
-        ASSERT_THAT(w1.status(), IsOk());
-        ASSERT_THAT(w2.status(), IsOk());
-        ASSERT_THAT(w3.status(), IsOk());
-        ASSERT_THAT((*w1)->Wait(), IsOk());
-        ASSERT_THAT((*w2)->Wait(), IsOk());
-        ASSERT_THAT((*w3)->Wait(), IsOk());
-        EXPECT_TRUE(torch::equal(a_out, torch::full({counts[rank]}, 6.0f)));
-        EXPECT_TRUE(torch::equal(b_out, torch::full({counts[rank]}, 30.0f)));
-        EXPECT_TRUE(torch::equal(g_out, torch::tensor({0.f, 0.f, 0.f, 1.f, 1.f, 1.f, 1.f, 2.f, 2.f, 2.f, 2.f, 2.f})));
-        EXPECT_EQ(flag[0].item<float>(), 2.0f);
-      });
+  OnGlooRanks(kWorld, [&](int rank, Collective* c) {
+    const std::vector<int64_t> counts = {3, 4, 5};
+    torch::Tensor a = torch::ones({12}) * (rank + 1), a_out = torch::empty({counts[rank]});
+    torch::Tensor b = torch::ones({12}) * 10, b_out = torch::empty({counts[rank]});
+    torch::Tensor g_in = torch::full({counts[rank]}, static_cast<float>(rank)), g_out = torch::empty({12});
+    auto w1 = c->StartReduceScatter(a, counts, a_out, ReduceOp::kSum);
+    auto w2 = c->StartAllGatherV(g_in, counts, g_out);
+    std::vector<torch::Tensor> flag = {torch::ones({1}) * rank};
+    ASSERT_THAT(c->AllReduce(flag, ReduceOp::kMax), IsOk());
+    auto w3 = c->StartReduceScatter(b, counts, b_out, ReduceOp::kSum);
+    ASSERT_THAT(w1.status(), IsOk());
+    ASSERT_THAT(w2.status(), IsOk());
+    ASSERT_THAT(w3.status(), IsOk());
+    ASSERT_THAT((*w1)->Wait(), IsOk());
+    ASSERT_THAT((*w2)->Wait(), IsOk());
+    ASSERT_THAT((*w3)->Wait(), IsOk());
+    EXPECT_TRUE(torch::equal(a_out, torch::full({counts[rank]}, 6.0f)));
+    EXPECT_TRUE(torch::equal(b_out, torch::full({counts[rank]}, 30.0f)));
+    EXPECT_TRUE(torch::equal(g_out, torch::tensor({0.f, 0.f, 0.f, 1.f, 1.f, 1.f, 1.f, 2.f, 2.f, 2.f, 2.f, 2.f})));
+    EXPECT_EQ(flag[0].item<float>(), 2.0f);
+  });
 }
 
 TEST(ShardOpsTest, DefaultImplementationsMatchClosedForms) {
   constexpr int kWorld = 3;
-  auto group = std::make_shared<FakeGroup>(kWorld, absl::Seconds(30));
-  OnRanks(
-      kWorld, [&](int rank) { return std::make_unique<FakeCollective>(group, rank); },
-      [&](int rank, Collective* c) { CheckShardOps(rank, kWorld, c, 101); });
+  OnFakeRanks(kWorld, [&](int rank, Collective* c) { CheckShardOps(rank, kWorld, c, 101); });
   LocalCollective local;
   CheckShardOps(0, 1, &local, 9);
 }

@@ -3,9 +3,8 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
-#include <thread>
 
-#include "collective/gloo_collective.h"
+#include "collective/ranks_on_threads.h"
 #include "common/testing/status_matchers.h"
 #include "data/bundled.h"
 #include "gmock/gmock.h"
@@ -37,22 +36,6 @@ class DataParallelTest : public ::testing::Test {
     return o;
   }
 
-  // Runs `body(rank, collective)` on `world` ranks, one thread each, and
-  // joins them.
-  void OnRanks(int world, const std::function<void(int, Collective*)>& body) {
-    std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < world; ++rank) {
-      threads.emplace_back([&, rank] {
-        absl::StatusOr<std::unique_ptr<GlooCollective>> collective =
-            GlooCollective::Create(rank, world, store, "127.0.0.1", absl::Seconds(60));
-        ASSERT_THAT(collective.status(), IsOk());
-        body(rank, collective->get());
-      });
-    }
-    for (std::thread& t : threads) t.join();
-  }
-
   std::vector<NaturalExample> Validation(int n) {
     return std::move(GetBatchesFromTask(registry_, "digits_to_words", "validation", n, 1)).value()[0];
   }
@@ -74,7 +57,7 @@ TEST_F(DataParallelTest, TwoRanksTrainAsOneProcessDoes) {
   std::vector<std::vector<double>> rank_losses(2);
   std::vector<MetricResults> rank_last(2);
   std::vector<std::vector<torch::Tensor>> rank_params(2);
-  OnRanks(2, [&](int rank, Collective* collective) {
+  OnGlooRanks(2, [&](int rank, Collective* collective) {
     InteractiveModelOptions o = Options(dir_ + "/parallel", 8);
     o.collective = collective;
     auto m = InteractiveModel::Create(o);
@@ -146,7 +129,7 @@ TEST_F(DataParallelTest, PredictionsAndScoresAreGatheredInOrder) {
   std::vector<std::vector<double>> scored(2);
   std::vector<MetricResults> evaluated(2);
   std::vector<std::string> saved(2);
-  OnRanks(2, [&](int rank, Collective* collective) {
+  OnGlooRanks(2, [&](int rank, Collective* collective) {
     InteractiveModelOptions o = options(dir_ + "/parallel");
     o.collective = collective;
     auto m = InteractiveModel::Create(o);
@@ -185,7 +168,7 @@ TEST_F(DataParallelTest, PredictionsAndScoresAreGatheredInOrder) {
 
 TEST_F(DataParallelTest, CreateFailsOnEveryRankWhenOneRankFails) {
   std::vector<absl::Status> status(2);
-  OnRanks(2, [&](int rank, Collective* collective) {
+  OnGlooRanks(2, [&](int rank, Collective* collective) {
     InteractiveModelOptions o = Options(dir_);
     o.collective = collective;
     if (rank == 1) {
@@ -197,7 +180,7 @@ TEST_F(DataParallelTest, CreateFailsOnEveryRankWhenOneRankFails) {
   EXPECT_THAT(status[0], StatusIs(absl::StatusCode::kAborted, HasSubstr("failed on rank(s) 1")));
   EXPECT_THAT(status[1], StatusIs(absl::StatusCode::kNotFound, HasSubstr("no_such_checkpoint")));
 
-  OnRanks(2, [&](int rank, Collective* collective) {
+  OnGlooRanks(2, [&](int rank, Collective* collective) {
     InteractiveModelOptions o = Options(dir_, /*batch_size=*/3);
     o.collective = collective;
     status[rank] = InteractiveModel::Create(o).status();
@@ -213,7 +196,7 @@ TEST_F(DataParallelTest, APreemptionOnOneRankStopsBothAtTheSameStep) {
   std::vector<absl::Status> status(2);
   std::vector<int64_t> steps(2);
   const std::vector<NaturalExample> batch = Validation(8);
-  OnRanks(2, [&](int rank, Collective* collective) {
+  OnGlooRanks(2, [&](int rank, Collective* collective) {
     InteractiveModelOptions o = Options(dir_, 8);
     o.collective = collective;
     static const std::atomic<bool> never{false};

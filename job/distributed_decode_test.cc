@@ -7,9 +7,9 @@
 
 #include <memory>
 #include <optional>
-#include <thread>
 
 #include "collective/fake_collective.h"
+#include "collective/ranks_on_threads.h"
 #include "common/testing/status_matchers.h"
 
 namespace trainyard {
@@ -51,7 +51,6 @@ T5Batch Rows(std::vector<std::vector<int64_t>> inputs, std::vector<std::vector<i
 }
 
 TEST(DistributedDecodeTest, EveryRankGetsEveryRanksOwnRowsInRankOrder) {
-  auto group = std::make_shared<FakeGroup>(3, absl::Seconds(10));
   DistributedDecodeOptions options;
   options.predict = true;
   options.score = true;
@@ -64,14 +63,9 @@ TEST(DistributedDecodeTest, EveryRankGetsEveryRanksOwnRowsInRankOrder) {
                                                        Rows({{7, 8, 9}}, {{3, 3}}), std::nullopt};
   std::vector<absl::StatusOr<DecodedRows>> results(3, absl::UnknownError("not run"));
   std::vector<ClosedFormModel> models(3);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r) {
-    threads.emplace_back([&, r] {
-      FakeCollective collective(group, r);
-      results[r] = DecodeAndGather(&models[r], batches[r] ? &*batches[r] : nullptr, options, &collective);
-    });
-  }
-  for (auto& t : threads) t.join();
+  OnFakeRanks(3, [&](int r, Collective* collective) {
+    results[r] = DecodeAndGather(&models[r], batches[r] ? &*batches[r] : nullptr, options, collective);
+  });
   for (int r = 0; r < 3; ++r) {
     ASSERT_TRUE(results[r].ok()) << results[r].status();
     const DecodedRows& rows = *results[r];

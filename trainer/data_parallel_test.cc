@@ -3,9 +3,7 @@
 // process training on the whole batches.
 #include <ATen/CPUGeneratorImpl.h>
 
-#include <thread>
-
-#include "collective/gloo_collective.h"
+#include "collective/ranks_on_threads.h"
 #include "gtest/gtest.h"
 #include "trainer/testing/tiny_trainer.h"
 
@@ -67,18 +65,11 @@ std::vector<torch::Tensor> Train(Collective* collective, BatchIterator* batches,
 // Two ranks (threads, Gloo over loopback) train `global` on halves.
 std::vector<std::vector<torch::Tensor>> TrainTwoRanks(const std::vector<T5Batch>& global, int steps, int microbatches,
                                                       bool overlap) {
-  std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();
   std::vector<std::vector<torch::Tensor>> results(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto gloo = GlooCollective::Create(rank, 2, store, "127.0.0.1", absl::Seconds(60));
-      ASSERT_TRUE(gloo.ok()) << gloo.status();
-      SliceIterator half(global, rank * 4, 4);
-      results[rank] = Train(gloo->get(), &half, steps, microbatches, overlap);
-    });
-  }
-  for (auto& t : threads) t.join();
+  OnGlooRanks(2, [&](int rank, Collective* gloo) {
+    SliceIterator half(global, rank * 4, 4);
+    results[rank] = Train(gloo, &half, steps, microbatches, overlap);
+  });
   return results;
 }
 

@@ -3,10 +3,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <functional>
-#include <thread>
 
-#include "collective/fake_collective.h"
-#include "collective/gloo_collective.h"
+#include "collective/ranks_on_threads.h"
 #include "gtest/gtest.h"
 
 namespace trainyard {
@@ -45,20 +43,6 @@ std::vector<torch::Tensor> LocalGrads(int rank, int microbatches) {
   return out;
 }
 
-// Runs `body(rank, collective)` on two ranks over Gloo in this process.
-void OnTwoGlooRanks(const std::function<void(int, Collective*)>& body) {
-  std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto gloo = GlooCollective::Create(rank, 2, store, "127.0.0.1", absl::Seconds(30));
-      ASSERT_TRUE(gloo.ok()) << gloo.status();
-      body(rank, gloo->get());
-    });
-  }
-  for (auto& t : threads) t.join();
-}
-
 TEST(GradientReducerTest, BucketsHoldParametersInReverseOrderWithinTheSizeLimit) {
   Net net(7);
   LocalCollective local;
@@ -82,7 +66,7 @@ TEST(GradientReducerTest, SumsOverRanksAndStartsBucketsDuringBackward) {
   const std::vector<torch::Tensor> g0 = LocalGrads(0, kMicrobatches), g1 = LocalGrads(1, kMicrobatches);
   std::vector<std::vector<torch::Tensor>> reduced(2);
   std::vector<int> during(2), buckets(2);
-  OnTwoGlooRanks([&](int rank, Collective* collective) {
+  OnGlooRanks(2, [&](int rank, Collective* collective) {
     Net net(7);
     GradientReducer reducer(net.params, collective, /*bucket_bytes=*/100);
     for (int step = 0; step < 2; ++step) {  // the second step starts from zero again
@@ -123,26 +107,20 @@ TEST(GradientReducerTest, ShardedBucketsAreReduceScatteredToTheirOwners) {
   for (int r = 0; r < kWorld; ++r) local.push_back(LocalGrads(r, kMicrobatches));
   for (int64_t bucket_bytes : {1100, 8}) {
     for (bool overlap : {true, false}) {
-      auto group = std::make_shared<FakeGroup>(kWorld, absl::Seconds(30));
       std::vector<std::vector<torch::Tensor>> reduced(kWorld);
       std::vector<std::vector<std::vector<int>>> members(kWorld);
-      std::vector<std::thread> threads;
-      for (int rank = 0; rank < kWorld; ++rank) {
-        threads.emplace_back([&, rank] {
-          FakeCollective collective(group, rank);
-          Net net(7);
-          GradientReducer reducer(net.params, &collective, bucket_bytes, bounds);
-          EXPECT_TRUE(reducer.reduce_scatters());
-          for (int m = 0; m < kMicrobatches; ++m) {
-            if (overlap && m == kMicrobatches - 1) reducer.Arm();
-            net.Loss(Input(rank, m)).backward();
-          }
-          ASSERT_TRUE(reducer.Finish().ok());
-          for (auto& p : net.params) reduced[rank].push_back(p.grad().clone());
-          members[rank] = reducer.bucket_members();
-        });
-      }
-      for (auto& t : threads) t.join();
+      OnFakeRanks(kWorld, [&](int rank, Collective* collective) {
+        Net net(7);
+        GradientReducer reducer(net.params, collective, bucket_bytes, bounds);
+        EXPECT_TRUE(reducer.reduce_scatters());
+        for (int m = 0; m < kMicrobatches; ++m) {
+          if (overlap && m == kMicrobatches - 1) reducer.Arm();
+          net.Loss(Input(rank, m)).backward();
+        }
+        ASSERT_TRUE(reducer.Finish().ok());
+        for (auto& p : net.params) reduced[rank].push_back(p.grad().clone());
+        members[rank] = reducer.bucket_members();
+      });
       if (bucket_bytes == 1100) {
         EXPECT_EQ(members[0], (std::vector<std::vector<int>>{{5, 4, 3}, {2, 1}, {0}}));
       }
@@ -178,33 +156,27 @@ TEST(GradientReducerTest, KeepingOnlyTheShardHoldsTheSumsOfEveryMicrobatch) {
     for (int m = 0; m < kMicrobatches; ++m) local[r].push_back(MicrobatchGrads(r, m));
   }
   for (bool overlap : {true, false}) {
-    auto group = std::make_shared<FakeGroup>(kWorld, absl::Seconds(30));
     std::vector<std::vector<torch::Tensor>> shard(kWorld);
     std::vector<int> peak(kWorld), undefined_after(kWorld);
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < kWorld; ++rank) {
-      threads.emplace_back([&, rank] {
-        FakeCollective collective(group, rank);
-        Net net(7);
-        net.params.pop_back();  // every parameter used: buckets can start during backward
-        GradientReducer reducer(net.params, &collective, /*bucket_bytes=*/8, {0, 2, 3, 5},
-                                /*keep_only_shard=*/true);
-        EXPECT_TRUE(reducer.keeps_only_shard());
-        for (auto& p : net.params) EXPECT_FALSE(p.grad().defined());
-        for (int step = 0; step < 2; ++step) {  // the second starts from zero again
-          for (int m = 0; m < kMicrobatches; ++m) {
-            if (overlap) reducer.Arm();
-            net.Loss(Input(rank, m)).backward();
-            ASSERT_TRUE(reducer.Finish().ok());
-            if (overlap) peak[rank] = std::max(peak[rank], reducer.peak_buckets());
-          }
-          if (step == 0) reducer.ZeroGrads();
+    OnFakeRanks(kWorld, [&](int rank, Collective* collective) {
+      Net net(7);
+      net.params.pop_back();  // every parameter used: buckets can start during backward
+      GradientReducer reducer(net.params, collective, /*bucket_bytes=*/8, {0, 2, 3, 5},
+                              /*keep_only_shard=*/true);
+      EXPECT_TRUE(reducer.keeps_only_shard());
+      for (auto& p : net.params) EXPECT_FALSE(p.grad().defined());
+      for (int step = 0; step < 2; ++step) {  // the second starts from zero again
+        for (int m = 0; m < kMicrobatches; ++m) {
+          if (overlap) reducer.Arm();
+          net.Loss(Input(rank, m)).backward();
+          ASSERT_TRUE(reducer.Finish().ok());
+          if (overlap) peak[rank] = std::max(peak[rank], reducer.peak_buckets());
         }
-        for (auto& p : net.params) undefined_after[rank] += !p.grad().defined();
-        for (const torch::Tensor& g : reducer.ShardGradients()) shard[rank].push_back(g.defined() ? g.clone() : g);
-      });
-    }
-    for (auto& t : threads) t.join();
+        if (step == 0) reducer.ZeroGrads();
+      }
+      for (auto& p : net.params) undefined_after[rank] += !p.grad().defined();
+      for (const torch::Tensor& g : reducer.ShardGradients()) shard[rank].push_back(g.defined() ? g.clone() : g);
+    });
     const std::vector<size_t> used_bounds = {0, 2, 3, 5};
     for (int rank = 0; rank < kWorld; ++rank) {
       EXPECT_EQ(undefined_after[rank], 5) << rank;
@@ -253,7 +225,7 @@ TEST(GradientReducerTest, AWarmUpPassDropsItsGradients) {
 TEST(GradientReducerTest, BucketsStartAsTheyFillWhenEveryParameterIsUsed) {
   std::vector<int> during(2), buckets(2);
   std::vector<std::vector<torch::Tensor>> reduced(2);
-  OnTwoGlooRanks([&](int rank, Collective* collective) {
+  OnGlooRanks(2, [&](int rank, Collective* collective) {
     Net net(7);
     net.params.pop_back();  // drop the unused parameter
     GradientReducer reducer(net.params, collective, /*bucket_bytes=*/100);
@@ -292,25 +264,21 @@ TEST(GradientReducerTest, ReplacedGradientIsPutBackIntoItsBucketWithItsValue) {
 }
 
 TEST(GradientReducerTest, AFailedBucketFailsFinishWithItsStatus) {
-  auto group = std::make_shared<FakeGroup>(2, absl::Seconds(1));
-  group->FailOperation(1, 1, absl::UnavailableError("link down"));
   std::vector<absl::Status> statuses(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      FakeCollective collective(group, rank);
-      Net net(7);
-      net.params.pop_back();
-      GradientReducer reducer(net.params, &collective, /*bucket_bytes=*/100);
-      reducer.Arm();
-      net.Loss(Input(rank, 0)).backward();
-      statuses[rank] = reducer.Finish();
-      // A failed step leaves zeroed gradients behind once abandoned.
-      reducer.Abandon();
-      for (auto& p : net.params) EXPECT_EQ(p.grad().abs().sum().item<float>(), 0.0f);
-    });
-  }
-  for (auto& t : threads) t.join();
+  OnFakeRanks(
+      2,
+      [&](int rank, Collective* collective) {
+        Net net(7);
+        net.params.pop_back();
+        GradientReducer reducer(net.params, collective, /*bucket_bytes=*/100);
+        reducer.Arm();
+        net.Loss(Input(rank, 0)).backward();
+        statuses[rank] = reducer.Finish();
+        // A failed step leaves zeroed gradients behind once abandoned.
+        reducer.Abandon();
+        for (auto& p : net.params) EXPECT_EQ(p.grad().abs().sum().item<float>(), 0.0f);
+      },
+      absl::Seconds(1), [](FakeGroup* group) { group->FailOperation(1, 1, absl::UnavailableError("link down")); });
   EXPECT_EQ(statuses[1].code(), absl::StatusCode::kUnavailable) << statuses[1];
   EXPECT_EQ(statuses[1].message(), "link down");
   // Rank 0 met rank 1's other operations; the one rank 1 skipped times out.
