@@ -5,7 +5,12 @@ libprotobuf/libgrpc++ exactly, which only the system protoc guarantees.
 """
 
 def trainyard_cc_proto(name, srcs, deps = [], grpc = False, visibility = None):
-    """cc_library `name` with the C++ messages (and services) of `srcs`.
+    """cc_library `name` with the C++ messages of `srcs`; with `grpc`, also
+    cc_library `name` + "_grpc" with their services' gRPC stubs.
+
+    The messages link protobuf only, so a library that speaks the messages
+    (a driver, a worker's core) links no gRPC; only the adapters that serve
+    or call a service depend on the "_grpc" target.
 
     Imports are relative to the workspace root: `import "proto/job.proto";`.
     `deps` are other trainyard_cc_proto targets whose .proto files are imported.
@@ -37,10 +42,19 @@ def trainyard_cc_proto(name, srcs, deps = [], grpc = False, visibility = None):
     )
     native.cc_library(
         name = name,
-        srcs = [o for o in outs if o.endswith(".cc")],
-        hdrs = [o for o in outs if o.endswith(".h")],
+        srcs = [o for o in outs if o.endswith(".pb.cc") and not o.endswith(".grpc.pb.cc")],
+        hdrs = [o for o in outs if o.endswith(".pb.h") and not o.endswith(".grpc.pb.h")],
         # Generated code is not ours to keep warning-free.
         copts = ["-Wno-unused-parameter"],
-        deps = deps + ["//third_party:protobuf"] + (["//third_party:grpc"] if grpc else []),
+        deps = deps + ["//third_party:protobuf"],
         visibility = visibility,
     )
+    if grpc:
+        native.cc_library(
+            name = name + "_grpc",
+            srcs = [o for o in outs if o.endswith(".grpc.pb.cc")],
+            hdrs = [o for o in outs if o.endswith(".grpc.pb.h")],
+            copts = ["-Wno-unused-parameter"],
+            deps = [":" + name, "//third_party:grpc"],
+            visibility = visibility,
+        )
