@@ -109,6 +109,18 @@ class GrpcWorkerClient : public WorkerClient {
         [this](grpc::ClientContext* c, const SaveCheckpointRequest* q, SaveCheckpointResponse* r,
                std::function<void(grpc::Status)> f) { stub_->async()->SaveCheckpoint(c, q, r, std::move(f)); });
   }
+  void OpenSessionAsync(const WorkerOpenSessionRequest& request, Done<OpenSessionResponse> done) override {
+    Async<WorkerOpenSessionRequest, OpenSessionResponse>(
+        std::chrono::minutes(10), request, std::move(done),
+        [this](grpc::ClientContext* c, const WorkerOpenSessionRequest* q, OpenSessionResponse* r,
+               std::function<void(grpc::Status)> f) { stub_->async()->OpenSession(c, q, r, std::move(f)); });
+  }
+  void RunSessionAsync(const SessionRequest& request, Done<SessionResponse> done) override {
+    Async<SessionRequest, SessionResponse>(
+        std::chrono::hours(24), request, std::move(done),
+        [this](grpc::ClientContext* c, const SessionRequest* q, SessionResponse* r,
+               std::function<void(grpc::Status)> f) { stub_->async()->RunSession(c, q, r, std::move(f)); });
+  }
   void AbortJobAsync(const AbortJobRequest& request, std::function<void(absl::Status)> done) override {
     Async<AbortJobRequest, AbortJobResponse>(
         std::chrono::seconds(10), request,

@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "coordinator/attempt_policy.h"
+#include "coordinator/fan_out.h"
 #include "coordinator/rank_blame.h"
 #include "coordinator/scheduler.h"
 #include "spdlog/spdlog.h"
@@ -115,83 +116,63 @@ template <typename Response, typename Call>
 absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Response>* responses,
                                    std::vector<absl::StatusOr<Response>>* each) {
   const int world = static_cast<int>(clients_.size());
-  struct Shared {
-    std::vector<std::optional<absl::StatusOr<Response>>> results;
-    int done = 0;
-    bool failed = false;
-  };
-  auto shared = std::make_shared<Shared>();
-  shared->results.resize(world);
-  // Every rank's call starts at once, asynchronously (no thread per rank:
-  // a gang of thousands costs the coordinator no threads); each answer is
-  // recorded as it comes.
-  for (int r = 0; r < world; ++r) {
-    call(r, WorkerClient::Done<Response>([this, shared, r, world](absl::StatusOr<Response> result) {
-           MutexLock lock(&mu_);
-           const bool failed = !result.ok();
-           shared->failed = shared->failed || failed;
-           shared->results[r] = std::move(result);
-           shared->done++;
-           // Only a failure or the last answer can end a wait below: waking
-           // the driver for each of a thousand answers would cost a
-           // thousand context switches per chunk.
-           if (failed || shared->done == world) changed_.SignalAll();
-         }));
-  }
+  // A failure or the last answer wakes the driver (fan_out.h); so does a
+  // stop (Stop signals changed_).
+  RankCalls<Response> calls(world, [this] {
+    MutexLock lock(&mu_);
+    changed_.SignalAll();
+  });
+  calls.StartAll(call);
   bool all_ok;
   {
     MutexLock lock(&mu_);
-    while (!(shared->done == world || shared->failed || stop_.has_value())) changed_.Wait(&mu_);
-    if (shared->failed && shared->done < world && each == nullptr) {
+    while (!(calls.done() == world || calls.failed() || stop_.has_value())) changed_.Wait(&mu_);
+    if (calls.failed() && calls.done() < world && each == nullptr) {
       // Give the other ranks a moment to report: the rank whose worker is
       // gone is the root cause, not its peers' collective errors.
       const absl::Time deadline = absl::Now() + absl::Seconds(2);
-      while (!(shared->done == world || stop_.has_value())) {
+      while (!(calls.done() == world || stop_.has_value())) {
         if (changed_.WaitWithDeadline(&mu_, deadline)) break;
       }
     }
     // ELASTIC: the survivors answer once their collective fails (at once
     // when a peer's process died, after the collective timeout when its
     // link was cut); lost workers' calls are cancelled by WorkerLost.
-    while (each != nullptr && !(shared->done == world || stop_.has_value())) changed_.Wait(&mu_);
-    all_ok = shared->done == world && !shared->failed;
+    while (each != nullptr && !(calls.done() == world || stop_.has_value())) changed_.Wait(&mu_);
+    all_ok = calls.done() == world && !calls.failed();
   }
   if (!all_ok) {
     for (auto& c : clients_) {
       if (c) c->CancelInFlight();
     }
   }
+  // Every call has ended (cancelled ones promptly) before the results are
+  // read. A rank whose worker stopped heartbeating reports that.
+  calls.WaitAll();
+  std::vector<absl::StatusOr<Response>> results = calls.Results();
   {
-    // Every call has ended (cancelled ones promptly) before the results
-    // are read. A rank whose worker stopped heartbeating reports that.
     MutexLock lock(&mu_);
-    while (shared->done < world) changed_.Wait(&mu_);
     for (int r = 0; r < world; ++r) {
       auto lost = lost_.find(worker_ids_[r]);
-      if (lost != lost_.end() && !shared->results[r]->ok()) {
-        *shared->results[r] = absl::UnavailableError(lost->second);
-      }
+      if (lost != lost_.end() && !results[r].ok()) results[r] = absl::UnavailableError(lost->second);
     }
   }
   if (std::optional<StopRequest> stop = stop_request()) return absl::AbortedError(stop->reason);
-  if (each != nullptr) {
-    each->clear();
-    for (int r = 0; r < world; ++r) each->push_back(*shared->results[r]);
-  }
+  if (each != nullptr) *each = results;
   if (!all_ok) {
     std::vector<absl::Status> statuses;
-    for (int r = 0; r < world; ++r)
-      statuses.push_back(shared->results[r] ? shared->results[r]->status() : absl::OkStatus());
+    for (const auto& r : results) statuses.push_back(r.status());
     const int culprit = CulpritRank(statuses);
-    if (culprit < 0 || absl::IsCancelled(statuses[culprit]))
+    if (culprit < 0 || absl::IsCancelled(statuses[culprit])) {
       return absl::AbortedError(absl::StrCat(what, " was cancelled"));
-    const absl::Status& s = shared->results[culprit]->status();
+    }
+    const absl::Status& s = statuses[culprit];
     const std::string name =
         culprit < static_cast<int>(rank_names_.size()) ? rank_names_[culprit] : absl::StrCat("rank ", culprit);
     return absl::Status(s.code(), absl::StrCat(name, ": ", what, " failed: ", s.message()));
   }
   responses->clear();
-  for (int r = 0; r < world; ++r) responses->push_back(**shared->results[r]);
+  for (auto& r : results) responses->push_back(*std::move(r));
   return absl::OkStatus();
 }
 

@@ -1,33 +1,18 @@
 #include "coordinator/session_manager.h"
 
 #include <random>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "coordinator/fan_out.h"
 #include "coordinator/rank_blame.h"
 #include "spdlog/spdlog.h"
 #include "spec/jobspec_validator.h"
 
 namespace trainyard {
 namespace {
-
-// Runs call(rank) for every rank at once and returns the results in rank
-// order.
-template <typename Response, typename Call>
-std::vector<absl::StatusOr<Response>> CallAll(int n, Call call) {
-  std::vector<absl::StatusOr<Response>> results(n, absl::UnknownError("not run"));
-  if (n == 1) {
-    results[0] = call(0);
-    return results;
-  }
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < n; ++rank) threads.emplace_back([&, rank] { results[rank] = call(rank); });
-  for (std::thread& t : threads) t.join();
-  return results;
-}
 
 // OK when every rank succeeded; otherwise the error of the rank to blame
 // (rank_blame.h, as for jobs), naming the rank and worker.
@@ -133,14 +118,15 @@ absl::StatusOr<OpenSessionResponse> SessionManager::Open(const OpenSessionReques
   }
   // Every worker at once: with several, they meet in the store under the
   // session's id before loading the model.
-  std::vector<absl::StatusOr<OpenSessionResponse>> opened = CallAll<OpenSessionResponse>(num_workers, [&](int rank) {
-    WorkerOpenSessionRequest open;
-    open.set_session_id(session_id);
-    *open.mutable_request() = request;
-    open.set_rank(rank);
-    open.set_world_size(num_workers);
-    return session.clients[rank]->OpenSession(open);
-  });
+  std::vector<absl::StatusOr<OpenSessionResponse>> opened =
+      CallEveryRank<OpenSessionResponse>(num_workers, [&](int rank, WorkerClient::Done<OpenSessionResponse> done) {
+        WorkerOpenSessionRequest open;
+        open.set_session_id(session_id);
+        *open.mutable_request() = request;
+        open.set_rank(rank);
+        open.set_world_size(num_workers);
+        session.clients[rank]->OpenSessionAsync(open, std::move(done));
+      });
   MutexLock lock(&mu_);
   if (absl::Status failed = GroupStatus(opened, worker_ids); !failed.ok()) {
     // Those that opened let go again; all return to the pool.
@@ -173,8 +159,10 @@ absl::StatusOr<SessionResponse> SessionManager::Run(const SessionRequest& reques
     clients = it->second.clients;
     worker_ids = it->second.worker_ids;
   }
-  std::vector<absl::StatusOr<SessionResponse>> responses = CallAll<SessionResponse>(
-      static_cast<int>(clients.size()), [&](int rank) { return clients[rank]->RunSession(request); });
+  std::vector<absl::StatusOr<SessionResponse>> responses = CallEveryRank<SessionResponse>(
+      static_cast<int>(clients.size()), [&](int rank, WorkerClient::Done<SessionResponse> done) {
+        clients[rank]->RunSessionAsync(request, std::move(done));
+      });
   MutexLock lock(&mu_);
   auto it = sessions_.find(request.session_id());
   if (it != sessions_.end()) {
@@ -220,13 +208,18 @@ void SessionManager::CloseLocked(std::string session_id, const std::string& why)
     AbortJobRequest abort;
     abort.set_job_id(session.id);
     abort.set_reason(absl::StrCat("the session is closed: ", why));
-    CallAll<bool>(static_cast<int>(session.clients.size()), [&](int rank) -> absl::StatusOr<bool> {
-      if (absl::Status s = session.clients[rank]->AbortJob(abort); !s.ok()) {
+    std::vector<absl::StatusOr<bool>> closed =
+        CallEveryRank<bool>(static_cast<int>(session.clients.size()), [&](int rank, WorkerClient::Done<bool> done) {
+          session.clients[rank]->AbortJobAsync(abort, [done = std::move(done)](absl::Status s) {
+            done(s.ok() ? absl::StatusOr<bool>(true) : absl::StatusOr<bool>(s));
+          });
+        });
+    for (size_t rank = 0; rank < closed.size(); ++rank) {
+      if (!closed[rank].ok()) {
         spdlog::warn("session {}: worker {} did not confirm the close: {}", session.id, session.worker_ids[rank],
-                     s.ToString());
+                     closed[rank].status().ToString());
       }
-      return true;
-    });
+    }
   });
 }
 

@@ -62,6 +62,12 @@ class WorkerClient {
   virtual void SaveCheckpointAsync(const SaveCheckpointRequest& request, Done<SaveCheckpointResponse> done) {
     Detach([this, request] { return SaveCheckpoint(request); }, std::move(done));
   }
+  virtual void OpenSessionAsync(const WorkerOpenSessionRequest& request, Done<OpenSessionResponse> done) {
+    Detach([this, request] { return OpenSession(request); }, std::move(done));
+  }
+  virtual void RunSessionAsync(const SessionRequest& request, Done<SessionResponse> done) {
+    Detach([this, request] { return RunSession(request); }, std::move(done));
+  }
   virtual void AbortJobAsync(const AbortJobRequest& request, std::function<void(absl::Status)> done) {
     std::thread([this, request, done = std::move(done)] { done(AbortJob(request)); }).detach();
   }
