@@ -40,6 +40,6 @@ forbid "a job knows no process (worker, coordinator, CLI)" \
 forbid "the worker knows nothing of the coordinator's internals" \
   "//worker/..." "//coordinator/..."
 forbid "the coordinator's and the worker's logic, jobs and specs link no gRPC (only their adapters do)" \
-  "//coordinator:coordinator + //coordinator:job_store + //coordinator:job_driver + //coordinator:session_manager + //worker:worker_core + //job/... + //spec/..." \
+  "//coordinator:coordinator + //coordinator:job_store + //coordinator:job_driver + //coordinator:session_manager + //worker:worker_core + //worker:membership + //job/... + //spec/..." \
   "//third_party:grpc + //proto:job_service_cc_proto_grpc + //proto:worker_cc_proto_grpc"
 exit "$status"

@@ -18,6 +18,7 @@
 #include "proto/worker.grpc.pb.h"
 #include "spdlog/spdlog.h"
 #include "worker/coordinator_store.h"
+#include "worker/membership.h"
 #include "worker/worker_core.h"
 #include "worker/worker_service.h"
 
@@ -28,6 +29,79 @@ std::string Hostname() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
   return name;
+}
+
+// CoordinatorService's membership calls over gRPC, 5 s each.
+class GrpcCoordinatorLink : public CoordinatorLink {
+ public:
+  explicit GrpcCoordinatorLink(const std::shared_ptr<grpc::Channel>& channel)
+      : stub_(CoordinatorService::NewStub(channel)) {}
+  absl::StatusOr<RegisterWorkerResponse> Register(const RegisterWorkerRequest& request) override {
+    RegisterWorkerResponse response;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    TY_RETURN_IF_ERROR(FromGrpcStatus(stub_->RegisterWorker(&ctx, request, &response)));
+    return response;
+  }
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request) override {
+    HeartbeatResponse response;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    TY_RETURN_IF_ERROR(FromGrpcStatus(stub_->Heartbeat(&ctx, request, &response)));
+    return response;
+  }
+
+ private:
+  std::unique_ptr<CoordinatorService::Stub> stub_;
+};
+
+// What this worker tells the coordinator: its host, address and device,
+// and `core`'s job and step; the job is aborted when the coordinator forgot
+// the worker.
+MembershipOptions MembershipOf(WorkerCore* core, const WorkerServerOptions& options, const std::string& address) {
+  MembershipOptions m;
+  m.coordinator = options.coordinator;
+  m.host = Hostname();
+  m.address = address;
+  m.device = options.device;
+  m.pid = static_cast<int32_t>(getpid());
+  m.held_job = [core] { return core->job_id(); };
+  m.step = [core] { return core->step(); };
+  m.abort = [core](const std::string& job, const std::string& reason) {
+    AbortJobRequest abort;
+    abort.set_job_id(job);
+    abort.set_reason(reason);
+    core->AbortJob(abort).IgnoreError();
+  };
+  return m;
+}
+
+// A preemption (Kubernetes sends SIGTERM, then SIGKILL after the grace
+// period): the job's ranks stop after the current step and rank 0 writes an
+// emergency checkpoint; the coordinator then tears the job down here, within
+// `grace`, or the job is aborted. The server keeps serving meanwhile (the
+// RunSteps reply, AbortJob).
+void HandBackHeldJob(WorkerCore* core, absl::Duration grace) {
+  const std::string held = core->job_id();
+  if (held.empty()) {
+    spdlog::info("worker: signal received, stopping");
+    return;
+  }
+  spdlog::warn("worker: signal received while holding job {}; stopping it with an emergency checkpoint", held);
+  const absl::Time start = absl::Now();
+  core->Preempt();
+  const absl::Time deadline = start + grace;
+  while (!core->job_id().empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  if (core->job_id().empty()) {
+    spdlog::info("worker: job {} handed back {:.2f} s after the signal", held,
+                 absl::ToDoubleSeconds(absl::Now() - start));
+    return;
+  }
+  spdlog::error("worker: job {} still held after {}; stopping anyway", held, absl::FormatDuration(grace));
+  AbortJobRequest abort;
+  abort.set_job_id(held);
+  abort.set_reason("the worker is stopping");
+  core->AbortJob(abort).IgnoreError();
 }
 
 }  // namespace
@@ -57,7 +131,6 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
   TY_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> channel_credentials,
                       MakeChannelCredentials(options.tls, &args));
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options.coordinator, channel_credentials, args);
-  auto coordinator = CoordinatorService::NewStub(channel);
 
   MetricsRegistry metrics;  // outlives the core and both servers
   WorkerCoreOptions core_options;
@@ -94,83 +167,10 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
         << std::endl;
   }
 
-  std::string worker_id;
-  absl::Duration interval = absl::Seconds(1);
-  absl::Time last_warning = absl::InfinitePast();
-  while (!signals->AnyReceived()) {
-    absl::Status status;
-    if (worker_id.empty()) {
-      RegisterWorkerRequest request;
-      request.set_host(Hostname());
-      request.set_address(address);
-      request.set_device(options.device);
-      request.set_pid(getpid());
-      request.set_held_job_id(core.job_id());
-      RegisterWorkerResponse response;
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-      status = FromGrpcStatus(coordinator->RegisterWorker(&ctx, request, &response));
-      if (status.ok()) {
-        worker_id = response.worker_id();
-        interval = absl::Milliseconds(std::max<int64_t>(response.heartbeat_interval_ms(), 50));
-        spdlog::info("registered with the coordinator at {} as {} (serving on {})", options.coordinator, worker_id,
-                     address);
-      }
-    } else {
-      HeartbeatRequest request;
-      request.set_worker_id(worker_id);
-      request.set_job_id(core.job_id());
-      request.set_step(core.step());
-      HeartbeatResponse response;
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-      status = FromGrpcStatus(coordinator->Heartbeat(&ctx, request, &response));
-      if (status.ok() && response.reregister()) {
-        // The coordinator dropped this worker (it was silent for too long,
-        // or the coordinator restarted): whatever job it held is over.
-        spdlog::warn("the coordinator does not know {}; registering again", worker_id);
-        const std::string held = core.job_id();
-        if (!held.empty()) {
-          AbortJobRequest abort;
-          abort.set_job_id(held);
-          abort.set_reason("the coordinator dropped this worker");
-          core.AbortJob(abort).IgnoreError();
-        }
-        worker_id.clear();
-        continue;
-      }
-    }
-    if (!status.ok() && absl::Now() - last_warning > absl::Seconds(10)) {
-      spdlog::warn("coordinator {} unreachable: {}", options.coordinator, status.ToString());
-      last_warning = absl::Now();
-    }
-    signals->Wait(interval);
-  }
-  // A preemption (Kubernetes sends SIGTERM, then SIGKILL after the grace
-  // period): the job's ranks stop after the current step and rank 0 writes
-  // an emergency checkpoint; the coordinator then tears the job down here.
-  // The server keeps serving meanwhile (the RunSteps reply, AbortJob).
-  const std::string held = core.job_id();
-  if (!held.empty()) {
-    spdlog::warn("worker: signal received while holding job {}; stopping it with an emergency checkpoint", held);
-    const absl::Time start = absl::Now();
-    core.Preempt();
-    const absl::Time deadline = start + options.preemption_grace;
-    while (!core.job_id().empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
-    if (core.job_id().empty()) {
-      spdlog::info("worker: job {} handed back {:.2f} s after the signal", held,
-                   absl::ToDoubleSeconds(absl::Now() - start));
-    } else {
-      spdlog::error("worker: job {} still held after {}; stopping anyway", held,
-                    absl::FormatDuration(options.preemption_grace));
-      AbortJobRequest abort;
-      abort.set_job_id(held);
-      abort.set_reason("the worker is stopping");
-      core.AbortJob(abort).IgnoreError();
-    }
-  } else {
-    spdlog::info("worker: signal received, stopping");
-  }
+  GrpcCoordinatorLink link(channel);
+  Membership membership(&link, MembershipOf(&core, options, address));
+  while (!signals->AnyReceived()) signals->Wait(membership.Beat());
+  HandBackHeldJob(&core, options.preemption_grace);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
   return absl::OkStatus();

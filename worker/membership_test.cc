@@ -1,0 +1,125 @@
+// The membership protocol against a fake coordinator link: registration,
+// heartbeats with the held job and step, and the reregister that ends the
+// held job.
+#include "worker/membership.h"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <vector>
+
+namespace trainyard {
+namespace {
+
+class FakeLink : public CoordinatorLink {
+ public:
+  absl::StatusOr<RegisterWorkerResponse> Register(const RegisterWorkerRequest& request) override {
+    registered.push_back(request);
+    return Next(&register_answers);
+  }
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request) override {
+    heartbeats.push_back(request);
+    return Next(&heartbeat_answers);
+  }
+  std::vector<RegisterWorkerRequest> registered;
+  std::vector<HeartbeatRequest> heartbeats;
+  std::deque<absl::StatusOr<RegisterWorkerResponse>> register_answers;
+  std::deque<absl::StatusOr<HeartbeatResponse>> heartbeat_answers;
+
+ private:
+  template <typename T>
+  static absl::StatusOr<T> Next(std::deque<absl::StatusOr<T>>* answers) {
+    if (answers->empty()) return T();
+    absl::StatusOr<T> next = answers->front();
+    answers->pop_front();
+    return next;
+  }
+};
+
+RegisterWorkerResponse Registered(const std::string& id, int64_t interval_ms) {
+  RegisterWorkerResponse r;
+  r.set_worker_id(id);
+  r.set_heartbeat_interval_ms(interval_ms);
+  return r;
+}
+
+class MembershipTest : public ::testing::Test {
+ protected:
+  MembershipOptions Options() {
+    MembershipOptions o;
+    o.coordinator = "coordinator:1";
+    o.host = "host-a";
+    o.address = "10.0.0.2:5000";
+    o.device = "cpu";
+    o.pid = 42;
+    o.held_job = [this] { return job; };
+    o.step = [this] { return step; };
+    o.abort = [this](const std::string& j, const std::string& reason) { aborted.push_back(j + ": " + reason); };
+    o.clock = &clock;
+    return o;
+  }
+  FakeLink link;
+  SimulatedClock clock;
+  std::string job;
+  int64_t step = 0;
+  std::vector<std::string> aborted;
+};
+
+TEST_F(MembershipTest, RegistersThenHeartbeatsWithTheHeldJobAndStep) {
+  link.register_answers.push_back(Registered("w1", 200));
+  Membership m(&link, Options());
+  job = "still-tearing-down";
+  EXPECT_EQ(m.Beat(), absl::Milliseconds(200));
+  ASSERT_EQ(link.registered.size(), 1u);
+  const RegisterWorkerRequest& r = link.registered[0];
+  EXPECT_EQ(r.host(), "host-a");
+  EXPECT_EQ(r.address(), "10.0.0.2:5000");
+  EXPECT_EQ(r.device(), "cpu");
+  EXPECT_EQ(r.pid(), 42);
+  EXPECT_EQ(r.held_job_id(), "still-tearing-down");
+  EXPECT_EQ(m.worker_id(), "w1");
+  job = "job-7";
+  step = 130;
+  EXPECT_EQ(m.Beat(), absl::Milliseconds(200));
+  ASSERT_EQ(link.heartbeats.size(), 1u);
+  EXPECT_EQ(link.heartbeats[0].worker_id(), "w1");
+  EXPECT_EQ(link.heartbeats[0].job_id(), "job-7");
+  EXPECT_EQ(link.heartbeats[0].step(), 130);
+  EXPECT_TRUE(aborted.empty());
+}
+
+TEST_F(MembershipTest, AReregisterEndsTheHeldJobAndRegistersAgainAtOnce) {
+  link.register_answers.push_back(Registered("w1", 100));
+  link.register_answers.push_back(Registered("w2", 100));
+  HeartbeatResponse forgot;
+  forgot.set_reregister(true);
+  link.heartbeat_answers.push_back(forgot);
+  Membership m(&link, Options());
+  m.Beat();
+  job = "job-7";
+  EXPECT_EQ(m.Beat(), absl::ZeroDuration());
+  EXPECT_EQ(m.worker_id(), "");
+  EXPECT_EQ(aborted, (std::vector<std::string>{"job-7: the coordinator dropped this worker"}));
+  m.Beat();
+  EXPECT_EQ(m.worker_id(), "w2");
+  EXPECT_EQ(link.registered.size(), 2u);
+}
+
+TEST_F(MembershipTest, AnUnreachableCoordinatorIsRetriedAtTheSameInterval) {
+  link.register_answers.push_back(absl::UnavailableError("connection refused"));
+  link.register_answers.push_back(Registered("w1", 10));  // below the 50 ms floor
+  Membership m(&link, Options());
+  EXPECT_EQ(m.Beat(), absl::Seconds(1));
+  EXPECT_EQ(m.last_status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(m.worker_id(), "");
+  EXPECT_EQ(m.Beat(), absl::Milliseconds(50));
+  EXPECT_TRUE(m.last_status().ok());
+  // A heartbeat that fails keeps the id: the coordinator may come back.
+  link.heartbeat_answers.push_back(absl::UnavailableError("gone"));
+  EXPECT_EQ(m.Beat(), absl::Milliseconds(50));
+  EXPECT_EQ(m.worker_id(), "w1");
+  EXPECT_EQ(m.last_status().code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace trainyard
