@@ -9,6 +9,13 @@ class RealClock : public Clock {
  public:
   absl::Time Now() override { return absl::Now(); }
   void SleepFor(absl::Duration d) override { absl::SleepFor(d); }
+  bool WaitWithDeadline(CondVar* cv, Mutex* mu, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) override {
+    if (deadline == absl::InfiniteFuture()) {
+      cv->Wait(mu);
+      return false;
+    }
+    return cv->WaitWithDeadline(mu, deadline);
+  }
 };
 
 }  // namespace
@@ -32,6 +39,21 @@ void SimulatedClock::SleepFor(absl::Duration d) {
   --sleepers_;
 }
 
+bool SimulatedClock::WaitWithDeadline(CondVar* cv, Mutex* mu, absl::Time deadline) {
+  {
+    MutexLock lock(&mu_);
+    if (now_ >= deadline) return true;
+    ++waiters_;
+    cv_.SignalAll();  // num_waiters() changed
+  }
+  // A few real milliseconds at most: a time move is noticed at the caller's
+  // next check, and no pointer to `cv` or `mu` outlives this call.
+  cv->WaitWithDeadline(mu, absl::Now() + absl::Milliseconds(5));
+  MutexLock lock(&mu_);
+  --waiters_;
+  return now_ >= deadline;
+}
+
 void SimulatedClock::AdvanceTime(absl::Duration d) {
   MutexLock lock(&mu_);
   now_ += d;
@@ -42,6 +64,11 @@ void SimulatedClock::SetTime(absl::Time t) {
   MutexLock lock(&mu_);
   if (t > now_) now_ = t;
   cv_.SignalAll();
+}
+
+int SimulatedClock::num_waiters() {
+  MutexLock lock(&mu_);
+  return waiters_;
 }
 
 int SimulatedClock::num_sleepers() {

@@ -307,13 +307,13 @@ absl::StatusOr<std::vector<std::string>> Coordinator::AcquireSessionWorkers(cons
   session_waiters_.push_back(&waiter);
   // Served by this thread's passes (workers that are idle now, or become
   // idle at a heartbeat) and by the scheduler's.
-  const absl::Time give_up = absl::Now() + wait;
+  const absl::Time give_up = options_.clock->Now() + wait;
   while (waiter.assigned.empty() && !shutting_down_) {
     AssignGangsLocked();
     if (!waiter.assigned.empty()) break;
-    const absl::Time now = absl::Now();
+    const absl::Time now = options_.clock->Now();
     if (now >= give_up) break;
-    changed_.WaitWithDeadline(&mu_, std::min(give_up, now + absl::Milliseconds(50)));
+    options_.clock->WaitWithDeadline(&changed_, &mu_, std::min(give_up, now + absl::Milliseconds(50)));
   }
   session_waiters_.erase(std::find(session_waiters_.begin(), session_waiters_.end(), &waiter));
   if (!waiter.assigned.empty()) {
@@ -361,7 +361,7 @@ void Coordinator::StartJobLocked(Job* job, const std::vector<std::string>& worke
   }
   SetStateLocked(job, STARTING, "");
   spdlog::info("job {}: starting on {} worker(s)", job->info.job_id(), worker_ids.size());
-  job->attempt = std::make_shared<JobDriver>(std::move(plan), static_cast<JobDriverHost*>(this));
+  job->attempt = std::make_shared<JobDriver>(std::move(plan), static_cast<JobDriverHost*>(this), options_.clock);
   job->driver = std::thread([this, job] { Drive(job); });
 }
 

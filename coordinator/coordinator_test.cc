@@ -324,6 +324,19 @@ class CoordinatorTest : public ::testing::Test {
     return info;
   }
 
+  // `call` on a thread of its own; once it waits on the injected clock, the
+  // clock moves past `wait`. The call's result (no real time slept).
+  template <typename Call>
+  auto AfterTimeout(absl::Duration wait, Call call) {
+    decltype(call()) result = absl::UnknownError("not run");
+    std::thread caller([&] { result = call(); });
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (clock_.num_waiters() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+    clock_.AdvanceTime(wait + absl::Seconds(1));
+    caller.join();
+    return result;
+  }
+
   std::string dir_;
   CoordinatorOptions options_;
   SimulatedClock clock_{absl::FromUnixSeconds(1000000)};
@@ -610,7 +623,7 @@ TEST_F(CoordinatorTest, SessionsHoldAWorkerUntilClosedOrIdle) {
   EXPECT_EQ(s->worker_id(), a);
   EXPECT_EQ(s->step(), 7);
   // The worker is taken: a second session waits, then gives up.
-  EXPECT_THAT(c->OpenSession(open).status(),
+  EXPECT_THAT(AfterTimeout(absl::Seconds(1), [&] { return c->OpenSession(open); }).status(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no 1 idle worker(s) for a session within 1 s")));
   SessionRequest run;
   run.set_session_id(s->session_id());
@@ -662,7 +675,7 @@ TEST_F(CoordinatorTest, ASessionWaitsInTheQueueBehindOlderJobs) {
   OpenSessionRequest open;
   open.set_checkpoint("ckpt_7");
   open.set_wait_seconds(1);
-  EXPECT_THAT(c->OpenSession(open).status(),
+  EXPECT_THAT(AfterTimeout(absl::Seconds(1), [&] { return c->OpenSession(open); }).status(),
               StatusIs(absl::StatusCode::kUnavailable,
                        HasSubstr("no 1 idle worker(s) for a session within 1 s (jobs submitted before it are served "
                                  "first)")));
@@ -737,7 +750,7 @@ TEST_F(CoordinatorTest, ADataParallelSessionRunsOnEveryWorker) {
   EXPECT_THAT(c->OpenSession(open).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a multiple of num_workers 3")));
   open.set_batch_size(6);
-  EXPECT_THAT(c->OpenSession(open).status(),
+  EXPECT_THAT(AfterTimeout(absl::Seconds(1), [&] { return c->OpenSession(open); }).status(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no 3 idle worker(s) for a session within 1 s")));
   // One rank fails to open: the root cause is reported, not its peer's
   // kAborted, and both workers are given back.
@@ -1100,6 +1113,33 @@ TEST_F(CoordinatorTest, ARestartRecordsTheCheckpointTheWorkersRestored) {
                                             "run 40+20 ckpt"}));
 }
 
+TEST_F(CoordinatorTest, ACheckpointRequestGivesUpAfterItsTimeoutOnTheInjectedClock) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  Worker("a")->hold_run = 1;  // the first chunk does not end: no boundary
+  const std::string id = c->SubmitJob(Spec(1, 60))->job_id();
+  c->Start();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    std::lock_guard<std::mutex> lock(Worker("a")->mu);
+    if (Worker("a")->held) break;
+  }
+  CheckpointJobRequest request;
+  request.set_job_id(id);
+  // (Under the 10 s heartbeat timeout of the same clock: the worker is not
+  // taken for lost meanwhile.)
+  request.set_timeout_seconds(5);
+  EXPECT_THAT(
+      AfterTimeout(absl::Seconds(5), [&] { return c->CheckpointJob(request); }).status(),
+      StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("did not reach a boundary between chunks within 5s")));
+  {
+    std::lock_guard<std::mutex> lock(Worker("a")->mu);
+    Worker("a")->released = true;
+    Worker("a")->cv.notify_all();
+  }
+  WaitForState(c.get(), id, SUCCEEDED);
+}
+
 TEST_F(CoordinatorTest, ACheckpointOnRequestIsWrittenOnEveryRankAtTheNextBoundary) {
   auto c = Make();
   AddWorker(c.get(), "a");
@@ -1123,7 +1163,9 @@ TEST_F(CoordinatorTest, ACheckpointOnRequestIsWrittenOnEveryRankAtTheNextBoundar
   }
   absl::StatusOr<CheckpointJobResponse> saved;
   std::thread asker([&] { saved = c->CheckpointJob(request); });
-  absl::SleepFor(absl::Milliseconds(50));  // the request is waiting for the boundary
+  // The request waits for the boundary (on the injected clock).
+  const absl::Time asked = absl::Now() + absl::Seconds(10);
+  while (clock_.num_waiters() == 0 && absl::Now() < asked) absl::SleepFor(absl::Milliseconds(1));
   {
     std::lock_guard<std::mutex> lock(Worker("a")->mu);
     Worker("a")->released = true;

@@ -31,8 +31,8 @@ std::string JobIdFor(const std::string& name, int64_t sequence) {
   if (base.size() > 48) base.resize(48);
   return absl::StrCat(base, "-", sequence);
 }
-JobDriver::JobDriver(AttemptPlan plan, JobDriverHost* host)
-    : plan_(std::move(plan)), host_(host), latest_checkpoint_(plan_.latest_checkpoint) {
+JobDriver::JobDriver(AttemptPlan plan, JobDriverHost* host, Clock* clock)
+    : plan_(std::move(plan)), host_(host), clock_(clock), latest_checkpoint_(plan_.latest_checkpoint) {
   std::vector<std::string> ids = plan_.worker_ids;
   ids.resize(plan_.clients.size());
   SetMembers(plan_.clients, plan_.rank_names, std::move(ids));
@@ -92,12 +92,12 @@ absl::StatusOr<JobDriver::SavedCheckpoint> JobDriver::CheckpointNow(absl::Durati
     return absl::FailedPreconditionError(
         absl::StrCat("job '", plan_.job_id, "' is an ", JobKind_Name(kind), " job: it has no training state to save"));
   }
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = clock_->Now() + timeout;
   MutexLock lock(&mu_);
   const int64_t ticket = ++checkpoints_asked_;
   changed_.SignalAll();
   while (checkpoints_served_ < ticket && !ended_.has_value()) {
-    if (changed_.WaitWithDeadline(&mu_, deadline)) {
+    if (clock_->WaitWithDeadline(&changed_, &mu_, deadline)) {
       if (checkpoints_served_ >= ticket || ended_.has_value()) break;
       return absl::DeadlineExceededError(absl::StrCat("job '", plan_.job_id, "' did not reach a boundary between ",
                                                       "chunks within ", absl::FormatDuration(timeout)));
@@ -130,9 +130,9 @@ absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Resp
     if (calls.failed() && calls.done() < world && each == nullptr) {
       // Give the other ranks a moment to report: the rank whose worker is
       // gone is the root cause, not its peers' collective errors.
-      const absl::Time deadline = absl::Now() + absl::Seconds(2);
+      const absl::Time deadline = clock_->Now() + absl::Seconds(2);
       while (!(calls.done() == world || stop_.has_value())) {
-        if (changed_.WaitWithDeadline(&mu_, deadline)) break;
+        if (clock_->WaitWithDeadline(&changed_, &mu_, deadline)) break;
       }
     }
     // ELASTIC: the survivors answer once their collective fails (at once

@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "coordinator/worker_client.h"
 #include "proto/job_service.pb.h"
@@ -87,7 +88,9 @@ class JobDriverHost {
 
 class JobDriver {
  public:
-  JobDriver(AttemptPlan plan, JobDriverHost* host);
+  // `clock` times the driver's bounded waits (CheckpointNow's timeout, the
+  // grace for the other ranks to report a failure).
+  JobDriver(AttemptPlan plan, JobDriverHost* host, Clock* clock = Clock::Real());
 
   // Runs the attempt to its end (see above) and tears it down on every rank.
   // After a ShutDown the job's state is left as it is: the next coordinator
@@ -184,6 +187,7 @@ class JobDriver {
 
   const AttemptPlan plan_;
   JobDriverHost* const host_;
+  Clock* const clock_;
   // The attempt's ranks: the plan's, then (ELASTIC) the groups that
   // followed. Written by the driver's thread under mu_, read by it freely.
   std::vector<std::shared_ptr<WorkerClient>> clients_;
