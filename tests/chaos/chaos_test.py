@@ -409,18 +409,31 @@ class ChaosTest(unittest.TestCase):
         for path in event_files:
             read_events(path)
 
-        # Steps recomputed: for each attempt after the first, the step the
-        # coordinator had recorded when its fault struck minus the step the
-        # attempt ran from (its restored checkpoint's).
-        starts = [int(re.search(r"running from step (\d+)", line).group(1))
-                  for line in self.events(job, "running from step")]
+        # Steps recomputed: for each attempt that ran after a fault, the step
+        # the coordinator had recorded when the fault struck minus the step
+        # the attempt ran from (its restored checkpoint's). An attempt that
+        # ended before it ran (a second fault of a pair striking its start)
+        # logs no "running from": the next one pairs with the same fault.
         struck = [r["injected_at_step"] for r in log for _ in range(r.get("restarts", 0))]
-        self.assertEqual(len(starts), done["restarts"] + 1, starts)
+        starts, recomputed, restarting, current = [], [], 0, None
+        for line in coordinator_log.splitlines():
+            if f"job {job}: RESTARTING" in line:
+                current = struck[restarting] if restarting < len(struck) else current
+                restarting += 1
+            elif f"job {job}: running from step" in line:
+                starts.append(int(re.search(r"running from step (\d+)", line).group(1)))
+                if len(starts) > 1:
+                    self.assertIsNotNone(current, f"attempt {len(starts)} ran with no restart before it: {starts}")
+                    recomputed.append(max(0, current - starts[-1]))
+                current = None
+        self.assertEqual(restarting, done["restarts"], starts)
+        self.assertLessEqual(len(starts), done["restarts"] + 1, starts)
+        self.assertEqual(len(recomputed), len(starts) - 1, starts)
         ms = lambda info: info["end_time_unix_ms"] - info["create_time_unix_ms"]  # noqa: E731
         report = {
             "seed": seed, "faults": len(plan), "steps": steps, "restarts": done["restarts"],
             "attempts_ran_from": starts,
-            "steps_recomputed": sum(max(0, at - ran_from) for at, ran_from in zip(struck, starts[1:])),
+            "steps_recomputed": sum(recomputed),
             "reference_seconds": round(ms(ref) / 1000, 1), "soak_seconds": round(ms(done) / 1000, 1),
             "overhead": round(ms(done) / ms(ref) - 1, 2), "schedule": log,
         }
