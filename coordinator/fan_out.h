@@ -66,12 +66,18 @@ class RankCalls {
     }
     return true;
   }
-  // Every rank's answer in rank order; kUnknown for a call still running.
-  std::vector<absl::StatusOr<Response>> Results() const {
+  // Every rank's answer in rank order, moved out (kUnknown for a call still
+  // running): call it once, after WaitAll. The answers then belong to the
+  // caller's thread alone, whichever thread drops the last reference to the
+  // calls' state.
+  std::vector<absl::StatusOr<Response>> TakeResults() {
     MutexLock lock(&state_->mu);
     std::vector<absl::StatusOr<Response>> out;
     out.reserve(state_->results.size());
-    for (const auto& r : state_->results) out.push_back(r ? *r : absl::UnknownError("the call has not ended"));
+    for (auto& r : state_->results) {
+      out.push_back(r ? *std::move(r) : absl::UnknownError("the call has not ended"));
+      r.reset();
+    }
     return out;
   }
 
@@ -114,7 +120,7 @@ std::vector<absl::StatusOr<Response>> CallEveryRank(int world, Start start) {
   RankCalls<Response> calls(world);
   calls.StartAll(std::move(start));
   calls.WaitAll();
-  return calls.Results();
+  return calls.TakeResults();
 }
 
 }  // namespace trainyard

@@ -33,7 +33,7 @@ TEST(FanOutTest, AnswersAreInRankOrderWhateverOrderTheyCome) {
   EXPECT_TRUE(calls.WaitAll());
   last.join();
   EXPECT_EQ(woken.load(), 1);
-  std::vector<absl::StatusOr<int>> results = calls.Results();
+  std::vector<absl::StatusOr<int>> results = calls.TakeResults();
   ASSERT_EQ(results.size(), 3u);
   EXPECT_EQ(*results[0], 0);
   EXPECT_EQ(*results[1], 10);
@@ -49,7 +49,7 @@ TEST(FanOutTest, AFailureWakesAtOnceAndIsKept) {
   pending[1](absl::UnavailableError("gone"));
   EXPECT_EQ(woken.load(), 1);
   EXPECT_TRUE(calls.failed());
-  std::vector<absl::StatusOr<int>> results = calls.Results();
+  std::vector<absl::StatusOr<int>> results = calls.TakeResults();
   EXPECT_THAT(results[0].status(), StatusIs(absl::StatusCode::kUnknown, ::testing::HasSubstr("has not ended")));
   EXPECT_THAT(results[1].status(), StatusIs(absl::StatusCode::kUnavailable, ::testing::HasSubstr("gone")));
   pending[0](5);

@@ -149,7 +149,7 @@ absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Resp
   // Every call has ended (cancelled ones promptly) before the results are
   // read. A rank whose worker stopped heartbeating reports that.
   calls.WaitAll();
-  std::vector<absl::StatusOr<Response>> results = calls.Results();
+  std::vector<absl::StatusOr<Response>> results = calls.TakeResults();
   {
     MutexLock lock(&mu_);
     for (int r = 0; r < world; ++r) {
