@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "client/commands.h"
 #include "client/flags.h"
+#include "common/status_macros.h"
 #include "data/bundled.h"
 #include "data/iterator.h"
 #include "model/encoder_decoder_model.h"
@@ -16,6 +17,27 @@
 #include "trainer/task_batches.h"
 
 namespace trainyard {
+namespace {
+
+// A random sample of `num` examples of `task`'s `split` (the `seed`-th), cut
+// to the given lengths; fewer when the split is smaller.
+absl::StatusOr<T5Batch> SampleBatch(const Task& task, const std::string& split, int num, int input_length,
+                                    int targets_length, int seed) {
+  IteratorOptions data;
+  data.split = split;
+  data.rows = num;
+  data.inputs_length = input_length;
+  data.targets_length = targets_length;
+  data.pack = false;
+  data.shuffle = true;  // a sample of the split, not its first rows
+  data.seed = static_cast<uint64_t>(seed);
+  data.repeat = false;
+  TY_ASSIGN_OR_RETURN(std::unique_ptr<TaskIterator> it, TaskIterator::Create(task, data));
+  TY_ASSIGN_OR_RETURN(ConvertedBatch converted, it->Next());
+  return ToT5Batch(converted).Slice(0, converted.rows);
+}
+
+}  // namespace
 
 int RunPredict(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   // Examples from a file, or JSON output: the interactive model's path.
@@ -64,31 +86,19 @@ int RunPredict(const std::vector<std::string>& args, std::ostream& out, std::ost
     if (!task.ok()) return fail(absl::InvalidArgumentError(absl::StrCat("--task: ", task.status().message())));
     const Vocabulary& vocab = *(*task)->vocabulary;
 
-    IteratorOptions data;
-    data.split = split;
-    data.rows = num;
-    data.inputs_length = input_length;
-    data.targets_length = max_decode;
-    data.pack = false;
-    data.shuffle = true;  // a sample of the split, not its first rows
-    data.seed = static_cast<uint64_t>(seed);
-    data.repeat = false;
-    absl::StatusOr<std::unique_ptr<TaskIterator>> it = TaskIterator::Create(**task, data);
-    if (!it.ok()) return fail(it.status());
-    absl::StatusOr<ConvertedBatch> converted = (*it)->Next();
-    if (!converted.ok()) return fail(converted.status());
-    const T5Batch batch = ToT5Batch(*converted).Slice(0, converted->rows);
+    absl::StatusOr<T5Batch> batch = SampleBatch(**task, split, num, input_length, max_decode, seed);
+    if (!batch.ok()) return fail(batch.status());
     DecodeOptions decode;
     decode.max_decode_length = max_decode;
-    absl::StatusOr<Predictions> predicted = (*model)->PredictBatchWithAux(batch, decode);
+    absl::StatusOr<Predictions> predicted = (*model)->PredictBatchWithAux(*batch, decode);
     if (!predicted.ok()) return fail(predicted.status());
-    const int64_t rows = batch.batch_size();
+    const int64_t rows = batch->batch_size();
     int exact = 0;
     out << "checkpoint " << checkpoint << " (step " << ckpt->step << ")\n";
     for (int64_t r = 0; r < rows; ++r) {
-      const std::string input = DecodeRow(vocab, batch.encoder_input_tokens[r]);
+      const std::string input = DecodeRow(vocab, batch->encoder_input_tokens[r]);
       const std::string prediction = DecodeRow(vocab, predicted->tokens[r]);
-      const std::string target = DecodeRow(vocab, batch.decoder_target_tokens[r]);
+      const std::string target = DecodeRow(vocab, batch->decoder_target_tokens[r]);
       exact += prediction == target;
       out << absl::StrFormat("  %-14s -> %s", input, prediction)
           << (prediction == target ? "  [exact]" : absl::StrCat("  [target: ", target, "]"))

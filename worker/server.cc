@@ -37,21 +37,24 @@ class GrpcCoordinatorLink : public CoordinatorLink {
   explicit GrpcCoordinatorLink(const std::shared_ptr<grpc::Channel>& channel)
       : stub_(CoordinatorService::NewStub(channel)) {}
   absl::StatusOr<RegisterWorkerResponse> Register(const RegisterWorkerRequest& request) override {
-    RegisterWorkerResponse response;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    TY_RETURN_IF_ERROR(FromGrpcStatus(stub_->RegisterWorker(&ctx, request, &response)));
-    return response;
+    return Call<RegisterWorkerResponse>(
+        [&](grpc::ClientContext* ctx, RegisterWorkerResponse* r) { return stub_->RegisterWorker(ctx, request, r); });
   }
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request) override {
-    HeartbeatResponse response;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    TY_RETURN_IF_ERROR(FromGrpcStatus(stub_->Heartbeat(&ctx, request, &response)));
-    return response;
+    return Call<HeartbeatResponse>(
+        [&](grpc::ClientContext* ctx, HeartbeatResponse* r) { return stub_->Heartbeat(ctx, request, r); });
   }
 
  private:
+  template <typename Response, typename F>
+  static absl::StatusOr<Response> Call(F f) {
+    Response response;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    TY_RETURN_IF_ERROR(FromGrpcStatus(f(&ctx, &response)));
+    return response;
+  }
+
   std::unique_ptr<CoordinatorService::Stub> stub_;
 };
 
