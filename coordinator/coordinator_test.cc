@@ -5,7 +5,6 @@
 // above, and together they are the coordinator's behaviour as specified.
 #include "coordinator/coordinator.h"
 
-#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/testing/status_matchers.h"
+#include "coordinator/testing/fake_worker_client.h"
 #include "gtest/gtest.h"
 
 namespace trainyard {
@@ -24,18 +24,13 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// What one fake worker was asked to do, and how it behaves.
-struct FakeWorker {
+// What one fake worker was asked to do, and how it answers (when a call
+// completes is the test's: coordinator/testing/fake_worker_client.h).
+struct Script {
   std::mutex mu;
-  std::condition_variable cv;
   std::vector<std::string> calls;  // "start r/w", "run first+n ckpt", "eval step", "abort"
   absl::Status fail_run_at_step = absl::OkStatus();
-  int64_t fail_step = -1;   // RunSteps with this first_step fails
-  bool block_runs = false;  // RunSteps blocks until cancelled
-  bool cancelled = false;
-  int runs = 0;       // RunSteps calls so far
-  int hold_run = -1;  // the RunSteps call (1-based) that waits for `released`
-  bool held = false, released = false;
+  int64_t fail_step = -1;  // RunSteps with this first_step fails
   double loss_at_end = 0;  // reported loss: 100 / last_step unless NaN asked
   bool nan_loss = false;
   int64_t preempt_step = -1;       // RunSteps from this step reports a preemption
@@ -53,9 +48,9 @@ struct FakeWorker {
   uint64_t digest = 7;     // Regroup's and a join's state digest
 };
 
-class FakeClient : public WorkerClient {
+class ScriptedResponder : public FakeWorker::Responder {
  public:
-  explicit FakeClient(std::shared_ptr<FakeWorker> w) : w_(std::move(w)) {}
+  explicit ScriptedResponder(std::shared_ptr<Script> w) : w_(std::move(w)) {}
   absl::StatusOr<StartJobResponse> StartJob(const StartJobRequest& r) override {
     Record(
         absl::StrCat("start ", r.rank(), "/", r.world_size(), r.join() ? absl::StrCat(" join g", r.generation()) : ""));
@@ -83,12 +78,7 @@ class FakeClient : public WorkerClient {
   }
   absl::StatusOr<RunStepsResponse> RunSteps(const RunStepsRequest& r) override {
     Record(absl::StrCat("run ", r.first_step(), "+", r.num_steps(), r.save_checkpoint() ? " ckpt" : ""));
-    std::unique_lock<std::mutex> lock(w_->mu);
-    if (++w_->runs == w_->hold_run) {
-      w_->held = true;
-      w_->cv.notify_all();
-      w_->cv.wait(lock, [&] { return w_->released; });
-    }
+    std::lock_guard<std::mutex> lock(w_->mu);
     if (r.first_step() == w_->fail_step) {
       if (w_->fail_once) w_->fail_step = -1;
       return w_->fail_run_at_step;
@@ -101,11 +91,6 @@ class FakeClient : public WorkerClient {
       response.set_asked_to_stop(w_->asked_to_stop);
       if (w_->rank == 0) response.set_checkpoint(absl::StrCat("ckpt_", r.first_step() + 3));
       return response;
-    }
-    if (w_->block_runs) {
-      w_->cv.wait(lock, [&] { return w_->cancelled; });
-      w_->cancelled = false;
-      return absl::CancelledError("cancelled");
     }
     RunStepsResponse response;
     response.set_last_step(r.first_step() + r.num_steps());
@@ -200,18 +185,13 @@ class FakeClient : public WorkerClient {
     Record("abort");
     return absl::OkStatus();
   }
-  void CancelInFlight() override {
-    std::lock_guard<std::mutex> lock(w_->mu);
-    w_->cancelled = true;
-    w_->cv.notify_all();
-  }
 
  private:
   void Record(std::string call) {
     std::lock_guard<std::mutex> lock(w_->mu);
     w_->calls.push_back(std::move(call));
   }
-  std::shared_ptr<FakeWorker> w_;
+  std::shared_ptr<Script> w_;
 };
 
 class CoordinatorTest : public ::testing::Test {
@@ -231,7 +211,7 @@ class CoordinatorTest : public ::testing::Test {
   std::unique_ptr<Coordinator> Make() {
     auto c = Coordinator::Create(options_, [this](const WorkerRecord& w) {
       std::lock_guard<std::mutex> lock(mu_);
-      return std::make_unique<FakeClient>(workers_[w.address]);
+      return fakes_.at(w.address)->Connect();
     });
     EXPECT_THAT(c.status(), IsOk());
     return std::move(*c);
@@ -241,17 +221,24 @@ class CoordinatorTest : public ::testing::Test {
   std::string AddWorker(Coordinator* c, const std::string& name, int64_t step = 0) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      workers_[name] = std::make_shared<FakeWorker>();
+      workers_[name] = std::make_shared<Script>();
       workers_[name]->step = step;
+      fakes_[name] = std::make_shared<FakeWorker>(std::make_shared<ScriptedResponder>(workers_[name]));
+      all_fakes_.push_back(fakes_[name]);
     }
     RegisterWorkerRequest r;
     r.set_host(name);
     r.set_address(name);
     return c->RegisterWorker(r)->worker_id();
   }
-  std::shared_ptr<FakeWorker> Worker(const std::string& name) {
+  std::shared_ptr<Script> Worker(const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
     return workers_[name];
+  }
+  // How and when `name`'s calls complete.
+  FakeWorker* Fake(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return fakes_.at(name).get();
   }
   std::vector<std::string> Calls(const std::string& name) {
     auto w = Worker(name);
@@ -259,17 +246,11 @@ class CoordinatorTest : public ::testing::Test {
     return w->calls;
   }
 
-  // Waits (10 s bound) until `name`'s RunSteps call number hold_run is held.
-  void WaitUntilHeld(const std::string& name) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (absl::Now() < deadline) {
-      {
-        std::lock_guard<std::mutex> lock(Worker(name)->mu);
-        if (Worker(name)->held) return;
-      }
-      absl::SleepFor(absl::Milliseconds(2));
-    }
-    ADD_FAILURE() << name << "'s RunSteps was not held within 10 s";
+  // Waits (10 s bound) for `name`'s held RunSteps call and takes it.
+  std::unique_ptr<FakeWorker::HeldCall> HeldRun(const std::string& name) {
+    std::unique_ptr<FakeWorker::HeldCall> held = Fake(name)->WaitForHeld(WorkerMethod::kRunSteps, absl::Seconds(10));
+    if (held == nullptr) ADD_FAILURE() << name << "'s RunSteps was not held within 10 s";
+    return held;
   }
 
   // The job's final state is published before its ranks are torn down:
@@ -341,7 +322,11 @@ class CoordinatorTest : public ::testing::Test {
   CoordinatorOptions options_;
   SimulatedClock clock_{absl::FromUnixSeconds(1000000)};
   std::mutex mu_;
-  std::map<std::string, std::shared_ptr<FakeWorker>> workers_;
+  std::map<std::string, std::shared_ptr<Script>> workers_;
+  std::map<std::string, std::shared_ptr<FakeWorker>> fakes_;
+  // Every fake made, alive until the test ends (a name added again gets a
+  // new one while the old one's clients may still be in use).
+  std::vector<std::shared_ptr<FakeWorker>> all_fakes_;
 };
 
 TEST_F(CoordinatorTest, RunsAJobInChunksToTheBoundariesAndSucceeds) {
@@ -383,8 +368,8 @@ TEST_F(CoordinatorTest, JobsQueueUntilAGangIsFreeAndRunOnDisjointGangs) {
   const std::string a = AddWorker(c.get(), "a");
   const std::string b = AddWorker(c.get(), "b");
   const std::string d = AddWorker(c.get(), "d");
-  Worker("a")->block_runs = true;
-  Worker("b")->block_runs = true;
+  Fake("a")->Hold(WorkerMethod::kRunSteps);
+  Fake("b")->Hold(WorkerMethod::kRunSteps);
   const std::string first = c->SubmitJob(Spec(2, 10))->job_id();
   const std::string second = c->SubmitJob(Spec(2, 10))->job_id();
   const std::string third = c->SubmitJob(Spec(1, 10))->job_id();
@@ -399,8 +384,8 @@ TEST_F(CoordinatorTest, JobsQueueUntilAGangIsFreeAndRunOnDisjointGangs) {
   ASSERT_THAT(c->CancelJob(first, "").status(), IsOk());
   JobInfo cancelled = WaitForState(c.get(), first, CANCELLED);
   EXPECT_EQ(cancelled.reason(), "cancelled by the user");
-  Worker("a")->block_runs = false;
-  Worker("b")->block_runs = false;
+  Fake("a")->StopHolding(WorkerMethod::kRunSteps);
+  Fake("b")->StopHolding(WorkerMethod::kRunSteps);
   c->Tick();
   // a and b are busy or draining until they say they hold no job.
   EXPECT_EQ(c->GetJob(second)->state(), PENDING);
@@ -428,16 +413,21 @@ TEST_F(CoordinatorTest, AFailingRankFailsTheJobNamingItAndAbortsTheOthers) {
   auto c = Make();
   AddWorker(c.get(), "a");
   AddWorker(c.get(), "b");
-  Worker("a")->block_runs = true;  // rank 0 would wait forever in its collective
+  // The first chunk passes; in the second rank 1 fails, while rank 0 would
+  // wait forever in its collective: the coordinator cancels its call.
+  Fake("a")->HoldCall(WorkerMethod::kRunSteps, 2);
   Worker("b")->fail_step = 20;
   Worker("b")->fail_run_at_step = absl::InternalError("out of memory");
-  Worker("a")->block_runs = false;
   const std::string id = c->SubmitJob(Spec(2, 100))->job_id();
   c->Start();
-  // The first chunk passes, the second fails on rank 1.
-  Worker("a")->block_runs = false;
+  // Rank 0's peers get 2 s (on the injected clock) to report before the
+  // driver cancels what is still in flight.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (clock_.num_waiters() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  clock_.AdvanceTime(absl::Seconds(2));
   JobInfo failed = WaitForState(c.get(), id, FAILED);
   EXPECT_THAT(failed.reason(), HasSubstr("rank 1 (worker w2-b on host b, b): RunSteps failed: out of memory"));
+  EXPECT_EQ(Fake("a")->calls(WorkerMethod::kRunSteps), 2);
   EXPECT_EQ(failed.step(), 20);
   EXPECT_EQ(CallsAfterAbort("a").back(), "abort");
   EXPECT_EQ(CallsAfterAbort("b").back(), "abort");
@@ -448,8 +438,8 @@ TEST_F(CoordinatorTest, ASilentWorkerFailsItsJobAfterTheHeartbeatTimeout) {
   auto c = Make();
   const std::string a = AddWorker(c.get(), "a");
   AddWorker(c.get(), "b");
-  Worker("a")->block_runs = true;
-  Worker("b")->block_runs = true;
+  Fake("a")->Hold(WorkerMethod::kRunSteps);
+  Fake("b")->Hold(WorkerMethod::kRunSteps);
   SubmitJobRequest request = Spec(2, 100);
   request.mutable_spec()->set_max_restarts(0);
   const std::string id = c->SubmitJob(request)->job_id();
@@ -836,7 +826,7 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorKnowsEveryJob) {
   {
     auto c = Make();
     AddWorker(c.get(), "a");
-    Worker("a")->block_runs = true;
+    Fake("a")->Hold(WorkerMethod::kRunSteps);
     done = c->SubmitJob(Spec(1, 10))->job_id();
     ASSERT_THAT(c->CancelJob(done, "not needed").status(), IsOk());
     running = c->SubmitJob(Spec(1, 10))->job_id();
@@ -1033,12 +1023,13 @@ TEST_F(CoordinatorTest, AFailedCheckpointWriteIsInTheJobUntilAWriteSucceeds) {
   AddWorker(c.get(), "a");
   AddWorker(c.get(), "b");
   Worker("b")->checkpoint_failure_at[40] = "runs/x/checkpoint_40: No space left on device";
-  Worker("a")->hold_run = 3;  // the chunk after the failure waits while the test looks
+  Fake("a")->HoldCall(WorkerMethod::kRunSteps, 3);  // the chunk after the failure waits while the test looks
   SubmitJobRequest request = Spec(2, 100);
   request.mutable_spec()->set_checkpoint_period(20);
   const std::string id = c->SubmitJob(request)->job_id();
   c->Start();
-  WaitUntilHeld("a");
+  std::unique_ptr<FakeWorker::HeldCall> held = HeldRun("a");
+  ASSERT_NE(held, nullptr);
   JobInfo running = *c->GetJob(id);
   EXPECT_EQ(running.state(), RUNNING);
   EXPECT_EQ(running.step(), 40);
@@ -1049,11 +1040,7 @@ TEST_F(CoordinatorTest, AFailedCheckpointWriteIsInTheJobUntilAWriteSucceeds) {
   }
   EXPECT_EQ(running.checkpoint_failure(),
             absl::StrCat("rank ", b_rank, ": runs/x/checkpoint_40: No space left on device"));
-  {
-    std::lock_guard<std::mutex> lock(Worker("a")->mu);
-    Worker("a")->released = true;
-    Worker("a")->cv.notify_all();
-  }
+  held->Respond();
   JobInfo done = WaitForState(c.get(), id, SUCCEEDED);
   EXPECT_EQ(done.checkpoint_failure(), "");  // the write at step 60 succeeded
   EXPECT_EQ(done.latest_checkpoint(), "ckpt_100");
@@ -1068,7 +1055,7 @@ TEST_F(CoordinatorTest, ARestartRecordsTheCheckpointTheWorkersRestored) {
   // The first attempt fails at step 40 with ckpt_40 recorded; the restart
   // names ckpt_40, the worker passes over it and restores ckpt_20. The
   // restart's first chunk (the 4th RunSteps) waits while the test looks.
-  Worker("a")->hold_run = 4;
+  Fake("a")->HoldCall(WorkerMethod::kRunSteps, 4);
   SubmitJobRequest request = Spec(1, 60);
   request.mutable_spec()->set_checkpoint_period(20);
   const std::string id = c->SubmitJob(request)->job_id();
@@ -1079,27 +1066,21 @@ TEST_F(CoordinatorTest, ARestartRecordsTheCheckpointTheWorkersRestored) {
     std::lock_guard<std::mutex> lock(Worker("a")->mu);
     Worker("a")->fail_step = -1;
   }
-  while (absl::Now() < deadline + absl::Seconds(10)) {
-    {
-      std::lock_guard<std::mutex> lock(Worker("a")->mu);
-      if (Worker("a")->held) break;
-    }
+  std::unique_ptr<FakeWorker::HeldCall> held;
+  while (held == nullptr && absl::Now() < deadline + absl::Seconds(10)) {
+    held = Fake("a")->WaitForHeld(WorkerMethod::kRunSteps, absl::Milliseconds(2));
     HeartbeatRequest hb;  // the drained worker says it holds no job
     hb.set_worker_id(a);
     ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
-    absl::SleepFor(absl::Milliseconds(2));
   }
+  ASSERT_NE(held, nullptr);
   JobInfo running = *c->GetJob(id);
   EXPECT_EQ(running.state(), RUNNING);
   EXPECT_EQ(running.step(), 20);
   EXPECT_EQ(running.latest_checkpoint(), "ckpt_20");
   EXPECT_THAT(running.reason(),
               HasSubstr("restored ckpt_20; passed over ckpt_40 passed over: params.safetensors: SHA-256 mismatch"));
-  {
-    std::lock_guard<std::mutex> lock(Worker("a")->mu);
-    Worker("a")->released = true;
-    Worker("a")->cv.notify_all();
-  }
+  held->Respond();
   JobInfo done = WaitForState(c.get(), id, SUCCEEDED);
   EXPECT_EQ(done.latest_checkpoint(), "ckpt_60");
   std::lock_guard<std::mutex> lock(Worker("a")->mu);
@@ -1116,14 +1097,11 @@ TEST_F(CoordinatorTest, ARestartRecordsTheCheckpointTheWorkersRestored) {
 TEST_F(CoordinatorTest, ACheckpointRequestGivesUpAfterItsTimeoutOnTheInjectedClock) {
   auto c = Make();
   AddWorker(c.get(), "a");
-  Worker("a")->hold_run = 1;  // the first chunk does not end: no boundary
+  Fake("a")->HoldCall(WorkerMethod::kRunSteps, 1);  // the first chunk does not end: no boundary
   const std::string id = c->SubmitJob(Spec(1, 60))->job_id();
   c->Start();
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (absl::Now() < deadline) {
-    std::lock_guard<std::mutex> lock(Worker("a")->mu);
-    if (Worker("a")->held) break;
-  }
+  std::unique_ptr<FakeWorker::HeldCall> held = HeldRun("a");
+  ASSERT_NE(held, nullptr);
   CheckpointJobRequest request;
   request.set_job_id(id);
   // (Under the 10 s heartbeat timeout of the same clock: the worker is not
@@ -1132,11 +1110,7 @@ TEST_F(CoordinatorTest, ACheckpointRequestGivesUpAfterItsTimeoutOnTheInjectedClo
   EXPECT_THAT(
       AfterTimeout(absl::Seconds(5), [&] { return c->CheckpointJob(request); }).status(),
       StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("did not reach a boundary between chunks within 5s")));
-  {
-    std::lock_guard<std::mutex> lock(Worker("a")->mu);
-    Worker("a")->released = true;
-    Worker("a")->cv.notify_all();
-  }
+  held->Respond();
   WaitForState(c.get(), id, SUCCEEDED);
 }
 
@@ -1148,7 +1122,7 @@ TEST_F(CoordinatorTest, ACheckpointOnRequestIsWrittenOnEveryRankAtTheNextBoundar
   unknown.set_job_id("nope-1");
   EXPECT_THAT(c->CheckpointJob(unknown).status(), StatusCodeIs(absl::StatusCode::kNotFound));
   // The second chunk (steps 20..40) waits until the request is in.
-  Worker("a")->hold_run = 2;
+  Fake("a")->HoldCall(WorkerMethod::kRunSteps, 2);
   const std::string id = c->SubmitJob(Spec(2, 60))->job_id();
   CheckpointJobRequest request;
   request.set_job_id(id);
@@ -1156,21 +1130,14 @@ TEST_F(CoordinatorTest, ACheckpointOnRequestIsWrittenOnEveryRankAtTheNextBoundar
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("is PENDING; only a RUNNING job can write a checkpoint on request")));
   c->Start();
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (absl::Now() < deadline) {
-    std::lock_guard<std::mutex> lock(Worker("a")->mu);
-    if (Worker("a")->held) break;
-  }
+  std::unique_ptr<FakeWorker::HeldCall> held = HeldRun("a");
+  ASSERT_NE(held, nullptr);
   absl::StatusOr<CheckpointJobResponse> saved;
   std::thread asker([&] { saved = c->CheckpointJob(request); });
   // The request waits for the boundary (on the injected clock).
   const absl::Time asked = absl::Now() + absl::Seconds(10);
   while (clock_.num_waiters() == 0 && absl::Now() < asked) absl::SleepFor(absl::Milliseconds(1));
-  {
-    std::lock_guard<std::mutex> lock(Worker("a")->mu);
-    Worker("a")->released = true;
-    Worker("a")->cv.notify_all();
-  }
+  held->Respond();
   asker.join();
   ASSERT_THAT(saved.status(), IsOk());
   EXPECT_EQ(saved->path(), "ckpt_40");
@@ -1195,10 +1162,10 @@ TEST_F(CoordinatorTest, ACheckpointOnRequestIsWrittenOnEveryRankAtTheNextBoundar
 // its peers' collective failed (ABORTED) is dropped; the others regroup and
 // go on from their step, without a restart; an idle worker joins at the
 // next boundary.
-void LoseRankAt(FakeWorker* lost, std::vector<FakeWorker*> peers, int64_t step) {
+void LoseRankAt(Script* lost, std::vector<Script*> peers, int64_t step) {
   lost->fail_step = step;
   lost->fail_run_at_step = absl::UnavailableError("Socket closed");
-  for (FakeWorker* w : peers) {
+  for (Script* w : peers) {
     w->fail_step = step;
     w->fail_once = true;
     w->fail_run_at_step = absl::AbortedError("collective failed (a peer left or stalled)");
@@ -1254,19 +1221,16 @@ TEST_F(CoordinatorTest, ElasticAdmitsAnIdleWorkerWhichReceivesTheState) {
   auto c = Make();
   for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
   LoseRankAt(Worker("a").get(), {Worker("b").get(), Worker("c").get()}, 40);
-  Worker("b")->hold_run = 4;  // the first chunk at 2 ranks (40+20) waits
+  Fake("b")->HoldCall(WorkerMethod::kRunSteps, 4);  // the first chunk at 2 ranks (40+20) waits
   ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
   c->Start();
   // The replacement registers while the job runs at 2 ranks; at the next
   // boundary (60) it joins and receives the state.
-  WaitUntilHeld("b");
+  std::unique_ptr<FakeWorker::HeldCall> held = HeldRun("b");
+  ASSERT_NE(held, nullptr);
   EXPECT_EQ(c->GetJob("test-job-1")->regroups(), 1);
   AddWorker(c.get(), "d", /*step=*/60);
-  {
-    std::lock_guard<std::mutex> lock(Worker("b")->mu);
-    Worker("b")->released = true;
-    Worker("b")->cv.notify_all();
-  }
+  held->Respond();
   JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
   EXPECT_EQ(done.restarts(), 0);
   EXPECT_EQ(done.regroups(), 2);

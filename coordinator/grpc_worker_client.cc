@@ -26,52 +26,6 @@ class GrpcWorkerClient : public WorkerClient {
     stub_ = WorkerService::NewStub(grpc::CreateCustomChannel(address, credentials, args));
   }
 
-  absl::StatusOr<StartJobResponse> StartJob(const StartJobRequest& request) override {
-    return Call<StartJobResponse>(std::chrono::minutes(10), [&](grpc::ClientContext* ctx, StartJobResponse* r) {
-      return stub_->StartJob(ctx, request, r);
-    });
-  }
-  absl::StatusOr<RunStepsResponse> RunSteps(const RunStepsRequest& request) override {
-    return Call<RunStepsResponse>(std::chrono::hours(24 * 365), [&](grpc::ClientContext* ctx, RunStepsResponse* r) {
-      return stub_->RunSteps(ctx, request, r);
-    });
-  }
-  absl::StatusOr<RegroupResponse> Regroup(const RegroupRequest& request) override {
-    return Call<RegroupResponse>(std::chrono::minutes(10), [&](grpc::ClientContext* ctx, RegroupResponse* r) {
-      return stub_->Regroup(ctx, request, r);
-    });
-  }
-  absl::StatusOr<OpenSessionResponse> OpenSession(const WorkerOpenSessionRequest& request) override {
-    return Call<OpenSessionResponse>(std::chrono::minutes(10), [&](grpc::ClientContext* ctx, OpenSessionResponse* r) {
-      return stub_->OpenSession(ctx, request, r);
-    });
-  }
-  absl::StatusOr<SessionResponse> RunSession(const SessionRequest& request) override {
-    return Call<SessionResponse>(std::chrono::hours(24), [&](grpc::ClientContext* ctx, SessionResponse* r) {
-      return stub_->RunSession(ctx, request, r);
-    });
-  }
-  absl::StatusOr<InferResponse> Infer(const InferRequest& request) override {
-    return Call<InferResponse>(std::chrono::hours(24 * 365), [&](grpc::ClientContext* ctx, InferResponse* r) {
-      return stub_->Infer(ctx, request, r);
-    });
-  }
-  absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& request) override {
-    return Call<SaveCheckpointResponse>(
-        std::chrono::hours(1),
-        [&](grpc::ClientContext* ctx, SaveCheckpointResponse* r) { return stub_->SaveCheckpoint(ctx, request, r); });
-  }
-  absl::StatusOr<EvaluateResponse> Evaluate(const EvaluateRequest& request) override {
-    return Call<EvaluateResponse>(std::chrono::hours(24 * 365), [&](grpc::ClientContext* ctx, EvaluateResponse* r) {
-      return stub_->Evaluate(ctx, request, r);
-    });
-  }
-  absl::Status AbortJob(const AbortJobRequest& request) override {
-    return Call<AbortJobResponse>(
-               std::chrono::seconds(10),
-               [&](grpc::ClientContext* ctx, AbortJobResponse* r) { return stub_->AbortJob(ctx, request, r); })
-        .status();
-  }
   void StartJobAsync(const StartJobRequest& request, Done<StartJobResponse> done) override {
     Async<StartJobRequest, StartJobResponse>(
         std::chrono::minutes(10), request, std::move(done),
@@ -134,24 +88,6 @@ class GrpcWorkerClient : public WorkerClient {
   }
 
  private:
-  template <typename Response, typename F>
-  absl::StatusOr<Response> Call(std::chrono::system_clock::duration deadline, F f) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      in_flight_.insert(&ctx);
-    }
-    Response response;
-    grpc::Status status = f(&ctx, &response);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      in_flight_.erase(&ctx);
-    }
-    if (!status.ok()) return FromGrpcStatus(status);
-    return response;
-  }
-
   // Starts `start` (a call of the stub's callback API) with a context,
   // request and response that live until its callback, which hands the
   // outcome to `done`.

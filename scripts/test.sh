@@ -118,7 +118,7 @@ mapfile -t plain_others < <(bazel query "kind(rule, //...) except tests(//...) e
   except deps($asan_tests)" 2>/dev/null)
 bazel_tests default -- "${plain_tests[@]}" "${plain_others[@]}"
 bazel_tests asan --config=asan --build_tests_only
-bazel_tests tsan --config=tsan -- //coordinator:all //collective:store_test //common:http_server_test \
+bazel_tests tsan --config=tsan -- //coordinator:all //coordinator/testing:all //collective:store_test //common:http_server_test \
   //common:metrics_test //common:rate_limiter_test
 
 # The layering (BUILD.bazel): one case per rule of tools/check_layering.sh.

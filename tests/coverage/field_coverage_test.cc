@@ -42,6 +42,7 @@
 #include "common/mutex.h"
 #include "common/testing/status_matchers.h"
 #include "coordinator/job_driver.h"
+#include "coordinator/testing/fake_worker_client.h"
 #include "data/bundled.h"
 #include "gtest/gtest.h"
 #include "job/training_job.h"
@@ -89,11 +90,11 @@ std::vector<std::string> JobSpecLeaves() {
 // ---------------------------------------------------------------------------
 // The in-process system.
 
-// The coordinator's WorkerClient, calling a WorkerCore directly. `fail_run`:
-// the first RunSteps answers UNAVAILABLE (a lost worker).
-class CoreClient : public WorkerClient {
+// A worker answering the coordinator's calls with a WorkerCore in this
+// process. `fail_run`: the first RunSteps answers UNAVAILABLE (a lost worker).
+class CoreResponder : public FakeWorker::Responder {
  public:
-  CoreClient(WorkerCore* core, bool fail_run) : core_(core), fail_run_(fail_run) {}
+  CoreResponder(WorkerCore* core, bool fail_run) : core_(core), fail_run_(fail_run) {}
   absl::StatusOr<StartJobResponse> StartJob(const StartJobRequest& r) override { return core_->StartJob(r); }
   absl::StatusOr<RunStepsResponse> RunSteps(const RunStepsRequest& r) override {
     if (fail_run_.exchange(false)) return absl::UnavailableError("the worker's host went away");
@@ -110,7 +111,6 @@ class CoreClient : public WorkerClient {
   absl::StatusOr<SessionResponse> RunSession(const SessionRequest& r) override { return core_->RunSession(r); }
   absl::Status AbortJob(const AbortJobRequest& r) override { return core_->AbortJob(r); }
   absl::StatusOr<RegroupResponse> Regroup(const RegroupRequest& r) override { return core_->Regroup(r); }
-  void CancelInFlight() override {}
 
  private:
   WorkerCore* const core_;
@@ -328,18 +328,22 @@ class FieldCoverageTest : public ::testing::Test {
     options.peak_flops = 1e12;  // no probe
     options.collective_timeout = run.collective_timeout;
     std::vector<std::unique_ptr<WorkerCore>> cores;
+    std::vector<std::unique_ptr<FakeWorker>> fakes;
     AttemptPlan plan;
     plan.job_id = JobIdFor(spec.name(), 1);
     plan.spec = spec;
     plan.restarts = run.restarts_so_far;
     for (int r = 0; r < world; ++r) {
       cores.push_back(std::make_unique<WorkerCore>(options));
-      plan.clients.push_back(std::make_shared<CoreClient>(cores.back().get(), run.lose_worker && r == 0));
+      fakes.push_back(
+          std::make_unique<FakeWorker>(std::make_shared<CoreResponder>(cores.back().get(), run.lose_worker && r == 0)));
+      plan.clients.push_back(fakes.back()->Connect());
       plan.rank_names.push_back(absl::StrCat("rank ", r));
       plan.worker_ids.push_back(absl::StrCat("w", r));
     }
     RecordingHost host;
     JobDriver(plan, &host).Run();
+    fakes.clear();  // every call answered
     cores.clear();  // joins the teardowns: every file written
     outcome.state = host.info().state();
     outcome.reason = host.info().reason();
