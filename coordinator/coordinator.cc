@@ -353,10 +353,11 @@ void Coordinator::StartJobLocked(Job* job, const std::vector<std::string>& worke
       rank->set_address(w->address);
       rank->set_device(w->device);
       plan.clients.push_back(client_factory_(*w));
+      plan.workers.push_back(DescribeWorker(w->worker_id, w->host, w->address));
     } else {
       plan.clients.push_back(nullptr);
+      plan.workers.push_back(DescribeWorker(worker_ids[r], "", ""));
     }
-    plan.rank_names.push_back(RankName(*job, static_cast<int>(r)));
     plan.worker_ids.push_back(worker_ids[r]);
   }
   SetStateLocked(job, STARTING, "");
@@ -373,7 +374,7 @@ Coordinator::Job* Coordinator::FindLocked(const std::string& job_id) {
 std::string Coordinator::RankName(const Job& job, int rank) const {
   if (rank < 0 || rank >= job.info.ranks_size()) return absl::StrCat("rank ", rank);
   const RankInfo& r = job.info.ranks(rank);
-  return absl::StrCat("rank ", rank, " (worker ", r.worker_id(), " on host ", r.host(), ", ", r.address(), ")");
+  return absl::StrCat("rank ", rank, " (", DescribeWorker(r.worker_id(), r.host(), r.address()), ")");
 }
 
 void Coordinator::UpdateLocked(Job* job, bool durable) {
@@ -548,8 +549,7 @@ std::vector<JoiningWorker> Coordinator::AcquireWorkers(const std::string& job_id
     absl::StatusOr<WorkerRecord> w = workers_.Get(id);
     job->worker_ids.push_back(id);
     if (!w.ok()) continue;
-    out.push_back({id, std::shared_ptr<WorkerClient>(client_factory_(*w)),
-                   absl::StrCat("worker ", id, " on host ", w->host, ", ", w->address)});
+    out.push_back({id, std::shared_ptr<WorkerClient>(client_factory_(*w)), DescribeWorker(id, w->host, w->address)});
   }
   return out;
 }

@@ -35,16 +35,23 @@ JobDriver::JobDriver(AttemptPlan plan, JobDriverHost* host, Clock* clock)
     : plan_(std::move(plan)), host_(host), clock_(clock), latest_checkpoint_(plan_.latest_checkpoint) {
   std::vector<std::string> ids = plan_.worker_ids;
   ids.resize(plan_.clients.size());
-  SetMembers(plan_.clients, plan_.rank_names, std::move(ids));
+  SetMembers(plan_.clients, plan_.workers, std::move(ids));
 }
 
 bool JobDriver::elastic() const { return IsElasticTraining(plan_.spec); }
 
-void JobDriver::SetMembers(std::vector<std::shared_ptr<WorkerClient>> clients, std::vector<std::string> names,
+std::string JobDriver::RankName(int rank) const {
+  if (rank < 0 || rank >= static_cast<int>(workers_.size()) || workers_[rank].empty()) {
+    return absl::StrCat("rank ", rank);
+  }
+  return absl::StrCat("rank ", rank, " (", workers_[rank], ")");
+}
+
+void JobDriver::SetMembers(std::vector<std::shared_ptr<WorkerClient>> clients, std::vector<std::string> workers,
                            std::vector<std::string> worker_ids) {
   MutexLock lock(&mu_);
   clients_ = std::move(clients);
-  rank_names_ = std::move(names);
+  workers_ = std::move(workers);
   worker_ids_ = std::move(worker_ids);
   member_clients_.clear();
   for (size_t r = 0; r < clients_.size(); ++r) {
@@ -112,8 +119,8 @@ std::optional<JobDriver::StopRequest> JobDriver::stop_request() {
   return stop_;
 }
 
-template <typename Response, typename Call>
-absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Response>* responses,
+template <typename Response>
+absl::Status JobDriver::OnAllRanks(const char* what, const StartCall<Response>& call, std::vector<Response>* responses,
                                    std::vector<absl::StatusOr<Response>>* each) {
   const int world = static_cast<int>(clients_.size());
   // A failure or the last answer wakes the driver (fan_out.h); so does a
@@ -167,9 +174,7 @@ absl::Status JobDriver::OnAllRanks(const char* what, Call call, std::vector<Resp
       return absl::AbortedError(absl::StrCat(what, " was cancelled"));
     }
     const absl::Status& s = statuses[culprit];
-    const std::string name =
-        culprit < static_cast<int>(rank_names_.size()) ? rank_names_[culprit] : absl::StrCat("rank ", culprit);
-    return absl::Status(s.code(), absl::StrCat(name, ": ", what, " failed: ", s.message()));
+    return absl::Status(s.code(), absl::StrCat(RankName(culprit), ": ", what, " failed: ", s.message()));
   }
   responses->clear();
   for (auto& r : results) responses->push_back(*std::move(r));
@@ -329,7 +334,7 @@ void JobDriver::RecordPreemption(const std::vector<bool>& asked, int64_t last_st
     for (const auto& [k, v] : metrics) (*info->mutable_metrics())[k] = v;
   });
   *ending->state = PREEMPTED;
-  *ending->reason = absl::StrCat(rank_names_[r], " was asked to stop; emergency checkpoint at step ", last_step, during,
+  *ending->reason = absl::StrCat(RankName(r), " was asked to stop; emergency checkpoint at step ", last_step, during,
                                  checkpoint.empty() ? "" : ": " + checkpoint);
 }
 
@@ -438,149 +443,6 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> JobDriver::SurviveLostRanks(const std::vector<absl::StatusOr<RunStepsResponse>>& each,
-                                                 const absl::Status& failure, int64_t* step) {
-  std::vector<int> keep;
-  std::vector<std::string> lost;
-  for (size_t r = 0; r < each.size(); ++r) {
-    const absl::StatusOr<RunStepsResponse>& result = each[r];
-    if (result.ok()) {
-      if (result->preempted()) return false;  // a preemption and a loss at once: the restart handles both
-      keep.push_back(static_cast<int>(r));
-    } else if (Blame(result.status()) == kBlameTransport) {
-      lost.push_back(absl::StrCat(rank_names_[r], ": ", result.status().message()));
-    } else if (Blame(result.status()) < kBlameOwnError) {
-      keep.push_back(static_cast<int>(r));  // its collective failed with the lost peer
-    } else {
-      return false;  // an error of the rank's own (divergence, NaN, a bad spec, ...)
-    }
-  }
-  if (lost.empty()) return false;
-  const int min_workers = std::max(plan_.spec.fault_tolerance().min_workers(), 1);
-  if (static_cast<int>(keep.size()) < min_workers) {
-    spdlog::warn("job {}: {} rank(s) left of {}, fewer than fault_tolerance.min_workers {}: the attempt ends ({})",
-                 plan_.job_id, keep.size(), each.size(), min_workers, failure.ToString());
-    return false;
-  }
-  TY_RETURN_IF_ERROR(Regroup(keep, {}, step, absl::StrCat("lost ", absl::StrJoin(lost, "; "))));
-  return true;
-}
-
-absl::Status JobDriver::AdmitJoiners(int64_t* step) {
-  const int want = plan_.spec.num_workers() - static_cast<int>(clients_.size());
-  if (want <= 0) return absl::OkStatus();
-  std::vector<JoiningWorker> joining = host_->AcquireWorkers(plan_.job_id, want);
-  if (joining.empty()) return absl::OkStatus();
-  std::vector<int> keep;
-  for (int r = 0; r < static_cast<int>(clients_.size()); ++r) keep.push_back(r);
-  std::vector<std::string> names;
-  for (const JoiningWorker& j : joining) names.push_back(j.description);
-  return Regroup(keep, joining, step, absl::StrCat("joined: ", absl::StrJoin(names, "; ")));
-}
-
-absl::Status JobDriver::Regroup(const std::vector<int>& keep, const std::vector<JoiningWorker>& joining, int64_t* step,
-                                const std::string& why) {
-  const std::string& job_id = plan_.job_id;
-  const auto start = absl::Now();
-  const int world = static_cast<int>(keep.size() + joining.size());
-  const int generation = generation_ + 1;
-  // "rank R (worker ...)": the worker part stays, the rank is the new one.
-  auto worker_part = [](const std::string& name) {
-    const size_t open = name.find(" (");
-    return open == std::string::npos ? name : name.substr(open + 2, name.size() - open - 3);
-  };
-  std::vector<std::shared_ptr<WorkerClient>> clients;
-  std::vector<std::string> names, ids;
-  std::set<int> kept(keep.begin(), keep.end());
-  for (int r : keep) {
-    clients.push_back(clients_[r]);
-    names.push_back(absl::StrCat("rank ", names.size(), " (", worker_part(rank_names_[r]), ")"));
-    ids.push_back(worker_ids_[r]);
-  }
-  for (const JoiningWorker& j : joining) {
-    clients.push_back(j.client);
-    names.push_back(absl::StrCat("rank ", names.size(), " (", j.description, ")"));
-    ids.push_back(j.worker_id);
-  }
-  // Ranks left behind let go of the job, if they still can (a worker whose
-  // link was cut, or that was taken for lost).
-  AbortJobRequest abort;
-  abort.set_job_id(job_id);
-  abort.set_reason(absl::StrCat("dropped from the job's ranks: ", why));
-  for (int r = 0; r < static_cast<int>(clients_.size()); ++r) {
-    if (kept.count(r) == 0 && clients_[r]) {
-      std::shared_ptr<WorkerClient> c = clients_[r];
-      c->AbortJobAsync(abort, [c](absl::Status) {});
-    }
-  }
-  const int64_t keep_count = static_cast<int64_t>(keep.size());
-  SetMembers(std::move(clients), std::move(names), std::move(ids));
-  generation_ = generation;
-  spdlog::warn("job {}: {}; regrouping {} rank(s) (generation {})", job_id, why, world, generation);
-  std::vector<RegroupResponse> answers;
-  TY_RETURN_IF_ERROR(OnAllRanks<RegroupResponse>(
-      "Regroup",
-      [&](int r, WorkerClient::Done<RegroupResponse> done) {
-        if (r < keep_count) {
-          RegroupRequest request;
-          request.set_job_id(job_id);
-          request.set_attempt(plan_.restarts);
-          request.set_generation(generation);
-          request.set_rank(r);
-          request.set_world_size(world);
-          clients_[r]->RegroupAsync(request, std::move(done));
-          return;
-        }
-        StartJobRequest request;
-        request.set_job_id(job_id);
-        *request.mutable_spec() = plan_.spec;
-        request.set_rank(r);
-        request.set_world_size(world);
-        request.set_attempt(plan_.restarts);
-        request.set_generation(generation);
-        request.set_join(true);
-        clients_[r]->StartJobAsync(request, [done = std::move(done)](absl::StatusOr<StartJobResponse> started) {
-          if (!started.ok()) return done(started.status());
-          RegroupResponse answer;
-          answer.set_step(started->start_step());
-          answer.set_source_rank(started->joined().source_rank());
-          answer.set_sent_bytes(started->joined().sent_bytes());
-          answer.set_transfer_seconds(started->joined().transfer_seconds());
-          answer.set_state_digest(started->joined().state_digest());
-          done(std::move(answer));
-        });
-      },
-      &answers));
-  // Every rank must now hold the same state, bit for bit.
-  for (int r = 1; r < world; ++r) {
-    if (answers[r].step() != answers[0].step() || answers[r].state_digest() != answers[0].state_digest()) {
-      return absl::InternalError(absl::StrCat("after regrouping, ", rank_names_[r], " holds step ", answers[r].step(),
-                                              " with state digest ", absl::Hex(answers[r].state_digest()),
-                                              ", rank 0 step ", answers[0].step(), " with ",
-                                              absl::Hex(answers[0].state_digest())));
-    }
-  }
-  *step = answers[0].step();
-  regroups_++;
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  const int source = answers[0].source_rank();
-  const std::string transfer =
-      source < 0 ? "every rank held the same state"
-                 : absl::StrCat("state of ", rank_names_[source], " sent (", answers[source].sent_bytes(), " bytes in ",
-                                absl::StrFormat("%.3f", answers[source].transfer_seconds()), " s)");
-  const std::string note =
-      absl::StrCat(why, "; training on ", world, " of ", plan_.spec.num_workers(), " workers from step ", *step,
-                   " (regroup ", regroups_, " in ", absl::StrFormat("%.3f", seconds), " s; ", transfer,
-                   "; state digest ", absl::Hex(answers[0].state_digest()), ")");
-  spdlog::warn("job {}: {}", job_id, note);
-  host_->SetRanks(job_id, worker_ids_);
-  host_->RecordProgress(job_id, [&](JobInfo* info) {
-    info->set_reason(note);
-    info->set_step(*step);
-  });
-  return absl::OkStatus();
-}
-
 void JobDriver::Run() {
   const std::string& job_id = plan_.job_id;
   JobState final_state = SUCCEEDED;
@@ -635,6 +497,10 @@ void JobDriver::Run() {
   abort.set_reason(shutting_down ? "the coordinator is shutting down"
                                  : absl::StrCat("the job is ", JobState_Name(final_state),
                                                 final_reason.empty() ? "" : ": " + final_reason));
+  AbortEveryRank(abort);
+}
+
+void JobDriver::AbortEveryRank(const AbortJobRequest& abort) {
   // Asynchronously to every rank at once; waits for every answer (or the
   // call's 10 s deadline).
   struct Aborts {
@@ -660,5 +526,10 @@ void JobDriver::Run() {
   MutexLock lock(&aborts->mu);
   while (aborts->left > 0) aborts->answered.Wait(&aborts->mu);
 }
+
+// The ELASTIC regroup (job_driver_elastic.cc) fans out too.
+template absl::Status JobDriver::OnAllRanks<RegroupResponse>(const char*, const StartCall<RegroupResponse>&,
+                                                             std::vector<RegroupResponse>*,
+                                                             std::vector<absl::StatusOr<RegroupResponse>>*);
 
 }  // namespace trainyard

@@ -55,7 +55,7 @@ struct AttemptPlan {
   std::string restore_from;                            // a restart: the job's newest checkpoint; "" first attempt
   std::string latest_checkpoint;                       // the job's newest checkpoint so far ("" none)
   std::vector<std::shared_ptr<WorkerClient>> clients;  // rank order; nullptr: the worker left
-  std::vector<std::string> rank_names;                 // "rank 1 (worker w2-b on host b, b)", for messages
+  std::vector<std::string> workers;                    // rank order: DescribeWorker's, for messages
   std::vector<std::string> worker_ids;                 // rank order (ELASTIC: WorkerLost, joins)
 };
 
@@ -63,7 +63,7 @@ struct AttemptPlan {
 struct JoiningWorker {
   std::string worker_id;
   std::shared_ptr<WorkerClient> client;
-  std::string description;  // "worker w4-b on host b, b:1234"
+  std::string description;  // DescribeWorker's: "worker w4-b on host b, b:1234"
 };
 
 // The coordinator's side: the job's record.
@@ -133,14 +133,21 @@ class JobDriver {
   // `each` (ELASTIC): on a failure the other ranks' calls are not
   // cancelled but awaited (they fail once their collective does, or are
   // lost), and every rank's outcome is returned in it.
-  template <typename Response, typename Call>
-  absl::Status OnAllRanks(const char* what, Call call, std::vector<Response>* responses,
+  template <typename Response>
+  using StartCall = std::function<void(int rank, WorkerClient::Done<Response> done)>;
+  template <typename Response>
+  absl::Status OnAllRanks(const char* what, const StartCall<Response>& call, std::vector<Response>* responses,
                           std::vector<absl::StatusOr<Response>>* each = nullptr);
   // ELASTIC: the ranks `keep` (in rank order) and `joining` form the
   // attempt's next group; on success *step is where they all are.
   // `why` is the reason recorded with it.
   absl::Status Regroup(const std::vector<int>& keep, const std::vector<JoiningWorker>& joining, int64_t* step,
                        const std::string& why);
+  // Regroup's steps: the new members (the ranks left behind told to let go)
+  // in the next generation; then Regroup on the kept ranks (the first
+  // `kept`) and StartJob(join) on the joining ones, answers in rank order.
+  void FormGroup(const std::vector<int>& keep, const std::vector<JoiningWorker>& joining, const std::string& why);
+  absl::Status MeetAsGroup(int kept, std::vector<RegroupResponse>* answers);
   // ELASTIC: after a failed RunSteps, the lost ranks are dropped and the
   // others regroup (true); false when the failure is not a lost rank, or
   // fewer than min_workers would be left: the attempt ends with `failure`.
@@ -149,8 +156,12 @@ class JobDriver {
   // ELASTIC: idle workers join, up to num_workers ranks.
   absl::Status AdmitJoiners(int64_t* step);
   bool elastic() const;
-  void SetMembers(std::vector<std::shared_ptr<WorkerClient>> clients, std::vector<std::string> names,
+  void SetMembers(std::vector<std::shared_ptr<WorkerClient>> clients, std::vector<std::string> workers,
                   std::vector<std::string> worker_ids) ABSL_LOCKS_EXCLUDED(mu_);
+  // "rank R (worker ... on host ..., address)", for messages.
+  std::string RankName(int rank) const;
+  // Tells every rank to let go of the job; waits for every answer.
+  void AbortEveryRank(const AbortJobRequest& abort);
   // The attempt's body; sets *final_state/*final_reason (when it ends the
   // job itself: success, an action, a preemption). Its phases follow.
   absl::Status Drive(JobState* final_state, std::string* final_reason);
@@ -191,7 +202,7 @@ class JobDriver {
   // The attempt's ranks: the plan's, then (ELASTIC) the groups that
   // followed. Written by the driver's thread under mu_, read by it freely.
   std::vector<std::shared_ptr<WorkerClient>> clients_;
-  std::vector<std::string> rank_names_;
+  std::vector<std::string> workers_;  // DescribeWorker's
   std::vector<std::string> worker_ids_;
   int generation_ = 0;  // ELASTIC: of the current group
   int regroups_ = 0;

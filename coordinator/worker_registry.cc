@@ -6,6 +6,10 @@
 
 namespace trainyard {
 
+std::string DescribeWorker(const std::string& worker_id, const std::string& host, const std::string& address) {
+  return absl::StrCat("worker ", worker_id, " on host ", host, ", ", address);
+}
+
 const char* WorkerStateName(WorkerRecord::State state) {
   switch (state) {
     case WorkerRecord::State::kIdle:

@@ -40,6 +40,10 @@ struct WorkerRecord {
   int64_t sequence = 0;  // registration order
 };
 
+// "worker <id> on host <host>, <address>": how messages name a worker (a
+// job's rank is "rank R (" this ")").
+std::string DescribeWorker(const std::string& worker_id, const std::string& host, const std::string& address);
+
 const char* WorkerStateName(WorkerRecord::State state);
 
 class WorkerRegistry {

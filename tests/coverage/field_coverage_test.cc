@@ -338,7 +338,7 @@ class FieldCoverageTest : public ::testing::Test {
       fakes.push_back(
           std::make_unique<FakeWorker>(std::make_shared<CoreResponder>(cores.back().get(), run.lose_worker && r == 0)));
       plan.clients.push_back(fakes.back()->Connect());
-      plan.rank_names.push_back(absl::StrCat("rank ", r));
+      plan.workers.push_back("");  // named "rank R" in messages
       plan.worker_ids.push_back(absl::StrCat("w", r));
     }
     RecordingHost host;

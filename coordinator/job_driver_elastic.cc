@@ -1,0 +1,162 @@
+// JobDriver's fault_tolerance ELASTIC part: a lost rank is dropped and the
+// others regroup; idle workers join and receive the state; after a regroup
+// every rank must hold the same state, bit for bit.
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "coordinator/job_driver.h"
+#include "coordinator/rank_blame.h"
+#include "spdlog/spdlog.h"
+
+namespace trainyard {
+
+absl::StatusOr<bool> JobDriver::SurviveLostRanks(const std::vector<absl::StatusOr<RunStepsResponse>>& each,
+                                                 const absl::Status& failure, int64_t* step) {
+  std::vector<int> keep;
+  std::vector<std::string> lost;
+  for (size_t r = 0; r < each.size(); ++r) {
+    const absl::StatusOr<RunStepsResponse>& result = each[r];
+    if (result.ok()) {
+      if (result->preempted()) return false;  // a preemption and a loss at once: the restart handles both
+      keep.push_back(static_cast<int>(r));
+    } else if (Blame(result.status()) == kBlameTransport) {
+      lost.push_back(absl::StrCat(RankName(static_cast<int>(r)), ": ", result.status().message()));
+    } else if (Blame(result.status()) < kBlameOwnError) {
+      keep.push_back(static_cast<int>(r));  // its collective failed with the lost peer
+    } else {
+      return false;  // an error of the rank's own (divergence, NaN, a bad spec, ...)
+    }
+  }
+  if (lost.empty()) return false;
+  const int min_workers = std::max(plan_.spec.fault_tolerance().min_workers(), 1);
+  if (static_cast<int>(keep.size()) < min_workers) {
+    spdlog::warn("job {}: {} rank(s) left of {}, fewer than fault_tolerance.min_workers {}: the attempt ends ({})",
+                 plan_.job_id, keep.size(), each.size(), min_workers, failure.ToString());
+    return false;
+  }
+  TY_RETURN_IF_ERROR(Regroup(keep, {}, step, absl::StrCat("lost ", absl::StrJoin(lost, "; "))));
+  return true;
+}
+
+absl::Status JobDriver::AdmitJoiners(int64_t* step) {
+  const int want = plan_.spec.num_workers() - static_cast<int>(clients_.size());
+  if (want <= 0) return absl::OkStatus();
+  std::vector<JoiningWorker> joining = host_->AcquireWorkers(plan_.job_id, want);
+  if (joining.empty()) return absl::OkStatus();
+  std::vector<int> keep;
+  for (int r = 0; r < static_cast<int>(clients_.size()); ++r) keep.push_back(r);
+  std::vector<std::string> names;
+  for (const JoiningWorker& j : joining) names.push_back(j.description);
+  return Regroup(keep, joining, step, absl::StrCat("joined: ", absl::StrJoin(names, "; ")));
+}
+
+absl::Status JobDriver::Regroup(const std::vector<int>& keep, const std::vector<JoiningWorker>& joining, int64_t* step,
+                                const std::string& why) {
+  const auto start = absl::Now();
+  FormGroup(keep, joining, why);
+  const int world = static_cast<int>(clients_.size());
+  spdlog::warn("job {}: {}; regrouping {} rank(s) (generation {})", plan_.job_id, why, world, generation_);
+  std::vector<RegroupResponse> answers;
+  TY_RETURN_IF_ERROR(MeetAsGroup(static_cast<int>(keep.size()), &answers));
+  // Every rank must now hold the same state, bit for bit.
+  for (int r = 1; r < world; ++r) {
+    if (answers[r].step() != answers[0].step() || answers[r].state_digest() != answers[0].state_digest()) {
+      return absl::InternalError(absl::StrCat("after regrouping, ", RankName(r), " holds step ", answers[r].step(),
+                                              " with state digest ", absl::Hex(answers[r].state_digest()),
+                                              ", rank 0 step ", answers[0].step(), " with ",
+                                              absl::Hex(answers[0].state_digest())));
+    }
+  }
+  *step = answers[0].step();
+  regroups_++;
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const int source = answers[0].source_rank();
+  const std::string transfer =
+      source < 0 ? "every rank held the same state"
+                 : absl::StrCat("state of ", RankName(source), " sent (", answers[source].sent_bytes(), " bytes in ",
+                                absl::StrFormat("%.3f", answers[source].transfer_seconds()), " s)");
+  const std::string note =
+      absl::StrCat(why, "; training on ", world, " of ", plan_.spec.num_workers(), " workers from step ", *step,
+                   " (regroup ", regroups_, " in ", absl::StrFormat("%.3f", seconds), " s; ", transfer,
+                   "; state digest ", absl::Hex(answers[0].state_digest()), ")");
+  spdlog::warn("job {}: {}", plan_.job_id, note);
+  host_->SetRanks(plan_.job_id, worker_ids_);
+  host_->RecordProgress(plan_.job_id, [&](JobInfo* info) {
+    info->set_reason(note);
+    info->set_step(*step);
+  });
+  return absl::OkStatus();
+}
+
+void JobDriver::FormGroup(const std::vector<int>& keep, const std::vector<JoiningWorker>& joining,
+                          const std::string& why) {
+  std::vector<std::shared_ptr<WorkerClient>> clients;
+  std::vector<std::string> workers, ids;
+  for (int r : keep) {
+    clients.push_back(clients_[r]);
+    workers.push_back(workers_[r]);
+    ids.push_back(worker_ids_[r]);
+  }
+  for (const JoiningWorker& j : joining) {
+    clients.push_back(j.client);
+    workers.push_back(j.description);
+    ids.push_back(j.worker_id);
+  }
+  // Ranks left behind let go of the job, if they still can (a worker whose
+  // link was cut, or that was taken for lost).
+  AbortJobRequest abort;
+  abort.set_job_id(plan_.job_id);
+  abort.set_reason(absl::StrCat("dropped from the job's ranks: ", why));
+  const std::set<int> kept(keep.begin(), keep.end());
+  for (int r = 0; r < static_cast<int>(clients_.size()); ++r) {
+    if (kept.count(r) == 0 && clients_[r]) {
+      std::shared_ptr<WorkerClient> c = clients_[r];
+      c->AbortJobAsync(abort, [c](absl::Status) {});
+    }
+  }
+  SetMembers(std::move(clients), std::move(workers), std::move(ids));
+  generation_++;
+}
+
+absl::Status JobDriver::MeetAsGroup(int kept, std::vector<RegroupResponse>* answers) {
+  const int world = static_cast<int>(clients_.size());
+  return OnAllRanks<RegroupResponse>(
+      "Regroup",
+      [&](int r, WorkerClient::Done<RegroupResponse> done) {
+        if (r < kept) {
+          RegroupRequest request;
+          request.set_job_id(plan_.job_id);
+          request.set_attempt(plan_.restarts);
+          request.set_generation(generation_);
+          request.set_rank(r);
+          request.set_world_size(world);
+          clients_[r]->RegroupAsync(request, std::move(done));
+          return;
+        }
+        StartJobRequest request;
+        request.set_job_id(plan_.job_id);
+        *request.mutable_spec() = plan_.spec;
+        request.set_rank(r);
+        request.set_world_size(world);
+        request.set_attempt(plan_.restarts);
+        request.set_generation(generation_);
+        request.set_join(true);
+        clients_[r]->StartJobAsync(request, [done = std::move(done)](absl::StatusOr<StartJobResponse> started) {
+          if (!started.ok()) return done(started.status());
+          RegroupResponse answer;
+          answer.set_step(started->start_step());
+          answer.set_source_rank(started->joined().source_rank());
+          answer.set_sent_bytes(started->joined().sent_bytes());
+          answer.set_transfer_seconds(started->joined().transfer_seconds());
+          answer.set_state_digest(started->joined().state_digest());
+          done(std::move(answer));
+        });
+      },
+      answers);
+}
+
+}  // namespace trainyard
