@@ -1,26 +1,21 @@
-// The Coordinator's methods: the job table, queue, worker registry and
-// rendezvous store behind one lock. Longer than most files because every
-// JobService and CoordinatorService call is a short method over that same
-// state; the drive loop of one job is in job_driver.cc and sessions are in
-// session_manager.cc.
+// The Coordinator's job table: its life cycle (load, start, shut down), the
+// JobService calls, state changes and their persistence. Workers and gangs
+// (registration, heartbeats, the scheduler's tick) are in
+// coordinator_gangs.cc, the drive loop of one job in job_driver.cc, sessions
+// in session_manager.cc.
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
-#include <iterator>
 #include <limits>
 #include <optional>
 #include <random>
 #include <utility>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "coordinator/attempt_policy.h"
-#include "coordinator/scheduler.h"
 #include "spdlog/spdlog.h"
 #include "spec/jobspec_validator.h"
 #include "spec/overrides.h"
@@ -184,197 +179,9 @@ void Coordinator::Shutdown() {
   }
 }
 
-void Coordinator::SchedulerLoop() {
-  while (true) {
-    Tick();
-    MutexLock lock(&mu_);
-    const absl::Time next = absl::Now() + options_.tick;
-    while (!shutting_down_ && !changed_.WaitWithDeadline(&mu_, next)) {
-    }
-    if (shutting_down_) return;
-  }
-}
-
-void Coordinator::Tick() {
-  const absl::Time tick_start = absl::Now();
-  absl::Cleanup time_tick = [this, tick_start] {
-    if (metrics_.tick_seconds != nullptr)
-      metrics_.tick_seconds->Observe(absl::ToDoubleSeconds(absl::Now() - tick_start));
-  };
-  std::vector<WorkerRecord> lost = workers_.Expire();
-  for (const WorkerRecord& w : lost) {
-    spdlog::warn("worker {} ({} at {}) stopped heartbeating; removed from the pool", w.worker_id, w.host, w.address);
-  }
-  sessions_.Tick(lost);
-  std::vector<std::thread> finished;
-  absl::Cleanup join_finished = [&finished] {
-    for (std::thread& t : finished) t.join();
-  };
-  MutexLock lock(&mu_);
-  if (shutting_down_) return;
-  for (auto& [id, job] : jobs_) {
-    if (job->driver_done && job->driver.joinable()) finished.push_back(std::move(job->driver));
-  }
-  RetainLocked();
-  for (const WorkerRecord& w : lost) {
-    if (w.job_id.empty()) continue;
-    auto it = jobs_.find(w.job_id);
-    if (it == jobs_.end() || IsFinal(it->second->info.state())) continue;
-    Job* job = it->second.get();
-    const auto rank = std::find(job->worker_ids.begin(), job->worker_ids.end(), w.worker_id);
-    if (rank == job->worker_ids.end()) continue;
-    const std::string why = absl::StrCat(RankName(*job, static_cast<int>(rank - job->worker_ids.begin())),
-                                         " stopped heartbeating (nothing heard for more than ",
-                                         absl::FormatDuration(options_.heartbeat_timeout), ")");
-    // An ELASTIC attempt drops the rank and goes on without it.
-    if (job->attempt && job->driver.joinable() && !job->driver_done && job->attempt->WorkerLost(w.worker_id, why)) {
-      continue;
-    }
-    StopLocked(job, FAILED, why, /*retryable=*/true);
-  }
-  AssignGangsLocked();
-}
-
-void Coordinator::AssignGangsLocked() {
-  // The queue: jobs by sequence; a session behind the jobs submitted before
-  // it arrived, before those submitted after.
-  struct Entry {
-    int64_t sequence;
-    int64_t order;  // -1 for a job: it goes after the sessions that arrived before it
-    Job* job;
-    SessionWaiter* session;
-    int num_workers() const {
-      return job != nullptr ? std::max(job->info.spec().num_workers(), 1) : session->num_workers;
-    }
-  };
-  std::vector<Entry> queue;
-  for (auto& [id, job] : jobs_) {
-    const bool waiting =
-        (job->info.state() == PENDING && !job->stop) || (job->info.state() == RESTARTING && !job->driver.joinable());
-    if (waiting) queue.push_back({job->sequence, std::numeric_limits<int64_t>::max(), job.get(), nullptr});
-  }
-  for (SessionWaiter* w : session_waiters_) {
-    if (w->assigned.empty()) queue.push_back({w->before_sequence, w->order, nullptr, w});
-  }
-  if (queue.empty()) return;
-  // A session that arrived when next_sequence_ was N waits behind job N-1
-  // and before job N: (N, order) sorts before (N, max).
-  std::sort(queue.begin(), queue.end(), [](const Entry& a, const Entry& b) {
-    return std::make_pair(a.sequence, a.order) < std::make_pair(b.sequence, b.order);
-  });
-  std::vector<PendingJob> pending;
-  for (const Entry& e : queue)
-    pending.push_back({e.job != nullptr ? e.job->id : e.session->session_id, e.num_workers()});
-  const std::vector<std::string> idle = workers_.Idle();
-  const std::vector<GangAssignment> gangs = AssignGangs(pending, idle);
-  size_t used = 0;
-  for (size_t i = 0; i < gangs.size(); ++i) {
-    const Entry& e = queue[i];
-    if (e.job != nullptr) {
-      StartJobLocked(e.job, gangs[i].worker_ids);
-    } else if (absl::Status s = workers_.Assign(gangs[i].worker_ids, e.session->session_id); s.ok()) {
-      e.session->assigned = gangs[i].worker_ids;
-      changed_.SignalAll();
-    } else {
-      spdlog::warn("session {}: cannot assign its workers: {}", e.session->session_id, s.ToString());
-    }
-    used += gangs[i].worker_ids.size();
-  }
-  // Say why the head of the queue waits (a restarting job keeps saying why
-  // it restarts).
-  if (gangs.size() < queue.size() && queue[gangs.size()].job != nullptr &&
-      queue[gangs.size()].job->info.state() == PENDING) {
-    Job* head = queue[gangs.size()].job;
-    const std::string reason =
-        absl::StrCat("waiting for ", std::max(head->info.spec().num_workers(), 1), " idle workers (",
-                     idle.size() - used, " idle of ", workers_.List().size(), " registered)");
-    if (head->info.reason() != reason) {
-      head->info.set_reason(reason);
-      UpdateLocked(head);
-    }
-  }
-}
-
-absl::StatusOr<std::vector<std::string>> Coordinator::AcquireSessionWorkers(const std::string& session_id, int n,
-                                                                            absl::Duration wait) {
-  MutexLock lock(&mu_);
-  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
-  SessionWaiter waiter;
-  waiter.session_id = session_id;
-  waiter.num_workers = std::max(n, 1);
-  waiter.before_sequence = next_sequence_;
-  waiter.order = next_waiter_++;
-  session_waiters_.push_back(&waiter);
-  // Served by this thread's passes (workers that are idle now, or become
-  // idle at a heartbeat) and by the scheduler's.
-  const absl::Time give_up = options_.clock->Now() + wait;
-  while (waiter.assigned.empty() && !shutting_down_) {
-    AssignGangsLocked();
-    if (!waiter.assigned.empty()) break;
-    const absl::Time now = options_.clock->Now();
-    if (now >= give_up) break;
-    options_.clock->WaitWithDeadline(&changed_, &mu_, std::min(give_up, now + absl::Milliseconds(50)));
-  }
-  session_waiters_.erase(std::find(session_waiters_.begin(), session_waiters_.end(), &waiter));
-  if (!waiter.assigned.empty()) {
-    if (!shutting_down_) return waiter.assigned;
-    workers_.Release(waiter.assigned);
-  }
-  if (shutting_down_) return absl::UnavailableError("the coordinator is shutting down");
-  return absl::UnavailableError(absl::StrCat("no ", n, " idle worker(s) for a session within ",
-                                             absl::ToDoubleSeconds(wait),
-                                             " s (jobs submitted before it are served first); try again when a job "
-                                             "has finished"));
-}
-
-void Coordinator::StartJobLocked(Job* job, const std::vector<std::string>& worker_ids) {
-  if (absl::Status s = workers_.Assign(worker_ids, job->info.job_id()); !s.ok()) {
-    spdlog::warn("job {}: cannot assign its gang: {}", job->info.job_id(), s.ToString());
-    return;
-  }
-  job->worker_ids = worker_ids;
-  job->stop = false;
-  job->driver_done = false;
-  job->info.clear_ranks();
-  AttemptPlan plan;
-  plan.job_id = job->info.job_id();
-  plan.spec = job->info.spec();
-  plan.restarts = job->info.restarts();
-  // A restart resumes from the job's own newest checkpoint.
-  if (plan.restarts > 0) plan.restore_from = job->info.latest_checkpoint();
-  plan.latest_checkpoint = job->info.latest_checkpoint();
-  for (size_t r = 0; r < worker_ids.size(); ++r) {
-    absl::StatusOr<WorkerRecord> w = workers_.Get(worker_ids[r]);
-    RankInfo* rank = job->info.add_ranks();
-    rank->set_rank(static_cast<int>(r));
-    rank->set_worker_id(worker_ids[r]);
-    if (w.ok()) {
-      rank->set_host(w->host);
-      rank->set_address(w->address);
-      rank->set_device(w->device);
-      plan.clients.push_back(client_factory_(*w));
-      plan.workers.push_back(DescribeWorker(w->worker_id, w->host, w->address));
-    } else {
-      plan.clients.push_back(nullptr);
-      plan.workers.push_back(DescribeWorker(worker_ids[r], "", ""));
-    }
-    plan.worker_ids.push_back(worker_ids[r]);
-  }
-  SetStateLocked(job, STARTING, "");
-  spdlog::info("job {}: starting on {} worker(s)", job->info.job_id(), worker_ids.size());
-  job->attempt = std::make_shared<JobDriver>(std::move(plan), static_cast<JobDriverHost*>(this), options_.clock);
-  job->driver = std::thread([this, job] { Drive(job); });
-}
-
 Coordinator::Job* Coordinator::FindLocked(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   return it == jobs_.end() ? nullptr : it->second.get();
-}
-
-std::string Coordinator::RankName(const Job& job, int rank) const {
-  if (rank < 0 || rank >= job.info.ranks_size()) return absl::StrCat("rank ", rank);
-  const RankInfo& r = job.info.ranks(rank);
-  return absl::StrCat("rank ", rank, " (", DescribeWorker(r.worker_id(), r.host(), r.address()), ")");
 }
 
 void Coordinator::UpdateLocked(Job* job, bool durable) {
@@ -526,57 +333,6 @@ void Coordinator::ChangeState(const std::string& job_id, JobState state, const s
   if (it == jobs_.end()) return;
   if (edit) edit(&it->second->info);
   SetStateLocked(it->second.get(), state, reason);
-}
-
-std::vector<JoiningWorker> Coordinator::AcquireWorkers(const std::string& job_id, int n) {
-  MutexLock lock(&mu_);
-  Job* job = FindLocked(job_id);
-  if (shutting_down_ || job == nullptr || job->stop || n <= 0) return {};
-  // Older jobs waiting for a gang come first.
-  for (const auto& [id, other] : jobs_) {
-    const bool waiting = other->info.state() == PENDING || other->info.state() == RESTARTING;
-    if (waiting && other->sequence < job->sequence) return {};
-  }
-  std::vector<std::string> idle = workers_.Idle();
-  if (idle.empty()) return {};
-  if (static_cast<int>(idle.size()) > n) idle.resize(static_cast<size_t>(n));
-  if (absl::Status s = workers_.Assign(idle, job_id); !s.ok()) {
-    spdlog::warn("job {}: cannot take idle workers: {}", job_id, s.ToString());
-    return {};
-  }
-  std::vector<JoiningWorker> out;
-  for (const std::string& id : idle) {
-    absl::StatusOr<WorkerRecord> w = workers_.Get(id);
-    job->worker_ids.push_back(id);
-    if (!w.ok()) continue;
-    out.push_back({id, std::shared_ptr<WorkerClient>(client_factory_(*w)), DescribeWorker(id, w->host, w->address)});
-  }
-  return out;
-}
-
-void Coordinator::SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids) {
-  MutexLock lock(&mu_);
-  Job* job = FindLocked(job_id);
-  if (job == nullptr) return;
-  std::vector<std::string> gone;
-  for (const std::string& id : job->worker_ids) {
-    if (std::find(worker_ids.begin(), worker_ids.end(), id) == worker_ids.end()) gone.push_back(id);
-  }
-  workers_.Release(gone);
-  job->worker_ids = worker_ids;
-  job->info.clear_ranks();
-  for (size_t r = 0; r < worker_ids.size(); ++r) {
-    RankInfo* rank = job->info.add_ranks();
-    rank->set_rank(static_cast<int>(r));
-    rank->set_worker_id(worker_ids[r]);
-    if (absl::StatusOr<WorkerRecord> w = workers_.Get(worker_ids[r]); w.ok()) {
-      rank->set_host(w->host);
-      rank->set_address(w->address);
-      rank->set_device(w->device);
-    }
-  }
-  job->info.set_regroups(job->info.regroups() + 1);
-  UpdateLocked(job, /*durable=*/false);
 }
 
 absl::StatusOr<SubmitJobResponse> Coordinator::SubmitJob(const SubmitJobRequest& request) {
@@ -740,40 +496,6 @@ absl::StatusOr<JobInfo> Coordinator::WaitForChange(const std::string& job_id, in
   if (job == nullptr) return UnknownJob(job_id);
   *version = job->version;
   return job->info;
-}
-
-absl::StatusOr<RegisterWorkerResponse> Coordinator::RegisterWorker(const RegisterWorkerRequest& request) {
-  TY_ASSIGN_OR_RETURN(std::string id, workers_.Register(request.host(), request.address(), request.device(),
-                                                        request.pid(), request.held_job_id()));
-  spdlog::info("worker {} registered: host {}, {}, device {}", id, request.host(), request.address(),
-               request.device().empty() ? "cpu" : request.device());
-  RegisterWorkerResponse response;
-  response.set_worker_id(id);
-  response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
-  changed_.SignalAll();
-  return response;
-}
-
-absl::StatusOr<HeartbeatResponse> Coordinator::Heartbeat(const HeartbeatRequest& request) {
-  HeartbeatResponse response;
-  absl::Status s = workers_.Heartbeat(request.worker_id(), request.job_id());
-  if (absl::IsNotFound(s)) {
-    response.set_reregister(true);
-    return response;
-  }
-  TY_RETURN_IF_ERROR(s);
-  if (!request.job_id().empty()) {
-    MutexLock lock(&mu_);
-    auto it = jobs_.find(request.job_id());
-    // Rank 0's step inside a chunk: live progress for watchers.
-    if (it != jobs_.end() && it->second->info.state() == RUNNING && !it->second->worker_ids.empty() &&
-        it->second->worker_ids[0] == request.worker_id() && request.step() > it->second->info.step()) {
-      it->second->info.set_step(request.step());
-      it->second->version++;
-      changed_.SignalAll();
-    }
-  }
-  return response;
 }
 
 }  // namespace trainyard
