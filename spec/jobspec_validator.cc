@@ -1,17 +1,15 @@
 // Validation and normalisation of a JobSpec: one rule (or a few) per field,
-// in the order of proto/job.proto. Longer than most files on purpose: every
-// constraint a user can meet when writing a spec is in this one place, next
-// to the defaults it fills in.
+// in the order of proto/job.proto, next to the defaults it fills in. The
+// rules of the tasks (task_validation.h) and of output_dir
+// (output_dir_validation.h) have files of their own.
 #include "spec/jobspec_validator.h"
 
 #include <cmath>
-#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -21,6 +19,7 @@
 #include "re2/re2.h"
 #include "spec/jobspec.h"
 #include "spec/learning_rate_factors.h"
+#include "spec/output_dir_validation.h"
 #include "spec/presets.h"
 #include "spec/task_validation.h"
 #include "spec/validation_util.h"
@@ -35,16 +34,6 @@ using spec_internal::Errors;
 using spec_internal::IsValidName;
 using spec_internal::kInf;
 using spec_internal::Quote;
-
-std::string CleanPath(absl::string_view path) {
-  std::vector<absl::string_view> parts;
-  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
-    if (part != ".") parts.push_back(part);
-  }
-  std::string joined = absl::StrJoin(parts, "/");
-  if (absl::StartsWith(path, "/")) return "/" + joined;
-  return joined.empty() ? "." : joined;
-}
 
 void ValidateModelConfig(Errors* errors, const ModelConfig& c) {
   CheckIntRange(errors, "model.config.vocab_size", c.vocab_size(), 2, 1 << 22);
@@ -314,41 +303,6 @@ void ValidateActions(Errors* errors, JobSpec* spec) {
   }
 }
 
-void ValidateOutputDir(Errors* errors, JobSpec* spec, const ValidationOptions& options) {
-  const std::string& dir = spec->output_dir();
-  if (dir.empty()) {
-    errors->Add("output_dir",
-                "missing; the directory for checkpoints, TensorBoard events "
-                "and config.textproto");
-    return;
-  }
-  if (!CheckPath(errors, "output_dir", dir)) return;
-  if (options.output_root.empty()) {
-    spec->set_output_dir(CleanPath(dir));
-    return;
-  }
-  const std::string root = CleanPath(options.output_root);
-  const std::string resolved = absl::StartsWith(dir, "/") ? CleanPath(dir) : CleanPath(root + "/" + dir);
-  if (resolved != root && !absl::StartsWith(resolved, root == "/" ? "/" : root + "/")) {
-    errors->Add("output_dir", absl::StrCat(Quote(dir), " is outside the allowed output root ", Quote(root)));
-    return;
-  }
-  // The same check after symbolic links: the existing part of the path must
-  // not lead out of the root either.
-  std::error_code ec1, ec2;
-  const std::filesystem::path real_root = std::filesystem::weakly_canonical(root, ec1);
-  const std::filesystem::path real = std::filesystem::weakly_canonical(resolved, ec2);
-  if (!ec1 && !ec2) {
-    const std::string r = real_root.string(), p = real.string();
-    if (p != r && !absl::StartsWith(p, r == "/" ? "/" : r + "/")) {
-      errors->Add("output_dir", absl::StrCat(Quote(dir), " leads through a symbolic link to ", Quote(p),
-                                             ", outside the allowed output root ", Quote(root)));
-      return;
-    }
-  }
-  spec->set_output_dir(resolved);
-}
-
 // fault_tolerance: RESTART by default; ELASTIC for replicated training on
 // more than one worker.
 void ValidateFaultTolerance(Errors* errors, JobSpec* spec, bool training) {
@@ -388,21 +342,6 @@ void ValidateFaultTolerance(Errors* errors, JobSpec* spec, bool training) {
 }
 
 }  // namespace
-
-absl::StatusOr<std::string> ResolveOutputDir(const std::string& field, const std::string& dir,
-                                             const ValidationOptions& options) {
-  JobSpec spec;
-  spec.set_output_dir(dir);
-  Errors errors;
-  ValidateOutputDir(&errors, &spec, options);
-  absl::Status status = errors.ToStatus();
-  if (!status.ok()) {
-    std::string message(status.message());
-    if (absl::StartsWith(message, "output_dir")) message = field + message.substr(10);
-    return absl::InvalidArgumentError(message);
-  }
-  return spec.output_dir();
-}
 
 absl::StatusOr<OpenSessionRequest> NormalizeOpenSessionRequest(const OpenSessionRequest& original,
                                                                const ValidationOptions& options) {
@@ -547,7 +486,7 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   ValidateFaultTolerance(&errors, spec, training);
   if (spec->dtype() == DTYPE_UNSPECIFIED) spec->set_dtype(FLOAT32);
 
-  ValidateOutputDir(&errors, spec, options);
+  spec_internal::ValidateOutputDir(&errors, spec, options);
 
   if (!spec->has_optimizer()) spec->mutable_optimizer();
   ValidateOptimizer(&errors, spec->mutable_optimizer());
