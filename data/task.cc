@@ -201,35 +201,50 @@ std::vector<std::string> TaskRegistry::Names() const {
   return names;
 }
 
-absl::Status TaskRegistry::AddMixture(const std::string& name,
-                                      const std::vector<std::pair<std::string, double>>& rates) {
-  if (rates.empty()) return absl::InvalidArgumentError(absl::StrCat("mixture ", name, ": no tasks"));
-  // The tasks (a nested mixture counts as its own) and their rates.
-  std::vector<const Task*> components;
+namespace {
+
+// A mixture's tasks (a nested mixture counts as its own) and their rates,
+// each task once.
+struct MixtureComponents {
+  std::vector<const Task*> tasks;
   std::vector<double> weights;
-  auto add = [&](const Task* task, double rate) {
-    for (size_t k = 0; k < components.size(); ++k) {
-      if (components[k] == task) {
+
+  void Add(const Task* task, double rate) {
+    for (size_t k = 0; k < tasks.size(); ++k) {
+      if (tasks[k] == task) {
         weights[k] += rate;
         return;
       }
     }
-    components.push_back(task);
+    tasks.push_back(task);
     weights.push_back(rate);
-  };
+  }
+};
+
+// The components of mixture `name` from the registered tasks in `rates`: a
+// nested mixture's rate is shared among its tasks by their shares.
+absl::StatusOr<MixtureComponents> ResolveComponents(const TaskRegistry& registry, const std::string& name,
+                                                    const std::vector<std::pair<std::string, double>>& rates) {
+  MixtureComponents components;
   for (const auto& [task_name, rate] : rates) {
     if (!(rate > 0) || !std::isfinite(rate)) {
       return absl::InvalidArgumentError(
           absl::StrCat("mixture ", name, ": rate of ", task_name, " is ", rate, "; must be > 0"));
     }
-    absl::StatusOr<const Task*> task = Get(task_name);
+    absl::StatusOr<const Task*> task = registry.Get(task_name);
     if (!task.ok()) return absl::NotFoundError(absl::StrCat("mixture ", name, ": ", task.status().message()));
     if ((*task)->components.empty()) {
-      add(*task, rate);
+      components.Add(*task, rate);
     } else {
-      for (const auto& [leaf, share] : (*task)->components) add(leaf, rate * share);
+      for (const auto& [leaf, share] : (*task)->components) components.Add(leaf, rate * share);
     }
   }
+  return components;
+}
+
+// kInvalidArgument unless the tasks of mixture `name` share one vocabulary
+// (the same file and size).
+absl::Status CheckSharedVocabulary(const std::string& name, const std::vector<const Task*>& components) {
   for (const Task* task : components) {
     if (task->vocabulary->path() != components[0]->vocabulary->path() ||
         task->vocabulary->size() != components[0]->vocabulary->size()) {
@@ -237,15 +252,15 @@ absl::Status TaskRegistry::AddMixture(const std::string& name,
           absl::StrCat("mixture ", name, ": ", task->name, " has another vocabulary than ", components[0]->name));
     }
   }
-  double sum = 0;
-  for (double w : weights) sum += w;
-  Task mixture;
-  mixture.name = name;
-  mixture.vocabulary = components[0]->vocabulary;
-  mixture.add_eos = components[0]->add_eos;
-  for (size_t k = 0; k < components.size(); ++k) mixture.components.emplace_back(components[k], weights[k] / sum);
-  mixture.source = [components, weights, sum,
-                    name](const std::string& split) -> absl::StatusOr<std::unique_ptr<ExampleSource>> {
+  return absl::OkStatus();
+}
+
+// The source of mixture `name`'s splits: each split holds its components'
+// splits together, each component's examples in order, wrapping around.
+std::function<absl::StatusOr<std::unique_ptr<ExampleSource>>(const std::string& split)> MixtureSplits(
+    const std::string& name, const std::vector<const Task*>& components, const std::vector<double>& weights,
+    double sum) {
+  return [components, weights, sum, name](const std::string& split) -> absl::StatusOr<std::unique_ptr<ExampleSource>> {
     std::vector<std::unique_ptr<ExampleSource>> sources;
     int64_t total = 0;
     for (const Task* t : components) {
@@ -271,9 +286,12 @@ absl::Status TaskRegistry::AddMixture(const std::string& name,
     }
     return std::unique_ptr<ExampleSource>(new MixtureSource(std::move(sources), std::move(schedule)));
   };
-  // Each example goes through its own task's text preprocessors and keeps
-  // the name of its component for the token stage (ChainOf).
-  mixture.preprocessors.push_back([components](Example ex) -> absl::StatusOr<absl::optional<Example>> {
+}
+
+// Each example goes through its own task's text preprocessors and keeps
+// the name of its component for the token stage (ChainOf).
+Preprocessor ComponentPreprocessors(const std::vector<const Task*>& components) {
+  return [components](Example ex) -> absl::StatusOr<absl::optional<Example>> {
     const std::string component = ex.at(kComponentField);
     const size_t k = static_cast<size_t>(std::stoul(component));
     ex.erase(kComponentField);
@@ -284,7 +302,28 @@ absl::Status TaskRegistry::AddMixture(const std::string& name,
     }
     ex[kComponentField] = component;
     return absl::optional<Example>(std::move(ex));
-  });
+  };
+}
+
+}  // namespace
+
+absl::Status TaskRegistry::AddMixture(const std::string& name,
+                                      const std::vector<std::pair<std::string, double>>& rates) {
+  if (rates.empty()) return absl::InvalidArgumentError(absl::StrCat("mixture ", name, ": no tasks"));
+  absl::StatusOr<MixtureComponents> resolved = ResolveComponents(*this, name, rates);
+  if (!resolved.ok()) return resolved.status();
+  const std::vector<const Task*>& components = resolved->tasks;
+  const std::vector<double>& weights = resolved->weights;
+  if (absl::Status s = CheckSharedVocabulary(name, components); !s.ok()) return s;
+  double sum = 0;
+  for (double w : weights) sum += w;
+  Task mixture;
+  mixture.name = name;
+  mixture.vocabulary = components[0]->vocabulary;
+  mixture.add_eos = components[0]->add_eos;
+  for (size_t k = 0; k < components.size(); ++k) mixture.components.emplace_back(components[k], weights[k] / sum);
+  mixture.source = MixtureSplits(name, components, weights, sum);
+  mixture.preprocessors.push_back(ComponentPreprocessors(components));
   return Add(std::move(mixture));
 }
 

@@ -1,17 +1,15 @@
 // Validation and normalisation of a JobSpec: one rule (or a few) per field,
-// in the order of proto/job.proto. Longer than most files on purpose: every
-// constraint a user can meet when writing a spec is in this one place, next
-// to the defaults it fills in.
+// in the order of proto/job.proto, next to the defaults it fills in. The
+// rules of the tasks (task_validation.h) and of output_dir
+// (output_dir_validation.h) have files of their own.
 #include "spec/jobspec_validator.h"
 
 #include <cmath>
-#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -21,6 +19,7 @@
 #include "re2/re2.h"
 #include "spec/jobspec.h"
 #include "spec/learning_rate_factors.h"
+#include "spec/output_dir_validation.h"
 #include "spec/presets.h"
 #include "spec/task_validation.h"
 #include "spec/validation_util.h"
@@ -35,16 +34,6 @@ using spec_internal::Errors;
 using spec_internal::IsValidName;
 using spec_internal::kInf;
 using spec_internal::Quote;
-
-std::string CleanPath(absl::string_view path) {
-  std::vector<absl::string_view> parts;
-  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
-    if (part != ".") parts.push_back(part);
-  }
-  std::string joined = absl::StrJoin(parts, "/");
-  if (absl::StartsWith(path, "/")) return "/" + joined;
-  return joined.empty() ? "." : joined;
-}
 
 void ValidateModelConfig(Errors* errors, const ModelConfig& c) {
   CheckIntRange(errors, "model.config.vocab_size", c.vocab_size(), 2, 1 << 22);
@@ -314,41 +303,6 @@ void ValidateActions(Errors* errors, JobSpec* spec) {
   }
 }
 
-void ValidateOutputDir(Errors* errors, JobSpec* spec, const ValidationOptions& options) {
-  const std::string& dir = spec->output_dir();
-  if (dir.empty()) {
-    errors->Add("output_dir",
-                "missing; the directory for checkpoints, TensorBoard events "
-                "and config.textproto");
-    return;
-  }
-  if (!CheckPath(errors, "output_dir", dir)) return;
-  if (options.output_root.empty()) {
-    spec->set_output_dir(CleanPath(dir));
-    return;
-  }
-  const std::string root = CleanPath(options.output_root);
-  const std::string resolved = absl::StartsWith(dir, "/") ? CleanPath(dir) : CleanPath(root + "/" + dir);
-  if (resolved != root && !absl::StartsWith(resolved, root == "/" ? "/" : root + "/")) {
-    errors->Add("output_dir", absl::StrCat(Quote(dir), " is outside the allowed output root ", Quote(root)));
-    return;
-  }
-  // The same check after symbolic links: the existing part of the path must
-  // not lead out of the root either.
-  std::error_code ec1, ec2;
-  const std::filesystem::path real_root = std::filesystem::weakly_canonical(root, ec1);
-  const std::filesystem::path real = std::filesystem::weakly_canonical(resolved, ec2);
-  if (!ec1 && !ec2) {
-    const std::string r = real_root.string(), p = real.string();
-    if (p != r && !absl::StartsWith(p, r == "/" ? "/" : r + "/")) {
-      errors->Add("output_dir", absl::StrCat(Quote(dir), " leads through a symbolic link to ", Quote(p),
-                                             ", outside the allowed output root ", Quote(root)));
-      return;
-    }
-  }
-  spec->set_output_dir(resolved);
-}
-
 // fault_tolerance: RESTART by default; ELASTIC for replicated training on
 // more than one worker.
 void ValidateFaultTolerance(Errors* errors, JobSpec* spec, bool training) {
@@ -387,22 +341,134 @@ void ValidateFaultTolerance(Errors* errors, JobSpec* spec, bool training) {
   CheckIntRange(errors, "fault_tolerance.min_workers", ft->min_workers(), 1, std::max(spec->num_workers(), 1));
 }
 
-}  // namespace
-
-absl::StatusOr<std::string> ResolveOutputDir(const std::string& field, const std::string& dir,
-                                             const ValidationOptions& options) {
-  JobSpec spec;
-  spec.set_output_dir(dir);
-  Errors errors;
-  ValidateOutputDir(&errors, &spec, options);
-  absl::Status status = errors.ToStatus();
-  if (!status.ok()) {
-    std::string message(status.message());
-    if (absl::StartsWith(message, "output_dir")) message = field + message.substr(10);
-    return absl::InvalidArgumentError(message);
+void ValidateName(Errors* errors, const std::string& name) {
+  if (name.empty()) {
+    errors->Add("name", "missing; a short name such as \"t5-small-wmt\"");
+  } else if (!IsValidName(name, "_.-", 128)) {
+    errors->Add("name", absl::StrCat(Quote(name),
+                                     " is not allowed; use 1-128 of [A-Za-z0-9_.-], starting with "
+                                     "a letter or digit"));
   }
-  return spec.output_dir();
 }
+
+// data_parallel: bucket size, sharding (NONE by default) and the overlap of
+// the all-gather, with what sharding PARAMETERS cannot do.
+void ValidateDataParallel(Errors* errors, JobSpec* spec) {
+  DataParallelConfig* dp = spec->mutable_data_parallel();
+  if (!dp->has_overlap_allreduce()) dp->set_overlap_allreduce(true);
+  if (dp->bucket_mb() == 0) dp->set_bucket_mb(4);
+  CheckIntRange(errors, "data_parallel.bucket_mb", dp->bucket_mb(), 1, 1024);
+  if (dp->sharding() == DataParallelConfig::SHARDING_UNSPECIFIED) dp->set_sharding(DataParallelConfig::NONE);
+  if (dp->sharding() == DataParallelConfig::PARAMETERS) {
+    if (dp->has_overlap_allgather() && !dp->overlap_allgather()) {
+      errors->Add("data_parallel.overlap_allgather",
+                  "false with sharding PARAMETERS, which gathers each layer just before its use (nothing is "
+                  "held whole to gather after the update); leave it unset or true");
+    }
+    if (spec->summary().weight_metrics()) {
+      errors->Add("summary.weight_metrics",
+                  "not computed with sharding PARAMETERS: they read every parameter before and after each "
+                  "update, and each rank holds only its shard; use GRADIENTS for weight metrics");
+    }
+  }
+  if (dp->sharding() == DataParallelConfig::NONE) {
+    if (dp->has_overlap_allgather()) {
+      errors->Add("data_parallel.overlap_allgather",
+                  "set with sharding NONE, where every rank updates every parameter and nothing is all-gathered; "
+                  "it applies to OPTIMIZER and GRADIENTS");
+    }
+  } else if (!dp->has_overlap_allgather()) {
+    dp->set_overlap_allgather(true);
+  }
+}
+
+// num_workers, num_microbatches (1 by default) and batch_size: in range, and
+// the global batch splits into equal microbatches on every worker.
+void ValidateBatchSplit(Errors* errors, JobSpec* spec) {
+  if (spec->num_microbatches() == 0) spec->set_num_microbatches(1);
+  if (spec->num_workers() == 0) spec->set_num_workers(1);
+  CheckIntRange(errors, "num_workers", spec->num_workers(), 1, kMaxWorkers);
+  CheckIntRange(errors, "num_microbatches", spec->num_microbatches(), 1, kMaxBatchSize);
+  CheckIntRange(errors, "batch_size", spec->batch_size(), 1, kMaxBatchSize);
+  if (spec->batch_size() >= 1 && spec->num_workers() >= 1 && spec->num_microbatches() >= 1) {
+    const int64_t per_step = static_cast<int64_t>(spec->num_workers()) * spec->num_microbatches();
+    if (spec->batch_size() % per_step != 0) {
+      errors->Add("batch_size", absl::StrCat(spec->batch_size(),
+                                             " is not divisible by num_workers x "
+                                             "num_microbatches = ",
+                                             spec->num_workers(), " x ", spec->num_microbatches(), " = ", per_step,
+                                             "; every worker's share of the global batch must split into "
+                                             "equal microbatches"));
+    }
+  }
+}
+
+// total_steps (at least 1 for training) and the periods of evaluation,
+// checkpoints and summaries (every 100 steps by default, or at the end of a
+// shorter job).
+void ValidateSteps(Errors* errors, JobSpec* spec, bool training) {
+  if (training) {
+    CheckIntRange(errors, "total_steps", spec->total_steps(), 1, kMaxSteps);
+  } else {
+    CheckIntRange(errors, "total_steps", spec->total_steps(), 0, kMaxSteps);
+  }
+  CheckIntRange(errors, "eval_period", spec->eval_period(), 0, kMaxSteps);
+  CheckIntRange(errors, "checkpoint_period", spec->checkpoint_period(), 0, kMaxSteps);
+  CheckIntRange(errors, "summary_period", spec->summary_period(), 0, kMaxSteps);
+  if (spec->summary_period() == 0) {
+    spec->set_summary_period(spec->total_steps() > 0 && spec->total_steps() < 100 ? spec->total_steps() : 100);
+  }
+}
+
+void ValidateLoss(Errors* errors, LossConfig* loss) {
+  if (!loss->has_z_loss()) loss->set_z_loss(1e-4f);
+  CheckRange(errors, "loss.z_loss", loss->z_loss(), 0, false, 1, false);
+  CheckRange(errors, "loss.label_smoothing", loss->label_smoothing(), 0, false, 1, true);
+  if (loss->normalization() == LossConfig::NORMALIZATION_UNSPECIFIED) {
+    loss->set_normalization(LossConfig::NUM_TARGET_TOKENS);
+  }
+  if (loss->normalization() == LossConfig::CONSTANT) {
+    CheckRange(errors, "loss.normalizing_constant", loss->normalizing_constant(), 0, true, kInf, true);
+  } else if (loss->normalizing_constant() != 0) {
+    errors->Add("loss.normalizing_constant", "only applies with loss.normalization: CONSTANT");
+  }
+}
+
+void ValidateData(Errors* errors, DataConfig* data) {
+  if (data->train_split().empty()) data->set_train_split("train");
+  if (!IsValidName(data->train_split(), "_.-", 64)) {
+    errors->Add("data.train_split",
+                absl::StrCat(Quote(data->train_split()), " is not a split name; use [A-Za-z0-9_.-]"));
+  }
+  if (!data->has_pack()) data->set_pack(true);
+  if (!data->has_shuffle()) data->set_shuffle(true);
+  if (!data->vocabulary().empty()) {
+    errors->Add("data.vocabulary",
+                "a vocabulary for the whole job is not supported: each task has its own (the "
+                "bundled task's, or task_definitions[].vocabulary)");
+  }
+}
+
+// checkpoint: save_dtype and async defaults; keep_best with the metric and
+// mode it ranks by.
+void ValidateCheckpoint(Errors* errors, CheckpointConfig* checkpoint) {
+  if (checkpoint->save_dtype() == DTYPE_UNSPECIFIED) checkpoint->set_save_dtype(FLOAT32);
+  if (!checkpoint->has_async()) checkpoint->set_async(true);
+  CheckIntRange(errors, "checkpoint.keep_best", checkpoint->keep_best(), 0, 1000000);
+  if (checkpoint->keep_best() > 0) {
+    const std::vector<std::string> parts = absl::StrSplit(checkpoint->best_metric(), '/');
+    if (parts.size() < 2 || parts[0].empty() || parts.back().empty()) {
+      errors->Add("checkpoint.best_metric", absl::StrCat(Quote(checkpoint->best_metric()),
+                                                         "; keep_best needs a metric named \"<task>/<metric>\", e.g. "
+                                                         "\"validation/loss\""));
+    }
+    if (checkpoint->best_mode() == EarlyStopping::MODE_UNSPECIFIED) {
+      errors->Add("checkpoint.best_mode", "missing; MIN or MAX (which value is best)");
+    }
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<OpenSessionRequest> NormalizeOpenSessionRequest(const OpenSessionRequest& original,
                                                                const ValidationOptions& options) {
@@ -469,14 +535,7 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
     errors.Add("kind", absl::StrCat(spec->kind(), " is not a JobKind"));
   }
   const bool training = IsTrainingKind(spec->kind());
-
-  if (spec->name().empty()) {
-    errors.Add("name", "missing; a short name such as \"t5-small-wmt\"");
-  } else if (!IsValidName(spec->name(), "_.-", 128)) {
-    errors.Add("name", absl::StrCat(Quote(spec->name()),
-                                    " is not allowed; use 1-128 of [A-Za-z0-9_.-], starting with "
-                                    "a letter or digit"));
-  }
+  ValidateName(&errors, spec->name());
 
   if (!spec->has_model()) spec->mutable_model();
   ValidateModel(&errors, spec->mutable_model());
@@ -485,61 +544,10 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   CheckIntRange(&errors, "feature_lengths.inputs", lengths.inputs(), 1, kMaxFeatureLength);
   CheckIntRange(&errors, "feature_lengths.targets", lengths.targets(), 1, kMaxFeatureLength);
 
-  if (!spec->data_parallel().has_overlap_allreduce()) spec->mutable_data_parallel()->set_overlap_allreduce(true);
-  if (spec->data_parallel().bucket_mb() == 0) spec->mutable_data_parallel()->set_bucket_mb(4);
-  CheckIntRange(&errors, "data_parallel.bucket_mb", spec->data_parallel().bucket_mb(), 1, 1024);
-  if (spec->data_parallel().sharding() == DataParallelConfig::SHARDING_UNSPECIFIED) {
-    spec->mutable_data_parallel()->set_sharding(DataParallelConfig::NONE);
-  }
-  if (spec->data_parallel().sharding() == DataParallelConfig::PARAMETERS) {
-    if (spec->data_parallel().has_overlap_allgather() && !spec->data_parallel().overlap_allgather()) {
-      errors.Add("data_parallel.overlap_allgather",
-                 "false with sharding PARAMETERS, which gathers each layer just before its use (nothing is "
-                 "held whole to gather after the update); leave it unset or true");
-    }
-    if (spec->summary().weight_metrics()) {
-      errors.Add("summary.weight_metrics",
-                 "not computed with sharding PARAMETERS: they read every parameter before and after each "
-                 "update, and each rank holds only its shard; use GRADIENTS for weight metrics");
-    }
-  }
-  if (spec->data_parallel().sharding() == DataParallelConfig::NONE) {
-    if (spec->data_parallel().has_overlap_allgather()) {
-      errors.Add("data_parallel.overlap_allgather",
-                 "set with sharding NONE, where every rank updates every parameter and nothing is all-gathered; "
-                 "it applies to OPTIMIZER and GRADIENTS");
-    }
-  } else if (!spec->data_parallel().has_overlap_allgather()) {
-    spec->mutable_data_parallel()->set_overlap_allgather(true);
-  }
-  if (spec->num_microbatches() == 0) spec->set_num_microbatches(1);
-  if (spec->num_workers() == 0) spec->set_num_workers(1);
-  CheckIntRange(&errors, "num_workers", spec->num_workers(), 1, kMaxWorkers);
-  CheckIntRange(&errors, "num_microbatches", spec->num_microbatches(), 1, kMaxBatchSize);
-  CheckIntRange(&errors, "batch_size", spec->batch_size(), 1, kMaxBatchSize);
-  if (spec->batch_size() >= 1 && spec->num_workers() >= 1 && spec->num_microbatches() >= 1) {
-    const int64_t per_step = static_cast<int64_t>(spec->num_workers()) * spec->num_microbatches();
-    if (spec->batch_size() % per_step != 0) {
-      errors.Add("batch_size", absl::StrCat(spec->batch_size(),
-                                            " is not divisible by num_workers x "
-                                            "num_microbatches = ",
-                                            spec->num_workers(), " x ", spec->num_microbatches(), " = ", per_step,
-                                            "; every worker's share of the global batch must split into "
-                                            "equal microbatches"));
-    }
-  }
+  ValidateDataParallel(&errors, spec);
+  ValidateBatchSplit(&errors, spec);
 
-  if (training) {
-    CheckIntRange(&errors, "total_steps", spec->total_steps(), 1, kMaxSteps);
-  } else {
-    CheckIntRange(&errors, "total_steps", spec->total_steps(), 0, kMaxSteps);
-  }
-  CheckIntRange(&errors, "eval_period", spec->eval_period(), 0, kMaxSteps);
-  CheckIntRange(&errors, "checkpoint_period", spec->checkpoint_period(), 0, kMaxSteps);
-  CheckIntRange(&errors, "summary_period", spec->summary_period(), 0, kMaxSteps);
-  if (spec->summary_period() == 0) {
-    spec->set_summary_period(spec->total_steps() > 0 && spec->total_steps() < 100 ? spec->total_steps() : 100);
-  }
+  ValidateSteps(&errors, spec, training);
   CheckIntRange(&errors, "keep_checkpoints", spec->keep_checkpoints(), 0, 1000000);
   if (!spec->has_seed()) spec->set_seed(0);
   if (!spec->has_max_restarts()) spec->set_max_restarts(3);
@@ -547,7 +555,7 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   ValidateFaultTolerance(&errors, spec, training);
   if (spec->dtype() == DTYPE_UNSPECIFIED) spec->set_dtype(FLOAT32);
 
-  ValidateOutputDir(&errors, spec, options);
+  spec_internal::ValidateOutputDir(&errors, spec, options);
 
   if (!spec->has_optimizer()) spec->mutable_optimizer();
   ValidateOptimizer(&errors, spec->mutable_optimizer());
@@ -556,32 +564,8 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   if (!spec->has_restore()) spec->mutable_restore();
   ValidateRestore(&errors, spec->mutable_restore(), spec->kind());
 
-  LossConfig* loss = spec->mutable_loss();
-  if (!loss->has_z_loss()) loss->set_z_loss(1e-4f);
-  CheckRange(&errors, "loss.z_loss", loss->z_loss(), 0, false, 1, false);
-  CheckRange(&errors, "loss.label_smoothing", loss->label_smoothing(), 0, false, 1, true);
-  if (loss->normalization() == LossConfig::NORMALIZATION_UNSPECIFIED) {
-    loss->set_normalization(LossConfig::NUM_TARGET_TOKENS);
-  }
-  if (loss->normalization() == LossConfig::CONSTANT) {
-    CheckRange(&errors, "loss.normalizing_constant", loss->normalizing_constant(), 0, true, kInf, true);
-  } else if (loss->normalizing_constant() != 0) {
-    errors.Add("loss.normalizing_constant", "only applies with loss.normalization: CONSTANT");
-  }
-
-  DataConfig* data = spec->mutable_data();
-  if (data->train_split().empty()) data->set_train_split("train");
-  if (!IsValidName(data->train_split(), "_.-", 64)) {
-    errors.Add("data.train_split",
-               absl::StrCat(Quote(data->train_split()), " is not a split name; use [A-Za-z0-9_.-]"));
-  }
-  if (!data->has_pack()) data->set_pack(true);
-  if (!data->has_shuffle()) data->set_shuffle(true);
-  if (!data->vocabulary().empty()) {
-    errors.Add("data.vocabulary",
-               "a vocabulary for the whole job is not supported: each task has its own (the "
-               "bundled task's, or task_definitions[].vocabulary)");
-  }
+  ValidateLoss(&errors, spec->mutable_loss());
+  ValidateData(&errors, spec->mutable_data());
 
   // task, task_definitions, mixture_definitions, eval.tasks.
   spec_internal::ValidateTasks(&errors, spec);
@@ -594,21 +578,7 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   if (inference->split().empty()) inference->set_split("validation");
   CheckIntRange(&errors, "inference.num_batches", inference->num_batches(), 0, 1 << 30);
 
-  CheckpointConfig* checkpoint = spec->mutable_checkpoint();
-  if (checkpoint->save_dtype() == DTYPE_UNSPECIFIED) checkpoint->set_save_dtype(FLOAT32);
-  if (!checkpoint->has_async()) checkpoint->set_async(true);
-  CheckIntRange(&errors, "checkpoint.keep_best", checkpoint->keep_best(), 0, 1000000);
-  if (checkpoint->keep_best() > 0) {
-    const std::vector<std::string> parts = absl::StrSplit(checkpoint->best_metric(), '/');
-    if (parts.size() < 2 || parts[0].empty() || parts.back().empty()) {
-      errors.Add("checkpoint.best_metric", absl::StrCat(Quote(checkpoint->best_metric()),
-                                                        "; keep_best needs a metric named \"<task>/<metric>\", e.g. "
-                                                        "\"validation/loss\""));
-    }
-    if (checkpoint->best_mode() == EarlyStopping::MODE_UNSPECIFIED) {
-      errors.Add("checkpoint.best_mode", "missing; MIN or MAX (which value is best)");
-    }
-  }
+  ValidateCheckpoint(&errors, spec->mutable_checkpoint());
 
   ValidateActions(&errors, spec);
   return errors.ToStatus();

@@ -110,11 +110,57 @@ absl::Status Store(Message* message, const FieldDescriptor* field, int index, T 
   return absl::OkStatus();
 }
 
+// Sets enum `field` (element `index` if repeated, -1 = append) from the text
+// `raw`: a value's name, quoted or not; lower case finds an upper-case name.
+absl::Status SetEnum(Message* message, const FieldDescriptor* field, int index, absl::string_view raw) {
+  const std::string text = std::string(absl::StripAsciiWhitespace(raw));
+  const EnumValueDescriptor* value = field->enum_type()->FindValueByName(Unquote(text));
+  if (value == nullptr) {
+    value = field->enum_type()->FindValueByName(absl::AsciiStrToUpper(Unquote(text)));
+  }
+  if (value == nullptr) {
+    std::vector<std::string> names;
+    for (int i = 0; i < field->enum_type()->value_count(); ++i) {
+      if (field->enum_type()->value(i)->number() != 0) {
+        names.push_back(field->enum_type()->value(i)->name());
+      }
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(field->name(), ": \"", raw, "\" is not one of ", absl::StrJoin(names, ", ")));
+  }
+  return Store(message, field, index, value, &Reflection::SetEnum, &Reflection::AddEnum, &Reflection::SetRepeatedEnum);
+}
+
+// Sets message `field` (element `index` if repeated, -1 = append) to the
+// text-format fields inside the braces of `raw`.
+absl::Status SetMessage(Message* message, const FieldDescriptor* field, int index, absl::string_view raw) {
+  const Reflection* r = message->GetReflection();
+  absl::string_view body = absl::StripAsciiWhitespace(raw);
+  if (!absl::ConsumePrefix(&body, "{") || !absl::ConsumeSuffix(&body, "}")) {
+    return absl::InvalidArgumentError(absl::StrCat(field->name(),
+                                                   " is a message: give its fields in text format inside braces, "
+                                                   "e.g. ",
+                                                   field->name(), "={...}, or set one field with ", field->name(),
+                                                   ".NAME=VALUE"));
+  }
+  Message* target;
+  if (!field->is_repeated())
+    target = r->MutableMessage(message, field);
+  else if (index < 0)
+    target = r->AddMessage(message, field);
+  else
+    target = r->MutableRepeatedMessage(message, field, index);
+  target->Clear();
+  if (!google::protobuf::TextFormat::ParseFromString(std::string(body), target)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field->name(), ": \"", body, "\" is not a valid text-format ", field->message_type()->name()));
+  }
+  return absl::OkStatus();
+}
+
 // Sets `field` of `message` (element `index` if repeated, -1 = append) from
 // the text `raw`.
 absl::Status SetScalar(Message* message, const FieldDescriptor* field, int index, absl::string_view raw) {
-  const Reflection* r = message->GetReflection();
-  const bool repeated = field->is_repeated();
   auto bad = [&] {
     return absl::InvalidArgumentError(absl::StrCat(field->name(), " expects ", TypeName(field), ", got \"", raw, "\""));
   };
@@ -161,51 +207,14 @@ absl::Status SetScalar(Message* message, const FieldDescriptor* field, int index
       if (!absl::SimpleAtob(text, &v)) return bad();
       return Store(message, field, index, v, &Reflection::SetBool, &Reflection::AddBool, &Reflection::SetRepeatedBool);
     }
-    case FieldDescriptor::CPPTYPE_ENUM: {
-      const EnumValueDescriptor* value = field->enum_type()->FindValueByName(Unquote(text));
-      if (value == nullptr) {
-        value = field->enum_type()->FindValueByName(absl::AsciiStrToUpper(Unquote(text)));
-      }
-      if (value == nullptr) {
-        std::vector<std::string> names;
-        for (int i = 0; i < field->enum_type()->value_count(); ++i) {
-          if (field->enum_type()->value(i)->number() != 0) {
-            names.push_back(field->enum_type()->value(i)->name());
-          }
-        }
-        return absl::InvalidArgumentError(
-            absl::StrCat(field->name(), ": \"", raw, "\" is not one of ", absl::StrJoin(names, ", ")));
-      }
-      return Store(message, field, index, value, &Reflection::SetEnum, &Reflection::AddEnum,
-                   &Reflection::SetRepeatedEnum);
-    }
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return SetEnum(message, field, index, raw);
     case FieldDescriptor::CPPTYPE_STRING: {
       return Store(message, field, index, Unquote(raw), &Reflection::SetString, &Reflection::AddString,
                    &Reflection::SetRepeatedString);
     }
-    case FieldDescriptor::CPPTYPE_MESSAGE: {
-      absl::string_view body = absl::StripAsciiWhitespace(raw);
-      if (!absl::ConsumePrefix(&body, "{") || !absl::ConsumeSuffix(&body, "}")) {
-        return absl::InvalidArgumentError(absl::StrCat(field->name(),
-                                                       " is a message: give its fields in text format inside braces, "
-                                                       "e.g. ",
-                                                       field->name(), "={...}, or set one field with ", field->name(),
-                                                       ".NAME=VALUE"));
-      }
-      Message* target;
-      if (!repeated)
-        target = r->MutableMessage(message, field);
-      else if (index < 0)
-        target = r->AddMessage(message, field);
-      else
-        target = r->MutableRepeatedMessage(message, field, index);
-      target->Clear();
-      if (!google::protobuf::TextFormat::ParseFromString(std::string(body), target)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(field->name(), ": \"", body, "\" is not a valid text-format ", field->message_type()->name()));
-      }
-      return absl::OkStatus();
-    }
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return SetMessage(message, field, index, raw);
   }
   return bad();
 }

@@ -176,108 +176,153 @@ std::string Features(const std::set<std::string>& features) {
   return features.empty() ? std::string("(none)") : absl::StrJoin(features, ", ");
 }
 
-// One definition's chain: order, parameters, and the features each step
-// sees. Fills in defaults (and T5's rekey of plain text).
-void ValidateChain(Errors* errors, const std::string& prefix, TaskDefinition* def) {
+// What the steps of a chain have made of its examples so far.
+struct ChainState {
+  std::set<std::string> features;  // the examples' features after the steps so far
+  bool token_stage = false;        // split_tokens, span_corruption or prefix_lm seen
+  bool split_seen = false;
+  std::string objective;  // "span_corruption" or "prefix_lm"
+};
+
+// Whether any of the definition's splits is plain text (.txt); splits that
+// mix plain text with example files are an error.
+bool ValidateSplitFormats(Errors* errors, const std::string& prefix, const TaskDefinition& def) {
   bool plain = false, files = false;
-  for (const auto& [split, path] : def->splits()) (IsPlainTextPath(path) ? plain : files) = true;
+  for (const auto& [split, path] : def.splits()) (IsPlainTextPath(path) ? plain : files) = true;
   if (plain && files) {
     errors->Add(prefix + ".splits",
                 "mixes plain text (.txt) with example files (.jsonl, .tsv); a task's splits have the same features");
   }
+  return plain;
+}
+
+// A rekey step: before the token steps, a non-empty map of feature names to
+// features the examples have here. The examples leave it with the new names.
+void ValidateRekey(Errors* errors, const std::string& field, const RekeyConfig& rekey, ChainState* chain) {
+  if (chain->token_stage) {
+    errors->Add(field + ".rekey",
+                "renames text features, so it comes before split_tokens, span_corruption and prefix_lm");
+  }
+  if (rekey.key_map().empty()) {
+    errors->Add(field + ".rekey.key_map", "empty; map each new feature name to an existing feature");
+  }
+  std::set<std::string> next;
+  for (const auto& [to, from] : rekey.key_map()) {
+    if (!IsValidName(to, "_-", 64)) {
+      errors->Add(field + ".rekey.key_map", absl::StrCat(Quote(to), " is not a feature name; use [A-Za-z0-9_-]"));
+    }
+    if (!chain->features.count(from)) {
+      errors->Add(
+          absl::StrCat(field, ".rekey.key_map[", to, "]"),
+          absl::StrCat(Quote(from), " is not a feature of the examples here; they have: ", Features(chain->features)));
+    }
+    next.insert(to);
+  }
+  chain->features = std::move(next);
+}
+
+// A split_tokens step: once, before span_corruption or prefix_lm, with a
+// segment length in range.
+void ValidateSplitTokens(Errors* errors, const std::string& field, const SplitTokensConfig& split, ChainState* chain) {
+  if (chain->split_seen) errors->Add(field + ".split_tokens", "a chain splits its documents once");
+  if (!chain->objective.empty())
+    errors->Add(field + ".split_tokens", absl::StrCat("comes after ", chain->objective, "; put it before"));
+  CheckIntRange(errors, field + ".split_tokens.max_tokens_per_segment", split.max_tokens_per_segment(), 0, 1 << 20);
+  chain->split_seen = chain->token_stage = true;
+}
+
+// A span_corruption or prefix_lm step: one of them per chain. Fills in span
+// corruption's defaults and checks its parameters.
+void ValidateObjective(Errors* errors, const std::string& field, PreprocessorConfig* p, ChainState* chain) {
+  const std::string name = p->has_span_corruption() ? "span_corruption" : "prefix_lm";
+  if (!chain->objective.empty()) {
+    errors->Add(field + "." + name, absl::StrCat("the chain already has ", chain->objective,
+                                                 "; each makes inputs from the targets, one per chain"));
+  }
+  chain->objective = name;
+  chain->token_stage = true;
+  if (p->has_span_corruption()) {
+    SpanCorruptionConfig* s = p->mutable_span_corruption();
+    if (!s->has_noise_density()) s->set_noise_density(static_cast<float>(kDefaultNoiseDensity));
+    if (!s->has_mean_noise_span_length()) {
+      s->set_mean_noise_span_length(static_cast<float>(kDefaultMeanNoiseSpanLength));
+    }
+    CheckRange(errors, field + ".span_corruption.noise_density", s->noise_density(), 0, true, 1, true);
+    CheckRange(errors, field + ".span_corruption.mean_noise_span_length", s->mean_noise_span_length(), 1, false, 1000,
+               false);
+  }
+}
+
+// The features at the chain's end: `targets` for its token steps, inputs and
+// targets for the model.
+void ValidateChainFeatures(Errors* errors, const std::string& prefix, const ChainState& chain) {
+  if (chain.token_stage && !chain.features.count("targets")) {
+    errors->Add(prefix + ".preprocessors", absl::StrCat("split_tokens, span_corruption and prefix_lm work on the "
+                                                        "`targets` feature; the examples have: ",
+                                                        Features(chain.features), " (rekey one to targets)"));
+  } else if (chain.objective.empty() && (!chain.features.count("inputs") || !chain.features.count("targets"))) {
+    errors->Add(prefix + ".preprocessors",
+                absl::StrCat("the examples reach the model with ", Features(chain.features),
+                             "; they need inputs and targets: rekey them, or add span_corruption or prefix_lm to "
+                             "make inputs from the targets"));
+  }
+}
+
+// T5's rekey of plain text (its `text` becomes the targets) as the chain's
+// first step.
+void PrependPlainTextRekey(TaskDefinition* def) {
+  std::vector<PreprocessorConfig> chain(def->preprocessors().begin(), def->preprocessors().end());
+  def->clear_preprocessors();
+  (*def->add_preprocessors()->mutable_rekey()->mutable_key_map())["targets"] = "text";
+  for (PreprocessorConfig& p : chain) *def->add_preprocessors() = std::move(p);
+}
+
+// extra_ids: its default, its range, and some for span_corruption's
+// sentinels.
+void ValidateExtraIds(Errors* errors, const std::string& prefix, const std::string& objective, TaskDefinition* def) {
+  if (!def->has_extra_ids()) def->set_extra_ids(ExtraIds(*def));
+  CheckIntRange(errors, prefix + ".extra_ids", def->extra_ids(), 0, 1000);
+  if (objective == "span_corruption" && def->extra_ids() < 1) {
+    errors->Add(prefix + ".extra_ids", "0; span_corruption replaces spans by sentinel ids: give it some (T5: 100)");
+  }
+}
+
+// One definition's chain: order, parameters, and the features each step
+// sees. Fills in defaults (and T5's rekey of plain text).
+void ValidateChain(Errors* errors, const std::string& prefix, TaskDefinition* def) {
+  const bool plain = ValidateSplitFormats(errors, prefix, *def);
   bool has_rekey = false;
   for (const PreprocessorConfig& p : def->preprocessors()) has_rekey |= p.has_rekey();
   // Plain text without a rekey of its own gets T5's, written into the
   // spec after the checks (so that errors name the steps as the user
   // numbered them).
   const bool implicit_rekey = plain && !has_rekey;
-  std::set<std::string> features = implicit_rekey ? std::set<std::string>{"targets"}
-                                   : plain        ? std::set<std::string>{"text"}
-                                                  : std::set<std::string>{"inputs", "targets"};
-  bool token_stage = false, split_seen = false;
-  std::string objective;  // "span_corruption" or "prefix_lm"
+  ChainState chain;
+  chain.features = implicit_rekey ? std::set<std::string>{"targets"}
+                   : plain        ? std::set<std::string>{"text"}
+                                  : std::set<std::string>{"inputs", "targets"};
   for (int k = 0; k < def->preprocessors_size(); ++k) {
     PreprocessorConfig* p = def->mutable_preprocessors(k);
     const std::string field = absl::StrCat(prefix, ".preprocessors[", k, "]");
     switch (p->kind_case()) {
-      case PreprocessorConfig::kRekey: {
-        if (token_stage) {
-          errors->Add(field + ".rekey",
-                      "renames text features, so it comes before split_tokens, span_corruption and prefix_lm");
-        }
-        if (p->rekey().key_map().empty()) {
-          errors->Add(field + ".rekey.key_map", "empty; map each new feature name to an existing feature");
-        }
-        std::set<std::string> next;
-        for (const auto& [to, from] : p->rekey().key_map()) {
-          if (!IsValidName(to, "_-", 64)) {
-            errors->Add(field + ".rekey.key_map", absl::StrCat(Quote(to), " is not a feature name; use [A-Za-z0-9_-]"));
-          }
-          if (!features.count(from)) {
-            errors->Add(
-                absl::StrCat(field, ".rekey.key_map[", to, "]"),
-                absl::StrCat(Quote(from), " is not a feature of the examples here; they have: ", Features(features)));
-          }
-          next.insert(to);
-        }
-        features = std::move(next);
+      case PreprocessorConfig::kRekey:
+        ValidateRekey(errors, field, p->rekey(), &chain);
         break;
-      }
       case PreprocessorConfig::kSplitTokens:
-        if (split_seen) errors->Add(field + ".split_tokens", "a chain splits its documents once");
-        if (!objective.empty())
-          errors->Add(field + ".split_tokens", absl::StrCat("comes after ", objective, "; put it before"));
-        CheckIntRange(errors, field + ".split_tokens.max_tokens_per_segment",
-                      p->split_tokens().max_tokens_per_segment(), 0, 1 << 20);
-        split_seen = token_stage = true;
+        ValidateSplitTokens(errors, field, p->split_tokens(), &chain);
         break;
       case PreprocessorConfig::kSpanCorruption:
-      case PreprocessorConfig::kPrefixLm: {
-        const std::string name = p->has_span_corruption() ? "span_corruption" : "prefix_lm";
-        if (!objective.empty()) {
-          errors->Add(field + "." + name, absl::StrCat("the chain already has ", objective,
-                                                       "; each makes inputs from the targets, one per chain"));
-        }
-        objective = name;
-        token_stage = true;
-        if (p->has_span_corruption()) {
-          SpanCorruptionConfig* s = p->mutable_span_corruption();
-          if (!s->has_noise_density()) s->set_noise_density(static_cast<float>(kDefaultNoiseDensity));
-          if (!s->has_mean_noise_span_length()) {
-            s->set_mean_noise_span_length(static_cast<float>(kDefaultMeanNoiseSpanLength));
-          }
-          CheckRange(errors, field + ".span_corruption.noise_density", s->noise_density(), 0, true, 1, true);
-          CheckRange(errors, field + ".span_corruption.mean_noise_span_length", s->mean_noise_span_length(), 1, false,
-                     1000, false);
-        }
+      case PreprocessorConfig::kPrefixLm:
+        ValidateObjective(errors, field, p, &chain);
         break;
-      }
       case PreprocessorConfig::KIND_NOT_SET:
         errors->Add(field, "set one of rekey, split_tokens, span_corruption, prefix_lm");
         break;
     }
   }
-  if (token_stage && !features.count("targets")) {
-    errors->Add(prefix + ".preprocessors", absl::StrCat("split_tokens, span_corruption and prefix_lm work on the "
-                                                        "`targets` feature; the examples have: ",
-                                                        Features(features), " (rekey one to targets)"));
-  } else if (objective.empty() && (!features.count("inputs") || !features.count("targets"))) {
-    errors->Add(prefix + ".preprocessors",
-                absl::StrCat("the examples reach the model with ", Features(features),
-                             "; they need inputs and targets: rekey them, or add span_corruption or prefix_lm to "
-                             "make inputs from the targets"));
-  }
-  if (implicit_rekey) {
-    std::vector<PreprocessorConfig> chain(def->preprocessors().begin(), def->preprocessors().end());
-    def->clear_preprocessors();
-    (*def->add_preprocessors()->mutable_rekey()->mutable_key_map())["targets"] = "text";
-    for (PreprocessorConfig& p : chain) *def->add_preprocessors() = std::move(p);
-  }
-  if (!def->has_extra_ids()) def->set_extra_ids(ExtraIds(*def));
-  CheckIntRange(errors, prefix + ".extra_ids", def->extra_ids(), 0, 1000);
-  if (objective == "span_corruption" && def->extra_ids() < 1) {
-    errors->Add(prefix + ".extra_ids", "0; span_corruption replaces spans by sentinel ids: give it some (T5: 100)");
-  }
+  ValidateChainFeatures(errors, prefix, chain);
+  if (implicit_rekey) PrependPlainTextRekey(def);
+  ValidateExtraIds(errors, prefix, chain.objective, def);
 }
 
 // What identifies a vocabulary in a mixture: its file (empty: the bundled
@@ -292,15 +337,47 @@ std::string DescribeVocabulary(const std::pair<std::string, int>& key) {
   return absl::StrCat(key.first.empty() ? "the bundled vocabulary" : key.first, " with ", key.second, " extra ids");
 }
 
-}  // namespace
-
-void ValidateTasks(Errors* errors, JobSpec* spec) {
-  if (spec->task().empty()) {
-    errors->Add("task", "missing; the name of a registered task or mixture");
-  } else if (!IsValidName(spec->task(), kTaskNameChars, 256)) {
-    errors->Add("task", absl::StrCat(Quote(spec->task()), " is not a task name; use 1-256 of [A-Za-z0-9_.:/-]"));
+// Every name a spec can use: the bundled tasks, and the spec's
+// task_definitions and mixture_definitions.
+class KnownTasks {
+ public:
+  KnownTasks(std::set<std::string> defined, std::set<std::string> mixtures)
+      : defined_(std::move(defined)), mixtures_(std::move(mixtures)) {
+    std::vector<std::string> known = BundledTaskNames();
+    known.insert(known.end(), defined_.begin(), defined_.end());
+    known.insert(known.end(), mixtures_.begin(), mixtures_.end());
+    list_ = absl::StrJoin(known, ", ");
   }
 
+  bool Contains(const std::string& name) const {
+    return IsBundled(name) || defined_.count(name) > 0 || mixtures_.count(name) > 0;
+  }
+
+  // The error for a name that is none of them.
+  std::string Unknown(const std::string& name) const {
+    return absl::StrCat(Quote(name), " is not a known task or mixture; known: ", list_,
+                        " (bundled tasks, and task_definitions and mixture_definitions of this spec)");
+  }
+
+ private:
+  std::set<std::string> defined_;
+  std::set<std::string> mixtures_;
+  std::string list_;
+};
+
+// `task`: present, and a valid name (whether it is known is checked with
+// the definitions).
+void ValidateTaskName(Errors* errors, const std::string& task) {
+  if (task.empty()) {
+    errors->Add("task", "missing; the name of a registered task or mixture");
+  } else if (!IsValidName(task, kTaskNameChars, 256)) {
+    errors->Add("task", absl::StrCat(Quote(task), " is not a task name; use 1-256 of [A-Za-z0-9_.:/-]"));
+  }
+}
+
+// task_definitions: names (valid, new), splits, metric functions and
+// chains. Returns the names defined.
+std::set<std::string> ValidateTaskDefinitions(Errors* errors, JobSpec* spec) {
   std::set<std::string> defined;
   for (int i = 0; i < spec->task_definitions_size(); ++i) {
     TaskDefinition* def = spec->mutable_task_definitions(i);
@@ -329,10 +406,16 @@ void ValidateTasks(Errors* errors, JobSpec* spec) {
     }
     ValidateChain(errors, prefix, def);
   }
+  return defined;
+}
 
+// mixture_definitions on their own: names (valid, new, no task's), and
+// components listed once with finite rates > 0. Returns the names defined.
+std::set<std::string> ValidateMixtureDefinitions(Errors* errors, const JobSpec& spec,
+                                                 const std::set<std::string>& defined) {
   std::set<std::string> mixtures;
-  for (int i = 0; i < spec->mixture_definitions_size(); ++i) {
-    const MixtureDefinition& mix = spec->mixture_definitions(i);
+  for (int i = 0; i < spec.mixture_definitions_size(); ++i) {
+    const MixtureDefinition& mix = spec.mixture_definitions(i);
     const std::string prefix = absl::StrCat("mixture_definitions[", i, "]");
     if (!IsValidName(mix.name(), kTaskNameChars, 256)) {
       errors->Add(prefix + ".name",
@@ -355,63 +438,66 @@ void ValidateTasks(Errors* errors, JobSpec* spec) {
       }
     }
   }
+  return mixtures;
+}
 
-  // Every name a spec can use, for the errors below.
-  std::vector<std::string> known = BundledTaskNames();
-  known.insert(known.end(), defined.begin(), defined.end());
-  known.insert(known.end(), mixtures.begin(), mixtures.end());
-  const std::string known_list = absl::StrJoin(known, ", ");
-  auto unknown = [&](const std::string& name) {
-    return absl::StrCat(Quote(name), " is not a known task or mixture; known: ", known_list,
-                        " (bundled tasks, and task_definitions and mixture_definitions of this spec)");
-  };
+// A mixture's leaf tasks share one vocabulary.
+void ValidateMixtureVocabulary(Errors* errors, const JobSpec& spec, const std::string& prefix,
+                               const std::vector<std::pair<std::string, double>>& leaves) {
+  const auto first = VocabularyKey(spec, leaves[0].first);
+  for (const auto& [leaf, share] : leaves) {
+    const auto key = VocabularyKey(spec, leaf);
+    if (key != first) {
+      errors->Add(prefix + ".tasks",
+                  absl::StrCat(leaves[0].first, " uses ", DescribeVocabulary(first), ", ", leaf, " uses ",
+                               DescribeVocabulary(key), "; a mixture's tasks share one vocabulary"));
+      return;
+    }
+  }
+}
 
-  // Mixtures: components known, no cycles, one vocabulary.
-  for (int i = 0; i < spec->mixture_definitions_size(); ++i) {
-    const MixtureDefinition& mix = spec->mixture_definitions(i);
+// Mixtures: components known, no cycles, one vocabulary.
+void ValidateMixtureComponents(Errors* errors, const JobSpec& spec, const KnownTasks& known) {
+  for (int i = 0; i < spec.mixture_definitions_size(); ++i) {
+    const MixtureDefinition& mix = spec.mixture_definitions(i);
     const std::string prefix = absl::StrCat("mixture_definitions[", i, "]");
     bool components_known = true;
     for (int k = 0; k < mix.tasks_size(); ++k) {
       const std::string& name = mix.tasks(k).name();
-      if (!IsBundled(name) && !defined.count(name) && !mixtures.count(name)) {
-        errors->Add(absl::StrCat(prefix, ".tasks[", k, "].name"), unknown(name));
+      if (!known.Contains(name)) {
+        errors->Add(absl::StrCat(prefix, ".tasks[", k, "].name"), known.Unknown(name));
         components_known = false;
       }
     }
     if (!components_known || mix.tasks().empty()) continue;
-    absl::StatusOr<std::vector<std::pair<std::string, double>>> leaves = LeafTasks(*spec, mix.name());
+    absl::StatusOr<std::vector<std::pair<std::string, double>>> leaves = LeafTasks(spec, mix.name());
     if (!leaves.ok()) {
       if (absl::IsInvalidArgument(leaves.status()) && absl::StrContains(leaves.status().message(), "cycle")) {
         errors->Add(prefix + ".tasks", leaves.status().message());
       }
       continue;  // a bad rate, reported above
     }
-    const auto first = VocabularyKey(*spec, (*leaves)[0].first);
-    for (const auto& [leaf, share] : *leaves) {
-      const auto key = VocabularyKey(*spec, leaf);
-      if (key != first) {
-        errors->Add(prefix + ".tasks",
-                    absl::StrCat((*leaves)[0].first, " uses ", DescribeVocabulary(first), ", ", leaf, " uses ",
-                                 DescribeVocabulary(key), "; a mixture's tasks share one vocabulary"));
-        break;
-      }
-    }
+    ValidateMixtureVocabulary(errors, spec, prefix, *leaves);
   }
+}
 
-  auto known_name = [&](const std::string& name) {
-    return IsBundled(name) || defined.count(name) > 0 || mixtures.count(name) > 0;
-  };
-  std::vector<std::string> used;  // the tasks whose examples reach the model
-  if (!spec->task().empty() && IsValidName(spec->task(), kTaskNameChars, 256)) {
-    if (!known_name(spec->task())) {
-      errors->Add("task", unknown(spec->task()));
-    } else if (absl::StatusOr<std::vector<std::pair<std::string, double>>> leaves = LeafTasks(*spec, spec->task());
-               leaves.ok()) {
-      for (const auto& [leaf, share] : *leaves) used.push_back(leaf);
-    }
+// `task` known. Returns its leaf tasks: none when it is not known (or not
+// a valid name, reported by ValidateTaskName).
+std::vector<std::string> KnownTaskLeaves(Errors* errors, const JobSpec& spec, const KnownTasks& known) {
+  std::vector<std::string> leaf_names;
+  if (spec.task().empty() || !IsValidName(spec.task(), kTaskNameChars, 256)) return leaf_names;
+  if (!known.Contains(spec.task())) {
+    errors->Add("task", known.Unknown(spec.task()));
+  } else if (absl::StatusOr<std::vector<std::pair<std::string, double>>> leaves = LeafTasks(spec, spec.task());
+             leaves.ok()) {
+    for (const auto& [leaf, share] : *leaves) leaf_names.push_back(leaf);
   }
+  return leaf_names;
+}
 
-  // eval.tasks: default `task`; a mixture stands for its component tasks.
+// eval.tasks: default `task`; a mixture stands for its component tasks.
+// Appends the leaf tasks evaluated to `used`.
+void ValidateEvalTasks(Errors* errors, JobSpec* spec, const KnownTasks& known, std::vector<std::string>* used) {
   EvalConfig* eval = spec->mutable_eval();
   if (eval->tasks().empty() && !spec->task().empty()) eval->add_tasks(spec->task());
   std::vector<std::string> eval_tasks;
@@ -422,57 +508,81 @@ void ValidateTasks(Errors* errors, JobSpec* spec) {
       errors->Add(field, absl::StrCat(Quote(name), " is not a task name; use [A-Za-z0-9_.:/-]"));
       continue;
     }
-    if (!known_name(name)) {
-      errors->Add(field, unknown(name));
+    if (!known.Contains(name)) {
+      errors->Add(field, known.Unknown(name));
       continue;
     }
     absl::StatusOr<std::vector<std::pair<std::string, double>>> leaves = LeafTasks(*spec, name);
     if (!leaves.ok()) continue;  // reported with the mixture
     for (const auto& [leaf, share] : *leaves) {
       if (std::find(eval_tasks.begin(), eval_tasks.end(), leaf) == eval_tasks.end()) eval_tasks.push_back(leaf);
-      used.push_back(leaf);
+      used->push_back(leaf);
     }
   }
   if (errors->empty()) {
     eval->clear_tasks();
     for (const std::string& t : eval_tasks) eval->add_tasks(t);
   }
+}
 
-  // Span corruption at this job's lengths: the targets it makes must fit,
-  // and each span needs a sentinel.
-  const int64_t inputs_length = spec->feature_lengths().inputs();
-  if (inputs_length < 1) return;
+// The span corruption of task_definitions[index] at this job's lengths
+// (inputs_length > 0): the targets it makes must fit, and each span needs a
+// sentinel.
+void ValidateSpanCorruptionFits(Errors* errors, const JobSpec& spec, int index) {
+  const TaskDefinition& def = spec.task_definitions(index);
+  const SpanCorruptionConfig* span = FindSpanCorruption(def);
+  if (span == nullptr) return;
+  const int64_t inputs_length = spec.feature_lengths().inputs();
+  const int64_t segment = SegmentLength(def, inputs_length);
+  const SpanCorruptionLengths lengths =
+      SpanCorruptionLengthsOf(segment, NoiseDensity(*span), MeanNoiseSpanLength(*span), Eos(def));
+  const std::string& leaf = def.name();
+  if (lengths.targets > spec.feature_lengths().targets()) {
+    errors->Add("feature_lengths.targets",
+                absl::StrCat(spec.feature_lengths().targets(), " is shorter than the ", lengths.targets,
+                             " tokens span_corruption of task ", leaf, " makes of a ", segment,
+                             "-token segment (inputs ", inputs_length, "); set targets to at least ", lengths.targets));
+  }
+  if (lengths.inputs > inputs_length) {
+    errors->Add("feature_lengths.inputs",
+                absl::StrCat(inputs_length, ": task ", leaf, "'s segments of ", segment, " tokens make inputs of ",
+                             lengths.inputs, " tokens; shorten split_tokens.max_tokens_per_segment"));
+  }
+  if (lengths.spans > def.extra_ids()) {
+    errors->Add(absl::StrCat("task_definitions[", index, "].extra_ids"),
+                absl::StrCat(def.extra_ids(), ": span_corruption makes up to ", lengths.spans, " spans of a ", segment,
+                             "-token segment, one sentinel id each; give at least ", lengths.spans));
+  }
+}
+
+// Span corruption at this job's lengths, for each defined task in `used`
+// (once each).
+void ValidateSpanCorruptionLengths(Errors* errors, const JobSpec& spec, const std::vector<std::string>& used) {
+  if (spec.feature_lengths().inputs() < 1) return;
   std::set<std::string> checked;
   for (const std::string& leaf : used) {
     int index = -1;
-    for (int i = 0; i < spec->task_definitions_size(); ++i) {
-      if (spec->task_definitions(i).name() == leaf) index = i;
+    for (int i = 0; i < spec.task_definitions_size(); ++i) {
+      if (spec.task_definitions(i).name() == leaf) index = i;
     }
     if (index < 0 || !checked.insert(leaf).second) continue;
-    const TaskDefinition* def = &spec->task_definitions(index);
-    const SpanCorruptionConfig* span = FindSpanCorruption(*def);
-    if (span == nullptr) continue;
-    const int64_t segment = SegmentLength(*def, inputs_length);
-    const SpanCorruptionLengths lengths =
-        SpanCorruptionLengthsOf(segment, NoiseDensity(*span), MeanNoiseSpanLength(*span), Eos(*def));
-    if (lengths.targets > spec->feature_lengths().targets()) {
-      errors->Add(
-          "feature_lengths.targets",
-          absl::StrCat(spec->feature_lengths().targets(), " is shorter than the ", lengths.targets,
-                       " tokens span_corruption of task ", leaf, " makes of a ", segment, "-token segment (inputs ",
-                       inputs_length, "); set targets to at least ", lengths.targets));
-    }
-    if (lengths.inputs > inputs_length) {
-      errors->Add("feature_lengths.inputs",
-                  absl::StrCat(inputs_length, ": task ", leaf, "'s segments of ", segment, " tokens make inputs of ",
-                               lengths.inputs, " tokens; shorten split_tokens.max_tokens_per_segment"));
-    }
-    if (lengths.spans > def->extra_ids()) {
-      errors->Add(absl::StrCat("task_definitions[", index, "].extra_ids"),
-                  absl::StrCat(def->extra_ids(), ": span_corruption makes up to ", lengths.spans, " spans of a ",
-                               segment, "-token segment, one sentinel id each; give at least ", lengths.spans));
-    }
+    ValidateSpanCorruptionFits(errors, spec, index);
   }
+}
+
+}  // namespace
+
+void ValidateTasks(Errors* errors, JobSpec* spec) {
+  ValidateTaskName(errors, spec->task());
+  std::set<std::string> defined = ValidateTaskDefinitions(errors, spec);
+  std::set<std::string> mixtures = ValidateMixtureDefinitions(errors, *spec, defined);
+  const KnownTasks known(std::move(defined), std::move(mixtures));
+  ValidateMixtureComponents(errors, *spec, known);
+  // The tasks whose examples reach the model: the leaf tasks of `task` and
+  // of eval.tasks.
+  std::vector<std::string> used = KnownTaskLeaves(errors, *spec, known);
+  ValidateEvalTasks(errors, spec, known, &used);
+  ValidateSpanCorruptionLengths(errors, *spec, used);
 }
 
 }  // namespace spec_internal
