@@ -123,16 +123,16 @@ def main():
 
         final = jobs.GetJob(service_pb2.GetJobRequest(job_id=job_id), timeout=30, metadata=md)
         if args.predict and final.state == service_pb2.SUCCEEDED:
-            opened = jobs.OpenSession(job_pb2.OpenSessionRequest(
+            opened = jobs.OpenSession(service_pb2.OpenSessionRequest(
                 job_id=job_id, batch_size=8, feature_lengths=final.spec.feature_lengths), timeout=600, metadata=md)
             try:
-                request = job_pb2.SessionRequest(session_id=opened.session_id, op=job_pb2.SessionRequest.PREDICT,
-                                                 examples=[job_pb2.SessionExample(input=t) for t in args.predict])
+                request = service_pb2.SessionRequest(session_id=opened.session_id, op=service_pb2.SessionRequest.PREDICT,
+                                                 examples=[service_pb2.SessionExample(input=t) for t in args.predict])
                 answer = jobs.RunSession(request, timeout=600, metadata=md)
                 for text, prediction, score in zip(args.predict, answer.predictions, answer.scores):
                     print(f"predict {text} -> {prediction} ({score:.3f})")
             finally:
-                jobs.CloseSession(job_pb2.CloseSessionRequest(session_id=opened.session_id), timeout=30, metadata=md)
+                jobs.CloseSession(service_pb2.CloseSessionRequest(session_id=opened.session_id), timeout=30, metadata=md)
         print(f"final {service_pb2.JobState.Name(final.state)} step {final.step} "
               f"checkpoint {final.latest_checkpoint or '-'}")
         return 0 if final.state == service_pb2.SUCCEEDED else 1

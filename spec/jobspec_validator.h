@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
+#include "proto/job_service.pb.h"
 
 namespace trainyard {
 

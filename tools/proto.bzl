@@ -4,13 +4,15 @@ rules_proto would be downloaded; the generated code must also match the system
 libprotobuf/libgrpc++ exactly, which only the system protoc guarantees.
 """
 
-def trainyard_cc_proto(name, srcs, deps = [], grpc = False, visibility = None):
+def trainyard_cc_proto(name, srcs, deps = [], grpc = False, visibility = None, grpc_visibility = None):
     """cc_library `name` with the C++ messages of `srcs`; with `grpc`, also
     cc_library `name` + "_grpc" with their services' gRPC stubs.
 
     The messages link protobuf only, so a library that speaks the messages
     (a driver, a worker's core) links no gRPC; only the adapters that serve
     or call a service depend on the "_grpc" target.
+
+    `visibility` applies to the messages, `grpc_visibility` to the stubs.
 
     Imports are relative to the workspace root: `import "proto/job.proto";`.
     `deps` are other trainyard_cc_proto targets whose .proto files are imported.
@@ -56,5 +58,5 @@ def trainyard_cc_proto(name, srcs, deps = [], grpc = False, visibility = None):
             hdrs = [o for o in outs if o.endswith(".grpc.pb.h")],
             copts = ["-Wno-unused-parameter"],
             deps = [":" + name, "//third_party:grpc"],
-            visibility = visibility,
+            visibility = grpc_visibility,
         )

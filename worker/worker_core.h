@@ -39,6 +39,7 @@
 #include "common/background_threads.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
+#include "proto/job_service.pb.h"
 #include "proto/worker.pb.h"
 
 namespace trainyard {
