@@ -15,7 +15,7 @@
 #include "interactive/interactive_model.h"
 #include "job/infer_eval.h"
 #include "nlohmann/json.hpp"
-#include "spec/jobspec_validator.h"
+#include "spec/session_request.h"
 
 namespace trainyard {
 namespace {

@@ -10,6 +10,7 @@
 #include "coordinator/rank_blame.h"
 #include "spdlog/spdlog.h"
 #include "spec/jobspec_validator.h"
+#include "spec/session_request.h"
 
 namespace trainyard {
 namespace {

@@ -15,7 +15,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/job.pb.h"
-#include "proto/job_service.pb.h"
 
 namespace trainyard {
 
@@ -44,12 +43,12 @@ absl::StatusOr<std::string> ResolveOutputDir(const std::string& field, const std
 void FillAdafactorDefaults(Adafactor* adafactor);
 void FillAdamWDefaults(AdamW* adamw);
 
-// An OpenSessionRequest with defaults filled in (batch_size 32, feature
-// lengths 64/64, idle timeout 300 s, wait 10 s, num_workers 1) and checked:
-// kInvalidArgument naming the field; output_dir resolved as a job's. The
-// checkpoint (or job id) is checked where it is resolved.
-absl::StatusOr<OpenSessionRequest> NormalizeOpenSessionRequest(const OpenSessionRequest& request,
-                                                               const ValidationOptions& options);
+// The decoding fields of an InferenceConfig (INFERENCE jobs, inference
+// evaluation and sessions alike): the method's defaults filled in (GREEDY;
+// BEAM: beam_size 4, alpha 0.6; SAMPLE: temperature 1), max_decode_length
+// `default_max_decode_length` when unset; ranges checked and other
+// methods' options refused (kInvalidArgument naming the fields).
+absl::Status NormalizeDecoding(InferenceConfig* inference, int default_max_decode_length);
 
 }  // namespace trainyard
 

@@ -1,4 +1,5 @@
 #include "spec/jobspec_validator.h"
+#include "spec/session_request.h"
 
 #include <filesystem>
 

@@ -9,7 +9,7 @@
 
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
-#include "spec/jobspec_validator.h"
+#include "spec/session_request.h"
 
 namespace {
 

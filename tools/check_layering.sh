@@ -9,7 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
 TENSORS="//third_party:libtorch + //trainer/... + //model/... + //data/... + //collective:collective + //job/... + //interactive/... + //worker/..."
-SERVICES="//third_party:grpc + //proto:job_service_cc_proto + //proto:worker_cc_proto + //coordinator/... + //worker/... + //client/..."
+SERVICES="//third_party:grpc + //proto:job_service_cc_proto_grpc + //proto:worker_cc_proto_grpc + //coordinator/... + //worker/... + //client/..."
 forbid() {  # RULE FROM TO
   local path
   if ! path=$(bazel query --noshow_progress --noshow_loading_progress "somepath($2, $3)" 2>/tmp/check_layering.err); then
@@ -30,6 +30,9 @@ forbid "the job spec, evaluation and checkpoint libraries use no tensors" \
 forbid "the training and job libraries use no gRPC services" \
   "//trainer/... + //model/... + //data/... + //collective/... + //checkpoint/... + //job/... + //interactive/... + //evaluation/... + //spec/..." \
   "$SERVICES"
+forbid "the training and job libraries speak no service's messages (only the job spec; spec/ validates session requests)" \
+  "//trainer/... + //model/... + //data/... + //collective/... + //checkpoint/... + //job/... + //interactive/... + //evaluation/..." \
+  "//proto:job_service_cc_proto + //proto:worker_cc_proto"
 forbid "common/ depends on nothing of the project's libraries above it" \
   "//common/..." "//spec/... + //evaluation/... + //checkpoint/... + //collective/... + //data/... + //model/... + //trainer/... + //job/... + //interactive/... + //worker/... + //coordinator/... + //client/..."
 forbid "the training layer knows nothing of jobs, sessions or processes" \
