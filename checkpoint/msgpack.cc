@@ -78,19 +78,63 @@ class Decoder {
     return absl::OkStatus();
   }
 
+  // A float32 (width 4, widened) or float64 (width 8).
+  absl::Status Float(int width, MsgpackValue* v) {
+    absl::StatusOr<uint64_t> bits = Uint(width);
+    if (!bits.ok()) return bits.status();
+    if (width == 4) {
+      const uint32_t b = static_cast<uint32_t>(*bits);
+      float f;
+      std::memcpy(&f, &b, 4);
+      v->number = f;
+    } else {
+      const uint64_t b = *bits;
+      std::memcpy(&v->number, &b, 8);
+    }
+    v->type = MsgpackValue::Type::kFloat;
+    return absl::OkStatus();
+  }
+  // An unsigned integer of `width` bytes; above INT64_MAX it is refused.
+  absl::Status Unsigned(int width, MsgpackValue* v) {
+    absl::StatusOr<uint64_t> n = Uint(width);
+    if (!n.ok()) return n.status();
+    if (*n > static_cast<uint64_t>(INT64_MAX)) return Error("an unsigned integer above 2^63 - 1");
+    v->type = MsgpackValue::Type::kInt;
+    v->integer = static_cast<int64_t>(*n);
+    return absl::OkStatus();
+  }
+  // A signed integer of `width` bytes.
+  absl::Status Signed(int width, MsgpackValue* v) {
+    absl::StatusOr<uint64_t> n = Uint(width);
+    if (!n.ok()) return n.status();
+    v->type = MsgpackValue::Type::kInt;
+    // Sign-extend from `width` bytes.
+    const int shift = 64 - 8 * width;
+    v->integer = static_cast<int64_t>(*n << shift) >> shift;
+    return absl::OkStatus();
+  }
+  // A str or bin whose length takes `length_width` bytes.
+  absl::Status SizedBytes(int length_width, MsgpackValue::Type type, MsgpackValue* v) {
+    absl::StatusOr<uint64_t> n = Uint(length_width);
+    if (!n.ok()) return n.status();
+    v->type = type;
+    return Bytes(*n, &v->bytes);
+  }
+  // An ext whose length takes `length_width` bytes.
+  absl::Status SizedExt(int length_width, MsgpackValue* v) {
+    absl::StatusOr<uint64_t> n = Uint(length_width);
+    if (!n.ok()) return n.status();
+    return Ext(*n, v);
+  }
+
   absl::Status Value(int depth, MsgpackValue* v) {
     if (depth > max_depth_) return Error(absl::StrCat("nested deeper than ", max_depth_));
     absl::StatusOr<uint64_t> tag_or = Uint(1);
     if (!tag_or.ok()) return tag_or.status();
     const uint8_t tag = static_cast<uint8_t>(*tag_or);
     using T = MsgpackValue::Type;
-    auto sized = [&](int n) -> absl::StatusOr<uint64_t> { return Uint(n); };
-    if (tag <= 0x7f) {
-      v->type = T::kInt;
-      v->integer = tag;
-      return absl::OkStatus();
-    }
-    if (tag >= 0xe0) {
+    if (tag <= 0x7f || tag >= 0xe0) {
+      // A positive or negative fixint: the tag is the value as an int8.
       v->type = T::kInt;
       v->integer = static_cast<int8_t>(tag);
       return absl::OkStatus();
@@ -112,61 +156,26 @@ class Decoder {
         return absl::OkStatus();
       case 0xc4:
       case 0xc5:
-      case 0xc6: {
-        absl::StatusOr<uint64_t> n = sized(1 << (tag - 0xc4));
-        if (!n.ok()) return n.status();
-        v->type = T::kBinary;
-        return Bytes(*n, &v->bytes);
-      }
+      case 0xc6:
+        return SizedBytes(1 << (tag - 0xc4), T::kBinary, v);
       case 0xc7:
       case 0xc8:
-      case 0xc9: {
-        absl::StatusOr<uint64_t> n = sized(1 << (tag - 0xc7));
-        if (!n.ok()) return n.status();
-        return Ext(*n, v);
-      }
-      case 0xca: {
-        absl::StatusOr<uint64_t> bits = Uint(4);
-        if (!bits.ok()) return bits.status();
-        const uint32_t b = static_cast<uint32_t>(*bits);
-        float f;
-        std::memcpy(&f, &b, 4);
-        v->type = T::kFloat;
-        v->number = f;
-        return absl::OkStatus();
-      }
-      case 0xcb: {
-        absl::StatusOr<uint64_t> bits = Uint(8);
-        if (!bits.ok()) return bits.status();
-        const uint64_t b = *bits;
-        std::memcpy(&v->number, &b, 8);
-        v->type = T::kFloat;
-        return absl::OkStatus();
-      }
+      case 0xc9:
+        return SizedExt(1 << (tag - 0xc7), v);
+      case 0xca:
+        return Float(4, v);
+      case 0xcb:
+        return Float(8, v);
       case 0xcc:
       case 0xcd:
       case 0xce:
-      case 0xcf: {
-        absl::StatusOr<uint64_t> n = Uint(1 << (tag - 0xcc));
-        if (!n.ok()) return n.status();
-        if (*n > static_cast<uint64_t>(INT64_MAX)) return Error("an unsigned integer above 2^63 - 1");
-        v->type = T::kInt;
-        v->integer = static_cast<int64_t>(*n);
-        return absl::OkStatus();
-      }
+      case 0xcf:
+        return Unsigned(1 << (tag - 0xcc), v);
       case 0xd0:
       case 0xd1:
       case 0xd2:
-      case 0xd3: {
-        const int width = 1 << (tag - 0xd0);
-        absl::StatusOr<uint64_t> n = Uint(width);
-        if (!n.ok()) return n.status();
-        v->type = T::kInt;
-        // Sign-extend from `width` bytes.
-        const int shift = 64 - 8 * width;
-        v->integer = static_cast<int64_t>(*n << shift) >> shift;
-        return absl::OkStatus();
-      }
+      case 0xd3:
+        return Signed(1 << (tag - 0xd0), v);
       case 0xd4:
       case 0xd5:
       case 0xd6:
@@ -175,21 +184,17 @@ class Decoder {
         return Ext(1u << (tag - 0xd4), v);
       case 0xd9:
       case 0xda:
-      case 0xdb: {
-        absl::StatusOr<uint64_t> n = sized(1 << (tag - 0xd9));
-        if (!n.ok()) return n.status();
-        v->type = T::kString;
-        return Bytes(*n, &v->bytes);
-      }
+      case 0xdb:
+        return SizedBytes(1 << (tag - 0xd9), T::kString, v);
       case 0xdc:
       case 0xdd: {
-        absl::StatusOr<uint64_t> n = sized(tag == 0xdc ? 2 : 4);
+        absl::StatusOr<uint64_t> n = Uint(tag == 0xdc ? 2 : 4);
         if (!n.ok()) return n.status();
         return Array(*n, depth, v);
       }
       case 0xde:
       case 0xdf: {
-        absl::StatusOr<uint64_t> n = sized(tag == 0xde ? 2 : 4);
+        absl::StatusOr<uint64_t> n = Uint(tag == 0xde ? 2 : 4);
         if (!n.ok()) return n.status();
         return Map(*n, depth, v);
       }

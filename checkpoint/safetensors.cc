@@ -52,6 +52,102 @@ absl::Status ErrnoStatus(absl::string_view what, const std::string& path) {
   return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
+// The JSON header of the file mapped at `bytes` (`file_size` bytes); its
+// length in `header_len`.
+absl::StatusOr<nlohmann::json> ParseHeader(const std::string& path, const uint8_t* bytes, uint64_t file_size,
+                                           uint64_t* header_len) {
+  *header_len = 0;
+  for (int i = 7; i >= 0; --i) *header_len = (*header_len << 8) | bytes[i];
+  if (*header_len > kMaxHeaderBytes || *header_len > file_size - 8) {
+    return Corrupt(path, absl::StrCat("header length ", *header_len, " exceeds the file (", file_size,
+                                      " bytes): truncated or not safetensors"));
+  }
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes + 8, bytes + 8 + *header_len);
+  } catch (const nlohmann::json::exception& e) {
+    return Corrupt(path, absl::StrCat("header is not JSON: ", e.what()));
+  }
+  if (!header.is_object()) return Corrupt(path, "header is not a JSON object");
+  return header;
+}
+
+// The header's "__metadata__" entry: a map of strings.
+absl::Status ParseMetadata(const std::string& path, const nlohmann::json& entry,
+                           std::map<std::string, std::string>* metadata) {
+  if (!entry.is_object()) return Corrupt(path, "__metadata__ is not an object");
+  for (auto m = entry.begin(); m != entry.end(); ++m) {
+    if (!m.value().is_string()) {
+      return Corrupt(path, absl::StrCat("__metadata__ value of \"", m.key(), "\" is not a string"));
+    }
+    (*metadata)[m.key()] = m.value().get<std::string>();
+  }
+  return absl::OkStatus();
+}
+
+// The header's entry for tensor `name`: its dtype, shape and byte range,
+// which must lie in the `data_size` bytes of data and match the shape.
+absl::StatusOr<SafeTensorInfo> ParseTensor(const std::string& path, const std::string& name,
+                                           const nlohmann::json& entry, uint64_t data_size) {
+  auto bad = [&](absl::string_view what) { return Corrupt(path, absl::StrCat("tensor \"", name, "\": ", what)); };
+  if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) {
+    return bad("needs dtype, shape and data_offsets");
+  }
+  SafeTensorInfo info;
+  info.name = name;
+  if (!entry["dtype"].is_string() || !ParseDtype(entry["dtype"].get<std::string>(), &info.dtype)) {
+    return bad(absl::StrCat("unknown dtype ", entry["dtype"].dump()));
+  }
+  uint64_t numel = 1;
+  if (!entry["shape"].is_array()) return bad("shape is not an array");
+  for (const auto& dim : entry["shape"]) {
+    if (!dim.is_number_unsigned()) return bad(absl::StrCat("bad dimension ", dim.dump()));
+    const uint64_t d = dim.get<uint64_t>();
+    if (d != 0 && numel > (1ull << 62) / d) return bad("shape overflows");
+    numel *= d;
+    info.shape.push_back(static_cast<int64_t>(d));
+  }
+  const auto& offsets = entry["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+      !offsets[1].is_number_unsigned()) {
+    return bad("data_offsets is not [begin, end]");
+  }
+  const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+  if (begin > end || end > data_size) {
+    return bad(
+        absl::StrCat("data_offsets [", begin, ", ", end, ") outside the ", data_size, " data bytes (truncated file?)"));
+  }
+  if (end - begin != numel * SafeDtypeSize(info.dtype)) {
+    return bad(absl::StrCat(end - begin, " bytes for ", numel, " elements of ", SafeDtypeName(info.dtype)));
+  }
+  info.offset = begin;
+  info.size = end - begin;
+  return info;
+}
+
+// The tensors' byte ranges must tile the `data_size` bytes of data: no
+// overlap, no holes.
+absl::Status CheckTiling(const std::string& path, const std::vector<SafeTensorInfo>& tensors, uint64_t data_size) {
+  std::vector<const SafeTensorInfo*> by_offset;
+  for (const SafeTensorInfo& t : tensors) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](const SafeTensorInfo* a, const SafeTensorInfo* b) {
+    return a->offset != b->offset ? a->offset < b->offset : a->size < b->size;
+  });
+  uint64_t expected = 0;
+  for (const SafeTensorInfo* t : by_offset) {
+    if (t->offset != expected) {
+      return Corrupt(path, absl::StrCat("tensor \"", t->name, "\" starts at ", t->offset,
+                                        t->offset < expected ? " inside another tensor" : " after a hole",
+                                        " (expected ", expected, ")"));
+    }
+    expected += t->size;
+  }
+  if (expected != data_size) {
+    return Corrupt(path, absl::StrCat(data_size - expected, " bytes after the last tensor"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const char* SafeDtypeName(SafeDtype dtype) {
@@ -103,89 +199,25 @@ absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(const
     return ErrnoStatus("cannot map", path);
   }
   const uint8_t* bytes = static_cast<const uint8_t*>(reader->mapping_);
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
   const uint64_t file_size = reader->mapping_size_;
-  if (header_len > kMaxHeaderBytes || header_len > file_size - 8) {
-    return Corrupt(path, absl::StrCat("header length ", header_len, " exceeds the file (", file_size,
-                                      " bytes): truncated or not safetensors"));
-  }
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes + 8, bytes + 8 + header_len);
-  } catch (const nlohmann::json::exception& e) {
-    return Corrupt(path, absl::StrCat("header is not JSON: ", e.what()));
-  }
-  if (!header.is_object()) return Corrupt(path, "header is not a JSON object");
+  uint64_t header_len = 0;
+  absl::StatusOr<nlohmann::json> header = ParseHeader(path, bytes, file_size, &header_len);
+  if (!header.ok()) return header.status();
   reader->data_ = bytes + 8 + header_len;
   const uint64_t data_size = file_size - 8 - header_len;
 
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    const nlohmann::json& entry = it.value();
-    if (name == "__metadata__") {
-      if (!entry.is_object()) return Corrupt(path, "__metadata__ is not an object");
-      for (auto m = entry.begin(); m != entry.end(); ++m) {
-        if (!m.value().is_string()) {
-          return Corrupt(path, absl::StrCat("__metadata__ value of \"", m.key(), "\" is not a string"));
-        }
-        reader->metadata_[m.key()] = m.value().get<std::string>();
-      }
+  for (auto it = header->begin(); it != header->end(); ++it) {
+    if (it.key() == "__metadata__") {
+      absl::Status s = ParseMetadata(path, it.value(), &reader->metadata_);
+      if (!s.ok()) return s;
       continue;
     }
-    auto bad = [&](absl::string_view what) { return Corrupt(path, absl::StrCat("tensor \"", name, "\": ", what)); };
-    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets")) {
-      return bad("needs dtype, shape and data_offsets");
-    }
-    SafeTensorInfo info;
-    info.name = name;
-    if (!entry["dtype"].is_string() || !ParseDtype(entry["dtype"].get<std::string>(), &info.dtype)) {
-      return bad(absl::StrCat("unknown dtype ", entry["dtype"].dump()));
-    }
-    uint64_t numel = 1;
-    if (!entry["shape"].is_array()) return bad("shape is not an array");
-    for (const auto& dim : entry["shape"]) {
-      if (!dim.is_number_unsigned()) return bad(absl::StrCat("bad dimension ", dim.dump()));
-      const uint64_t d = dim.get<uint64_t>();
-      if (d != 0 && numel > (1ull << 62) / d) return bad("shape overflows");
-      numel *= d;
-      info.shape.push_back(static_cast<int64_t>(d));
-    }
-    const auto& offsets = entry["data_offsets"];
-    if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
-        !offsets[1].is_number_unsigned()) {
-      return bad("data_offsets is not [begin, end]");
-    }
-    const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
-    if (begin > end || end > data_size) {
-      return bad(absl::StrCat("data_offsets [", begin, ", ", end, ") outside the ", data_size,
-                              " data bytes (truncated file?)"));
-    }
-    if (end - begin != numel * SafeDtypeSize(info.dtype)) {
-      return bad(absl::StrCat(end - begin, " bytes for ", numel, " elements of ", SafeDtypeName(info.dtype)));
-    }
-    info.offset = begin;
-    info.size = end - begin;
-    reader->tensors_.push_back(std::move(info));
+    absl::StatusOr<SafeTensorInfo> info = ParseTensor(path, it.key(), it.value(), data_size);
+    if (!info.ok()) return info.status();
+    reader->tensors_.push_back(std::move(*info));
   }
-  // The byte ranges must tile the data section: no overlap, no holes.
-  std::vector<const SafeTensorInfo*> by_offset;
-  for (const SafeTensorInfo& t : reader->tensors_) by_offset.push_back(&t);
-  std::sort(by_offset.begin(), by_offset.end(), [](const SafeTensorInfo* a, const SafeTensorInfo* b) {
-    return a->offset != b->offset ? a->offset < b->offset : a->size < b->size;
-  });
-  uint64_t expected = 0;
-  for (const SafeTensorInfo* t : by_offset) {
-    if (t->offset != expected) {
-      return Corrupt(path, absl::StrCat("tensor \"", t->name, "\" starts at ", t->offset,
-                                        t->offset < expected ? " inside another tensor" : " after a hole",
-                                        " (expected ", expected, ")"));
-    }
-    expected += t->size;
-  }
-  if (expected != data_size) {
-    return Corrupt(path, absl::StrCat(data_size - expected, " bytes after the last tensor"));
-  }
+  absl::Status tiled = CheckTiling(path, reader->tensors_, data_size);
+  if (!tiled.ok()) return tiled;
   std::sort(reader->tensors_.begin(), reader->tensors_.end(),
             [](const SafeTensorInfo& a, const SafeTensorInfo& b) { return a.name < b.name; });
   return reader;

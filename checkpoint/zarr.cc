@@ -122,17 +122,19 @@ absl::StatusOr<std::string> FillBytes(const std::string& file, const nlohmann::j
   return out;
 }
 
-}  // namespace
+// What .zarray says of the array, checked.
+struct ArrayMetadata {
+  Dtype dtype;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> chunks;
+  bool compressed = false;
+  bool gzip = false;  // else zlib, when compressed
+  std::string separator;
+  std::string fill;  // one element of the fill value in little-endian bytes
+};
 
-int ZarrDtypeSize(const std::string& dtype) {
-  if (dtype == "float16" || dtype == "bfloat16") return 2;
-  if (dtype == "float32" || dtype == "int32") return 4;
-  if (dtype == "float64" || dtype == "int64") return 8;
-  return 0;
-}
-
-absl::StatusOr<ZarrArray> ReadZarrArray(const std::string& dir, uint64_t max_bytes) {
-  const std::string file = dir + "/.zarray";
+// `file`'s JSON object.
+absl::StatusOr<nlohmann::json> ReadJsonObject(const std::string& file) {
   absl::StatusOr<std::string> text = ReadWhole(file, nullptr);
   if (!text.ok()) return text.status();
   nlohmann::json meta;
@@ -142,6 +144,27 @@ absl::StatusOr<ZarrArray> ReadZarrArray(const std::string& dir, uint64_t max_byt
     return absl::DataLossError(absl::StrCat(file, ": not JSON: ", e.what()));
   }
   if (!meta.is_object()) return absl::DataLossError(absl::StrCat(file, ": not a JSON object"));
+  return meta;
+}
+
+// The compressor: null (none), gzip or zlib.
+absl::Status ParseCompressor(const std::string& file, const nlohmann::json& meta, ArrayMetadata* out) {
+  if (!meta.contains("compressor") || meta["compressor"].is_null()) return absl::OkStatus();
+  const nlohmann::json& c = meta["compressor"];
+  const std::string id = c.is_object() ? c.value("id", std::string()) : std::string();
+  if (id != "gzip" && id != "zlib") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ": compressor ", c.dump(), " is not supported; allowed: gzip, zlib, null"));
+  }
+  out->gzip = id == "gzip";
+  out->compressed = true;
+  return absl::OkStatus();
+}
+
+// The fields of `meta`, read from `file`, checked in turn: zarr_format,
+// order, filters, dtype, shape, chunks, compressor, dimension_separator,
+// fill_value.
+absl::StatusOr<ArrayMetadata> ParseMetadata(const std::string& file, const nlohmann::json& meta) {
   if (meta.value("zarr_format", 0) != 2) {
     return absl::InvalidArgumentError(absl::StrCat(file, ": zarr_format ",
                                                    meta.value("zarr_format", nlohmann::json()).dump(),
@@ -154,118 +177,165 @@ absl::StatusOr<ZarrArray> ReadZarrArray(const std::string& dir, uint64_t max_byt
   if (meta.contains("filters") && !meta["filters"].is_null() && !meta["filters"].empty()) {
     return absl::InvalidArgumentError(absl::StrCat(file, ": filters ", meta["filters"].dump(), " are not supported"));
   }
+  ArrayMetadata out;
   absl::StatusOr<Dtype> dtype = ParseDtype(file, meta.value("dtype", nlohmann::json()));
   if (!dtype.ok()) return dtype.status();
+  out.dtype = *dtype;
   absl::StatusOr<std::vector<int64_t>> shape = Dims(file, meta, "shape");
   if (!shape.ok()) return shape.status();
+  out.shape = std::move(*shape);
   absl::StatusOr<std::vector<int64_t>> chunks = Dims(file, meta, "chunks");
   if (!chunks.ok()) return chunks.status();
-  if (chunks->size() != shape->size()) {
-    return absl::InvalidArgumentError(absl::StrCat(file, ": chunks [", absl::StrJoin(*chunks, ", "), "] and shape [",
-                                                   absl::StrJoin(*shape, ", "), "] differ in rank"));
+  out.chunks = std::move(*chunks);
+  if (out.chunks.size() != out.shape.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": chunks [", absl::StrJoin(out.chunks, ", "), "] and shape [",
+                                                   absl::StrJoin(out.shape, ", "), "] differ in rank"));
   }
-  for (int64_t c : *chunks) {
+  for (int64_t c : out.chunks) {
     if (c == 0) return absl::InvalidArgumentError(absl::StrCat(file, ": chunks: a chunk size of 0"));
   }
-  bool gzip = false, compressed = false;
-  if (meta.contains("compressor") && !meta["compressor"].is_null()) {
-    const nlohmann::json& c = meta["compressor"];
-    const std::string id = c.is_object() ? c.value("id", std::string()) : std::string();
-    if (id != "gzip" && id != "zlib") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(file, ": compressor ", c.dump(), " is not supported; allowed: gzip, zlib, null"));
-    }
-    gzip = id == "gzip";
-    compressed = true;
+  absl::Status compressor = ParseCompressor(file, meta, &out);
+  if (!compressor.ok()) return compressor;
+  out.separator = meta.value("dimension_separator", std::string("."));
+  if (out.separator != "." && out.separator != "/") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file, ": dimension_separator \"", out.separator, "\"; allowed: . /"));
   }
-  const std::string separator = meta.value("dimension_separator", std::string("."));
-  if (separator != "." && separator != "/") {
-    return absl::InvalidArgumentError(absl::StrCat(file, ": dimension_separator \"", separator, "\"; allowed: . /"));
-  }
-  absl::StatusOr<std::string> fill = FillBytes(file, meta.value("fill_value", nlohmann::json()), *dtype);
+  absl::StatusOr<std::string> fill = FillBytes(file, meta.value("fill_value", nlohmann::json()), out.dtype);
   if (!fill.ok()) return fill.status();
+  out.fill = std::move(*fill);
+  return out;
+}
 
-  // Sizes, with overflow checked against the limit.
-  const int rank = static_cast<int>(shape->size());
-  uint64_t elements = 1, chunk_elements = 1;
-  for (int d = 0; d < rank; ++d) {
-    const uint64_t s = static_cast<uint64_t>((*shape)[d]);
-    if (s != 0 && elements > max_bytes / s) {
+struct ElementCounts {
+  uint64_t array = 1;
+  uint64_t chunk = 1;
+};
+
+// The elements of the array and of one chunk, refused (kResourceExhausted)
+// when either's bytes would pass `max_bytes`, with overflow checked against
+// the limit.
+absl::StatusOr<ElementCounts> CountElements(const std::string& file, const ArrayMetadata& meta, uint64_t max_bytes) {
+  ElementCounts n;
+  for (size_t d = 0; d < meta.shape.size(); ++d) {
+    const uint64_t s = static_cast<uint64_t>(meta.shape[d]);
+    if (s != 0 && n.array > max_bytes / s) {
       return absl::ResourceExhaustedError(absl::StrCat(file, ": larger than ", max_bytes, " bytes"));
     }
-    elements *= s;
-    const uint64_t c = static_cast<uint64_t>((*chunks)[d]);
-    if (chunk_elements > max_bytes / c) {
+    n.array *= s;
+    const uint64_t c = static_cast<uint64_t>(meta.chunks[d]);
+    if (n.chunk > max_bytes / c) {
       return absl::ResourceExhaustedError(absl::StrCat(file, ": chunks larger than ", max_bytes, " bytes"));
     }
-    chunk_elements *= c;
+    n.chunk *= c;
   }
-  const uint64_t item = static_cast<uint64_t>(dtype->size);
-  if (elements > max_bytes / item || chunk_elements > max_bytes / item) {
+  const uint64_t item = static_cast<uint64_t>(meta.dtype.size);
+  if (n.array > max_bytes / item || n.chunk > max_bytes / item) {
     return absl::ResourceExhaustedError(absl::StrCat(file, ": larger than ", max_bytes, " bytes"));
   }
+  return n;
+}
+
+// The chunk stored at `path` as `chunk_elements` little-endian elements:
+// decompressed, byte-swapped from big-endian, or the fill value when the
+// file is missing.
+absl::StatusOr<std::string> ReadChunk(const std::string& path, const ArrayMetadata& meta, uint64_t chunk_elements) {
+  const uint64_t item = static_cast<uint64_t>(meta.dtype.size);
+  bool missing = false;
+  absl::StatusOr<std::string> raw = ReadWhole(path, &missing);
+  if (!raw.ok()) return raw.status();
+  std::string chunk;
+  if (missing) {
+    chunk.resize(chunk_elements * item);
+    for (uint64_t e = 0; e < chunk_elements; ++e) std::memcpy(&chunk[e * item], meta.fill.data(), item);
+  } else if (meta.compressed) {
+    absl::StatusOr<std::string> inflated = Inflate(*raw, chunk_elements * item, meta.gzip, path);
+    if (!inflated.ok()) return inflated.status();
+    chunk = std::move(*inflated);
+  } else {
+    if (raw->size() != chunk_elements * item) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": ", raw->size(), " bytes; an uncompressed chunk has ", chunk_elements * item));
+    }
+    chunk = std::move(*raw);
+  }
+  if (meta.dtype.big_endian) {
+    for (uint64_t e = 0; e < chunk_elements; ++e) std::reverse(&chunk[e * item], &chunk[e * item] + item);
+  }
+  return chunk;
+}
+
+// Copies the in-bounds part of the chunk at grid position `index` into
+// `data` (the whole array), one innermost run at a time. `stride` and
+// `chunk_stride` are the row-major strides of the array and of a chunk, in
+// elements.
+void CopyChunk(const std::string& chunk, const std::vector<int64_t>& index, const ArrayMetadata& meta,
+               const std::vector<uint64_t>& stride, const std::vector<uint64_t>& chunk_stride, std::string* data) {
+  const int rank = static_cast<int>(meta.shape.size());
+  const uint64_t item = static_cast<uint64_t>(meta.dtype.size);
+  std::vector<int64_t> origin(rank), extent(rank);
+  uint64_t runs = 1;
+  for (int d = 0; d < rank; ++d) {
+    origin[d] = index[d] * meta.chunks[d];
+    extent[d] = std::min(meta.chunks[d], meta.shape[d] - origin[d]);
+    if (d < rank - 1) runs *= static_cast<uint64_t>(extent[d]);
+  }
+  const uint64_t run_bytes = (rank == 0 ? 1 : static_cast<uint64_t>(extent[rank - 1])) * item;
+  std::vector<int64_t> within(rank, 0);
+  for (uint64_t r = 0; r < runs; ++r) {
+    uint64_t src = 0, dst = 0;
+    for (int d = 0; d < rank; ++d) {
+      src += static_cast<uint64_t>(within[d]) * chunk_stride[d];
+      dst += static_cast<uint64_t>(origin[d] + within[d]) * stride[d];
+    }
+    std::memcpy(&(*data)[dst * item], &chunk[src * item], run_bytes);
+    for (int d = rank - 2; d >= 0; --d) {
+      if (++within[d] < extent[d]) break;
+      within[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+int ZarrDtypeSize(const std::string& dtype) {
+  if (dtype == "float16" || dtype == "bfloat16") return 2;
+  if (dtype == "float32" || dtype == "int32") return 4;
+  if (dtype == "float64" || dtype == "int64") return 8;
+  return 0;
+}
+
+absl::StatusOr<ZarrArray> ReadZarrArray(const std::string& dir, uint64_t max_bytes) {
+  const std::string file = dir + "/.zarray";
+  absl::StatusOr<nlohmann::json> json = ReadJsonObject(file);
+  if (!json.ok()) return json.status();
+  absl::StatusOr<ArrayMetadata> meta = ParseMetadata(file, *json);
+  if (!meta.ok()) return meta.status();
+  absl::StatusOr<ElementCounts> elements = CountElements(file, *meta, max_bytes);
+  if (!elements.ok()) return elements.status();
+  const uint64_t item = static_cast<uint64_t>(meta->dtype.size);
   ZarrArray out;
-  out.dtype = dtype->name;
-  out.shape = *shape;
-  out.data.resize(elements * item);
-  if (elements == 0) return out;
+  out.dtype = meta->dtype.name;
+  out.shape = meta->shape;
+  out.data.resize(elements->array * item);
+  if (elements->array == 0) return out;
 
   // Row-major strides of the array and of a chunk, in elements.
+  const int rank = static_cast<int>(meta->shape.size());
   std::vector<uint64_t> stride(rank, 1), chunk_stride(rank, 1);
   for (int d = rank - 2; d >= 0; --d) {
-    stride[d] = stride[d + 1] * static_cast<uint64_t>((*shape)[d + 1]);
-    chunk_stride[d] = chunk_stride[d + 1] * static_cast<uint64_t>((*chunks)[d + 1]);
+    stride[d] = stride[d + 1] * static_cast<uint64_t>(meta->shape[d + 1]);
+    chunk_stride[d] = chunk_stride[d + 1] * static_cast<uint64_t>(meta->chunks[d + 1]);
   }
   std::vector<int64_t> grid(rank), index(rank, 0);
-  for (int d = 0; d < rank; ++d) grid[d] = ((*shape)[d] + (*chunks)[d] - 1) / (*chunks)[d];
+  for (int d = 0; d < rank; ++d) grid[d] = (meta->shape[d] + meta->chunks[d] - 1) / meta->chunks[d];
   while (true) {
     std::vector<std::string> parts;
     for (int64_t i : index) parts.push_back(absl::StrCat(i));
-    const std::string key = rank == 0 ? "0" : absl::StrJoin(parts, separator);
-    const std::string path = dir + "/" + key;
-    bool missing = false;
-    absl::StatusOr<std::string> raw = ReadWhole(path, &missing);
-    if (!raw.ok()) return raw.status();
-    std::string chunk;
-    if (missing) {
-      chunk.resize(chunk_elements * item);
-      for (uint64_t e = 0; e < chunk_elements; ++e) std::memcpy(&chunk[e * item], fill->data(), item);
-    } else if (compressed) {
-      absl::StatusOr<std::string> inflated = Inflate(*raw, chunk_elements * item, gzip, path);
-      if (!inflated.ok()) return inflated.status();
-      chunk = std::move(*inflated);
-    } else {
-      if (raw->size() != chunk_elements * item) {
-        return absl::DataLossError(
-            absl::StrCat(path, ": ", raw->size(), " bytes; an uncompressed chunk has ", chunk_elements * item));
-      }
-      chunk = std::move(*raw);
-    }
-    if (dtype->big_endian) {
-      for (uint64_t e = 0; e < chunk_elements; ++e) std::reverse(&chunk[e * item], &chunk[e * item] + item);
-    }
-    // Copy the in-bounds part, one innermost run at a time.
-    std::vector<int64_t> origin(rank), extent(rank);
-    uint64_t runs = 1;
-    for (int d = 0; d < rank; ++d) {
-      origin[d] = index[d] * (*chunks)[d];
-      extent[d] = std::min((*chunks)[d], (*shape)[d] - origin[d]);
-      if (d < rank - 1) runs *= static_cast<uint64_t>(extent[d]);
-    }
-    const uint64_t run_bytes = (rank == 0 ? 1 : static_cast<uint64_t>(extent[rank - 1])) * item;
-    std::vector<int64_t> within(rank, 0);
-    for (uint64_t r = 0; r < runs; ++r) {
-      uint64_t src = 0, dst = 0;
-      for (int d = 0; d < rank; ++d) {
-        src += static_cast<uint64_t>(within[d]) * chunk_stride[d];
-        dst += static_cast<uint64_t>(origin[d] + within[d]) * stride[d];
-      }
-      std::memcpy(&out.data[dst * item], &chunk[src * item], run_bytes);
-      for (int d = rank - 2; d >= 0; --d) {
-        if (++within[d] < extent[d]) break;
-        within[d] = 0;
-      }
-    }
+    const std::string key = rank == 0 ? "0" : absl::StrJoin(parts, meta->separator);
+    absl::StatusOr<std::string> chunk = ReadChunk(dir + "/" + key, *meta, elements->chunk);
+    if (!chunk.ok()) return chunk.status();
+    CopyChunk(*chunk, index, *meta, stride, chunk_stride, &out.data);
     // The next chunk of the grid.
     int d = rank - 1;
     for (; d >= 0; --d) {

@@ -59,6 +59,64 @@ absl::Status CheckOptions(const InteractiveModelOptions& o) {
   return absl::OkStatus();
 }
 
+// Fills in what the options leave unset: Adafactor, a constant learning
+// rate (0.01 unless a base is given), decoding up to the targets' length,
+// restoring the LATEST checkpoint.
+void SetDefaults(InteractiveModelOptions* o) {
+  if (o->optimizer.optimizer_case() == OptimizerConfig::OPTIMIZER_NOT_SET) o->optimizer.mutable_adafactor();
+  if (o->learning_rate.factors().empty()) {
+    o->learning_rate.set_factors("constant");
+    if (!o->learning_rate.has_base_learning_rate()) o->learning_rate.set_base_learning_rate(0.01f);
+  }
+  if (o->decode.max_decode_length == 0) o->decode.max_decode_length = o->task_feature_lengths.targets();
+  if (o->restore.mode() == RestoreConfig::MODE_UNSPECIFIED) o->restore.set_mode(RestoreConfig::LATEST);
+}
+
+// No model given: the restored checkpoint's, when a SPECIFIC one is named.
+absl::Status ModelFromCheckpoint(InteractiveModelOptions* o) {
+  if (o->model.architecture_case() != ModelSpec::ARCHITECTURE_NOT_SET || o->restore.mode() != RestoreConfig::SPECIFIC ||
+      o->restore.path().empty()) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<CheckpointHeader> header = ReadCheckpointHeader(o->restore.path());
+  if (!header.ok()) return absl::Status(header.status().code(), absl::StrCat("restore: ", header.status().message()));
+  *o->model.mutable_config() = header->config;
+  return absl::OkStatus();
+}
+
+// `vocabulary_path`'s vocabulary, or the bundled one when it is empty.
+absl::StatusOr<std::unique_ptr<Vocabulary>> LoadVocabulary(std::string vocabulary_path) {
+  if (vocabulary_path.empty()) {
+    TY_ASSIGN_OR_RETURN(vocabulary_path, FindBundledFile("vocab/digits_to_words.model"));
+  }
+  absl::StatusOr<std::unique_ptr<Vocabulary>> vocab = Vocabulary::Load(vocabulary_path);
+  if (!vocab.ok()) {
+    return absl::Status(vocab.status().code(), absl::StrCat("vocabulary_path: ", vocab.status().message()));
+  }
+  return vocab;
+}
+
+// The job spec equivalent to the options on `num_workers` ranks (recorded
+// in checkpoints), which builds the model, optimizer and trainer as a batch
+// job would.
+JobSpec EquivalentSpec(const InteractiveModelOptions& o, int num_workers) {
+  JobSpec spec;
+  spec.set_name("interactive");
+  *spec.mutable_model() = o.model;
+  *spec.mutable_feature_lengths() = o.task_feature_lengths;
+  spec.set_batch_size(o.batch_size);
+  spec.set_num_workers(num_workers);
+  spec.set_num_microbatches(o.num_microbatches);
+  spec.set_seed(static_cast<int64_t>(o.init_random_seed));
+  spec.set_dtype(o.dtype == BFLOAT16 ? BFLOAT16 : FLOAT32);
+  *spec.mutable_optimizer() = o.optimizer;
+  *spec.mutable_learning_rate() = o.learning_rate;
+  *spec.mutable_loss() = o.loss;
+  *spec.mutable_restore() = o.restore;
+  spec.set_output_dir(o.output_dir);
+  return spec;
+}
+
 }  // namespace
 
 InteractiveModel::~InteractiveModel() = default;
@@ -89,39 +147,16 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::Create(Inter
 
 absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::CreateOnThisRank(InteractiveModelOptions options) {
   TY_RETURN_IF_ERROR(CheckOptions(options));
-  if (options.optimizer.optimizer_case() == OptimizerConfig::OPTIMIZER_NOT_SET) options.optimizer.mutable_adafactor();
-  if (options.learning_rate.factors().empty()) {
-    options.learning_rate.set_factors("constant");
-    if (!options.learning_rate.has_base_learning_rate()) options.learning_rate.set_base_learning_rate(0.01f);
-  }
-  if (options.decode.max_decode_length == 0) options.decode.max_decode_length = options.task_feature_lengths.targets();
-  if (options.restore.mode() == RestoreConfig::MODE_UNSPECIFIED) options.restore.set_mode(RestoreConfig::LATEST);
-
+  SetDefaults(&options);
   if (options.output_dir.empty() && options.restore.mode() == RestoreConfig::LATEST && options.restore.path().empty()) {
     return absl::InvalidArgumentError(
         "output_dir: required to restore LATEST without restore.path (or restore a SPECIFIC checkpoint)");
   }
-  // No model given: the restored checkpoint's.
-  if (options.model.architecture_case() == ModelSpec::ARCHITECTURE_NOT_SET &&
-      options.restore.mode() == RestoreConfig::SPECIFIC && !options.restore.path().empty()) {
-    absl::StatusOr<CheckpointHeader> header = ReadCheckpointHeader(options.restore.path());
-    if (!header.ok()) {
-      return absl::Status(header.status().code(), absl::StrCat("restore: ", header.status().message()));
-    }
-    *options.model.mutable_config() = header->config;
-  }
+  TY_RETURN_IF_ERROR(ModelFromCheckpoint(&options));
   std::unique_ptr<InteractiveModel> m(new InteractiveModel);
   m->options_ = options;
   try {
-    std::string vocab_path = options.vocabulary_path;
-    if (vocab_path.empty()) {
-      TY_ASSIGN_OR_RETURN(vocab_path, FindBundledFile("vocab/digits_to_words.model"));
-    }
-    absl::StatusOr<std::unique_ptr<Vocabulary>> vocab = Vocabulary::Load(vocab_path);
-    if (!vocab.ok()) {
-      return absl::Status(vocab.status().code(), absl::StrCat("vocabulary_path: ", vocab.status().message()));
-    }
-    m->vocabulary_ = std::move(*vocab);
+    TY_ASSIGN_OR_RETURN(m->vocabulary_, LoadVocabulary(options.vocabulary_path));
     absl::StatusOr<ModelConfig> config = ResolveModelConfig(options.model);
     if (!config.ok()) return absl::Status(config.status().code(), absl::StrCat("model: ", config.status().message()));
     if (config->vocab_size() < m->vocabulary_->size()) {
@@ -135,23 +170,7 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::CreateOnThis
       m->own_collective_ = std::make_unique<LocalCollective>();
       m->collective_ = m->own_collective_.get();
     }
-
-    // The equivalent job spec (recorded in checkpoints), which builds the
-    // model, optimizer and trainer as a batch job would.
-    JobSpec& spec = m->spec_;
-    spec.set_name("interactive");
-    *spec.mutable_model() = options.model;
-    *spec.mutable_feature_lengths() = options.task_feature_lengths;
-    spec.set_batch_size(options.batch_size);
-    spec.set_num_workers(m->collective_->world_size());
-    spec.set_num_microbatches(options.num_microbatches);
-    spec.set_seed(static_cast<int64_t>(options.init_random_seed));
-    spec.set_dtype(options.dtype == BFLOAT16 ? BFLOAT16 : FLOAT32);
-    *spec.mutable_optimizer() = options.optimizer;
-    *spec.mutable_learning_rate() = options.learning_rate;
-    *spec.mutable_loss() = options.loss;
-    *spec.mutable_restore() = options.restore;
-    spec.set_output_dir(options.output_dir);
+    m->spec_ = EquivalentSpec(options, m->collective_->world_size());
 
     std::error_code ec;
     if (!options.output_dir.empty() && m->collective_->rank() == 0) {
@@ -168,7 +187,7 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::CreateOnThis
     job.stop = options.preemption_requested;
     job.preempted = options.preemption_requested;
     job.task_data = false;  // batches come from the caller's examples
-    TY_ASSIGN_OR_RETURN(m->job_, TrainingJob::Create(spec, m->collective_, job));
+    TY_ASSIGN_OR_RETURN(m->job_, TrainingJob::Create(m->spec_, m->collective_, job));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("building the interactive model: ", e.what()));
   }

@@ -136,6 +136,102 @@ absl::StatusOr<ModelConfig> InferConfig(const T5xCheckpoint& ckpt) {
   return c;
 }
 
+// A parameter of the checkpoint's target as we imported it: our name,
+// whether its layout was transposed, and T5X's shape.
+struct ImportedParam {
+  std::string ours;
+  bool transposed;
+  std::vector<int64_t> shape;
+};
+using ImportedParams = std::map<std::string, ImportedParam>;  // by T5X's path
+
+// Every tensor of the checkpoint's target into `params` under our name (a
+// kernel transposed); returns what each became. Tensors that are not
+// parameters of ours are named together in one kInvalidArgument.
+absl::StatusOr<ImportedParams> ImportParams(const T5xCheckpoint& ckpt, const std::string& file, TensorMap* params) {
+  std::vector<std::string> problems;
+  ImportedParams imported;
+  for (const auto& [t5x, array] : ckpt.target) {
+    std::optional<std::pair<std::string, bool>> name = OurName(t5x);
+    if (!name) {
+      problems.push_back(absl::StrCat(file, ": target/", t5x, " ", Shape(array.shape),
+                                      " is not a parameter of T5 1.0 or T5.1.1 in T5X's layout"));
+      continue;
+    }
+    if (name->second && array.shape.size() != 2) {
+      problems.push_back(absl::StrCat(file, ": target/", t5x, " ", Shape(array.shape), " is not a 2-D kernel"));
+      continue;
+    }
+    TY_ASSIGN_OR_RETURN(torch::Tensor t, ToTensor(array, "target/" + t5x));
+    (*params)[name->first] = name->second ? t.t().contiguous() : t;
+    imported[t5x] = ImportedParam{name->first, name->second, array.shape};
+  }
+  if (!problems.empty()) return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
+  return imported;
+}
+
+// Adafactor (t5x/adafactor.py): per parameter v_row and v_col (factored:
+// the mean square over the larger and the smaller dimension), or v
+// (unfactored), and m (momentum); unused slots are zeros of shape [1].
+// Whether the optimizer state holds any of them.
+bool HasAdafactorState(const std::map<std::string, ZarrArray>& state) {
+  for (const auto& entry : state) {
+    const std::string& key = entry.first;
+    const bool slot = absl::EndsWith(key, "/v_row") || absl::EndsWith(key, "/v_col") || absl::EndsWith(key, "/v") ||
+                      absl::EndsWith(key, "/m");
+    if (absl::StartsWith(key, "param_states/") && slot) return true;
+  }
+  return false;
+}
+
+// The Adafactor slot `name` of T5X's parameter `t5x`, or nullptr when the
+// state has none or an unused one.
+const ZarrArray* AdafactorSlot(const T5xCheckpoint& ckpt, const std::string& t5x, const char* name) {
+  auto it = ckpt.state.find(absl::StrCat("param_states/", t5x, "/", name));
+  if (it == ckpt.state.end()) return nullptr;
+  if (it->second.shape == std::vector<int64_t>{1}) return nullptr;  // unused: zeros of shape [1]
+  return &it->second;
+}
+
+// Parameter `t5x`'s Adafactor statistics as our Adafactor's slots in
+// `optimizer`: v_row and v_col, or v; and m when it has one.
+absl::Status ImportAdafactorSlots(const T5xCheckpoint& ckpt, const std::string& file, const std::string& t5x,
+                                  const ImportedParam& p, std::map<std::string, torch::Tensor>* optimizer) {
+  const ZarrArray* v_row = AdafactorSlot(ckpt, t5x, "v_row");
+  const ZarrArray* v_col = AdafactorSlot(ckpt, t5x, "v_col");
+  const ZarrArray* v = AdafactorSlot(ckpt, t5x, "v");
+  const ZarrArray* m = AdafactorSlot(ckpt, t5x, "m");
+  const std::string where = absl::StrCat(file, ": state/param_states/", t5x);
+  if (v_row != nullptr && v_col != nullptr) {
+    TY_ASSIGN_OR_RETURN(torch::Tensor row, ToTensor(*v_row, where + "/v_row"));
+    TY_ASSIGN_OR_RETURN(torch::Tensor col, ToTensor(*v_col, where + "/v_col"));
+    // Both keep the smaller dimension in v_row; a square kernel is
+    // factored along T5X's dimension order ([in, out]), which is the
+    // other way round in ours ([out, in]).
+    const bool swap = p.transposed && p.shape.size() == 2 && p.shape[0] == p.shape[1];
+    (*optimizer)[p.ours + "/v_row"] = swap ? col : row;
+    (*optimizer)[p.ours + "/v_col"] = swap ? row : col;
+  } else if (v != nullptr) {
+    TY_ASSIGN_OR_RETURN(torch::Tensor t, ToTensor(*v, where + "/v"));
+    if (v->shape != p.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "/v: ", Shape(v->shape), " for a parameter of ", Shape(p.shape)));
+    }
+    (*optimizer)[p.ours + "/v"] = p.transposed ? t.t().contiguous() : t;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": neither v_row and v_col nor v"));
+  }
+  if (m != nullptr) {
+    TY_ASSIGN_OR_RETURN(torch::Tensor t, ToTensor(*m, where + "/m"));
+    if (m->shape != p.shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "/m: ", Shape(m->shape), " for a parameter of ", Shape(p.shape)));
+    }
+    (*optimizer)[p.ours + "/m"] = p.transposed ? t.t().contiguous() : t;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<T5xImport> ImportT5x(const std::string& path) {
@@ -145,89 +241,16 @@ absl::StatusOr<T5xImport> ImportT5x(const std::string& path) {
   out.step = ckpt.step;
   TY_ASSIGN_OR_RETURN(out.config, InferConfig(ckpt));
   const std::string file = ckpt.dir + "/checkpoint";
-  std::vector<std::string> problems;
-  // T5X path -> (ours, transposed, shape), for the optimizer's statistics.
-  struct Param {
-    std::string ours;
-    bool transposed;
-    std::vector<int64_t> shape;
-  };
-  std::map<std::string, Param> params;
   try {
-    for (const auto& [t5x, array] : ckpt.target) {
-      std::optional<std::pair<std::string, bool>> name = OurName(t5x);
-      if (!name) {
-        problems.push_back(absl::StrCat(file, ": target/", t5x, " ", Shape(array.shape),
-                                        " is not a parameter of T5 1.0 or T5.1.1 in T5X's layout"));
-        continue;
-      }
-      if (name->second && array.shape.size() != 2) {
-        problems.push_back(absl::StrCat(file, ": target/", t5x, " ", Shape(array.shape), " is not a 2-D kernel"));
-        continue;
-      }
-      TY_ASSIGN_OR_RETURN(torch::Tensor t, ToTensor(array, "target/" + t5x));
-      out.params[name->first] = name->second ? t.t().contiguous() : t;
-      params[t5x] = Param{name->first, name->second, array.shape};
-    }
-    if (!problems.empty()) return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
-
-    // Adafactor (t5x/adafactor.py): per parameter v_row and v_col (factored:
-    // the mean square over the larger and the smaller dimension), or v
-    // (unfactored), and m (momentum); unused slots are zeros of shape [1].
-    bool any_adafactor = false, other_state = false;
-    for (const auto& [key, array] : ckpt.state) {
-      (void)array;
-      const bool slot = absl::EndsWith(key, "/v_row") || absl::EndsWith(key, "/v_col") || absl::EndsWith(key, "/v") ||
-                        absl::EndsWith(key, "/m");
-      any_adafactor = any_adafactor || (absl::StartsWith(key, "param_states/") && slot);
-      other_state = other_state || !slot;
-    }
-    if (!any_adafactor) {
+    TY_ASSIGN_OR_RETURN(const ImportedParams params, ImportParams(ckpt, file, &out.params));
+    if (!HasAdafactorState(ckpt.state)) {
       out.optimizer_note = ckpt.state.empty() ? "the checkpoint has no optimizer state"
                                               : "the checkpoint's optimizer state is not T5X's Adafactor's "
                                                 "(no param_states/.../v_row, v_col or v)";
       return out;
     }
-    (void)other_state;
-    auto slot = [&](const std::string& t5x, const char* name) -> const ZarrArray* {
-      auto it = ckpt.state.find(absl::StrCat("param_states/", t5x, "/", name));
-      if (it == ckpt.state.end()) return nullptr;
-      if (it->second.shape == std::vector<int64_t>{1}) return nullptr;  // unused: zeros of shape [1]
-      return &it->second;
-    };
     for (const auto& [t5x, p] : params) {
-      const ZarrArray* v_row = slot(t5x, "v_row");
-      const ZarrArray* v_col = slot(t5x, "v_col");
-      const ZarrArray* v = slot(t5x, "v");
-      const ZarrArray* m = slot(t5x, "m");
-      const std::string where = absl::StrCat(file, ": state/param_states/", t5x);
-      if (v_row != nullptr && v_col != nullptr) {
-        TY_ASSIGN_OR_RETURN(torch::Tensor row, ToTensor(*v_row, where + "/v_row"));
-        TY_ASSIGN_OR_RETURN(torch::Tensor col, ToTensor(*v_col, where + "/v_col"));
-        // Both keep the smaller dimension in v_row; a square kernel is
-        // factored along T5X's dimension order ([in, out]), which is the
-        // other way round in ours ([out, in]).
-        const bool swap = p.transposed && p.shape.size() == 2 && p.shape[0] == p.shape[1];
-        out.optimizer[p.ours + "/v_row"] = swap ? col : row;
-        out.optimizer[p.ours + "/v_col"] = swap ? row : col;
-      } else if (v != nullptr) {
-        TY_ASSIGN_OR_RETURN(torch::Tensor t, ToTensor(*v, where + "/v"));
-        if (v->shape != p.shape) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where, "/v: ", Shape(v->shape), " for a parameter of ", Shape(p.shape)));
-        }
-        out.optimizer[p.ours + "/v"] = p.transposed ? t.t().contiguous() : t;
-      } else {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": neither v_row and v_col nor v"));
-      }
-      if (m != nullptr) {
-        TY_ASSIGN_OR_RETURN(torch::Tensor t, ToTensor(*m, where + "/m"));
-        if (m->shape != p.shape) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where, "/m: ", Shape(m->shape), " for a parameter of ", Shape(p.shape)));
-        }
-        out.optimizer[p.ours + "/m"] = p.transposed ? t.t().contiguous() : t;
-      }
+      TY_RETURN_IF_ERROR(ImportAdafactorSlots(ckpt, file, t5x, p, &out.optimizer));
     }
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat(file, ": ", e.what_without_backtrace()));

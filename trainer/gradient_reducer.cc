@@ -24,6 +24,36 @@ class GradientReducer::ReadyHook : public torch::autograd::FunctionPostHook {
   int param_;
 };
 
+namespace {
+
+// Parameter indices grouped into buckets, in reverse registration order
+// (the last layers' gradients come first): a bucket ends where the dtype or
+// the device changes or where the next parameter would take it past
+// `bucket_bytes`.
+std::vector<std::vector<int>> PlanBuckets(const std::vector<torch::Tensor>& params, int64_t bucket_bytes) {
+  std::vector<std::vector<int>> plan;
+  std::vector<int> members;
+  int64_t bytes = 0;
+  for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
+    const torch::Tensor& p = params[i];
+    if (!members.empty()) {
+      const torch::Tensor& first = params[members[0]];
+      if (p.scalar_type() != first.scalar_type() || p.device() != first.device() ||
+          bytes + static_cast<int64_t>(p.nbytes()) > bucket_bytes) {
+        plan.push_back(std::move(members));
+        members.clear();
+        bytes = 0;
+      }
+    }
+    members.push_back(i);
+    bytes += static_cast<int64_t>(p.nbytes());
+  }
+  if (!members.empty()) plan.push_back(std::move(members));
+  return plan;
+}
+
+}  // namespace
+
 GradientReducer::GradientReducer(std::vector<torch::Tensor> params, Collective* collective, int64_t bucket_bytes,
                                  std::vector<size_t> shard_bounds, bool keep_only_shard, int max_in_flight)
     : params_(std::move(params)),
@@ -37,84 +67,67 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> params, Collective* 
                                         shard_bounds_.front() == 0 && shard_bounds_.back() == params_.size() &&
                                         std::is_sorted(shard_bounds_.begin(), shard_bounds_.end())),
               "gradient reducer: shard bounds do not cover the parameters");
-  // The rank whose shard holds parameter i.
-  auto owner = [&](int i) {
-    return static_cast<int>(std::upper_bound(shard_bounds_.begin(), shard_bounds_.end(), static_cast<size_t>(i)) -
-                            shard_bounds_.begin()) -
-           1;
-  };
   bucket_of_.assign(n, -1);
   ready_.assign(n, 0);
-  // Reverse registration order: the last layers' gradients come first.
-  std::vector<int> members;
-  int64_t bytes = 0;
   views_.resize(n);
-  auto close = [&] {
-    if (members.empty()) return;
-    Bucket b;
-    const auto options = params_[members[0]].options().requires_grad(false);
-    // Laid out in ascending order: each rank's members are contiguous, in
-    // rank order, as a reduce-scatter cuts the buffer.
-    b.layout = members;
-    std::sort(b.layout.begin(), b.layout.end());
-    int64_t numel = 0;
-    for (int i : b.layout) {
-      b.offsets.push_back(numel);
-      numel += params_[i].numel();
-    }
-    if (!shard_bounds_.empty()) {
-      b.counts.assign(world, 0);
-      for (int i : b.layout) b.counts[owner(i)] += params_[i].numel();
-      b.own_offset = ShardOffsets(b.counts)[collective_->rank()];
-    }
-    if (keep_only_shard_) {
-      // Only the shard lives between passes; the grads stay undefined.
-      b.owned = torch::zeros({b.counts[collective_->rank()]}, options);
-      for (size_t k = 0; k < b.layout.size(); ++k) {
-        const int i = b.layout[k];
-        if (owner(i) == collective_->rank()) {
-          views_[i] = b.owned.narrow(0, b.offsets[k] - b.own_offset, params_[i].numel()).view(params_[i].sizes());
-        }
-        params_[i].mutable_grad() = torch::Tensor();
-        bucket_of_[i] = static_cast<int>(buckets_.size());
-      }
-    } else {
-      b.buffer = torch::zeros({numel}, options);
-      // Reduce-scattered in place: this rank's run of the buffer is where
-      // its parameters' grads are.
-      if (!shard_bounds_.empty()) b.received = b.buffer.narrow(0, b.own_offset, b.counts[collective_->rank()]);
-      for (size_t k = 0; k < b.layout.size(); ++k) {
-        const int i = b.layout[k];
-        torch::Tensor& p = params_[i];
-        views_[i] = b.buffer.narrow(0, b.offsets[k], p.numel()).view(p.sizes());
-        p.mutable_grad() = views_[i];
-        bucket_of_[i] = static_cast<int>(buckets_.size());
-      }
-    }
-    b.members = std::move(members);
-    members.clear();
-    bytes = 0;
-    buckets_.push_back(std::move(b));
-  };
-  for (int i = n - 1; i >= 0; --i) {
-    const torch::Tensor& p = params_[i];
-    if (!members.empty()) {
-      const torch::Tensor& first = params_[members[0]];
-      if (p.scalar_type() != first.scalar_type() || p.device() != first.device() ||
-          bytes + static_cast<int64_t>(p.nbytes()) > bucket_bytes) {
-        close();
-      }
-    }
-    members.push_back(i);
-    bytes += static_cast<int64_t>(p.nbytes());
-  }
-  close();
+  for (std::vector<int>& members : PlanBuckets(params_, bucket_bytes)) AddBucket(std::move(members));
   for (int i = 0; i < n; ++i) {
     std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(params_[i]);
     hook_keys_.push_back(acc->add_post_hook(std::make_unique<ReadyHook>(this, i)));
     accumulators_.push_back(std::move(acc));
   }
   Reset();
+}
+
+int GradientReducer::Owner(int i) const {
+  return static_cast<int>(std::upper_bound(shard_bounds_.begin(), shard_bounds_.end(), static_cast<size_t>(i)) -
+                          shard_bounds_.begin()) -
+         1;
+}
+
+void GradientReducer::AddBucket(std::vector<int> members) {
+  Bucket b;
+  const auto options = params_[members[0]].options().requires_grad(false);
+  // Laid out in ascending order: each rank's members are contiguous, in
+  // rank order, as a reduce-scatter cuts the buffer.
+  b.layout = members;
+  std::sort(b.layout.begin(), b.layout.end());
+  int64_t numel = 0;
+  for (int i : b.layout) {
+    b.offsets.push_back(numel);
+    numel += params_[i].numel();
+  }
+  if (!shard_bounds_.empty()) {
+    b.counts.assign(collective_->world_size(), 0);
+    for (int i : b.layout) b.counts[Owner(i)] += params_[i].numel();
+    b.own_offset = ShardOffsets(b.counts)[collective_->rank()];
+  }
+  if (keep_only_shard_) {
+    // Only the shard lives between passes; the grads stay undefined.
+    b.owned = torch::zeros({b.counts[collective_->rank()]}, options);
+    for (size_t k = 0; k < b.layout.size(); ++k) {
+      const int i = b.layout[k];
+      if (Owner(i) == collective_->rank()) {
+        views_[i] = b.owned.narrow(0, b.offsets[k] - b.own_offset, params_[i].numel()).view(params_[i].sizes());
+      }
+      params_[i].mutable_grad() = torch::Tensor();
+      bucket_of_[i] = static_cast<int>(buckets_.size());
+    }
+  } else {
+    b.buffer = torch::zeros({numel}, options);
+    // Reduce-scattered in place: this rank's run of the buffer is where
+    // its parameters' grads are.
+    if (!shard_bounds_.empty()) b.received = b.buffer.narrow(0, b.own_offset, b.counts[collective_->rank()]);
+    for (size_t k = 0; k < b.layout.size(); ++k) {
+      const int i = b.layout[k];
+      torch::Tensor& p = params_[i];
+      views_[i] = b.buffer.narrow(0, b.offsets[k], p.numel()).view(p.sizes());
+      p.mutable_grad() = views_[i];
+      bucket_of_[i] = static_cast<int>(buckets_.size());
+    }
+  }
+  b.members = std::move(members);
+  buckets_.push_back(std::move(b));
 }
 
 GradientReducer::~GradientReducer() {

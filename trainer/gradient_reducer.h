@@ -128,6 +128,12 @@ class GradientReducer {
   };
   class ReadyHook;
 
+  // The rank whose shard holds parameter i.
+  int Owner(int i) const;
+  // Adds the bucket of parameters `members`: its layout, and its buffer
+  // with every member's grad a view into it, or with keep_only_shard this
+  // rank's shard of it (the grads left undefined).
+  void AddBucket(std::vector<int> members);
   void MarkReady(int param);
   void StartReadyBuckets();
   void StartBucket(Bucket& bucket);

@@ -54,42 +54,7 @@ absl::StatusOr<std::unique_ptr<ParameterGatherer>> ParameterGatherer::Create(
   g->collective_ = collective;
   g->shard_parameters_ = shard_parameters;
   g->keep_elements_ = keep_elements;
-  g->unit_of_.assign(params.size(), -1);
-  std::set<const void*> storages;
-  for (size_t k = 0; k < units.size(); ++k) {
-    Unit unit;
-    unit.params = std::move(units[k]);
-    std::sort(unit.params.begin(), unit.params.end());
-    unit.counts.assign(world, 0);
-    for (size_t i : unit.params) {
-      if (i >= params.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("parameter gatherer: unit ", k, " names parameter ", i, " of ", params.size()));
-      }
-      if (g->unit_of_[i] >= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("parameter gatherer: parameter ", params[i].first, " is in more than one unit"));
-      }
-      g->unit_of_[i] = static_cast<int>(k);
-      const torch::Tensor& p = params[i].second;
-      if (!p.is_contiguous() || p.scalar_type() != params[0].second.scalar_type()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("parameter gatherer: parameter ", params[i].first, " is not contiguous or not of one dtype"));
-      }
-      if (shard_parameters && (!p.requires_grad() || !storages.insert(p.storage().unsafeGetStorageImpl()).second)) {
-        return absl::InvalidArgumentError(absl::StrCat("parameter gatherer: parameter ", params[i].first,
-                                                       " does not require grad or shares another's storage; "
-                                                       "PARAMETERS sharding releases each parameter's own memory"));
-      }
-      const int owner =
-          static_cast<int>(std::upper_bound(g->bounds_.begin(), g->bounds_.end(), i) - g->bounds_.begin()) - 1;
-      unit.counts[owner] += p.numel();
-      unit.total += p.numel();
-      if (owner != collective->rank()) unit.others += p.numel();
-    }
-    g->others_elements_ += unit.others;
-    g->units_.push_back(std::move(unit));
-  }
+  TY_RETURN_IF_ERROR(g->AddUnits(params, std::move(units)));
   for (size_t i = 0; i < params.size(); ++i) {
     if (g->unit_of_[i] < 0) {
       return absl::InvalidArgumentError(
@@ -106,23 +71,7 @@ absl::StatusOr<std::unique_ptr<ParameterGatherer>> ParameterGatherer::Create(
   g->ready_.assign(g->units_.size(), 0);
   g->forward_at_.assign(g->units_.size(), -1);
   g->backward_at_.assign(g->units_.size(), -1);
-  // Parameters released before (a model built holding this rank's own
-  // only) leave the gatherer as ReleaseAll would: no unit counts as whole,
-  // so every rank's first gathers are the same collectives.
-  g->gathered_elements_ = g->others_elements_;
-  bool released = false;
-  for (size_t i = 0; i < g->params_.size(); ++i) {
-    if (!StorageReleased(g->params_[i].second)) continue;
-    if (!shard_parameters || g->Mine(i)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameter gatherer: parameter ", g->params_[i].first, " holds no memory, and ",
-                       g->Mine(i) ? "it is this rank's own" : "only PARAMETERS sharding gathers it"));
-    }
-    released = true;
-    g->gathered_elements_ -= g->params_[i].second.numel();
-  }
-  if (released) g->whole_.assign(g->units_.size(), 0);
-  g->peak_gathered_ = g->gathered_elements_;
+  TY_RETURN_IF_ERROR(g->CountReleasedParameters());
   if (shard_parameters) {
     for (size_t i = 0; i < g->params_.size(); ++i) {
       std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(g->params_[i].second);
@@ -131,6 +80,67 @@ absl::StatusOr<std::unique_ptr<ParameterGatherer>> ParameterGatherer::Create(
     }
   }
   return g;
+}
+
+absl::Status ParameterGatherer::AddUnits(const NamedTensors& params, std::vector<std::vector<size_t>> units) {
+  const int world = collective_->world_size();
+  unit_of_.assign(params.size(), -1);
+  std::set<const void*> storages;
+  for (size_t k = 0; k < units.size(); ++k) {
+    Unit unit;
+    unit.params = std::move(units[k]);
+    std::sort(unit.params.begin(), unit.params.end());
+    unit.counts.assign(world, 0);
+    for (size_t i : unit.params) {
+      if (i >= params.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameter gatherer: unit ", k, " names parameter ", i, " of ", params.size()));
+      }
+      if (unit_of_[i] >= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameter gatherer: parameter ", params[i].first, " is in more than one unit"));
+      }
+      unit_of_[i] = static_cast<int>(k);
+      const torch::Tensor& p = params[i].second;
+      if (!p.is_contiguous() || p.scalar_type() != params[0].second.scalar_type()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameter gatherer: parameter ", params[i].first, " is not contiguous or not of one dtype"));
+      }
+      if (shard_parameters_ && (!p.requires_grad() || !storages.insert(p.storage().unsafeGetStorageImpl()).second)) {
+        return absl::InvalidArgumentError(absl::StrCat("parameter gatherer: parameter ", params[i].first,
+                                                       " does not require grad or shares another's storage; "
+                                                       "PARAMETERS sharding releases each parameter's own memory"));
+      }
+      const int owner = static_cast<int>(std::upper_bound(bounds_.begin(), bounds_.end(), i) - bounds_.begin()) - 1;
+      unit.counts[owner] += p.numel();
+      unit.total += p.numel();
+      if (owner != collective_->rank()) unit.others += p.numel();
+    }
+    others_elements_ += unit.others;
+    units_.push_back(std::move(unit));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterGatherer::CountReleasedParameters() {
+  // Parameters released before (a model built holding this rank's own
+  // only) leave the gatherer as ReleaseAll would: no unit counts as whole,
+  // so every rank's first gathers are the same collectives.
+  gathered_elements_ = others_elements_;
+  bool released = false;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!StorageReleased(params_[i].second)) continue;
+    if (!shard_parameters_ || Mine(i)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter gatherer: parameter ", params_[i].first, " holds no memory, and ",
+                       Mine(i) ? "it is this rank's own" : "only PARAMETERS sharding gathers it"));
+    }
+    released = true;
+    gathered_elements_ -= params_[i].second.numel();
+  }
+  if (released) whole_.assign(units_.size(), 0);
+  peak_gathered_ = gathered_elements_;
+  return absl::OkStatus();
 }
 
 ParameterGatherer::~ParameterGatherer() {

@@ -163,6 +163,15 @@ class ParameterGatherer {
   };
   class ReadyHook;
   ParameterGatherer() = default;
+  // Create's steps. The units from `units`, each parameter checked (in
+  // range, in one unit only, contiguous, of one dtype; in PARAMETERS mode
+  // requiring grad, with a storage of its own), with the elements each rank
+  // contributes.
+  absl::Status AddUnits(const NamedTensors& params, std::vector<std::vector<size_t>> units);
+  // Parameters whose memory was released before Create (allowed in
+  // PARAMETERS mode for other ranks' parameters only) count as not
+  // gathered, and then no unit is whole.
+  absl::Status CountReleasedParameters();
   bool Mine(size_t i) const;
   // A schedule of units to gather, in order; forward_at_/backward_at_ say
   // where each unit's forward and backward entries are (-1: none).
