@@ -18,7 +18,7 @@
 
 #include "absl/strings/numbers.h"
 #include "client/flags.h"
-#include "common/device.h"
+#include "common/torch/device.h"
 #include "model/encoder_decoder_model.h"
 #include "spec/presets.h"
 #include "trainer/trainer.h"

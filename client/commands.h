@@ -12,7 +12,7 @@
 
 #include "absl/types/optional.h"
 #include "client/flags.h"
-#include "common/security.h"
+#include "common/grpc/security.h"
 
 namespace trainyard {
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_status.h"
+#include "common/grpc/status.h"
 
 namespace trainyard {
 namespace {

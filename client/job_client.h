@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/security.h"
+#include "common/grpc/security.h"
 #include "proto/job_service.grpc.pb.h"
 
 namespace trainyard {
@@ -21,7 +21,7 @@ class JobClient {
   // `address` is HOST:PORT; calls wait up to `timeout` (WatchJob excepted).
   // TLS and the bearer token come from the environment (TRAINYARD_TLS_CA,
   // and TRAINYARD_TLS_CERT/KEY for a client certificate;
-  // TRAINYARD_TOKEN or TRAINYARD_TOKEN_FILE): see common/security.h.
+  // TRAINYARD_TOKEN or TRAINYARD_TOKEN_FILE): see common/grpc/security.h.
   explicit JobClient(const std::string& address, absl::Duration timeout = absl::Seconds(30));
   JobClient(const std::string& address, const TlsConfig& tls, std::string token,
             absl::Duration timeout = absl::Seconds(30));

@@ -4,8 +4,8 @@
 #ifndef TRAINYARD_COORDINATOR_COORDINATOR_SERVICE_H_
 #define TRAINYARD_COORDINATOR_COORDINATOR_SERVICE_H_
 
+#include "common/grpc/security.h"
 #include "common/rate_limiter.h"
-#include "common/security.h"
 #include "coordinator/coordinator.h"
 #include "proto/job_service.grpc.pb.h"
 #include "proto/worker.grpc.pb.h"

@@ -6,8 +6,8 @@
 #include <mutex>
 #include <set>
 
-#include "common/grpc_channel.h"
-#include "common/grpc_status.h"
+#include "common/grpc/channel.h"
+#include "common/grpc/status.h"
 #include "proto/worker.grpc.pb.h"
 
 namespace trainyard {

@@ -16,7 +16,7 @@
 
 namespace trainyard {
 
-// `credentials`: nullptr for plaintext; TLS credentials (common/security.h)
+// `credentials`: nullptr for plaintext; TLS credentials (common/grpc/security.h)
 // verify the worker's certificate and present the coordinator's (mutual
 // TLS). `server_name`: the name expected in the worker's certificate when
 // it is not the address's host.

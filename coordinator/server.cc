@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_metrics.h"
+#include "common/grpc/metrics.h"
 #include "common/http_server.h"
 #include "common/metrics.h"
 #include "common/signals.h"

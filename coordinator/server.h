@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "common/security.h"
+#include "common/grpc/security.h"
 #include "coordinator/coordinator.h"
 
 namespace trainyard {

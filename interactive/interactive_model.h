@@ -67,7 +67,7 @@ enum class InferenceType { kScore, kPredictWithAux };
 using Postprocessor = std::function<std::string(const std::string& text, bool is_target)>;
 
 struct InteractiveModelOptions {
-  // Where the parameters live (common/device.h); examples and results stay
+  // Where the parameters live (common/torch/device.h); examples and results stay
   // on the host.
   torch::Device device = torch::kCPU;
   int batch_size = 8;

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/device.h"
 #include "common/status_macros.h"
+#include "common/torch/device.h"
 #include "data/bundled.h"
 #include "data/task_definition.h"
 #include "spdlog/spdlog.h"

@@ -44,7 +44,7 @@ struct TrainingJobOptions {
   bool task_data = true;
   // The device's peak FLOP/s for timing/mfu in the train summary; 0: measured
   // once per process, device and dtype by a matrix-product probe
-  // (MeasurePeakFlops in common/device.h).
+  // (MeasurePeakFlops in common/torch/device.h).
   double peak_flops = 0;
 };
 

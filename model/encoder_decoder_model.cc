@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/device.h"
 #include "common/status_macros.h"
+#include "common/torch/device.h"
 
 namespace trainyard {
 namespace {

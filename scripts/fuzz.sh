@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 
-targets=(//spec:jobspec_fuzzer //spec:session_request_fuzzer //common:security_fuzzer //common:http_request_fuzzer //data:source_fuzzer //checkpoint:msgpack_fuzzer)
+targets=(//spec:jobspec_fuzzer //spec:session_request_fuzzer //common/grpc:security_fuzzer //common:http_request_fuzzer //data:source_fuzzer //checkpoint:msgpack_fuzzer)
 
 # Seeds: real inputs of each kind.
 seed_corpus() {  # NAME DIR

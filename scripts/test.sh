@@ -224,7 +224,7 @@ image_step "image (deploy/image_test.sh)"
 if [ -f /usr/local/cuda/include/nccl.h ]; then
   run_step "cuda libtorch" scripts/setup-libtorch-cuda.sh
   run_step "cuda build" bazel build --config=cuda //third_party:cuda_link_check //client:trainyard-torch \
-    //bench:gpu_bench //collective:nccl_collective_test //trainer:device_training_test //common:device_test
+    //bench:gpu_bench //collective:nccl_collective_test //trainer:device_training_test //common/torch:device_test
 else
   echo "==> cuda build skipped: no CUDA toolkit with NCCL under /usr/local/cuda"
   summary_args+=("--skip" "cuda build=no CUDA toolkit with NCCL under /usr/local/cuda")

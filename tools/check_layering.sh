@@ -35,6 +35,8 @@ forbid "the training and job libraries speak no service's messages (only the job
   "//proto:job_service_cc_proto + //proto:worker_cc_proto"
 forbid "common/ depends on nothing of the project's libraries above it" \
   "//common/..." "//spec/... + //evaluation/... + //checkpoint/... + //collective/... + //data/... + //model/... + //trainer/... + //job/... + //interactive/... + //worker/... + //coordinator/... + //client/..."
+forbid "the ground package common/ links neither gRPC nor LibTorch (their parts are common/grpc and common/torch)" \
+  "//common:all" "//third_party:grpc + //third_party:libtorch"
 forbid "the training layer knows nothing of jobs, sessions or processes" \
   "//trainer/... + //model/... + //data/... + //collective/... + //checkpoint/..." \
   "//job/... + //interactive/... + //worker/... + //coordinator/... + //client/..."

@@ -14,8 +14,8 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "common/device.h"
 #include "common/testing/status_matchers.h"
+#include "common/torch/device.h"
 #include "gtest/gtest.h"
 #include "trainer/testing/tiny_trainer.h"
 #include "trainer/train_checkpoint.h"

@@ -15,9 +15,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "checkpoint/checkpoint_dir.h"
-#include "common/device.h"
 #include "common/durable_file.h"
 #include "common/status_macros.h"
+#include "common/torch/device.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 

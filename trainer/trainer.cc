@@ -7,9 +7,9 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "collective/agreement.h"
-#include "common/device.h"
 #include "common/random.h"
 #include "common/status_macros.h"
+#include "common/torch/device.h"
 
 namespace trainyard {
 namespace {

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "absl/time/clock.h"
-#include "common/grpc_status.h"
+#include "common/grpc/status.h"
 #include "proto/worker.grpc.pb.h"
 
 namespace trainyard {

@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/security.h"
+#include "common/grpc/security.h"
 
 namespace trainyard {
 

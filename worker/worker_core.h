@@ -48,7 +48,7 @@ struct WorkerCoreOptions {
   // The address the collective's connections use: this host's address as
   // the other ranks reach it.
   std::string host_address = "127.0.0.1";
-  // Where parameters, optimizer state and batches live (common/device.h).
+  // Where parameters, optimizer state and batches live (common/torch/device.h).
   // On a CUDA device with more than one rank the collective is NCCL (CUDA
   // builds), else Gloo.
   c10::Device device = c10::Device(c10::DeviceType::CPU);

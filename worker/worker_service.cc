@@ -1,6 +1,6 @@
 #include "worker/worker_service.h"
 
-#include "common/grpc_status.h"
+#include "common/grpc/status.h"
 
 namespace trainyard {
 namespace {

@@ -16,14 +16,14 @@ preset="${1:-t5_1_1_base}"
 mode="${2:-opt}"
 scripts/setup.sh >/dev/null
 scripts/setup-libtorch-cuda.sh >/dev/null
-targets=(//bench:gpu_bench //trainer:device_training_test //collective:nccl_collective_test //common:device_test)
+targets=(//bench:gpu_bench //trainer:device_training_test //collective:nccl_collective_test //common/torch:device_test)
 bazel build --config=cuda -c "$mode" "${targets[@]}" >/dev/null 2>&1 || { bazel build --config=cuda -c "$mode" "${targets[@]}"; exit 1; }
 bazel build -c opt //client:trainyard >/dev/null 2>&1 || { bazel build -c opt //client:trainyard; exit 1; }
 bin="$(bazel info --config=cuda -c "$mode" bazel-bin 2>/dev/null)"
 cpu_bin="$(bazel info -c opt bazel-bin 2>/dev/null)"
 rm -rf .gpu
 mkdir -p .gpu/bin .gpu/lib
-for t in bench/gpu_bench trainer/device_training_test collective/nccl_collective_test common/device_test; do
+for t in bench/gpu_bench trainer/device_training_test collective/nccl_collective_test common/torch/device_test; do
   strip -o ".gpu/bin/$(basename "$t")" "$bin/$t"
 done
 # The libraries the binaries load that a GPU machine's PyTorch does not

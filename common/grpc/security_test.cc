@@ -1,4 +1,4 @@
-#include "common/security.h"
+#include "common/grpc/security.h"
 
 #include <cstdlib>
 #include <fstream>

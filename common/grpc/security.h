@@ -13,8 +13,8 @@
 // carries `authorization: Bearer TOKEN` metadata and is answered
 // UNAUTHENTICATED without a known token. Tokens are compared through their
 // SHA-256 digests in constant time.
-#ifndef TRAINYARD_COMMON_SECURITY_H_
-#define TRAINYARD_COMMON_SECURITY_H_
+#ifndef TRAINYARD_COMMON_GRPC_SECURITY_H_
+#define TRAINYARD_COMMON_GRPC_SECURITY_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -110,4 +110,4 @@ absl::StatusOr<std::string> TokenFromEnv();
 
 }  // namespace trainyard
 
-#endif  // TRAINYARD_COMMON_SECURITY_H_
+#endif  // TRAINYARD_COMMON_GRPC_SECURITY_H_

@@ -1,4 +1,4 @@
-#include "common/grpc_metrics.h"
+#include "common/grpc/metrics.h"
 
 #include <chrono>
 #include <string>

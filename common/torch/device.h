@@ -1,7 +1,7 @@
 // Where a worker's tensors live: parsing --device, checking it against this
 // build and machine, and the pieces of LibTorch that differ by device.
-#ifndef TRAINYARD_COMMON_DEVICE_H_
-#define TRAINYARD_COMMON_DEVICE_H_
+#ifndef TRAINYARD_COMMON_TORCH_DEVICE_H_
+#define TRAINYARD_COMMON_TORCH_DEVICE_H_
 
 #include <cstdint>
 
@@ -41,4 +41,4 @@ double MeasurePeakFlops(const torch::Device& device, torch::ScalarType dtype);
 
 }  // namespace trainyard
 
-#endif  // TRAINYARD_COMMON_DEVICE_H_
+#endif  // TRAINYARD_COMMON_TORCH_DEVICE_H_

@@ -1,4 +1,4 @@
-#include "common/grpc_status.h"
+#include "common/grpc/status.h"
 
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"

@@ -1,4 +1,4 @@
-#include "common/grpc_channel.h"
+#include "common/grpc/channel.h"
 
 namespace trainyard {
 

@@ -1,4 +1,4 @@
-#include "common/device.h"
+#include "common/torch/device.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/cuda.h>

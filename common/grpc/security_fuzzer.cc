@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "common/security.h"
+#include "common/grpc/security.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const auto* known = [] {
