@@ -6,12 +6,72 @@
 
 #include "client/commands.h"
 #include "client/flags.h"
+#include "common/status_macros.h"
 #include "model/encoder_decoder_model.h"
 #include "model/t5x_import.h"
 #include "model/weights.h"
 #include "trainer/train_checkpoint.h"
 
 namespace trainyard {
+
+namespace {
+
+// A Hugging Face T5 checkpoint to a Trainyard checkpoint at step 0.
+absl::Status ImportFromHf(const std::string& from_hf, const std::string& vocab, const std::string& out_dir,
+                          std::ostream& out) {
+  TY_ASSIGN_OR_RETURN(HfCheckpoint hf, ImportHf(from_hf));
+  TY_ASSIGN_OR_RETURN(std::unique_ptr<EncoderDecoderModel> model, EncoderDecoderModel::Create(hf.config, {}));
+  TY_RETURN_IF_ERROR(AssignParameters(hf.tensors, /*strict=*/true, model->network().get()));
+  TY_RETURN_IF_ERROR(WriteModelCheckpoint(*model->network(), out_dir, /*step=*/0, "hf:" + from_hf, vocab));
+  out << "wrote " << out_dir << " (" << model->network()->NumParameters() << " parameters)\n";
+  return absl::OkStatus();
+}
+
+// A T5X checkpoint to a Trainyard checkpoint at its step: a training
+// checkpoint when it holds Adafactor's statistics, else a model checkpoint.
+absl::Status ImportFromT5x(const std::string& from_t5x, const std::string& out_dir, std::ostream& out) {
+  TY_ASSIGN_OR_RETURN(T5xImport t5x, ImportT5x(from_t5x));
+  TY_ASSIGN_OR_RETURN(std::unique_ptr<EncoderDecoderModel> model, EncoderDecoderModel::Create(t5x.config, {}));
+  // Every parameter of the model, none left over, every shape right.
+  absl::Status status = AssignParameters(t5x.params, /*strict=*/true, model->network().get());
+  if (!status.ok()) return absl::InvalidArgumentError(absl::StrCat(t5x.dir, ": ", status.message()));
+  const std::string source = "t5x:" + t5x.dir;
+  if (t5x.optimizer.empty()) {
+    status = WriteModelCheckpoint(*model->network(), out_dir, t5x.step, source, "");
+  } else {
+    // A training checkpoint without data positions: a job restoring it
+    // takes its own data from the start.
+    TrainSnapshot snapshot;
+    snapshot.step = t5x.step;
+    snapshot.config = model->network()->config();
+    for (const auto& item : model->network()->named_parameters()) {
+      snapshot.params.emplace_back(item.key(), item.value().detach());
+    }
+    snapshot.optimizer = t5x.optimizer;
+    snapshot.world_size = 0;
+    snapshot.source = source;
+    status = WriteTrainCheckpoint(out_dir, snapshot, torch::kFloat);
+  }
+  TY_RETURN_IF_ERROR(status);
+  out << "wrote " << out_dir << " from " << t5x.dir << " (step " << t5x.step << ", "
+      << model->network()->NumParameters() << " parameters, "
+      << (t5x.optimizer.empty() ? "no optimizer state: " + t5x.optimizer_note
+                                : absl::StrCat(t5x.optimizer.size(), " Adafactor statistics"))
+      << ")\n";
+  return absl::OkStatus();
+}
+
+// A Trainyard checkpoint's model to a Hugging Face T5 checkpoint.
+absl::Status ExportToHf(const std::string& checkpoint, const std::string& to_hf, std::ostream& out) {
+  TY_ASSIGN_OR_RETURN(ModelCheckpoint ckpt, ReadModelCheckpoint(checkpoint));
+  TY_ASSIGN_OR_RETURN(std::unique_ptr<EncoderDecoderModel> model, EncoderDecoderModel::Create(ckpt.config, {}));
+  TY_RETURN_IF_ERROR(AssignParameters(ckpt.tensors, /*strict=*/true, model->network().get()));
+  TY_RETURN_IF_ERROR(ExportHf(*model->network(), to_hf));
+  out << "wrote " << to_hf << " (config.json, model.safetensors)\n";
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::string from_hf, from_t5x, vocab, out_dir, checkpoint, to_hf;
@@ -46,69 +106,16 @@ int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ost
         << flags.Help();
     return kExitUsage;
   }
-  auto fail = [&](const absl::Status& status) {
-    err << "error: " << status.message() << "\n";
-    // Bad or missing input is the user's to fix; anything else is a failure.
-    return status.code() == absl::StatusCode::kInvalidArgument || status.code() == absl::StatusCode::kNotFound ||
-                   status.code() == absl::StatusCode::kAlreadyExists || status.code() == absl::StatusCode::kDataLoss
-               ? kExitUsage
-               : kExitFailed;
-  };
-  if (import) {
-    absl::StatusOr<HfCheckpoint> hf = ImportHf(from_hf);
-    if (!hf.ok()) return fail(hf.status());
-    auto model = EncoderDecoderModel::Create(hf->config, {});
-    if (!model.ok()) return fail(model.status());
-    absl::Status status = AssignParameters(hf->tensors, /*strict=*/true, (*model)->network().get());
-    if (status.ok()) {
-      status = WriteModelCheckpoint(*(*model)->network(), out_dir, /*step=*/0, "hf:" + from_hf, vocab);
-    }
-    if (!status.ok()) return fail(status);
-    out << "wrote " << out_dir << " (" << (*model)->network()->NumParameters() << " parameters)\n";
-    return kExitOk;
-  }
-  if (import_t5x) {
-    absl::StatusOr<T5xImport> t5x = ImportT5x(from_t5x);
-    if (!t5x.ok()) return fail(t5x.status());
-    auto model = EncoderDecoderModel::Create(t5x->config, {});
-    if (!model.ok()) return fail(model.status());
-    // Every parameter of the model, none left over, every shape right.
-    absl::Status status = AssignParameters(t5x->params, /*strict=*/true, (*model)->network().get());
-    if (!status.ok()) return fail(absl::InvalidArgumentError(absl::StrCat(t5x->dir, ": ", status.message())));
-    const std::string source = "t5x:" + t5x->dir;
-    if (t5x->optimizer.empty()) {
-      status = WriteModelCheckpoint(*(*model)->network(), out_dir, t5x->step, source, "");
-    } else {
-      // A training checkpoint without data positions: a job restoring it
-      // takes its own data from the start.
-      TrainSnapshot snapshot;
-      snapshot.step = t5x->step;
-      snapshot.config = (*model)->network()->config();
-      for (const auto& item : (*model)->network()->named_parameters()) {
-        snapshot.params.emplace_back(item.key(), item.value().detach());
-      }
-      snapshot.optimizer = t5x->optimizer;
-      snapshot.world_size = 0;
-      snapshot.source = source;
-      status = WriteTrainCheckpoint(out_dir, snapshot, torch::kFloat);
-    }
-    if (!status.ok()) return fail(status);
-    out << "wrote " << out_dir << " from " << t5x->dir << " (step " << t5x->step << ", "
-        << (*model)->network()->NumParameters() << " parameters, "
-        << (t5x->optimizer.empty() ? "no optimizer state: " + t5x->optimizer_note
-                                   : absl::StrCat(t5x->optimizer.size(), " Adafactor statistics"))
-        << ")\n";
-    return kExitOk;
-  }
-  absl::StatusOr<ModelCheckpoint> ckpt = ReadModelCheckpoint(checkpoint);
-  if (!ckpt.ok()) return fail(ckpt.status());
-  auto model = EncoderDecoderModel::Create(ckpt->config, {});
-  if (!model.ok()) return fail(model.status());
-  absl::Status status = AssignParameters(ckpt->tensors, /*strict=*/true, (*model)->network().get());
-  if (status.ok()) status = ExportHf(*(*model)->network(), to_hf);
-  if (!status.ok()) return fail(status);
-  out << "wrote " << to_hf << " (config.json, model.safetensors)\n";
-  return kExitOk;
+  const absl::Status status = import       ? ImportFromHf(from_hf, vocab, out_dir, out)
+                              : import_t5x ? ImportFromT5x(from_t5x, out_dir, out)
+                                           : ExportToHf(checkpoint, to_hf, out);
+  if (status.ok()) return kExitOk;
+  err << "error: " << status.message() << "\n";
+  // Bad or missing input is the user's to fix; anything else is a failure.
+  return status.code() == absl::StatusCode::kInvalidArgument || status.code() == absl::StatusCode::kNotFound ||
+                 status.code() == absl::StatusCode::kAlreadyExists || status.code() == absl::StatusCode::kDataLoss
+             ? kExitUsage
+             : kExitFailed;
 }
 
 }  // namespace trainyard

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/commands.h"
 #include "client/flags.h"
@@ -12,6 +13,42 @@
 #include "coordinator/server.h"
 
 namespace trainyard {
+
+namespace {
+
+// --keep-finished-jobs and --keep-finished-for, checked, into `options`.
+absl::Status SetRetention(int keep_finished_jobs, const std::string& keep_finished_for, CoordinatorOptions* options) {
+  if (keep_finished_jobs < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--keep-finished-jobs: ", keep_finished_jobs, "; want N >= 0 (0: no limit)"));
+  }
+  absl::Duration keep_for;
+  if (!absl::ParseDuration(keep_finished_for, &keep_for) || keep_for < absl::ZeroDuration() ||
+      keep_for == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("--keep-finished-for: '", keep_finished_for,
+                                                   "'; want a duration such as 90m, 72h or 0 (no limit)"));
+  }
+  options->keep_finished_jobs = keep_finished_jobs;
+  options->keep_finished_for = keep_for;
+  return absl::OkStatus();
+}
+
+// --output-root, the current directory without it; it must be absolute.
+absl::StatusOr<std::string> AbsoluteOutputRoot(std::string output_root) {
+  if (output_root.empty()) {
+    char cwd[PATH_MAX] = {};
+    if (getcwd(cwd, sizeof(cwd)) == nullptr) {
+      return absl::FailedPreconditionError("cannot read the current directory; give --output-root");
+    }
+    output_root = cwd;
+  }
+  if (output_root[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat("--output-root: '", output_root, "'; want an absolute path"));
+  }
+  return output_root;
+}
+
+}  // namespace
 
 int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CoordinatorServerOptions options;
@@ -63,33 +100,17 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
     return kExitUsage;
   }
   options.submit_burst = std::max(1.0, 2 * options.submit_rate);
-  if (keep_finished_jobs < 0) {
-    err << "error: --keep-finished-jobs: " << keep_finished_jobs << "; want N >= 0 (0: no limit)\n";
+  if (absl::Status s = SetRetention(keep_finished_jobs, keep_finished_for, &options.coordinator); !s.ok()) {
+    err << "error: " << s.message() << "\n";
     return kExitUsage;
   }
-  absl::Duration keep_for;
-  if (!absl::ParseDuration(keep_finished_for, &keep_for) || keep_for < absl::ZeroDuration() ||
-      keep_for == absl::InfiniteDuration()) {
-    err << "error: --keep-finished-for: '" << keep_finished_for
-        << "'; want a duration such as 90m, 72h or 0 (no limit)\n";
-    return kExitUsage;
-  }
-  options.coordinator.keep_finished_jobs = keep_finished_jobs;
-  options.coordinator.keep_finished_for = keep_for;
   if (absl::optional<int> code = SetUpLogging(log_level, err)) return *code;
-  if (output_root.empty()) {
-    char cwd[PATH_MAX] = {};
-    if (getcwd(cwd, sizeof(cwd)) == nullptr) {
-      err << "error: cannot read the current directory; give --output-root\n";
-      return kExitUsage;
-    }
-    output_root = cwd;
-  }
-  if (output_root[0] != '/') {
-    err << "error: --output-root: '" << output_root << "'; want an absolute path\n";
+  absl::StatusOr<std::string> root = AbsoluteOutputRoot(output_root);
+  if (!root.ok()) {
+    err << "error: " << root.status().message() << "\n";
     return kExitUsage;
   }
-  options.coordinator.output_root = output_root;
+  options.coordinator.output_root = *root;
   options.coordinator.heartbeat_timeout = absl::Seconds(heartbeat_timeout);
   options.coordinator.heartbeat_interval = absl::Seconds(1);
   absl::Status status = ServeCoordinator(options, out);

@@ -153,26 +153,39 @@ void StopAll(std::vector<Child*> children, absl::Duration grace) {
   }
 }
 
-}  // namespace
+// Workers first (they abort their job), then the coordinator (children[0]).
+void StopChildren(std::vector<Child>* children) {
+  std::vector<Child*> workers;
+  for (size_t i = 1; i < children->size(); ++i) workers.push_back(&(*children)[i]);
+  StopAll(workers, absl::Seconds(15));
+  if (!children->empty()) StopAll({&(*children)[0]}, absl::Seconds(15));
+}
 
-int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  int workers = 0;
+// The command line, checked.
+struct LocalFlags {
+  int workers = 0;  // 0: the spec's num_workers
+  int threads = 0;  // 0: the default
   std::vector<std::string> overrides;
   std::string state_dir;
+  std::string output_root;
+};
+
+// Parses and checks the flags and loads the spec (with --workers as an
+// override of num_workers); an exit code when the command ends here.
+absl::optional<int> ParseLocalFlags(const std::vector<std::string>& args, LocalFlags* local, JobSpec* spec,
+                                    std::ostream& out, std::ostream& err) {
   FlagSet flags("local [--workers N] [--output-root DIR] SPEC [--set path=value]...",
                 "Runs a job on this machine as a real multi-process system: a coordinator\n"
                 "and N workers as child processes on loopback ports chosen by the OS. Submits\n"
                 "the job, shows its progress, and shuts everything down when it ends (or on\n"
                 "Ctrl-C, which cancels the job first). Exits 0 if the job succeeds.");
-  flags.AddInt("workers", &workers, "N", "number of workers (default: the spec's num_workers)");
-  int threads_flag = 0;
-  flags.AddInt("threads", &threads_flag, "N",
+  flags.AddInt("workers", &local->workers, "N", "number of workers (default: the spec's num_workers)");
+  flags.AddInt("threads", &local->threads, "N",
                "compute threads per worker (default: this machine's cores divided by the workers)");
-  flags.AddRepeated("set", &overrides, "PATH=VALUE", "override a field of the spec");
-  flags.AddString("state-dir", &state_dir, "DIR",
+  flags.AddRepeated("set", &local->overrides, "PATH=VALUE", "override a field of the spec");
+  flags.AddString("state-dir", &local->state_dir, "DIR",
                   "the coordinator's state and the processes' logs (default: a new /tmp/trainyard-local-*)");
-  std::string output_root;
-  flags.AddString("output-root", &output_root, "DIR",
+  flags.AddString("output-root", &local->output_root, "DIR",
                   "confine output_dir to DIR, relative paths taken from it, as a shared coordinator does "
                   "(default: no confinement; a relative output_dir is taken from the current directory)");
   std::vector<std::string> positional;
@@ -181,54 +194,140 @@ int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostre
     err << "error: want exactly one SPEC file\n";
     return kExitUsage;
   }
-  if (threads_flag < 0 || threads_flag > 1024) {
-    err << "error: --threads: " << threads_flag << "; allowed 1..1024 (0: the default)\n";
+  if (local->threads < 0 || local->threads > 1024) {
+    err << "error: --threads: " << local->threads << "; allowed 1..1024 (0: the default)\n";
     return kExitUsage;
   }
-  absl::StatusOr<JobSpec> spec = LoadJobSpec(positional[0]);
-  if (!spec.ok()) {
-    err << "error: " << spec.status().message() << "\n";
+  absl::StatusOr<JobSpec> loaded = LoadJobSpec(positional[0]);
+  if (!loaded.ok()) {
+    err << "error: " << loaded.status().message() << "\n";
     return kExitUsage;
   }
-  if (workers < 0 || workers > 64) {
-    err << "error: --workers: " << workers << "; allowed 1..64\n";
+  *spec = *std::move(loaded);
+  if (local->workers < 0 || local->workers > 64) {
+    err << "error: --workers: " << local->workers << "; allowed 1..64\n";
     return kExitUsage;
   }
-  if (workers > 0) overrides.push_back(absl::StrCat("num_workers=", workers));
-  if (!output_root.empty() && output_root[0] != '/') {
-    err << "error: --output-root must be an absolute path, got \"" << output_root << "\"\n";
+  if (local->workers > 0) local->overrides.push_back(absl::StrCat("num_workers=", local->workers));
+  if (!local->output_root.empty() && local->output_root[0] != '/') {
+    err << "error: --output-root must be an absolute path, got \"" << local->output_root << "\"\n";
     return kExitUsage;
   }
-  if (output_root.empty()) {
-    // A personal run writes where its user can: the coordinator confines
-    // nothing, and a relative output_dir is this directory's.
-    if (absl::Status s = ApplyOverrides(overrides, &*spec); !s.ok()) {
-      err << "error: " << s.message() << "\n";
-      return kExitUsage;
+  return absl::nullopt;
+}
+
+// Without --output-root a personal run writes where its user can: the
+// coordinator confines nothing ("/"), and a relative output_dir is this
+// directory's. The overrides are applied to the spec here, so that an
+// output_dir they set is resolved too.
+absl::optional<int> ResolveUnconfinedOutputDir(LocalFlags* local, JobSpec* spec, std::ostream& err) {
+  if (absl::Status s = ApplyOverrides(local->overrides, spec); !s.ok()) {
+    err << "error: " << s.message() << "\n";
+    return kExitUsage;
+  }
+  local->overrides.clear();
+  char cwd[PATH_MAX];
+  if (!spec->output_dir().empty() && spec->output_dir()[0] != '/') {
+    if (getcwd(cwd, sizeof(cwd)) == nullptr) {
+      err << "error: cannot read the current directory; give an absolute output_dir or --output-root\n";
+      return kExitFailed;
     }
-    overrides.clear();
-    char cwd[PATH_MAX];
-    if (!spec->output_dir().empty() && spec->output_dir()[0] != '/') {
-      if (getcwd(cwd, sizeof(cwd)) == nullptr) {
-        err << "error: cannot read the current directory; give an absolute output_dir or --output-root\n";
-        return kExitFailed;
-      }
-      spec->set_output_dir(absl::StrCat(cwd, "/", spec->output_dir()));
-    }
-    output_root = "/";
+    spec->set_output_dir(absl::StrCat(cwd, "/", spec->output_dir()));
   }
-  if (workers == 0) workers = std::max(spec->num_workers(), 1);
-  if (state_dir.empty()) {
+  local->output_root = "/";
+  return absl::nullopt;
+}
+
+// Creates --state-dir, or a new directory under /tmp without it; an exit
+// code when it cannot.
+absl::optional<int> MakeStateDir(std::string* state_dir, std::ostream& err) {
+  if (state_dir->empty()) {
     char pattern[] = "/tmp/trainyard-local-XXXXXX";
     if (mkdtemp(pattern) == nullptr) {
       err << "error: cannot create a state directory under /tmp: " << std::strerror(errno) << "\n";
       return kExitFailed;
     }
-    state_dir = pattern;
-  } else if (mkdir(state_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    err << "error: --state-dir: cannot create '" << state_dir << "': " << std::strerror(errno) << "\n";
+    *state_dir = pattern;
+  } else if (mkdir(state_dir->c_str(), 0755) != 0 && errno != EEXIST) {
+    err << "error: --state-dir: cannot create '" << *state_dir << "': " << std::strerror(errno) << "\n";
     return kExitUsage;
   }
+  return absl::nullopt;
+}
+
+// Starts the coordinator, then `workers` workers registering with it, into
+// `children` (the coordinator first), and waits until each listens. Returns
+// the coordinator's address.
+absl::StatusOr<std::string> StartProcesses(const LocalFlags& local, int workers, std::vector<Child>* children) {
+  absl::StatusOr<Child> coordinator = Spawn("the coordinator",
+                                            {"coordinator", "--listen", "127.0.0.1:0", "--state-dir", local.state_dir,
+                                             "--heartbeat-timeout", "10", "--output-root", local.output_root},
+                                            local.state_dir + "/coordinator.log");
+  if (!coordinator.ok()) return coordinator.status();
+  children->push_back(*coordinator);
+  absl::StatusOr<std::string> address = ReadListening((*children)[0], absl::Seconds(30));
+  if (!address.ok()) return address.status();
+  // The workers share this machine's cores: never oversubscribe them.
+  const int threads =
+      local.threads > 0 ? local.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / workers);
+  for (int i = 0; i < workers; ++i) {
+    absl::StatusOr<Child> worker =
+        Spawn(absl::StrCat("worker ", i),
+              {"worker", "--coordinator", *address, "--listen", "127.0.0.1:0", "--threads", absl::StrCat(threads)},
+              absl::StrCat(local.state_dir, "/worker-", i, ".log"));
+    if (!worker.ok()) return worker.status();
+    children->push_back(*worker);
+  }
+  for (size_t i = 1; i < children->size(); ++i) {
+    absl::StatusOr<std::string> listening = ReadListening((*children)[i], absl::Seconds(60));
+    if (!listening.ok()) return listening.status();
+  }
+  return address;
+}
+
+// Shows the job's progress until it ends. The first SIGINT or SIGTERM
+// cancels it; a second one, or a job still not ended 30 s after the cancel,
+// stops the watch anyway. Stops the processes before it returns. The exit
+// code: the job's (WatchUntilDone), a failure if it was cancelled here.
+int WatchJob(JobClient* client, const std::string& job_id, SignalWatcher* signals, std::vector<Child>* children,
+             std::ostream& out, std::ostream& err) {
+  std::atomic<bool> done{false};
+  int exit_code = kExitFailed;
+  const bool tty = &out == &std::cout && isatty(STDOUT_FILENO);
+  std::thread watcher([&] {
+    exit_code = WatchUntilDone(client, job_id, out, err, tty);
+    done = true;
+  });
+  bool cancelled = false;
+  absl::Time give_up = absl::InfiniteFuture();
+  while (!done) {
+    absl::optional<int> signo = signals->Wait(absl::Milliseconds(200));
+    if (signo && !cancelled) {
+      err << "\ninterrupted: cancelling " << job_id << " and stopping the processes\n";
+      client->Cancel(job_id, "interrupted (trainyard local)").IgnoreError();
+      cancelled = true;
+      give_up = absl::Now() + absl::Seconds(30);
+      signals->Clear();
+    } else if (signo || absl::Now() > give_up) {
+      break;  // a second interrupt, or the job does not end: stop anyway
+    }
+  }
+  StopChildren(children);  // ends the watch stream if it is still open
+  watcher.join();
+  return cancelled ? kExitFailed : exit_code;
+}
+
+}  // namespace
+
+int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  LocalFlags local;
+  JobSpec spec;
+  if (absl::optional<int> code = ParseLocalFlags(args, &local, &spec, out, err)) return *code;
+  if (local.output_root.empty()) {
+    if (absl::optional<int> code = ResolveUnconfinedOutputDir(&local, &spec, err)) return *code;
+  }
+  const int workers = local.workers > 0 ? local.workers : std::max(spec.num_workers(), 1);
+  if (absl::optional<int> code = MakeStateDir(&local.state_dir, err)) return *code;
 
   absl::StatusOr<std::unique_ptr<SignalWatcher>> signals = SignalWatcher::Create({SIGINT, SIGTERM});
   if (!signals.ok()) {
@@ -236,78 +335,24 @@ int RunLocal(const std::vector<std::string>& args, std::ostream& out, std::ostre
     return kExitFailed;
   }
   std::vector<Child> children;
-  auto shutdown = [&] {
-    // Workers first (they abort their job), then the coordinator.
-    std::vector<Child*> workers;
-    for (size_t i = 1; i < children.size(); ++i) workers.push_back(&children[i]);
-    StopAll(workers, absl::Seconds(15));
-    if (!children.empty()) StopAll({&children[0]}, absl::Seconds(15));
-  };
-  auto fail = [&](const absl::Status& status) {
-    err << "error: " << status.message() << "\n";
-    shutdown();
+  absl::StatusOr<std::string> address = StartProcesses(local, workers, &children);
+  if (!address.ok()) {
+    err << "error: " << address.status().message() << "\n";
+    StopChildren(&children);
     return kExitFailed;
-  };
-
-  absl::StatusOr<Child> coordinator = Spawn("the coordinator",
-                                            {"coordinator", "--listen", "127.0.0.1:0", "--state-dir", state_dir,
-                                             "--heartbeat-timeout", "10", "--output-root", output_root},
-                                            state_dir + "/coordinator.log");
-  if (!coordinator.ok()) return fail(coordinator.status());
-  children.push_back(*coordinator);
-  absl::StatusOr<std::string> address = ReadListening(children[0], absl::Seconds(30));
-  if (!address.ok()) return fail(address.status());
-  // The workers share this machine's cores: never oversubscribe them.
-  const int threads =
-      threads_flag > 0 ? threads_flag : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / workers);
-  for (int i = 0; i < workers; ++i) {
-    absl::StatusOr<Child> worker =
-        Spawn(absl::StrCat("worker ", i),
-              {"worker", "--coordinator", *address, "--listen", "127.0.0.1:0", "--threads", absl::StrCat(threads)},
-              absl::StrCat(state_dir, "/worker-", i, ".log"));
-    if (!worker.ok()) return fail(worker.status());
-    children.push_back(*worker);
   }
-  for (size_t i = 1; i < children.size(); ++i) {
-    absl::StatusOr<std::string> listening = ReadListening(children[i], absl::Seconds(60));
-    if (!listening.ok()) return fail(listening.status());
-  }
-  out << "coordinator " << *address << " with " << workers << " worker(s); logs in " << state_dir << std::endl;
+  out << "coordinator " << *address << " with " << workers << " worker(s); logs in " << local.state_dir << std::endl;
 
   JobClient client(*address);
-  absl::StatusOr<SubmitJobResponse> submitted = client.Submit(*spec, overrides);
+  absl::StatusOr<SubmitJobResponse> submitted = client.Submit(spec, local.overrides);
   if (!submitted.ok()) {
     err << "error: " << submitted.status().message() << "\n";
-    shutdown();
+    StopChildren(&children);
     return absl::IsInvalidArgument(submitted.status()) ? kExitUsage : kExitFailed;
   }
   const std::string job_id = submitted->job_id();
   out << "submitted " << job_id << std::endl;
-
-  std::atomic<bool> done{false};
-  int exit_code = kExitFailed;
-  const bool tty = &out == &std::cout && isatty(STDOUT_FILENO);
-  std::thread watcher([&] {
-    exit_code = WatchUntilDone(&client, job_id, out, err, tty);
-    done = true;
-  });
-  bool cancelled = false;
-  absl::Time give_up = absl::InfiniteFuture();
-  while (!done) {
-    absl::optional<int> signo = (*signals)->Wait(absl::Milliseconds(200));
-    if (signo && !cancelled) {
-      err << "\ninterrupted: cancelling " << job_id << " and stopping the processes\n";
-      client.Cancel(job_id, "interrupted (trainyard local)").IgnoreError();
-      cancelled = true;
-      give_up = absl::Now() + absl::Seconds(30);
-      (*signals)->Clear();
-    } else if (signo || absl::Now() > give_up) {
-      break;  // a second interrupt, or the job does not end: stop anyway
-    }
-  }
-  shutdown();  // ends the watch stream if it is still open
-  watcher.join();
-  return cancelled ? kExitFailed : exit_code;
+  return WatchJob(&client, job_id, signals->get(), &children, out, err);
 }
 
 }  // namespace trainyard

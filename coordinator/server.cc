@@ -18,7 +18,11 @@
 
 namespace trainyard {
 
-absl::Status ServeCoordinator(const CoordinatorServerOptions& options, std::ostream& out) {
+namespace {
+
+// Checks the options (the listen address, its security, the message size)
+// and creates the state directory.
+absl::Status CheckOptionsAndCreateStateDir(const CoordinatorServerOptions& options) {
   const std::string& listen = options.listen;
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos || colon == 0) {
@@ -35,6 +39,31 @@ absl::Status ServeCoordinator(const CoordinatorServerOptions& options, std::ostr
     return absl::InvalidArgumentError(
         absl::StrCat("--max-message-bytes: ", options.max_message_bytes, "; must be >= 1024"));
   }
+  return absl::OkStatus();
+}
+
+// Prints `listening on HOST:PORT` with the port served (then `metrics on
+// HOST:PORT` when /metrics is served) and logs the configuration.
+void AnnounceListening(const CoordinatorServerOptions& options, int port, const HttpServer* http, bool mutual,
+                       const TokenAuthenticator* tokens, std::ostream& out) {
+  const std::string address = absl::StrCat(options.listen.substr(0, options.listen.rfind(':')), ":", port);
+  out << "listening on " << address << std::endl;
+  if (http) {
+    out << "metrics on " << options.metrics_listen.substr(0, options.metrics_listen.rfind(':')) << ":" << http->port()
+        << std::endl;
+  }
+  spdlog::info("coordinator listening on {} (state dir {}, output root {}; {}{}{})", address,
+               options.coordinator.state_dir, options.coordinator.output_root,
+               options.tls.enabled() ? (mutual ? "mutual TLS with workers" : "TLS") : "plaintext",
+               tokens ? absl::StrCat(", ", tokens->size(), " token(s)") : ", no token check",
+               options.submit_rate > 0 ? absl::StrCat(", ", options.submit_rate, " submits/s per client") : "");
+}
+
+}  // namespace
+
+absl::Status ServeCoordinator(const CoordinatorServerOptions& options, std::ostream& out) {
+  TY_RETURN_IF_ERROR(CheckOptionsAndCreateStateDir(options));
+  const std::string& listen = options.listen;
   // Clients (users) may come without a certificate; workers must bring one
   // when there is a CA to check it against.
   const bool mutual = options.tls.enabled() && !options.tls.ca_file.empty();
@@ -82,17 +111,7 @@ absl::Status ServeCoordinator(const CoordinatorServerOptions& options, std::ostr
                                                                         [&stopping] { return !stopping.load(); })));
   }
   coordinator->Start();
-  const std::string address = absl::StrCat(listen.substr(0, colon), ":", port);
-  out << "listening on " << address << std::endl;
-  if (http) {
-    out << "metrics on " << options.metrics_listen.substr(0, options.metrics_listen.rfind(':')) << ":" << http->port()
-        << std::endl;
-  }
-  spdlog::info("coordinator listening on {} (state dir {}, output root {}; {}{}{})", address,
-               options.coordinator.state_dir, options.coordinator.output_root,
-               options.tls.enabled() ? (mutual ? "mutual TLS with workers" : "TLS") : "plaintext",
-               tokens ? absl::StrCat(", ", tokens->size(), " token(s)") : ", no token check",
-               options.submit_rate > 0 ? absl::StrCat(", ", options.submit_rate, " submits/s per client") : "");
+  AnnounceListening(options, port, http.get(), mutual, tokens.get(), out);
   absl::optional<int> signo;
   while (!(signo = signals->Wait(absl::Seconds(1)))) {
   }

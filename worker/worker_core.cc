@@ -70,6 +70,21 @@ std::string GroupScope(const std::string& job_id, int attempt, int generation) {
   return absl::StrCat(job_id, "/", attempt, "/g", generation);
 }
 
+// Writes the spec to output_dir/config.textproto, creating output_dir.
+absl::Status WriteJobConfig(const JobSpec& spec) {
+  std::error_code ec;
+  std::filesystem::create_directories(spec.output_dir(), ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("output_dir: cannot create ", spec.output_dir(), ": ", ec.message()));
+  }
+  const std::string config = spec.output_dir() + "/config.textproto";
+  if (absl::Status written = WriteFileAtomically(config, FormatJobSpecText(spec)); !written.ok()) {
+    return absl::Status(written.code(), absl::StrCat("output_dir: writing ", config, ": ", written.message()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 WorkerCore::WorkerCore(WorkerCoreOptions options) : options_(std::move(options)) {
@@ -206,17 +221,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
     if (!restored.ok()) return release(restored.status());
   }
   if (rank == 0) {
-    std::error_code ec;
-    std::filesystem::create_directories(spec.output_dir(), ec);
-    if (ec) {
-      return release(absl::FailedPreconditionError(
-          absl::StrCat("output_dir: cannot create ", spec.output_dir(), ": ", ec.message())));
-    }
-    const std::string config = spec.output_dir() + "/config.textproto";
-    if (absl::Status written = WriteFileAtomically(config, FormatJobSpecText(spec)); !written.ok()) {
-      return release(
-          absl::Status(written.code(), absl::StrCat("output_dir: writing ", config, ": ", written.message())));
-    }
+    if (absl::Status written = WriteJobConfig(spec); !written.ok()) return release(written);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("job {}: rank {}/{} ready in {:.2f} s ({} rows per batch on this rank)", job->id, rank, world, seconds,

@@ -28,9 +28,9 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "system"))
-import system_test  # noqa: E402
-from system_test import Cluster, wait_for  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "testing"))
+import system_harness  # noqa: E402
+from system_harness import Cluster, wait_for  # noqa: E402
 
 SPEC = """
 name: "recovery-bench"
@@ -127,7 +127,7 @@ def main():
     parser.add_argument("--models", default="tiny,t5_1_1_small")
     parser.add_argument("--reps", type=int, default=2)
     args = parser.parse_args()
-    system_test.TRAINYARD = os.path.abspath(args.trainyard)
+    system_harness.TRAINYARD = os.path.abspath(args.trainyard)
     rng = random.Random(11)
     rows = []
     for model in args.models.split(","):

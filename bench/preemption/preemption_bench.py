@@ -17,9 +17,9 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "system"))
-import system_test  # noqa: E402
-from system_test import Cluster, wait_for  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "testing"))
+import system_harness  # noqa: E402
+from system_harness import Cluster, wait_for  # noqa: E402
 
 SPEC = """
 name: "preemption-bench"
@@ -42,7 +42,7 @@ def main():
     parser.add_argument("--trainyard", required=True)
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
-    system_test.TRAINYARD = os.path.abspath(args.trainyard)
+    system_harness.TRAINYARD = os.path.abspath(args.trainyard)
     root = tempfile.mkdtemp(prefix="preemption-bench-")
     spec = os.path.join(root, "job.textproto")
     with open(spec, "w") as f:

@@ -38,10 +38,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "testing"))  # system_test imports junit
-sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "system"))
-import system_test  # noqa: E402
-from system_test import SPEC, Cluster, scrape, wait_for  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "testing"))
+import system_harness  # noqa: E402
+from system_harness import SPEC, Cluster, scrape, wait_for  # noqa: E402
 
 
 def cpu_seconds(pid):
@@ -117,7 +116,7 @@ def run(args):
     spec = os.path.join(root, "job.textproto")
     with open(spec, "w") as f:
         f.write(SPEC)
-    system_test.TRAINYARD = os.path.abspath(args.trainyard)
+    system_harness.TRAINYARD = os.path.abspath(args.trainyard)
     cluster = Cluster(root, heartbeat_timeout=args.heartbeat_timeout,
                       coordinator_extra=("--metrics-listen", "127.0.0.1:0"))
     sim = None

@@ -45,10 +45,8 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "testing"))
 import junit  # noqa: E402  (tests/testing: each test a case in $XML_OUTPUT_FILE)
-
-sys.path.insert(0, os.path.join(HERE, "..", "system"))
-import system_test  # noqa: E402
-from system_test import SPEC, Cluster, Hosts, netns_unavailable, wait_for  # noqa: E402
+import system_harness  # noqa: E402
+from system_harness import SPEC, Cluster, Hosts, netns_unavailable, wait_for  # noqa: E402
 
 import numpy as np  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
@@ -197,7 +195,7 @@ class ChaosTest(unittest.TestCase):
         self.started += 1
         c = self.cluster
         proc = c._start(f"worker-{self.started}-host{host}",
-                        [system_test.TRAINYARD, "worker", "--coordinator", c.address, "--listen",
+                        [system_harness.TRAINYARD, "worker", "--coordinator", c.address, "--listen",
                          f"{self.hosts.addresses[host]}:0", "--collective-timeout", str(COLLECTIVE_TIMEOUT),
                          "--insecure"], self.hosts.prefix(host))
         self.on_host[host] = proc
@@ -206,7 +204,7 @@ class ChaosTest(unittest.TestCase):
         c = self.cluster
         self.coordinators += 1
         c.coordinator = c._start(f"coordinator-{self.coordinators}", [
-            system_test.TRAINYARD, "coordinator", "--listen", c.address, "--state-dir",
+            system_harness.TRAINYARD, "coordinator", "--listen", c.address, "--state-dir",
             os.path.join(self.root, "state"), "--output-root", self.root, "--heartbeat-timeout",
             str(HEARTBEAT_TIMEOUT), "--insecure"])
 
@@ -450,7 +448,7 @@ def main():
     parser.add_argument("--faults", type=int, default=CONFIG["faults"])
     parser.add_argument("--report")
     args, rest = parser.parse_known_args()
-    system_test.TRAINYARD = os.path.abspath(args.trainyard)
+    system_harness.TRAINYARD = os.path.abspath(args.trainyard)
     CONFIG.update(seed=args.seed, faults=args.faults, report=args.report)
     junit.main([sys.argv[0], *rest])
 

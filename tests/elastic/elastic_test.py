@@ -15,10 +15,8 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
 import junit  # noqa: E402  (tests/testing: each test a case in $XML_OUTPUT_FILE)
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "system"))
-import system_test  # noqa: E402
-from system_test import SPEC, Cluster, Hosts, netns_unavailable, wait_for  # noqa: E402
+import system_harness  # noqa: E402
+from system_harness import SPEC, Cluster, Hosts, netns_unavailable, wait_for  # noqa: E402
 
 import numpy as np  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
@@ -225,7 +223,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--trainyard", required=True)
     args, rest = parser.parse_known_args()
-    system_test.TRAINYARD = os.path.abspath(args.trainyard)
+    system_harness.TRAINYARD = os.path.abspath(args.trainyard)
     junit.main([sys.argv[0], *rest])
 
 

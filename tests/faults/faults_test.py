@@ -13,10 +13,8 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
 import junit  # noqa: E402  (tests/testing: each test a case in $XML_OUTPUT_FILE)
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "system"))
-import system_test  # noqa: E402
-from system_test import SPEC, Cluster, wait_for  # noqa: E402
+import system_harness  # noqa: E402
+from system_harness import SPEC, Cluster, wait_for  # noqa: E402
 
 import numpy as np  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
@@ -151,7 +149,7 @@ class FaultsTest(unittest.TestCase):
         c.coordinator.send_signal(signal.SIGKILL)
         c.coordinator.wait(timeout=10)
         c.coordinator = c._start("coordinator-2", [
-            system_test.TRAINYARD, "coordinator", "--listen", c.address, "--state-dir",
+            system_harness.TRAINYARD, "coordinator", "--listen", c.address, "--state-dir",
             os.path.join(self.root, "state"), "--output-root", self.root])
         s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 120)
         self.assertEqual((s["state"], s["restarts"]), ("SUCCEEDED", 1), s["reason"])
@@ -288,7 +286,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--trainyard", required=True)
     args, rest = parser.parse_known_args()
-    system_test.TRAINYARD = os.path.abspath(args.trainyard)
+    system_harness.TRAINYARD = os.path.abspath(args.trainyard)
     junit.main([sys.argv[0], *rest])
 
 

@@ -12,10 +12,8 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
 import junit  # noqa: E402  (tests/testing: each test a case in $XML_OUTPUT_FILE)
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "system"))
-import system_test  # noqa: E402
-from system_test import Cluster  # noqa: E402
+import system_harness  # noqa: E402
+from system_harness import Cluster  # noqa: E402
 
 EXPORT = None
 TRAIN_PREDICT = None
@@ -89,7 +87,7 @@ def main():
     parser.add_argument("--train-predict", required=True)
     parser.add_argument("--evaluate", required=True)
     args, rest = parser.parse_known_args()
-    system_test.TRAINYARD = os.path.abspath(args.trainyard)
+    system_harness.TRAINYARD = os.path.abspath(args.trainyard)
     EXPORT = os.path.abspath(args.export)
     TRAIN_PREDICT = os.path.abspath(args.train_predict)
     EVALUATE = os.path.abspath(args.evaluate)

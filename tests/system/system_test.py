@@ -4,9 +4,10 @@ Each test starts its own coordinator (port chosen by the OS, read from its
 first stdout line) and workers, drives them through the `trainyard` CLI (and
 the Python client example), and stops and reaps every process it started.
 
-One file (longer than most): the tests share one harness (Cluster, Hosts,
-the certificates) and run as one Bazel target, `exclusive`, so that their
-heartbeats and timings never compete with each other for the machine.
+One file (longer than most): the tests run as one Bazel target, `exclusive`,
+so that their heartbeats and timings never compete with each other for the
+machine. The harness they share (Cluster, Hosts, the certificates) is
+tests/testing/system_harness.py.
 """
 import argparse
 import glob
@@ -14,7 +15,6 @@ import json
 import os
 import pathlib
 import re
-import selectors
 import shutil
 import signal
 import subprocess
@@ -25,158 +25,12 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
 import junit  # noqa: E402  (tests/testing: each test a case in $XML_OUTPUT_FILE)
+import system_harness  # noqa: E402
+from system_harness import (SPEC, Cluster, Hosts, dev_certs, netns_unavailable, samples, scrape,  # noqa: E402
+                            tls_flags, wait_for)
 
 import numpy as np
 from safetensors.numpy import load_file
-
-TRAINYARD = None  # set in main
-REPO = os.getcwd()  # the runfiles tree: scripts/, examples/, proto/
-
-SPEC = """
-name: "sys"
-model { preset: "tiny" dropout_rate: 0.0 }
-task: "digits_to_words"
-feature_lengths { inputs: 16 targets: 32 }
-batch_size: 8
-num_workers: 2
-total_steps: 20
-summary_period: 10
-eval_period: 10
-eval { num_batches: 1 }
-seed: 3
-optimizer { adafactor {} }
-learning_rate { factors: "constant" base_learning_rate: 0.01 }
-data { pack: false }
-"""
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-class Cluster:
-    """A coordinator and workers; every process is stopped and reaped."""
-
-    def __init__(self, root, heartbeat_timeout=10, listen="127.0.0.1:0", coordinator_extra=(), env=None):
-        self.root = root
-        self.procs = []
-        self.coordinator_extra = tuple(coordinator_extra)
-        self.env = dict(os.environ, **(env or {}))  # the CLI's (TLS, token)
-        self.coordinator = self._start(
-            "coordinator", [TRAINYARD, "coordinator", "--listen", listen, "--state-dir",
-                            os.path.join(root, "state"), "--output-root", root,
-                            "--heartbeat-timeout", str(heartbeat_timeout), *self.coordinator_extra])
-        self.address = self.coordinator.listening
-        self.workers = []
-
-    def _start(self, name, argv, prefix=()):
-        log = open(os.path.join(self.root, f"{name}.log"), "w")
-        with log:
-            proc = subprocess.Popen(list(prefix) + argv, stdout=subprocess.PIPE, stderr=log, text=True)
-        proc.name, proc.log = name, log.name
-        self.procs.append(proc)
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        if not sel.select(timeout=60):
-            raise AssertionError(f"{name} printed nothing in 60 s; log:\n{self.log(proc)}")
-        line = proc.stdout.readline().strip()
-        if not line.startswith("listening on "):
-            raise AssertionError(f"{name}: first line {line!r}; log:\n{self.log(proc)}")
-        proc.listening = line[len("listening on "):]
-        if "--metrics-listen" in argv:  # then `metrics on HOST:PORT`
-            line = proc.stdout.readline().strip()
-            if not line.startswith("metrics on "):
-                raise AssertionError(f"{name}: second line {line!r}; log:\n{self.log(proc)}")
-            proc.metrics = line[len("metrics on "):]
-        return proc
-
-    def restart_coordinator(self):
-        """SIGTERM to the coordinator, then a new one on the same address and
-        state directory (workers keep their --coordinator)."""
-        old = self.coordinator
-        old.send_signal(signal.SIGTERM)
-        assert old.wait(timeout=30) == 0, f"the coordinator exited {old.returncode}"
-        self.coordinator = self._start(
-            "coordinator-2", [TRAINYARD, "coordinator", "--listen", self.address, "--state-dir",
-                              os.path.join(self.root, "state"), "--output-root", self.root,
-                              *self.coordinator_extra])
-        return self.coordinator
-
-    def add_worker(self, listen="127.0.0.1:0", prefix=(), coordinator=None, extra=()):
-        proc = self._start(f"worker-{len(self.workers)}",
-                           [TRAINYARD, "worker", "--coordinator", coordinator or self.address,
-                            "--listen", listen, *extra], prefix)
-        self.workers.append(proc)
-        return proc
-
-    @staticmethod
-    def log(proc):
-        with open(proc.log) as f:
-            return f.read()[-4000:]
-
-    def logs(self, prefix):
-        """The whole logs of every process named `prefix`... ("worker-",
-        "coordinator"), in the order they started."""
-        text = ""
-        for proc in self.procs:
-            if proc.name.startswith(prefix):
-                with open(proc.log) as f:
-                    text += f.read()
-        return text
-
-    def cli(self, *args, check=True, timeout=120):
-        result = subprocess.run([TRAINYARD, *args[:1], "--coordinator", self.address, *args[1:]],
-                                capture_output=True, text=True, timeout=timeout, env=self.env)
-        if check and result.returncode != 0:
-            raise AssertionError(f"trainyard {' '.join(args)} exited {result.returncode}:\n"
-                                 f"{result.stdout}\n{result.stderr}")
-        return result
-
-    def submit(self, spec_path, *overrides):
-        sets = [a for o in overrides for a in ("--set", o)]
-        return self.cli("submit", spec_path, *sets).stdout.strip()
-
-    def status(self, job):
-        return json.loads(self.cli("status", job, "--json").stdout)
-
-    def wait_state(self, job, states, timeout):
-        def check():
-            s = self.status(job)
-            return s if s["state"] in states else None
-        return wait_for(check, timeout, f"{job} to reach {states}")
-
-    def stop(self):
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in reversed(self.procs):
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                raise AssertionError(f"{proc.name} ignored SIGTERM for 20 s")
-            finally:
-                proc.stdout.close()
-
-
-def dev_certs(out, *names):
-    """A throwaway CA and a certificate for `names` (and loopback)."""
-    r = subprocess.run([os.path.join(REPO, "scripts", "gen-dev-certs.sh"), out, *names], capture_output=True,
-                       text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    return out
-
-
-def tls_flags(certs):
-    return ("--tls-cert", os.path.join(certs, "node.pem"), "--tls-key", os.path.join(certs, "node.key"),
-            "--tls-ca", os.path.join(certs, "ca.pem"))
 
 
 class SystemTest(unittest.TestCase):
@@ -403,7 +257,8 @@ class SystemTest(unittest.TestCase):
         with open(c.workers[0].log) as f:
             threads = re.search(r"worker: (\d+) compute thread", f.read()).group(1)
         env = dict(os.environ, OMP_NUM_THREADS=threads)
-        run = lambda *a: subprocess.run([TRAINYARD, *a], capture_output=True, text=True, timeout=120, env=env)
+        run = lambda *a: subprocess.run([system_harness.TRAINYARD, *a], capture_output=True, text=True, timeout=120,
+                                        env=env)
         r = run("predict", "--checkpoint", ckpt, "--examples", examples, "--json", *lengths)
         self.assertEqual(r.returncode, 0, r.stderr)
         predicted = [json.loads(x) for x in r.stdout.splitlines()]
@@ -517,8 +372,8 @@ class SystemTest(unittest.TestCase):
         r = c.cli("status", "nope", check=False)
         self.assertEqual(r.returncode, 1)
         self.assertIn("no job 'nope'", r.stderr)
-        r = subprocess.run([TRAINYARD, "status", "--coordinator", "127.0.0.1:1", "x"], capture_output=True,
-                           text=True, timeout=60)
+        r = subprocess.run([system_harness.TRAINYARD, "status", "--coordinator", "127.0.0.1:1", "x"],
+                           capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 1)
         self.assertIn("coordinator 127.0.0.1:1 unreachable", r.stderr)
 
@@ -562,8 +417,8 @@ class LocalModeTest(unittest.TestCase):
 
     def test_local_runs_a_job_and_leaves_nothing_behind(self):
         state = os.path.join(self.root, "state")
-        r = subprocess.run([TRAINYARD, "local", "--workers", "2", self.spec, "--state-dir", state, "--set",
-                            f"output_dir={self.root}/out"], capture_output=True, text=True, timeout=300,
+        r = subprocess.run([system_harness.TRAINYARD, "local", "--workers", "2", self.spec, "--state-dir", state,
+                            "--set", f"output_dir={self.root}/out"], capture_output=True, text=True, timeout=300,
                            cwd=self.root)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertIn("with 2 worker(s); logs in " + state, r.stdout)
@@ -575,8 +430,8 @@ class LocalModeTest(unittest.TestCase):
 
     def test_ctrl_c_cancels_the_job_and_stops_every_process(self):
         state = os.path.join(self.root, "state")
-        proc = subprocess.Popen([TRAINYARD, "local", "--workers", "2", self.spec, "--state-dir", state, "--set",
-                                 f"output_dir={self.root}/out", "--set", "total_steps=100000", "--set",
+        proc = subprocess.Popen([system_harness.TRAINYARD, "local", "--workers", "2", self.spec, "--state-dir", state,
+                                 "--set", f"output_dir={self.root}/out", "--set", "total_steps=100000", "--set",
                                  "summary_period=5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 cwd=self.root)
         try:
@@ -600,59 +455,6 @@ class LocalModeTest(unittest.TestCase):
         for pid in children:
             self.assertFalse(os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z",
                              f"process {pid} survived")
-
-
-def run(*argv):
-    subprocess.run(argv, check=True, capture_output=True, timeout=30)
-
-
-class Hosts:
-    """Network namespaces as separate hosts on one bridge (10.213.N.0/24):
-    the coordinator on the bridge (.1), host i at .(i+2) over a veth pair
-    whose root end can be taken down to cut the host off."""
-
-    created = 0
-
-    def __init__(self, count):
-        # Names unique per instance: a deleted namespace's links vanish
-        # asynchronously.
-        Hosts.created += 1
-        tag = (os.getpid() * 10 + Hosts.created) % 100000
-        # A /24 no interface on this machine uses (a bridge left behind by a
-        # killed run would otherwise take the routes).
-        used = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
-        n = next(k % 250 for k in range(os.getpid(), os.getpid() + 250)
-                 if f" 10.213.{k % 250}." not in used)
-        self.subnet = f"10.213.{n}"
-        self.bridge = f"tyb{tag}"
-        self.namespaces, self.links, self.addresses = [], [], []
-        run("ip", "link", "add", self.bridge, "type", "bridge")
-        run("ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
-        run("ip", "link", "set", self.bridge, "up")
-        for i in range(count):
-            ns, veth = f"tyh{i}-{tag}", f"tyv{i}-{tag}"
-            run("ip", "netns", "add", ns)
-            self.namespaces.append(ns)
-            run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            self.links.append(veth)
-            run("ip", "link", "set", veth, "master", self.bridge)
-            run("ip", "link", "set", veth, "up")
-            address = f"{self.subnet}.{i + 2}"
-            run("ip", "netns", "exec", ns, "ip", "addr", "add", f"{address}/24", "dev", "eth0")
-            run("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
-            run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-            self.addresses.append(address)
-
-    def prefix(self, i):
-        return ("ip", "netns", "exec", self.namespaces[i])
-
-    def cut(self, i, down=True):
-        run("ip", "link", "set", self.links[i], "down" if down else "up")
-
-    def remove(self):
-        for ns in self.namespaces:
-            subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
-        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
 
 
 class SecurityTest(unittest.TestCase):
@@ -703,8 +505,8 @@ class SecurityTest(unittest.TestCase):
         self.assertIn("UNAUTHENTICATED: no bearer token", r.stderr)
 
         def cli(env, *args):
-            return subprocess.run([TRAINYARD, "list", "--coordinator", c.address, *args], capture_output=True,
-                                  text=True, timeout=60, env=dict(os.environ, **env))
+            return subprocess.run([system_harness.TRAINYARD, "list", "--coordinator", c.address, *args],
+                                  capture_output=True, text=True, timeout=60, env=dict(os.environ, **env))
         r = cli({"TRAINYARD_TLS_CA": self.ca()})
         self.assertEqual(r.returncode, 1)
         self.assertIn("no bearer token: set TRAINYARD_TOKEN", r.stderr)
@@ -759,15 +561,15 @@ class SecurityTest(unittest.TestCase):
 
     def test_plaintext_beyond_loopback_needs_insecure(self):
         state = os.path.join(self.root, "state")
-        r = subprocess.run([TRAINYARD, "coordinator", "--listen", "0.0.0.0:0", "--state-dir", state],
+        r = subprocess.run([system_harness.TRAINYARD, "coordinator", "--listen", "0.0.0.0:0", "--state-dir", state],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 2)
         self.assertIn("--listen: '0.0.0.0:0' is reachable beyond this machine and TLS is off", r.stderr)
-        r = subprocess.run([TRAINYARD, "worker", "--coordinator", "127.0.0.1:1", "--listen", "0.0.0.0:0"],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run([system_harness.TRAINYARD, "worker", "--coordinator", "127.0.0.1:1", "--listen",
+                            "0.0.0.0:0"], capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 2)
         self.assertIn("TLS is off", r.stderr)
-        r = subprocess.run([TRAINYARD, "coordinator", "--listen", "127.0.0.1:0", "--state-dir", state,
+        r = subprocess.run([system_harness.TRAINYARD, "coordinator", "--listen", "127.0.0.1:0", "--state-dir", state,
                             "--auth-tokens", os.path.join(self.root, "missing")],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 2)
@@ -786,27 +588,6 @@ class SecurityTest(unittest.TestCase):
         self.assertTrue(refused, [r.stderr for r in codes])
         self.assertIn("submit rate limit (1 per second) reached", refused[0].stderr)
         self.assertIn("retry in", refused[0].stderr)
-
-
-def scrape(address, path="/metrics"):
-    """(status, body) of an HTTP GET."""
-    import urllib.error
-    import urllib.request
-    try:
-        with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def samples(text):
-    """{(name, frozenset(labels)): value} parsed by prometheus_client."""
-    from prometheus_client.parser import text_string_to_metric_families
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
 
 
 class ObservabilityTest(unittest.TestCase):
@@ -868,17 +649,6 @@ class ObservabilityTest(unittest.TestCase):
         self.assertGreaterEqual(w[("trainyard_worker_checkpoint_seconds_count", frozenset())], 1)
         self.assertGreater(w[("trainyard_rpc_requests_total",
                               frozenset({("method", "WorkerService/RunSteps"), ("code", "OK")}))], 0)
-
-
-def netns_unavailable():
-    if os.geteuid() != 0:
-        return "not root"
-    probe = f"typrobe{os.getpid() % 100000}"
-    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if r.returncode != 0:
-        return f"ip netns add failed: {r.stderr.strip()}"
-    subprocess.run(["ip", "netns", "delete", probe], capture_output=True)
-    return None
 
 
 class SeparateHostsTest(unittest.TestCase):
@@ -954,11 +724,10 @@ class SeparateHostsTest(unittest.TestCase):
 
 
 def main():
-    global TRAINYARD
     parser = argparse.ArgumentParser()
     parser.add_argument("--trainyard", required=True)
     args, rest = parser.parse_known_args()
-    TRAINYARD = os.path.abspath(args.trainyard)
+    system_harness.TRAINYARD = os.path.abspath(args.trainyard)
     junit.main([sys.argv[0], *rest])
 
 
