@@ -10,6 +10,7 @@
 #include "common/random.h"
 #include "common/status_macros.h"
 #include "common/torch/device.h"
+#include "trainer/rank_metrics.h"
 
 namespace trainyard {
 namespace {
@@ -18,24 +19,25 @@ constexpr char kPreemptionPayload[] = "type.trainyard/preemption";
 
 double Rms(const torch::Tensor& t) { return t.to(torch::kDouble).pow(2).mean().sqrt().item<double>(); }
 
-// Sums metrics over ranks: totals and counts are all-reduced; a per-step
-// metric's count (steps) is the same on every rank, so it is not summed.
-absl::Status AllReduceMetrics(Collective* collective, Metrics* metrics) {
-  if (collective->world_size() == 1 || metrics->empty()) return absl::OkStatus();
-  std::vector<torch::Tensor> parts;
-  for (auto& [name, m] : *metrics) {
-    parts.push_back(m.total.reshape({1}));
-    parts.push_back(m.count.reshape({1}));
-  }
-  std::vector<torch::Tensor> flat = {torch::cat(parts)};
-  TY_RETURN_IF_ERROR(collective->AllReduce(flat, ReduceOp::kSum));
-  int64_t i = 0;
-  for (auto& [name, m] : *metrics) {
-    m.total = flat[0][i++].clone();
-    torch::Tensor count = flat[0][i++].clone();
-    m.count = m.per_step ? count / collective->world_size() : count;
-  }
-  return absl::OkStatus();
+// One step of an evaluation, agreed by every rank in one SUM all-reduce.
+struct EvalStep {
+  bool stop = false;         // some rank was asked to stop
+  bool any_batch = false;    // some rank still has a batch
+  double target_tokens = 0;  // real target tokens of the ranks' batches
+};
+
+absl::StatusOr<EvalStep> AgreeOnEvalStep(Collective* collective, bool stop, const T5Batch* batch) {
+  const double tokens = batch != nullptr && batch->decoder_loss_weights.defined()
+                            ? batch->decoder_loss_weights.sum().item<double>()
+                            : 0.0;
+  std::vector<torch::Tensor> sums = {
+      torch::tensor({stop ? 1.0 : 0.0, batch != nullptr ? 1.0 : 0.0, tokens}, torch::kDouble)};
+  if (collective->world_size() > 1) TY_RETURN_IF_ERROR(collective->AllReduce(sums, ReduceOp::kSum));
+  EvalStep step;
+  step.stop = sums[0][0].item<double>() > 0;
+  step.any_batch = sums[0][1].item<double>() > 0;
+  step.target_tokens = sums[0][2].item<double>();
+  return step;
 }
 
 std::string ShapeKey(const char* kind, const T5Batch& b) {
@@ -430,7 +432,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
   timing.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - chunk_start).count();
   timing.collective_seconds = std::min(timer_->blocked_seconds() - blocked_before, timing.wall_seconds);
   timing.compute_seconds = timing.wall_seconds - timing.collective_seconds;
-  TY_RETURN_IF_ERROR(AllReduceMetrics(collective_, &total));
+  TY_RETURN_IF_ERROR(AllReduceMetrics(collective_, num_steps, &total));
   std::map<std::string, double> summary = MetricValues(total);
   for (const auto& [k, v] : last_step_metrics) summary[k] = v;
   summary["timing/seqs"] = seqs;
@@ -540,24 +542,36 @@ absl::StatusOr<MetricsByTask> Trainer::Eval(const std::map<std::string, BatchIte
   ReleaseOnExit release{this};
   MetricsByTask out;
   for (const auto& [name, it] : batches) {
+    // Step s's global batch is every rank's s-th batch; its metrics are
+    // T5X's on that batch (trainer/rank_metrics.h).
     Metrics total;
+    int64_t steps = 0;
     while (true) {
       // Every rank takes its next batch (shards may differ by one batch),
       // then the ranks agree in one small all-reduce whether any was asked
-      // to stop (all stop together, before the metrics' all-reduce) and
-      // whether any still has a batch (all leave the loop together).
+      // to stop (all stop together, before the metrics' all-reduce),
+      // whether any still has a batch (all leave the loop together) and on
+      // the global batch's real target tokens.
       absl::StatusOr<T5Batch> batch = it->Next();
       const bool exhausted = absl::IsOutOfRange(batch.status());
       if (!exhausted) TY_RETURN_IF_ERROR(batch.status());
       const bool stop = options_.preemption_requested != nullptr && options_.preemption_requested->load();
-      TY_ASSIGN_OR_RETURN(std::vector<bool> any, AnyRank(collective_, {stop, !exhausted}));
-      if (any[0]) return PreemptionError(step());  // eval iterators are per call: nothing to rewind
-      if (!any[1]) break;
+      TY_ASSIGN_OR_RETURN(EvalStep agreed, AgreeOnEvalStep(collective_, stop, exhausted ? nullptr : &*batch));
+      if (agreed.stop) return PreemptionError(step());  // eval iterators are per call: nothing to rewind
+      if (!agreed.any_batch) break;
+      ++steps;
       if (exhausted) continue;
-      TY_ASSIGN_OR_RETURN(Metrics m, model_->EvalFn(*batch, options_.loss));
+      // As in training: each rank's loss is its tokens' loss over the
+      // global batch's real target tokens, so that the ranks' losses sum
+      // to the global batch's.
+      LossOptions loss = options_.loss;
+      if (loss.normalization == LossConfig::NUM_TARGET_TOKENS) {
+        loss.loss_normalizing_factor = std::max(agreed.target_tokens, 1.0);
+      }
+      TY_ASSIGN_OR_RETURN(Metrics m, model_->EvalFn(*batch, loss));
       MergeMetrics(m, /*within_step=*/false, &total);
     }
-    TY_RETURN_IF_ERROR(AllReduceMetrics(collective_, &total));
+    TY_RETURN_IF_ERROR(AllReduceMetrics(collective_, steps, &total));
     auto& manager = eval_metrics_[name];
     if (manager == nullptr) {
       manager = std::make_unique<MetricsManager>("training_eval/" + name, options_.summary_dir, collective_->rank(),

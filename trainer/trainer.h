@@ -167,10 +167,14 @@ class Trainer {
   absl::StatusOr<std::map<std::string, double>> Train(BatchIterator* batches, int64_t num_steps);
 
   // Evaluates every named iterator to its end; returns metrics by task name
-  // and writes them under training_eval/<name>. Ranks may hold different
-  // numbers of batches. A stop request (preemption_requested) on any rank
-  // ends it on every rank between batches with the PreemptionError, agreed
-  // by one small all-reduce per batch.
+  // and writes them under training_eval/<name>. The ranks' i-th batches
+  // make the i-th global batch, and the metrics are T5X's over the global
+  // batches whatever the number of ranks (trainer/rank_metrics.h): each
+  // loss is normalised by the global batch's factor, and every metric's
+  // numerator and denominator are summed over the ranks. Ranks may hold
+  // different numbers of batches. A stop request (preemption_requested) on
+  // any rank ends it on every rank between batches with the
+  // PreemptionError, agreed by one small all-reduce per batch.
   absl::StatusOr<MetricsByTask> Eval(const std::map<std::string, BatchIterator*>& batches);
 
   // One step's gradients into the parameters' .grad (not reduced across
