@@ -338,16 +338,14 @@ void JobDriver::RecordPreemption(const std::vector<bool>& asked, int64_t last_st
                                  checkpoint.empty() ? "" : ": " + checkpoint);
 }
 
-bool JobDriver::RunActions(ActionsByMode& actions, ActionModeKind mode, const MetricsByTask& metrics, int64_t step,
+bool JobDriver::RunActions(ActionsByMode& actions, const std::map<ActionModeKind, MetricsByTask>& metrics, int64_t step,
                            Ending* ending) {
-  for (const auto& action : actions[mode]) {
-    if (action->Run(step, metrics)) {
-      *ending->reason = action->reason();
-      *ending->state = action->halts_as_failure() ? FAILED : SUCCEEDED;
-      return true;
-    }
-  }
-  return false;
+  ActionsOutcome outcome;
+  for (const auto& [mode, by_task] : metrics) RunEveryAction(actions[mode], step, by_task, &outcome);
+  if (!outcome.halt) return false;
+  *ending->state = outcome.failure ? FAILED : SUCCEEDED;
+  *ending->reason = outcome.reason();
+  return true;
 }
 
 absl::StatusOr<bool> JobDriver::EvaluateRanks(int64_t step, ActionsByMode& actions, Ending* ending) {
@@ -380,8 +378,10 @@ absl::StatusOr<bool> JobDriver::EvaluateRanks(int64_t step, ActionsByMode& actio
     for (const auto& [k, v] : evaluated[0].metrics()) (*info->mutable_metrics())["training_eval/" + k] = v;
     for (const auto& [k, v] : evaluated[0].infer_metrics()) (*info->mutable_metrics())["inference_eval/" + k] = v;
   });
-  return RunActions(actions, ActionModeKind::kTrainEval, by_task(evaluated[0].metrics()), step, ending) ||
-         RunActions(actions, ActionModeKind::kInferEval, by_task(evaluated[0].infer_metrics()), step, ending);
+  return RunActions(actions,
+                    {{ActionModeKind::kTrainEval, by_task(evaluated[0].metrics())},
+                     {ActionModeKind::kInferEval, by_task(evaluated[0].infer_metrics())}},
+                    step, ending);
 }
 
 absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) {
@@ -434,7 +434,7 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
     RecordChunk(step, ran);
     MetricsByTask train;
     train["train"] = std::map<std::string, double>(ran[0].metrics().begin(), ran[0].metrics().end());
-    if (RunActions(actions, ActionModeKind::kTrain, train, step, &ending)) break;
+    if (RunActions(actions, {{ActionModeKind::kTrain, train}}, step, &ending)) break;
     if (spec.eval_period() > 0 && (AtBoundary(step, spec.eval_period()) || last)) {
       TY_ASSIGN_OR_RETURN(bool ended, EvaluateRanks(step, actions, &ending));
       if (ended) break;

@@ -187,12 +187,15 @@ class JobDriver {
   void RecordPreemption(const std::vector<bool>& asked, int64_t last_step, const std::string& checkpoint,
                         const google::protobuf::Map<std::string, double>& metrics, const std::string& during,
                         Ending* ending);
-  // Runs `mode`'s actions on `metrics` in order; true (the ending set) when
-  // one halts the job.
-  bool RunActions(ActionsByMode& actions, ActionModeKind mode, const MetricsByTask& metrics, int64_t step,
+  // Runs every action of each mode in `metrics` (in the modes' order) on
+  // that mode's metrics, each action also after one halted; true when any
+  // halts the job: the ending is set, FAILED if one of those fails it, else
+  // SUCCEEDED, with every halting action's reason.
+  bool RunActions(ActionsByMode& actions, const std::map<ActionModeKind, MetricsByTask>& metrics, int64_t step,
                   Ending* ending);
   // Evaluate on every rank at `step`, the metrics recorded and the eval
-  // actions run; true when the job ends (a preemption, or an action).
+  // actions (ACTION_TRAIN_EVAL's and ACTION_INFER_EVAL's) run; true when
+  // the job ends (a preemption, or an action).
   absl::StatusOr<bool> EvaluateRanks(int64_t step, ActionsByMode& actions, Ending* ending);
   std::optional<StopRequest> stop_request() ABSL_LOCKS_EXCLUDED(mu_);
 
