@@ -795,7 +795,7 @@ TEST_F(CoordinatorTest, ADataParallelSessionRunsOnEveryWorker) {
   }
 }
 
-TEST_F(CoordinatorTest, TerminateOnNanFailsTheJob) {
+TEST_F(CoordinatorTest, TerminateOnNanFailsTheJobWithoutACheckpoint) {
   auto c = Make();
   AddWorker(c.get(), "a");
   Worker("a")->nan_loss = true;
@@ -807,7 +807,10 @@ TEST_F(CoordinatorTest, TerminateOnNanFailsTheJob) {
   c->Start();
   JobInfo failed = WaitForState(c.get(), id, FAILED);
   EXPECT_EQ(failed.step(), 20);
-  EXPECT_THAT(failed.reason(), HasSubstr("nan"));
+  EXPECT_EQ(failed.reason(), "train/loss is nan at step 20");
+  // A diverged state is not saved.
+  EXPECT_EQ(failed.latest_checkpoint(), "");
+  EXPECT_EQ(CallsAfterAbort("a"), (std::vector<std::string>{"start 0/1", "run 0+20", "abort"}));
 }
 
 // An ACTION_TRAIN_EVAL early stopping with patience `patience` on
@@ -829,6 +832,48 @@ EvaluateResponse Evaluated(double loss, double accuracy) {
   return response;
 }
 
+TEST_F(CoordinatorTest, AnEarlyStoppedJobWritesACheckpointAtItsStoppingStep) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  AddWorker(c.get(), "b");
+  SubmitJobRequest request = Spec(2, 100);
+  request.mutable_spec()->set_eval_period(20);  // checkpoint_period 0: only the final checkpoint
+  AddEarlyStopping(request.mutable_spec(), "loss", EarlyStopping::MIN, 1);
+  // The eval loss improves at 40, not at 60: the job stops there.
+  for (const char* w : {"a", "b"}) {
+    Worker(w)->evaluate_at = {{20, Evaluated(5, 0)}, {40, Evaluated(4, 0)}, {60, Evaluated(4.5, 0)}};
+  }
+  const std::string id = c->SubmitJob(request)->job_id();
+  c->Start();
+  JobInfo done = WaitForState(c.get(), id, SUCCEEDED);
+  EXPECT_EQ(done.step(), 60);
+  EXPECT_EQ(done.reason(), "early stopping at step 60: digits_to_words/loss has not improved on 4 for 1 evaluations");
+  EXPECT_EQ(done.latest_checkpoint(), "ckpt_60");
+  // Every rank writes step 60's checkpoint before the job's teardown.
+  std::vector<std::string> want = {"start 0/2", "run 0+20", "eval 20",      "run 20+20", "eval 40",
+                                   "run 40+20", "eval 60",  "save 60 wait", "abort"};
+  EXPECT_EQ(CallsAfterAbort("a"), want);
+  want[0] = "start 1/2";
+  EXPECT_EQ(CallsAfterAbort("b"), want);
+}
+
+TEST_F(CoordinatorTest, AnEarlyStopAtASynchronousCheckpointIsNotSavedTwice) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  SubmitJobRequest request = Spec(1, 100);
+  request.mutable_spec()->set_eval_period(20);
+  request.mutable_spec()->set_checkpoint_period(60);
+  request.mutable_spec()->mutable_checkpoint()->set_async(false);
+  AddEarlyStopping(request.mutable_spec(), "loss", EarlyStopping::MIN, 1);
+  Worker("a")->evaluate_at = {{20, Evaluated(5, 0)}, {40, Evaluated(4, 0)}, {60, Evaluated(4.5, 0)}};
+  const std::string id = c->SubmitJob(request)->job_id();
+  c->Start();
+  JobInfo done = WaitForState(c.get(), id, SUCCEEDED);
+  EXPECT_EQ(done.latest_checkpoint(), "ckpt_60");
+  EXPECT_EQ(CallsAfterAbort("a"), (std::vector<std::string>{"start 0/1", "run 0+20", "eval 20", "run 20+20", "eval 40",
+                                                            "run 40+20 ckpt", "eval 60", "abort"}));
+}
+
 TEST_F(CoordinatorTest, EveryActionOfTheModeRunsAndTheReasonNamesEachThatHalted) {
   auto c = Make();
   AddWorker(c.get(), "a");
@@ -846,6 +891,7 @@ TEST_F(CoordinatorTest, EveryActionOfTheModeRunsAndTheReasonNamesEachThatHalted)
   EXPECT_EQ(done.reason(),
             "early stopping at step 60: digits_to_words/loss has not improved on 4 for 1 evaluations; "
             "early stopping at step 60: digits_to_words/accuracy has not improved on 0.6 for 2 evaluations");
+  EXPECT_EQ(done.latest_checkpoint(), "ckpt_60");
 }
 
 TEST_F(CoordinatorTest, AnEvaluationRunsTheTrainEvalAndTheInferEvalActions) {
@@ -872,6 +918,7 @@ TEST_F(CoordinatorTest, AnEvaluationRunsTheTrainEvalAndTheInferEvalActions) {
   EXPECT_EQ(done.reason(),
             "early stopping at step 40: digits_to_words/loss has not improved on 5 for 1 evaluations; "
             "early stopping at step 40: digits_to_words/exact_match has not improved on 50 for 1 evaluations");
+  EXPECT_EQ(done.latest_checkpoint(), "ckpt_40");
 }
 
 TEST_F(CoordinatorTest, BadSpecsAreRefusedListingTheFields) {
