@@ -3,9 +3,10 @@
 // to the next summary, eval or checkpoint boundary, Evaluate at eval periods
 // and the job's actions on rank 0's metrics (every action of the mode runs;
 // when any halts, the job ends, an early stop after every rank wrote a
-// checkpoint at its step); for EVALUATION and INFERENCE jobs one Infer. It ends the attempt with the job's final state,
-// or with RESTARTING when it was preempted or lost a worker and restarts are left, tells every rank to let go
-// (AbortJob, also after success), and returns.
+// checkpoint at its step); for EVALUATION and INFERENCE jobs one Infer. It
+// ends the attempt with the job's final state, or with RESTARTING when it
+// was preempted or lost a worker and restarts are left, tells every rank to
+// let go (AbortJob, also after success), and returns.
 //
 // The driver owns no job record: it reports progress and state changes
 // through its JobDriverHost (the Coordinator, which keeps the job table, the
