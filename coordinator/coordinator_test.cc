@@ -36,6 +36,8 @@ struct Script {
   int64_t preempt_step = -1;       // RunSteps from this step reports a preemption
   bool asked_to_stop = false;      // ... and this worker is the one asked
   int64_t preempt_eval_step = -1;  // Evaluate at this step reports a preemption
+  // Evaluate at this step answers this (else digits_to_words/loss = 1000 / step).
+  std::map<int64_t, EvaluateResponse> evaluate_at;
   int rank = -1;
   std::vector<std::string> restored;  // StartJob's restore_checkpoint, per attempt
   // StartJob reports it restored this instead of the named checkpoint, having
@@ -168,6 +170,7 @@ class ScriptedResponder : public FakeWorker::Responder {
       if (w_->rank == 0) response.set_checkpoint(absl::StrCat("ckpt_", r.step()));
       return response;
     }
+    if (auto it = w_->evaluate_at.find(r.step()); it != w_->evaluate_at.end()) return it->second;
     (*response.mutable_metrics())["digits_to_words/loss"] = 1000.0 / r.step();
     return response;
   }
@@ -792,7 +795,7 @@ TEST_F(CoordinatorTest, ADataParallelSessionRunsOnEveryWorker) {
   }
 }
 
-TEST_F(CoordinatorTest, TerminateOnNanFailsTheJob) {
+TEST_F(CoordinatorTest, TerminateOnNanFailsTheJobWithoutACheckpoint) {
   auto c = Make();
   AddWorker(c.get(), "a");
   Worker("a")->nan_loss = true;
@@ -804,7 +807,118 @@ TEST_F(CoordinatorTest, TerminateOnNanFailsTheJob) {
   c->Start();
   JobInfo failed = WaitForState(c.get(), id, FAILED);
   EXPECT_EQ(failed.step(), 20);
-  EXPECT_THAT(failed.reason(), HasSubstr("nan"));
+  EXPECT_EQ(failed.reason(), "train/loss is nan at step 20");
+  // A diverged state is not saved.
+  EXPECT_EQ(failed.latest_checkpoint(), "");
+  EXPECT_EQ(CallsAfterAbort("a"), (std::vector<std::string>{"start 0/1", "run 0+20", "abort"}));
+}
+
+// An ACTION_TRAIN_EVAL early stopping with patience `patience` on
+// digits_to_words/`metric`.
+void AddEarlyStopping(JobSpec* spec, const std::string& metric, EarlyStopping::Mode mode, int patience) {
+  ActionConfig* action = spec->add_actions();
+  action->set_on(ACTION_TRAIN_EVAL);
+  action->mutable_early_stopping()->set_task("digits_to_words");
+  action->mutable_early_stopping()->set_metric(metric);
+  action->mutable_early_stopping()->set_mode(mode);
+  action->mutable_early_stopping()->set_patience(patience);
+}
+
+// Evaluate's answer: digits_to_words/loss and /accuracy.
+EvaluateResponse Evaluated(double loss, double accuracy) {
+  EvaluateResponse response;
+  (*response.mutable_metrics())["digits_to_words/loss"] = loss;
+  (*response.mutable_metrics())["digits_to_words/accuracy"] = accuracy;
+  return response;
+}
+
+TEST_F(CoordinatorTest, AnEarlyStoppedJobWritesACheckpointAtItsStoppingStep) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  AddWorker(c.get(), "b");
+  SubmitJobRequest request = Spec(2, 100);
+  request.mutable_spec()->set_eval_period(20);  // checkpoint_period 0: only the final checkpoint
+  AddEarlyStopping(request.mutable_spec(), "loss", EarlyStopping::MIN, 1);
+  // The eval loss improves at 40, not at 60: the job stops there.
+  for (const char* w : {"a", "b"}) {
+    Worker(w)->evaluate_at = {{20, Evaluated(5, 0)}, {40, Evaluated(4, 0)}, {60, Evaluated(4.5, 0)}};
+  }
+  const std::string id = c->SubmitJob(request)->job_id();
+  c->Start();
+  JobInfo done = WaitForState(c.get(), id, SUCCEEDED);
+  EXPECT_EQ(done.step(), 60);
+  EXPECT_EQ(done.reason(), "early stopping at step 60: digits_to_words/loss has not improved on 4 for 1 evaluations");
+  EXPECT_EQ(done.latest_checkpoint(), "ckpt_60");
+  // Every rank writes step 60's checkpoint before the job's teardown.
+  std::vector<std::string> want = {"start 0/2", "run 0+20", "eval 20",      "run 20+20", "eval 40",
+                                   "run 40+20", "eval 60",  "save 60 wait", "abort"};
+  EXPECT_EQ(CallsAfterAbort("a"), want);
+  want[0] = "start 1/2";
+  EXPECT_EQ(CallsAfterAbort("b"), want);
+}
+
+TEST_F(CoordinatorTest, AnEarlyStopAtASynchronousCheckpointIsNotSavedTwice) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  SubmitJobRequest request = Spec(1, 100);
+  request.mutable_spec()->set_eval_period(20);
+  request.mutable_spec()->set_checkpoint_period(60);
+  request.mutable_spec()->mutable_checkpoint()->set_async(false);
+  AddEarlyStopping(request.mutable_spec(), "loss", EarlyStopping::MIN, 1);
+  Worker("a")->evaluate_at = {{20, Evaluated(5, 0)}, {40, Evaluated(4, 0)}, {60, Evaluated(4.5, 0)}};
+  const std::string id = c->SubmitJob(request)->job_id();
+  c->Start();
+  JobInfo done = WaitForState(c.get(), id, SUCCEEDED);
+  EXPECT_EQ(done.latest_checkpoint(), "ckpt_60");
+  EXPECT_EQ(CallsAfterAbort("a"), (std::vector<std::string>{"start 0/1", "run 0+20", "eval 20", "run 20+20", "eval 40",
+                                                            "run 40+20 ckpt", "eval 60", "abort"}));
+}
+
+TEST_F(CoordinatorTest, EveryActionOfTheModeRunsAndTheReasonNamesEachThatHalted) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  SubmitJobRequest request = Spec(1, 100);
+  request.mutable_spec()->set_eval_period(20);
+  AddEarlyStopping(request.mutable_spec(), "loss", EarlyStopping::MIN, 1);
+  AddEarlyStopping(request.mutable_spec(), "accuracy", EarlyStopping::MAX, 2);
+  // The loss stalls at 60 only; the accuracy at 40 and 60, so both halt at
+  // 60 (the second counting its own stalls).
+  Worker("a")->evaluate_at = {{20, Evaluated(5, 0.6)}, {40, Evaluated(4, 0.55)}, {60, Evaluated(4.5, 0.5)}};
+  const std::string id = c->SubmitJob(request)->job_id();
+  c->Start();
+  JobInfo done = WaitForState(c.get(), id, SUCCEEDED);
+  EXPECT_EQ(done.step(), 60);
+  EXPECT_EQ(done.reason(),
+            "early stopping at step 60: digits_to_words/loss has not improved on 4 for 1 evaluations; "
+            "early stopping at step 60: digits_to_words/accuracy has not improved on 0.6 for 2 evaluations");
+  EXPECT_EQ(done.latest_checkpoint(), "ckpt_60");
+}
+
+TEST_F(CoordinatorTest, AnEvaluationRunsTheTrainEvalAndTheInferEvalActions) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  SubmitJobRequest request = Spec(1, 100);
+  request.mutable_spec()->set_eval_period(20);
+  request.mutable_spec()->mutable_eval()->set_infer_metrics(true);
+  AddEarlyStopping(request.mutable_spec(), "loss", EarlyStopping::MIN, 1);
+  ActionConfig* infer = request.mutable_spec()->add_actions();
+  infer->set_on(ACTION_INFER_EVAL);
+  infer->mutable_early_stopping()->set_task("digits_to_words");
+  infer->mutable_early_stopping()->set_metric("exact_match");
+  infer->mutable_early_stopping()->set_mode(EarlyStopping::MAX);
+  infer->mutable_early_stopping()->set_patience(1);
+  // Both stall at 40.
+  Worker("a")->evaluate_at = {{20, Evaluated(5, 0)}, {40, Evaluated(6, 0)}};
+  (*Worker("a")->evaluate_at[20].mutable_infer_metrics())["digits_to_words/exact_match"] = 50;
+  (*Worker("a")->evaluate_at[40].mutable_infer_metrics())["digits_to_words/exact_match"] = 40;
+  const std::string id = c->SubmitJob(request)->job_id();
+  c->Start();
+  JobInfo done = WaitForState(c.get(), id, SUCCEEDED);
+  EXPECT_EQ(done.step(), 40);
+  EXPECT_EQ(done.reason(),
+            "early stopping at step 40: digits_to_words/loss has not improved on 5 for 1 evaluations; "
+            "early stopping at step 40: digits_to_words/exact_match has not improved on 50 for 1 evaluations");
+  EXPECT_EQ(done.latest_checkpoint(), "ckpt_40");
 }
 
 TEST_F(CoordinatorTest, BadSpecsAreRefusedListingTheFields) {

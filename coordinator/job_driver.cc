@@ -248,14 +248,14 @@ absl::Status JobDriver::RunInference(int64_t step, std::string* final_reason) {
   return absl::OkStatus();
 }
 
-absl::Status JobDriver::ServeCheckpointRequests(int64_t step) {
+absl::Status JobDriver::ServeCheckpointRequests(int64_t step, bool stopping) {
   int64_t asked, served;
   {
     MutexLock lock(&mu_);
     asked = checkpoints_asked_;
     served = checkpoints_served_;
   }
-  if (asked <= served) return absl::OkStatus();
+  if (asked <= served && !stopping) return absl::OkStatus();
   std::vector<SaveCheckpointResponse> saved;
   const absl::Status status = OnAllRanks<SaveCheckpointResponse>(
       "SaveCheckpoint",
@@ -279,7 +279,8 @@ absl::Status JobDriver::ServeCheckpointRequests(int64_t step) {
   changed_.SignalAll();
   TY_RETURN_IF_ERROR(status);
   latest_checkpoint_ = saved[0].path();
-  spdlog::info("job {}: checkpoint {} written on request", plan_.job_id, latest_checkpoint_);
+  spdlog::info("job {}: checkpoint {} written {}", plan_.job_id, latest_checkpoint_,
+               stopping ? "before the job stops" : "on request");
   host_->RecordProgress(plan_.job_id, [&](JobInfo* info) { info->set_latest_checkpoint(latest_checkpoint_); });
   return absl::OkStatus();
 }
@@ -338,16 +339,15 @@ void JobDriver::RecordPreemption(const std::vector<bool>& asked, int64_t last_st
                                  checkpoint.empty() ? "" : ": " + checkpoint);
 }
 
-bool JobDriver::RunActions(ActionsByMode& actions, ActionModeKind mode, const MetricsByTask& metrics, int64_t step,
+bool JobDriver::RunActions(ActionsByMode& actions, const std::map<ActionModeKind, MetricsByTask>& metrics, int64_t step,
                            Ending* ending) {
-  for (const auto& action : actions[mode]) {
-    if (action->Run(step, metrics)) {
-      *ending->reason = action->reason();
-      *ending->state = action->halts_as_failure() ? FAILED : SUCCEEDED;
-      return true;
-    }
-  }
-  return false;
+  ActionsOutcome outcome;
+  for (const auto& [mode, by_task] : metrics) RunEveryAction(actions[mode], step, by_task, &outcome);
+  if (!outcome.halt) return false;
+  *ending->state = outcome.failure ? FAILED : SUCCEEDED;
+  *ending->reason = outcome.reason();
+  ending->stopped_early = !outcome.failure;
+  return true;
 }
 
 absl::StatusOr<bool> JobDriver::EvaluateRanks(int64_t step, ActionsByMode& actions, Ending* ending) {
@@ -380,8 +380,10 @@ absl::StatusOr<bool> JobDriver::EvaluateRanks(int64_t step, ActionsByMode& actio
     for (const auto& [k, v] : evaluated[0].metrics()) (*info->mutable_metrics())["training_eval/" + k] = v;
     for (const auto& [k, v] : evaluated[0].infer_metrics()) (*info->mutable_metrics())["inference_eval/" + k] = v;
   });
-  return RunActions(actions, ActionModeKind::kTrainEval, by_task(evaluated[0].metrics()), step, ending) ||
-         RunActions(actions, ActionModeKind::kInferEval, by_task(evaluated[0].infer_metrics()), step, ending);
+  return RunActions(actions,
+                    {{ActionModeKind::kTrainEval, by_task(evaluated[0].metrics())},
+                     {ActionModeKind::kInferEval, by_task(evaluated[0].infer_metrics())}},
+                    step, ending);
 }
 
 absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) {
@@ -404,6 +406,7 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
     TY_RETURN_IF_ERROR(ServeCheckpointRequests(step));
     const int64_t n = NextChunk(step, periods);
     const bool last = step + n == spec.total_steps();
+    const bool save = last || AtBoundary(step + n, spec.checkpoint_period());
     std::vector<RunStepsResponse> ran;
     std::vector<absl::StatusOr<RunStepsResponse>> each;
     const absl::Status run = OnAllRanks<RunStepsResponse>(
@@ -413,7 +416,7 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
           request.set_job_id(plan_.job_id);
           request.set_first_step(step);
           request.set_num_steps(n);
-          request.set_save_checkpoint(last || AtBoundary(step + n, spec.checkpoint_period()));
+          request.set_save_checkpoint(save);
           clients_[r]->RunStepsAsync(request, std::move(done));
         },
         &ran, elastic() ? &each : nullptr);
@@ -434,12 +437,19 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
     RecordChunk(step, ran);
     MetricsByTask train;
     train["train"] = std::map<std::string, double>(ran[0].metrics().begin(), ran[0].metrics().end());
-    if (RunActions(actions, ActionModeKind::kTrain, train, step, &ending)) break;
-    if (spec.eval_period() > 0 && (AtBoundary(step, spec.eval_period()) || last)) {
-      TY_ASSIGN_OR_RETURN(bool ended, EvaluateRanks(step, actions, &ending));
-      if (ended) break;
+    bool ended = RunActions(actions, {{ActionModeKind::kTrain, train}}, step, &ending);
+    if (!ended && spec.eval_period() > 0 && (AtBoundary(step, spec.eval_period()) || last)) {
+      TY_ASSIGN_OR_RETURN(ended, EvaluateRanks(step, actions, &ending));
     }
+    if (!ended) continue;
+    // An early stop keeps its state: every rank saves this step, unless the
+    // chunk's own checkpoint is durable here already (written synchronously
+    // and no rank's write failed).
+    const bool durable = save && (last || !spec.checkpoint().async()) && checkpoint_failure_.empty();
+    if (ending.stopped_early && !durable) TY_RETURN_IF_ERROR(ServeCheckpointRequests(step, /*stopping=*/true));
+    break;
   }
+  trained_to_ = step;
   return absl::OkStatus();
 }
 
@@ -451,9 +461,8 @@ void JobDriver::Run() {
   {
     // Whoever still waits for an on-demand checkpoint learns how this ended.
     MutexLock lock(&mu_);
-    const int64_t total_steps = plan_.spec.total_steps();
     if (status.ok() && final_state == SUCCEEDED && !latest_checkpoint_.empty()) {
-      ended_ = SavedCheckpoint{latest_checkpoint_, total_steps};
+      ended_ = SavedCheckpoint{latest_checkpoint_, trained_to_};
     } else {
       ended_ = absl::FailedPreconditionError(
           absl::StrCat("job '", job_id, "' stopped before its next boundary between chunks: ",

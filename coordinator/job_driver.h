@@ -1,10 +1,12 @@
 // One attempt of one job, driven from the coordinator on a thread of its
 // own: StartJob on every rank; then, for training jobs, RunSteps in chunks up
 // to the next summary, eval or checkpoint boundary, Evaluate at eval periods
-// and the job's actions on rank 0's metrics; for EVALUATION and INFERENCE
-// jobs one Infer. It ends the attempt with the job's final state, or with
-// RESTARTING when it was preempted or lost a worker and restarts are left,
-// tells every rank to let go (AbortJob, also after success), and returns.
+// and the job's actions on rank 0's metrics (every action of the mode runs;
+// when any halts, the job ends, an early stop after every rank wrote a
+// checkpoint at its step); for EVALUATION and INFERENCE jobs one Infer. It
+// ends the attempt with the job's final state, or with RESTARTING when it
+// was preempted or lost a worker and restarts are left, tells every rank to
+// let go (AbortJob, also after success), and returns.
 //
 // The driver owns no job record: it reports progress and state changes
 // through its JobDriverHost (the Coordinator, which keeps the job table, the
@@ -169,6 +171,8 @@ class JobDriver {
   struct Ending {
     JobState* state;
     std::string* reason;
+    // An action ended the job SUCCEEDED: a checkpoint at its step is due.
+    bool stopped_early = false;
   };
   // StartJob on every rank; records what they restored (the job's newest
   // checkpoint, what was passed over) and RUNNING. The step they start at.
@@ -177,8 +181,10 @@ class JobDriver {
   // *final_reason says what was decoded where.
   absl::Status RunInference(int64_t step, std::string* final_reason);
   // On-demand checkpoints asked since the last chunk: one save on every
-  // rank serves them all (CheckpointNow's callers are woken).
-  absl::Status ServeCheckpointRequests(int64_t step);
+  // rank serves them all (CheckpointNow's callers are woken). `stopping`:
+  // the job stops early at `step`, and the save is made even if none was
+  // asked.
+  absl::Status ServeCheckpointRequests(int64_t step, bool stopping = false);
   // A chunk's results in the job's record: step, metrics, checkpoint (and a
   // failed write, logged when it changes), every rank's timings.
   void RecordChunk(int64_t step, const std::vector<RunStepsResponse>& ran);
@@ -187,12 +193,15 @@ class JobDriver {
   void RecordPreemption(const std::vector<bool>& asked, int64_t last_step, const std::string& checkpoint,
                         const google::protobuf::Map<std::string, double>& metrics, const std::string& during,
                         Ending* ending);
-  // Runs `mode`'s actions on `metrics` in order; true (the ending set) when
-  // one halts the job.
-  bool RunActions(ActionsByMode& actions, ActionModeKind mode, const MetricsByTask& metrics, int64_t step,
+  // Runs every action of each mode in `metrics` (in the modes' order) on
+  // that mode's metrics, each action also after one halted; true when any
+  // halts the job: the ending is set, FAILED if one of those fails it (no
+  // checkpoint is due), else SUCCEEDED, with every halting action's reason.
+  bool RunActions(ActionsByMode& actions, const std::map<ActionModeKind, MetricsByTask>& metrics, int64_t step,
                   Ending* ending);
   // Evaluate on every rank at `step`, the metrics recorded and the eval
-  // actions run; true when the job ends (a preemption, or an action).
+  // actions (ACTION_TRAIN_EVAL's and ACTION_INFER_EVAL's) run; true when
+  // the job ends (a preemption, or an action).
   absl::StatusOr<bool> EvaluateRanks(int64_t step, ActionsByMode& actions, Ending* ending);
   std::optional<StopRequest> stop_request() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -207,6 +216,7 @@ class JobDriver {
   int generation_ = 0;  // ELASTIC: of the current group
   int regroups_ = 0;
   std::string latest_checkpoint_;   // the newest durable checkpoint this attempt knows
+  int64_t trained_to_ = 0;          // the step the training ended at (Drive returned OK)
   std::string checkpoint_failure_;  // as last reported to the job's record
 
   Mutex mu_;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace trainyard {
 namespace {
@@ -85,6 +86,18 @@ absl::StatusOr<ActionsByMode> CreateActions(const JobSpec& spec) {
     actions[mode].push_back(std::move(action));
   }
   return actions;
+}
+
+std::string ActionsOutcome::reason() const { return absl::StrJoin(reasons, "; "); }
+
+void RunEveryAction(const std::vector<std::unique_ptr<BaseAction>>& actions, int64_t step,
+                    const MetricsByTask& metrics_by_task, ActionsOutcome* outcome) {
+  for (const auto& action : actions) {
+    if (!action->Run(step, metrics_by_task)) continue;
+    outcome->halt = true;
+    outcome->failure = outcome->failure || action->halts_as_failure();
+    outcome->reasons.push_back(action->reason());
+  }
 }
 
 }  // namespace trainyard

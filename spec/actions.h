@@ -1,7 +1,11 @@
 // Actions (T5X's BaseAction): decisions taken after a train summary or an
 // evaluation, from the metrics of each task. Run returns true to halt
-// training (the trainer then saves a checkpoint and stops). Tensor-free: the
-// coordinator runs them on rank 0's metrics.
+// training. Every action of the mode runs (RunEveryAction, T5X's
+// run_actions), so each keeps its own history, and training halts when any
+// asks to: an early stop writes a checkpoint at its step and ends the job
+// SUCCEEDED; a halt that fails the job (halts_as_failure: a NaN loss) ends
+// it FAILED without one. Tensor-free: the coordinator runs them on rank 0's
+// metrics.
 //
 // T5X passes the train state too; these actions only read metrics and the
 // step, so the state is reduced to the step here.
@@ -76,6 +80,20 @@ class TerminateOnNanAction : public BaseAction {
 // The actions of a job spec, grouped by mode.
 using ActionsByMode = std::map<ActionModeKind, std::vector<std::unique_ptr<BaseAction>>>;
 absl::StatusOr<ActionsByMode> CreateActions(const JobSpec& spec);
+
+// What actions decided.
+struct ActionsOutcome {
+  bool halt = false;                 // one asked to halt training
+  bool failure = false;              // one that halted fails the job (halts_as_failure)
+  std::vector<std::string> reasons;  // every halting action's, in the order they ran
+  // The reasons joined by "; ".
+  std::string reason() const;
+};
+
+// Runs every action of `actions` at `step` on `metrics_by_task`, in order,
+// also after one asked to halt, and adds what they decided to *outcome.
+void RunEveryAction(const std::vector<std::unique_ptr<BaseAction>>& actions, int64_t step,
+                    const MetricsByTask& metrics_by_task, ActionsOutcome* outcome);
 
 }  // namespace trainyard
 

@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -72,6 +75,35 @@ TEST(CreateActionsTest, GroupsByMode) {
   // A NaN fails the job; early stopping ends it successfully.
   EXPECT_TRUE(actions->at(ActionModeKind::kTrain)[0]->halts_as_failure());
   EXPECT_FALSE(actions->at(ActionModeKind::kTrainEval)[0]->halts_as_failure());
+}
+
+TEST(RunEveryActionTest, EveryActionRunsAfterOneHaltsAndEachReasonIsKept) {
+  std::vector<std::unique_ptr<BaseAction>> actions;
+  actions.push_back(std::make_unique<EarlyStoppingAction>("eval", "loss", EarlyStopping::MIN, 1));
+  actions.push_back(std::make_unique<EarlyStoppingAction>("eval", "accuracy", EarlyStopping::MAX, 2));
+  actions.push_back(std::make_unique<TerminateOnNanAction>("eval"));
+  auto run = [&](int64_t step, double loss, double accuracy) {
+    ActionsOutcome outcome;
+    RunEveryAction(actions, step, {{"eval", {{"loss", loss}, {"accuracy", accuracy}}}}, &outcome);
+    return outcome;
+  };
+  ActionsOutcome first = run(1, 2.0, 0.5);
+  EXPECT_FALSE(first.halt);
+  EXPECT_EQ(first.reason(), "");
+  // The loss stalls: the first halts; the second still counts its stall.
+  ActionsOutcome second = run(2, 3.0, 0.4);
+  EXPECT_TRUE(second.halt);
+  EXPECT_FALSE(second.failure);
+  EXPECT_EQ(second.reasons,
+            std::vector<std::string>{"early stopping at step 2: eval/loss has not improved on 2 for 1 evaluations"});
+  // All three halt; the NaN fails the job.
+  ActionsOutcome third = run(3, std::nan(""), 0.4);
+  EXPECT_TRUE(third.halt);
+  EXPECT_TRUE(third.failure);
+  EXPECT_EQ(third.reason(),
+            "early stopping at step 3: eval/loss has not improved on 2 for 2 evaluations; "
+            "early stopping at step 3: eval/accuracy has not improved on 0.5 for 2 evaluations; "
+            "eval/loss is nan at step 3");
 }
 
 }  // namespace

@@ -527,14 +527,10 @@ absl::StatusOr<double> Trainer::CompileEval(const std::map<std::string, T5Batch>
 
 bool Trainer::RunActions(const std::vector<std::unique_ptr<BaseAction>>& actions, const MetricsByTask& metrics,
                          std::string* reason) {
-  bool halt = false;
-  for (const auto& action : actions) {
-    if (action->Run(step(), metrics) && !halt) {
-      halt = true;
-      if (reason != nullptr) *reason = action->reason();
-    }
-  }
-  return halt;
+  ActionsOutcome outcome;
+  RunEveryAction(actions, step(), metrics, &outcome);
+  if (outcome.halt && reason != nullptr) *reason = outcome.reason();
+  return outcome.halt;
 }
 
 absl::StatusOr<MetricsByTask> Trainer::Eval(const std::map<std::string, BatchIterator*>& batches) {

@@ -197,8 +197,8 @@ class Trainer {
   absl::StatusOr<double> CompileEval(const std::map<std::string, T5Batch>& batches);
 
   // Runs `actions` (those of one ActionMode) on the metrics at the current
-  // step; true, with the first reason, if any asks to halt. Every action
-  // runs, so each keeps its history.
+  // step; true, with the reasons of every action that asked to halt (joined
+  // by "; "), if any does. Every action runs, so each keeps its history.
   bool RunActions(const std::vector<std::unique_ptr<BaseAction>>& actions, const MetricsByTask& metrics,
                   std::string* reason);
 

@@ -385,6 +385,26 @@ TEST(TrainerTest, RunActionsHaltsWithTheReasonAndRunsEveryAction) {
   EXPECT_THAT(reason, HasSubstr("train/loss is nan"));
 }
 
+TEST(TrainerTest, RunActionsNamesEveryActionThatHalted) {
+  auto s = MakeSetup(1, 0);
+  std::vector<std::unique_ptr<BaseAction>> actions;
+  actions.push_back(std::make_unique<EarlyStoppingAction>("eval", "loss", EarlyStopping::MIN, 1));
+  actions.push_back(std::make_unique<EarlyStoppingAction>("eval", "accuracy", EarlyStopping::MAX, 2));
+  auto metrics = [](double loss, double accuracy) {
+    return MetricsByTask{{"eval", {{"loss", loss}, {"accuracy", accuracy}}}};
+  };
+  std::string reason;
+  EXPECT_FALSE(s->trainer->RunActions(actions, metrics(2.0, 0.5), &reason));
+  // Both stall: the first halts; the second counts its first stall.
+  EXPECT_TRUE(s->trainer->RunActions(actions, metrics(2.5, 0.4), &reason));
+  EXPECT_EQ(reason, "early stopping at step 0: eval/loss has not improved on 2 for 1 evaluations");
+  // Both stall again: the second halts too, after its second stall.
+  EXPECT_TRUE(s->trainer->RunActions(actions, metrics(2.5, 0.4), &reason));
+  EXPECT_EQ(reason,
+            "early stopping at step 0: eval/loss has not improved on 2 for 2 evaluations; "
+            "early stopping at step 0: eval/accuracy has not improved on 0.5 for 2 evaluations");
+}
+
 TEST(WeightMetricsTest, ClosedForms) {
   const std::vector<double> grad_squares = {SquaredNorm(torch::tensor({3.0f, 4.0f}))};
   NamedTensors old_params = {{"w", torch::tensor({1.0f, -1.0f})}};
