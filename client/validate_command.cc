@@ -5,9 +5,12 @@
 #include "absl/strings/str_split.h"
 #include "client/commands.h"
 #include "client/flags.h"
+#include "data/bundled.h"
+#include "data/task_definition.h"
 #include "spec/jobspec.h"
 #include "spec/jobspec_validator.h"
 #include "spec/overrides.h"
+#include "spec/presets.h"
 
 namespace trainyard {
 namespace {
@@ -24,6 +27,24 @@ void PrintError(std::ostream& err, const std::string& source, const absl::Status
   }
 }
 
+// The vocabularies of a valid spec's tasks against its model's vocab_size,
+// as the workers check them when they build the job: opened where this
+// machine reaches them; where it does not (a file only the workers see), a
+// note says the check is left to them.
+absl::Status CheckVocabularySizes(const JobSpec& spec, const std::string& source, std::ostream& err) {
+  TaskRegistry registry;
+  absl::Status registered = RegisterBundledTasks(&registry);
+  if (registered.ok()) registered = RegisterSpecTasks(spec, &registry);
+  if (absl::IsNotFound(registered) || absl::IsFailedPrecondition(registered)) {
+    err << "note: " << source << ": the tasks' vocabularies are not checked here: " << registered.message() << "\n";
+    return absl::OkStatus();
+  }
+  if (!registered.ok()) return registered;
+  absl::StatusOr<ModelConfig> config = ResolveModelConfig(spec.model());
+  if (!config.ok()) return config.status();
+  return CheckTaskVocabularies(spec, registry, config->vocab_size());
+}
+
 }  // namespace
 
 int RunValidate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -33,6 +54,7 @@ int RunValidate(const std::vector<std::string>& args, std::ostream& out, std::os
   FlagSet flags("validate SPEC... [--set path.to.field=value]...",
                 "Checks job specs (.textproto or .json; - for stdin) and prints each one\n"
                 "normalised, with every default filled in: what the coordinator would run.\n"
+                "The tasks' vocabularies this machine can open must fit the model's vocab_size.\n"
                 "Exit code 0 if all are valid, 2 otherwise (every problem is listed).");
   flags.AddRepeated("set", &overrides, "PATH=VALUE", "override a field before validation, e.g. --set batch_size=64");
   flags.AddString("output-root", &output_root, "DIR", "require output_dir to lie inside DIR (as a coordinator does)");
@@ -56,9 +78,11 @@ int RunValidate(const std::vector<std::string>& args, std::ostream& out, std::os
     absl::StatusOr<JobSpec> spec = LoadJobSpec(path);
     absl::Status status = spec.status();
     if (status.ok()) status = ApplyOverrides(overrides, &*spec);
+    const std::string source = path == "-" ? "<stdin>" : path;
     if (status.ok()) status = ValidateAndNormalize(&*spec, options);
+    if (status.ok()) status = CheckVocabularySizes(*spec, source, err);
     if (!status.ok()) {
-      PrintError(err, path == "-" ? "<stdin>" : path, status);
+      PrintError(err, source, status);
       exit_code = kExitUsage;
       continue;
     }

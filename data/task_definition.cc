@@ -1,5 +1,8 @@
 #include "data/task_definition.h"
 
+#include <string>
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -137,6 +140,24 @@ absl::Status RegisterSpecTasks(const JobSpec& spec, TaskRegistry* registry) {
       for (const MixtureDefinition* m : pending) names.push_back(m->name());
       return absl::InvalidArgumentError(
           absl::StrCat("mixture_definitions: ", absl::StrJoin(names, ", "), " contain each other (a cycle)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTaskVocabularies(const JobSpec& spec, const TaskRegistry& registry, int64_t vocab_size) {
+  std::vector<std::string> tasks(spec.eval().tasks().begin(), spec.eval().tasks().end());
+  tasks.push_back(spec.task());
+  for (const std::string& name : tasks) {
+    absl::StatusOr<const Task*> task = registry.Get(name);
+    if (!task.ok()) return absl::InvalidArgumentError(absl::StrCat("eval.tasks: ", task.status().message()));
+    const Vocabulary& vocab = *(*task)->vocabulary;
+    if (vocab.size() > vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "task ", name, ": its vocabulary has ", vocab.size(), " ids (", vocab.size() - vocab.extra_ids(),
+          " pieces of ", vocab.path(), " and ", vocab.extra_ids(), " extra ids), more than the model's vocab_size ",
+          vocab_size, "; use a smaller vocabulary or a model with a larger vocab_size (model.vocab_size overrides a ",
+          "preset's)"));
     }
   }
   return absl::OkStatus();

@@ -25,6 +25,12 @@ absl::Status RegisterTaskDefinition(const TaskDefinition& def, TaskRegistry* reg
 // mixtures they contain). Errors name the definition.
 absl::Status RegisterSpecTasks(const JobSpec& spec, TaskRegistry* registry);
 
+// Every id the vocabularies of `spec`'s task and eval tasks make (pieces
+// and extra ids) must have a row in a model of `vocab_size` embeddings.
+// kInvalidArgument naming the task, its vocabulary file, how many ids it
+// has and `vocab_size`; kInvalidArgument for a task `registry` lacks.
+absl::Status CheckTaskVocabularies(const JobSpec& spec, const TaskRegistry& registry, int64_t vocab_size);
+
 }  // namespace trainyard
 
 #endif  // TRAINYARD_DATA_TASK_DEFINITION_H_

@@ -150,25 +150,6 @@ absl::Status AssembleData(JobComponents* job) {
   return absl::OkStatus();
 }
 
-// Every id a task's vocabulary makes (the job's task and its eval tasks)
-// must have an embedding row.
-absl::Status CheckVocabularies(const JobComponents& job, const ModelConfig& config) {
-  std::vector<std::string> tasks(job.spec.eval().tasks().begin(), job.spec.eval().tasks().end());
-  tasks.push_back(job.spec.task());
-  for (const std::string& name : tasks) {
-    absl::StatusOr<const Task*> task = job.registry.Get(name);
-    if (!task.ok()) return absl::InvalidArgumentError(absl::StrCat("eval.tasks: ", task.status().message()));
-    const Vocabulary& vocab = *(*task)->vocabulary;
-    if (vocab.size() > config.vocab_size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "task ", name, ": its vocabulary has ", vocab.size(), " ids (", vocab.size() - vocab.extra_ids(),
-          " pieces of ", vocab.path(), " and ", vocab.extra_ids(), " extra ids), more than the model's vocab_size ",
-          config.vocab_size(), "; use a smaller vocabulary or a model with a larger vocab_size"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 // The optimizer over the model's parameters: sharded over the ranks when
 // the spec shards the state, else one whole optimizer per rank.
 absl::Status AssembleOptimizer(JobComponents* job) {
@@ -206,7 +187,7 @@ absl::StatusOr<std::unique_ptr<JobComponents>> AssembleComponents(const JobSpec&
     // Data first: a bad task name fails before any expensive work.
     if (job->options.task_data) TY_RETURN_IF_ERROR(AssembleData(job.get()));
     TY_ASSIGN_OR_RETURN(ModelConfig config, ResolveModelConfig(spec.model()));
-    if (job->options.task_data) TY_RETURN_IF_ERROR(CheckVocabularies(*job, config));
+    if (job->options.task_data) TY_RETURN_IF_ERROR(CheckTaskVocabularies(spec, job->registry, config.vocab_size()));
     ModelOptions model_options;
     model_options.device = job->options.device;
     model_options.compute_dtype = ComputeDtype(spec);

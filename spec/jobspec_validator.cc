@@ -35,8 +35,10 @@ using spec_internal::IsValidName;
 using spec_internal::kInf;
 using spec_internal::Quote;
 
+constexpr int kMaxVocabSize = 1 << 22;
+
 void ValidateModelConfig(Errors* errors, const ModelConfig& c) {
-  CheckIntRange(errors, "model.config.vocab_size", c.vocab_size(), 2, 1 << 22);
+  CheckIntRange(errors, "model.config.vocab_size", c.vocab_size(), 2, kMaxVocabSize);
   CheckIntRange(errors, "model.config.d_model", c.d_model(), 1, 65536);
   CheckIntRange(errors, "model.config.num_heads", c.num_heads(), 1, 1024);
   CheckIntRange(errors, "model.config.d_kv", c.d_kv(), 1, 4096);
@@ -61,6 +63,9 @@ void ValidateModel(Errors* errors, ModelSpec* model) {
       if (model->has_dropout_rate()) {
         CheckRange(errors, "model.dropout_rate", model->dropout_rate(), 0, false, 1, true);
       }
+      if (model->has_vocab_size()) {
+        CheckIntRange(errors, "model.vocab_size", model->vocab_size(), 2, kMaxVocabSize);
+      }
       return;
     }
     case ModelSpec::kConfig:
@@ -68,6 +73,11 @@ void ValidateModel(Errors* errors, ModelSpec* model) {
         errors->Add("model.dropout_rate",
                     "only applies to a preset; with an explicit config set "
                     "model.config.dropout_rate");
+      }
+      if (model->has_vocab_size()) {
+        errors->Add("model.vocab_size",
+                    "only applies to a preset; with an explicit config set "
+                    "model.config.vocab_size");
       }
       FillModelConfigDefaults(model->mutable_config());
       ValidateModelConfig(errors, model->config());

@@ -234,6 +234,28 @@ TEST(ValidatorTest, ExplicitConfigIsCheckedFieldByField) {
                                                        "allowed: [0, 1)"))));
 }
 
+TEST(ValidatorTest, PresetVocabSizeOverrideIsRangeCheckedAndRefusedWithAConfig) {
+  JobSpec spec = Minimal();
+  spec.mutable_model()->set_preset("tiny");
+  spec.mutable_model()->set_vocab_size(640);
+  EXPECT_THAT(Validate(spec), IsOk());
+  spec.mutable_model()->set_vocab_size(1);
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("model.vocab_size: 1 is out of range; allowed: 2..4194304")));
+  ModelConfig* c = spec.mutable_model()->mutable_config();
+  c->set_vocab_size(1000);
+  c->set_d_model(64);
+  c->set_num_heads(4);
+  c->set_d_kv(16);
+  c->set_d_ff(128);
+  c->set_num_encoder_layers(2);
+  c->set_num_decoder_layers(2);
+  spec.mutable_model()->set_vocab_size(640);
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("model.vocab_size: only applies to a preset; with an explicit "
+                                                 "config set model.config.vocab_size")));
+}
+
 TEST(ValidatorTest, FinetuningNeedsACheckpoint) {
   JobSpec spec = Minimal();
   spec.set_kind(FINETUNING);

@@ -93,7 +93,9 @@ absl::StatusOr<ModelConfig> ResolveModelConfig(const ModelSpec& spec) {
   switch (spec.architecture_case()) {
     case ModelSpec::kPreset: {
       absl::StatusOr<ModelConfig> config = PresetConfig(spec.preset());
-      if (config.ok() && spec.has_dropout_rate()) config->set_dropout_rate(spec.dropout_rate());
+      if (!config.ok()) return config;
+      if (spec.has_dropout_rate()) config->set_dropout_rate(spec.dropout_rate());
+      if (spec.has_vocab_size()) config->set_vocab_size(spec.vocab_size());
       return config;
     }
     case ModelSpec::kConfig: {

@@ -55,6 +55,19 @@ TEST(PresetsTest, ResolveAppliesDropoutOverrideToPreset) {
   EXPECT_EQ(config->d_ff(), 2048);
 }
 
+TEST(PresetsTest, ResolveAppliesVocabSizeOverrideToPreset) {
+  ModelSpec spec;
+  spec.set_preset("tiny");
+  absl::StatusOr<ModelConfig> config = ResolveModelConfig(spec);
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->vocab_size(), 512);
+  spec.set_vocab_size(640);
+  config = ResolveModelConfig(spec);
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->vocab_size(), 640);
+  EXPECT_EQ(config->d_model(), PresetConfig("tiny")->d_model());
+}
+
 TEST(PresetsTest, ResolveFillsExplicitConfigDefaults) {
   ModelSpec spec;
   spec.mutable_config()->set_vocab_size(100);
