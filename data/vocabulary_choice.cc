@@ -39,9 +39,8 @@ absl::StatusOr<VocabularyChoice> ChooseVocabulary(const std::string& checkpoint,
   return absl::InvalidArgumentError(
       absl::StrCat("vocabulary: ", task_vocabulary, " is not ", carried.path,
                    ", the vocabulary of the checkpoint's model (its token ids are that vocabulary's); training from "
-                   "a checkpoint keeps its vocabulary: give the task that file (task_definitions[].vocabulary) or "
-                   "restore a checkpoint trained with ",
-                   task_vocabulary));
+                   "a checkpoint keeps its vocabulary: use that file (or a copy) in place of ",
+                   task_vocabulary, ", or restore a checkpoint trained with it"));
 }
 
 }  // namespace trainyard

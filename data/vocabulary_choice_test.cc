@@ -100,13 +100,14 @@ TEST_F(VocabularyChoiceTest, InferenceReadsAnotherTaskVocabularysExamplesWithThe
 }
 
 TEST_F(VocabularyChoiceTest, TrainingWithAnotherVocabularyIsRefusedNamingBothFiles) {
-  EXPECT_THAT(ChooseVocabulary(with_, other_, 0, VocabularyUse::kTrain).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "vocabulary: " + other_ + " is not " + with_ +
-                           "/vocabulary.model, the vocabulary of the checkpoint's model (its token ids are that "
-                           "vocabulary's); training from a checkpoint keeps its vocabulary: give the task that file "
-                           "(task_definitions[].vocabulary) or restore a checkpoint trained with " +
-                           other_));
+  EXPECT_THAT(
+      ChooseVocabulary(with_, other_, 0, VocabularyUse::kTrain).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "vocabulary: " + other_ + " is not " + with_ +
+                   "/vocabulary.model, the vocabulary of the checkpoint's model (its token ids are that "
+                   "vocabulary's); training from a checkpoint keeps its vocabulary: use that file (or a copy) in "
+                   "place of " +
+                   other_ + ", or restore a checkpoint trained with it"));
 }
 
 TEST_F(VocabularyChoiceTest, AnUnreadableTaskVocabularyIsNotFoundNamingIt) {
