@@ -189,7 +189,9 @@ absl::Status CheckpointWriter::Commit(const std::string& metadata_json, const st
 
 void CheckpointWriter::Abort() { RemoveTree(tmp_dir_); }
 
-absl::StatusOr<CheckpointContents> VerifyCheckpoint(const std::string& dir) {
+namespace {
+
+absl::StatusOr<nlohmann::json> ReadManifest(const std::string& dir) {
   const std::string manifest_path = dir + "/" + kManifestFile;
   std::ifstream in(manifest_path, std::ios::binary);
   if (!in) {
@@ -207,38 +209,61 @@ absl::StatusOr<CheckpointContents> VerifyCheckpoint(const std::string& dir) {
   if (!manifest.is_object() || !manifest.contains("files") || !manifest["files"].is_object()) {
     return absl::DataLossError(absl::StrCat(manifest_path, ": no \"files\" object"));
   }
+  return manifest;
+}
+
+// One file of the manifest: its size and SHA-256.
+absl::Status VerifyEntry(const std::string& dir, const std::string& name, const nlohmann::json& entry) {
+  const std::string path = dir + "/" + name;
+  if (!entry.is_object() || !entry.contains("bytes") || !entry.contains("sha256") ||
+      !entry["bytes"].is_number_unsigned() || !entry["sha256"].is_string()) {
+    return absl::DataLossError(absl::StrCat(dir, "/", kManifestFile, ": bad entry for ", name));
+  }
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::DataLossError(absl::StrCat(path, ": listed in the manifest but missing"));
+  }
+  if (static_cast<uint64_t>(st.st_size) != entry["bytes"].get<uint64_t>()) {
+    return absl::DataLossError(absl::StrCat(path, ": ", st.st_size, " bytes, the manifest says ",
+                                            entry["bytes"].get<uint64_t>(), " (truncated?)"));
+  }
+  absl::StatusOr<std::string> sha = Sha256File(path);
+  if (!sha.ok()) return sha.status();
+  if (*sha != entry["sha256"].get<std::string>()) {
+    return absl::DataLossError(absl::StrCat(path, ": SHA-256 mismatch (the file was altered)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointContents> VerifyCheckpoint(const std::string& dir) {
+  TY_ASSIGN_OR_RETURN(nlohmann::json manifest, ReadManifest(dir));
   CheckpointContents contents;
   contents.dir = dir;
   for (auto it = manifest["files"].begin(); it != manifest["files"].end(); ++it) {
-    const std::string path = dir + "/" + it.key();
-    const nlohmann::json& entry = it.value();
-    if (!entry.is_object() || !entry.contains("bytes") || !entry.contains("sha256") ||
-        !entry["bytes"].is_number_unsigned() || !entry["sha256"].is_string()) {
-      return absl::DataLossError(absl::StrCat(manifest_path, ": bad entry for ", it.key()));
-    }
-    struct stat st;
-    if (stat(path.c_str(), &st) != 0) {
-      return absl::DataLossError(absl::StrCat(path, ": listed in the manifest but missing"));
-    }
-    if (static_cast<uint64_t>(st.st_size) != entry["bytes"].get<uint64_t>()) {
-      return absl::DataLossError(absl::StrCat(path, ": ", st.st_size, " bytes, the manifest says ",
-                                              entry["bytes"].get<uint64_t>(), " (truncated?)"));
-    }
-    absl::StatusOr<std::string> sha = Sha256File(path);
-    if (!sha.ok()) return sha.status();
-    if (*sha != entry["sha256"].get<std::string>()) {
-      return absl::DataLossError(absl::StrCat(path, ": SHA-256 mismatch (the file was altered)"));
-    }
+    TY_RETURN_IF_ERROR(VerifyEntry(dir, it.key(), it.value()));
     contents.files.push_back(it.key());
   }
   if (std::find(contents.files.begin(), contents.files.end(), kMetadataFile) == contents.files.end()) {
-    return absl::DataLossError(absl::StrCat(manifest_path, ": does not cover ", kMetadataFile));
+    return absl::DataLossError(absl::StrCat(dir, "/", kManifestFile, ": does not cover ", kMetadataFile));
   }
   std::ifstream meta(dir + "/" + kMetadataFile, std::ios::binary);
   std::stringstream meta_text;
   meta_text << meta.rdbuf();
   contents.metadata_json = meta_text.str();
   return contents;
+}
+
+absl::Status VerifyCheckpointFiles(const std::string& dir, const std::vector<std::string>& names) {
+  TY_ASSIGN_OR_RETURN(nlohmann::json manifest, ReadManifest(dir));
+  for (const std::string& name : names) {
+    if (!manifest["files"].contains(name)) {
+      return absl::DataLossError(absl::StrCat(dir, "/", kManifestFile, ": does not cover ", name));
+    }
+    TY_RETURN_IF_ERROR(VerifyEntry(dir, name, manifest["files"][name]));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace trainyard

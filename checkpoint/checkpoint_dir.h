@@ -69,6 +69,12 @@ struct CheckpointContents {
 // naming the file, if a file is missing, truncated or altered.
 absl::StatusOr<CheckpointContents> VerifyCheckpoint(const std::string& dir);
 
+// The same for the files `names` only (a small file read without the
+// parameters' cost): kNotFound without a manifest; kDataLoss naming a file
+// that the manifest does not cover, or that is missing, truncated or
+// altered.
+absl::Status VerifyCheckpointFiles(const std::string& dir, const std::vector<std::string>& names);
+
 // Lower-case hex SHA-256 of a file's contents.
 absl::StatusOr<std::string> Sha256File(const std::string& path);
 

@@ -7,6 +7,7 @@
 #include "client/commands.h"
 #include "client/flags.h"
 #include "common/status_macros.h"
+#include "data/hf_tokenizer.h"
 #include "model/encoder_decoder_model.h"
 #include "model/t5x_import.h"
 #include "model/weights.h"
@@ -16,14 +17,25 @@ namespace trainyard {
 
 namespace {
 
-// A Hugging Face T5 checkpoint to a Trainyard checkpoint at step 0.
+// A Hugging Face T5 checkpoint to a Trainyard checkpoint at step 0, with
+// its vocabulary (--vocab, else the directory's spiece.model) when it has
+// one.
 absl::Status ImportFromHf(const std::string& from_hf, const std::string& vocab, const std::string& out_dir,
                           std::ostream& out) {
   TY_ASSIGN_OR_RETURN(HfCheckpoint hf, ImportHf(from_hf));
+  absl::StatusOr<HfTokenizer> tokenizer = ReadHfTokenizer(from_hf, vocab, hf.config.vocab_size());
+  if (!tokenizer.ok()) {
+    return absl::Status(tokenizer.status().code(), absl::StrCat("vocabulary: ", tokenizer.status().message()));
+  }
   TY_ASSIGN_OR_RETURN(std::unique_ptr<EncoderDecoderModel> model, EncoderDecoderModel::Create(hf.config, {}));
   TY_RETURN_IF_ERROR(AssignParameters(hf.tensors, /*strict=*/true, model->network().get()));
-  TY_RETURN_IF_ERROR(WriteModelCheckpoint(*model->network(), out_dir, /*step=*/0, "hf:" + from_hf, vocab));
-  out << "wrote " << out_dir << " (" << model->network()->NumParameters() << " parameters)\n";
+  TY_RETURN_IF_ERROR(WriteModelCheckpoint(*model->network(), out_dir, /*step=*/0, "hf:" + from_hf, tokenizer->spiece,
+                                          tokenizer->extra_ids));
+  out << "wrote " << out_dir << " (" << model->network()->NumParameters() << " parameters, "
+      << (tokenizer->spiece.empty()
+              ? std::string("no vocabulary: give --vocab SPM_MODEL")
+              : absl::StrCat("vocabulary ", tokenizer->spiece, " with ", tokenizer->extra_ids, " extra ids"))
+      << ")\n";
   return absl::OkStatus();
 }
 
@@ -67,7 +79,14 @@ absl::Status ExportToHf(const std::string& checkpoint, const std::string& to_hf,
   TY_ASSIGN_OR_RETURN(std::unique_ptr<EncoderDecoderModel> model, EncoderDecoderModel::Create(ckpt.config, {}));
   TY_RETURN_IF_ERROR(AssignParameters(ckpt.tensors, /*strict=*/true, model->network().get()));
   TY_RETURN_IF_ERROR(ExportHf(*model->network(), to_hf));
-  out << "wrote " << to_hf << " (config.json, model.safetensors)\n";
+  if (ckpt.vocabulary.empty()) {
+    out << "wrote " << to_hf << " (config.json, model.safetensors; the checkpoint has no vocabulary)\n";
+    return absl::OkStatus();
+  }
+  TY_RETURN_IF_ERROR(WriteHfTokenizer(ckpt.vocabulary, ckpt.vocabulary_extra_ids, to_hf));
+  out << "wrote " << to_hf
+      << " (config.json, model.safetensors; spiece.model, tokenizer.json, tokenizer_config.json, "
+         "special_tokens_map.json)\n";
   return absl::OkStatus();
 }
 
@@ -79,7 +98,9 @@ int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ost
       "convert (--from-hf HF_DIR [--vocab SPM_MODEL] --out CHECKPOINT_DIR | "
       "--from-t5x T5X_DIR --out CHECKPOINT_DIR | --checkpoint CHECKPOINT_DIR --to-hf OUT_DIR)",
       "Converts between Hugging Face T5 checkpoints (config.json +\n"
-      "model.safetensors; T5 v1.0 and v1.1) and Trainyard checkpoints, and\n"
+      "model.safetensors; T5 v1.0 and v1.1) and Trainyard checkpoints, the\n"
+      "vocabulary with them (HF's T5 tokenizer files: spiece.model,\n"
+      "tokenizer.json, tokenizer_config.json), and\n"
       "imports T5X checkpoints (msgpack + TensorStore; T5 1.0 and 1.1 layouts):\n"
       "the parameters, the step and Adafactor's statistics, so training goes on\n"
       "where T5X stopped. The new directory must not exist; it appears only\n"
@@ -87,7 +108,8 @@ int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ost
   flags.AddString("from-hf", &from_hf, "HF_DIR", "a Hugging Face T5 checkpoint directory");
   flags.AddString("from-t5x", &from_t5x, "T5X_DIR",
                   "a T5X checkpoint_<step> directory, or a model directory (its newest)");
-  flags.AddString("vocab", &vocab, "SPM_MODEL", "SentencePiece model stored with the checkpoint");
+  flags.AddString("vocab", &vocab, "SPM_MODEL",
+                  "SentencePiece model stored with the checkpoint (default: HF_DIR/spiece.model, if any)");
   flags.AddString("out", &out_dir, "CHECKPOINT_DIR", "the Trainyard checkpoint to write");
   flags.AddString("checkpoint", &checkpoint, "CHECKPOINT_DIR", "a Trainyard checkpoint to export");
   flags.AddString("to-hf", &to_hf, "OUT_DIR", "where to write the Hugging Face checkpoint");

@@ -1,6 +1,7 @@
 // `trainyard predict` (in trainyard-torch): decodes a sample of a task
 // split's examples with a checkpoint's model, shown with their targets and
-// the exact-match count. Texts (--input, --examples) go through the
+// the exact-match count, tokenised with the checkpoint's vocabulary when it
+// has one (ChooseVocabulary). Texts (--input, --examples) go through the
 // interactive model (RunPredictExamples), which tokenizes them as the
 // model's tasks do.
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include "common/status_macros.h"
 #include "data/bundled.h"
 #include "data/iterator.h"
+#include "data/vocabulary_choice.h"
 #include "model/encoder_decoder_model.h"
 #include "model/weights.h"
 #include "trainer/task_batches.h"
@@ -84,6 +86,16 @@ int RunPredict(const std::vector<std::string>& args, std::ostream& out, std::ost
     if (absl::Status s = RegisterBundledTasks(&registry); !s.ok()) return fail(s);
     absl::StatusOr<const Task*> task = registry.Get(task_name);
     if (!task.ok()) return fail(absl::InvalidArgumentError(absl::StrCat("--task: ", task.status().message())));
+    // The task's examples in the checkpoint's vocabulary, when it has one.
+    absl::StatusOr<VocabularyChoice> choice = ChooseVocabulary(checkpoint, (*task)->vocabulary->path(),
+                                                               (*task)->vocabulary->extra_ids(), VocabularyUse::kInfer);
+    if (!choice.ok()) return fail(choice.status());
+    TaskRegistry in_checkpoint_vocabulary;
+    if (choice->replaces_task) {
+      if (absl::Status s = RegisterBundledTasks(&in_checkpoint_vocabulary, choice->path); !s.ok()) return fail(s);
+      task = in_checkpoint_vocabulary.Get(task_name);
+      if (!task.ok()) return fail(task.status());
+    }
     const Vocabulary& vocab = *(*task)->vocabulary;
 
     absl::StatusOr<T5Batch> batch = SampleBatch(**task, split, num, input_length, max_decode, seed);

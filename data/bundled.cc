@@ -37,7 +37,8 @@ absl::StatusOr<std::string> FindBundledFile(const std::string& relative) {
                    "' not found (set TRAINYARD_DATA_DIR); searched: ", absl::StrJoin(candidates, ", ")));
 }
 
-absl::Status RegisterBundledTasks(TaskRegistry* registry) {
+absl::Status RegisterBundledTasks(TaskRegistry* registry, const std::string& vocabulary) {
+  if (!vocabulary.empty()) return RegisterDigitsToWords(vocabulary, registry);
   absl::StatusOr<std::string> vocab = FindBundledFile("vocab/digits_to_words.model");
   if (!vocab.ok()) return vocab.status();
   return RegisterDigitsToWords(*vocab, registry);

@@ -15,8 +15,10 @@ namespace trainyard {
 // kNotFound listing the places searched.
 absl::StatusOr<std::string> FindBundledFile(const std::string& relative);
 
-// Registers every bundled task (today: digits_to_words) in `registry`.
-absl::Status RegisterBundledTasks(TaskRegistry* registry);
+// Registers every bundled task (today: digits_to_words) in `registry`;
+// with `vocabulary` (a checkpoint's, data/vocabulary_choice.h), every one
+// tokenises with it in place of its own.
+absl::Status RegisterBundledTasks(TaskRegistry* registry, const std::string& vocabulary = "");
 
 }  // namespace trainyard
 

@@ -101,8 +101,9 @@ absl::Status RegisterTaskDefinition(const TaskDefinition& def, TaskRegistry* reg
   return registry->Add(std::move(task));
 }
 
-absl::Status RegisterSpecTasks(const JobSpec& spec, TaskRegistry* registry) {
-  for (const TaskDefinition& def : spec.task_definitions()) {
+absl::Status RegisterSpecTasks(const JobSpec& spec, TaskRegistry* registry, const std::string& vocabulary) {
+  for (TaskDefinition def : spec.task_definitions()) {
+    if (!vocabulary.empty()) def.set_vocabulary(vocabulary);
     if (absl::Status s = RegisterTaskDefinition(def, registry); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("task_definitions: ", s.message()));
     }

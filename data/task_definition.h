@@ -22,8 +22,10 @@ namespace trainyard {
 absl::Status RegisterTaskDefinition(const TaskDefinition& def, TaskRegistry* registry);
 
 // Registers every task and mixture `spec` defines (mixtures after the
-// mixtures they contain). Errors name the definition.
-absl::Status RegisterSpecTasks(const JobSpec& spec, TaskRegistry* registry);
+// mixtures they contain). Errors name the definition. With `vocabulary` (a
+// checkpoint's, data/vocabulary_choice.h), every task tokenises with it in
+// place of its own, keeping its extra ids.
+absl::Status RegisterSpecTasks(const JobSpec& spec, TaskRegistry* registry, const std::string& vocabulary = "");
 
 // Every id the vocabularies of `spec`'s task and eval tasks make (pieces
 // and extra ids) must have a row in a model of `vocab_size` embeddings.

@@ -9,8 +9,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint_vocabulary.h"
 #include "common/durable_file.h"
 #include "common/status_macros.h"
+#include "data/bundled.h"
 #include "data/task_definition.h"
 #include "nlohmann/json.hpp"
 
@@ -103,6 +105,13 @@ absl::StatusOr<TaskDefinition> GetTaskFromExamples(const std::string& name, cons
   for (const char* split : {"train", "validation", "test"}) (*def.mutable_splits())[split] = absolute;
   if (!model.options().vocabulary_path.empty()) {
     def.set_vocabulary(std::filesystem::absolute(model.options().vocabulary_path).string());
+  } else if (model.vocabulary().path() != FindBundledFile("vocab/digits_to_words.model").value_or("")) {
+    // The restored checkpoint's vocabulary, copied beside the examples: a
+    // job from the exported spec reads it even once that checkpoint is gone.
+    TY_ASSIGN_OR_RETURN(std::string bytes, ReadVocabularyFile(model.vocabulary().path()));
+    const std::string vocabulary = absl::StrCat(dir, "/", name, ".model");
+    TY_RETURN_IF_ERROR(WriteFileAtomically(vocabulary, bytes));
+    def.set_vocabulary(std::filesystem::absolute(vocabulary).string());
   }
   def.set_add_eos(model.options().add_eos);
   for (const std::string& fn : metric_fns) def.add_metric_fns(fn);

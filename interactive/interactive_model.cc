@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "collective/agreement.h"
 #include "common/status_macros.h"
-#include "data/bundled.h"
 #include "job/distributed_decode.h"
 #include "spdlog/spdlog.h"
 #include "spec/jobspec.h"
@@ -84,18 +83,6 @@ absl::Status ModelFromCheckpoint(InteractiveModelOptions* o) {
   return absl::OkStatus();
 }
 
-// `vocabulary_path`'s vocabulary, or the bundled one when it is empty.
-absl::StatusOr<std::unique_ptr<Vocabulary>> LoadVocabulary(std::string vocabulary_path) {
-  if (vocabulary_path.empty()) {
-    TY_ASSIGN_OR_RETURN(vocabulary_path, FindBundledFile("vocab/digits_to_words.model"));
-  }
-  absl::StatusOr<std::unique_ptr<Vocabulary>> vocab = Vocabulary::Load(vocabulary_path);
-  if (!vocab.ok()) {
-    return absl::Status(vocab.status().code(), absl::StrCat("vocabulary_path: ", vocab.status().message()));
-  }
-  return vocab;
-}
-
 // The job spec equivalent to the options on `num_workers` ranks (recorded
 // in checkpoints), which builds the model, optimizer and trainer as a batch
 // job would.
@@ -129,9 +116,11 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::Create(Inter
   } else if (!m.ok()) {
     return m.status();
   }
-  // The spec's checkpoint, on every rank the same step.
+  // The spec's checkpoint, on every rank the same step, and the vocabulary
+  // its model reads.
   absl::StatusOr<RestoreOutcome> restored = (*m)->job_->Restore("");
   if (!restored.ok()) return restored.status();
+  (*m)->vocabulary_ = (*m)->job_->vocabulary();
   if (collective == nullptr || collective->world_size() == 1) return m;
   // Rank 0's parameters everywhere (what a checkpoint or the seed gave it).
   try {
@@ -156,14 +145,8 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::CreateOnThis
   std::unique_ptr<InteractiveModel> m(new InteractiveModel);
   m->options_ = options;
   try {
-    TY_ASSIGN_OR_RETURN(m->vocabulary_, LoadVocabulary(options.vocabulary_path));
     absl::StatusOr<ModelConfig> config = ResolveModelConfig(options.model);
     if (!config.ok()) return absl::Status(config.status().code(), absl::StrCat("model: ", config.status().message()));
-    if (config->vocab_size() < m->vocabulary_->size()) {
-      return absl::InvalidArgumentError(absl::StrCat("model: vocab_size ", config->vocab_size(),
-                                                     " is smaller than the vocabulary's ", m->vocabulary_->size(),
-                                                     " pieces"));
-    }
     if (options.collective != nullptr) {
       m->collective_ = options.collective;
     } else {
@@ -187,6 +170,7 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::CreateOnThis
     job.stop = options.preemption_requested;
     job.preempted = options.preemption_requested;
     job.task_data = false;  // batches come from the caller's examples
+    job.vocabulary_path = options.vocabulary_path;
     TY_ASSIGN_OR_RETURN(m->job_, TrainingJob::Create(m->spec_, m->collective_, job));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("building the interactive model: ", e.what()));

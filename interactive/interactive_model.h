@@ -87,7 +87,11 @@ struct InteractiveModelOptions {
   RestoreConfig restore;
   uint64_t init_random_seed = 42;  // parameters and dropout
   bool add_eos = true;
-  // A SentencePiece model; empty: the bundled digits_to_words vocabulary.
+  // A SentencePiece model; empty: the restored checkpoint's vocabulary, or
+  // without one the bundled digits_to_words vocabulary. A checkpoint that
+  // carries another vocabulary than the one named here is refused
+  // (kInvalidArgument naming both files): its model's ids are its own
+  // vocabulary's (data/vocabulary_choice.h).
   std::string vocabulary_path;
   OptimizerConfig optimizer;           // default: Adafactor
   LearningRateSchedule learning_rate;  // default: constant 0.01
@@ -242,7 +246,8 @@ absl::StatusOr<std::unique_ptr<BatchIterator>> GetDatasetFromNaturalTextExamples
 // T5X's get_seqio_task_from_examples: writes the examples (after the
 // preprocessors) to <output_dir>/tasks/<name>.jsonl and returns a task
 // definition serving that file as its train, validation and test splits,
-// with the model's vocabulary and the named built-in metric functions (a
+// with the model's vocabulary (a restored checkpoint's copied to
+// <output_dir>/tasks/<name>.model) and the named built-in metric functions (a
 // batch job runs in other processes: functions travel by name). With
 // `add_to_registry`, registers the task there too. kInvalidArgument for a
 // bad name, an example without a target, or an unknown metric function.

@@ -6,6 +6,7 @@
 #include "data/bundled.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/weights.h"
 
 namespace trainyard {
 namespace {
@@ -136,9 +137,9 @@ TEST_F(InteractiveModelTest, BadExamplesGetClearErrors) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not one of train, validation, test")));
   InteractiveModelOptions bad = Options(6);
   bad.num_microbatches = 4;
-  EXPECT_THAT(
-      InteractiveModel::Create(bad).status(),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("num_microbatches: 4 does not divide the per-worker batch of 6 rows")));
+  EXPECT_THAT(InteractiveModel::Create(bad).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("num_microbatches: 4 does not divide the per-worker batch of 6 rows")));
   bad = Options();
   bad.task_feature_lengths.set_targets(0);
   EXPECT_THAT(InteractiveModel::Create(bad).status(),
@@ -420,6 +421,59 @@ TEST_F(InteractiveModelTest, PredictWithAuxAfterTrainingSpellsNumbers) {
   absl::StatusOr<std::vector<double>> rescored = m->Score(as_targets);
   ASSERT_THAT(rescored.status(), IsOk());
   for (size_t i = 0; i < 8; ++i) EXPECT_NEAR((*rescored)[i], p->aux.at("scores")[i], 1e-3) << p->predictions[i];
+}
+
+// A checkpoint that carries a vocabulary (as `trainyard convert --from-hf`
+// writes one) is read in it: the interactive model's restore, hence
+// sessions and the CLI's predict, score and evaluate.
+TEST_F(InteractiveModelTest, RestoringACheckpointTokenisesWithItsVocabulary) {
+  const std::string corpus = "data/corpus/spm.model";  // 400 pieces, not the bundled 128
+  const std::string ckpt = dir_ + "/converted";
+  {
+    auto source = Make(Options());
+    ASSERT_NE(source, nullptr);
+    ASSERT_THAT(WriteModelCheckpoint(*source->model().network(), ckpt, 0, "test", corpus, /*extra_ids=*/7), IsOk());
+  }
+  InteractiveModelOptions o = Options();
+  o.model.Clear();  // the checkpoint's
+  o.output_dir = dir_ + "/session";
+  o.restore.set_mode(RestoreConfig::SPECIFIC);
+  o.restore.set_path(ckpt);
+  auto m = Make(o);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->vocabulary().path(), ckpt + "/vocabulary.model");
+  EXPECT_EQ(m->vocabulary().size(), 407);  // its pieces and the extra ids recorded with it
+  absl::StatusOr<std::unique_ptr<Vocabulary>> own = Vocabulary::Load(corpus);
+  ASSERT_THAT(own.status(), IsOk());
+  int64_t truncated = 0;
+  absl::StatusOr<T5Batch> batch = m->MakeBatch({NaturalExample("the interpreter", "a list")}, true, &truncated);
+  ASSERT_THAT(batch.status(), IsOk());
+  std::vector<int> ids = *(*own)->Encode("the interpreter");
+  ids.push_back(Vocabulary::kEosId);
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(batch->encoder_input_tokens[0][i].item<int64_t>(), ids[i]) << i;
+  EXPECT_THAT(m->Score({NaturalExample("the interpreter", "a list")}).status(), IsOk());
+
+  // What it saves carries the vocabulary on, and a task exported from it
+  // names a copy that outlives the checkpoint.
+  absl::StatusOr<std::string> saved = m->SaveCheckpoint();
+  ASSERT_THAT(saved.status(), IsOk());
+  EXPECT_TRUE(std::filesystem::exists(*saved + "/vocabulary.model"));
+  absl::StatusOr<TaskDefinition> def =
+      GetTaskFromExamples("mine", *m, {NaturalExample("the interpreter", "a list")}, {}, {});
+  ASSERT_THAT(def.status(), IsOk());
+  EXPECT_EQ(def->vocabulary(), std::filesystem::absolute(o.output_dir + "/tasks/mine.model").string());
+  EXPECT_EQ(std::filesystem::file_size(def->vocabulary()), std::filesystem::file_size(corpus));
+
+  // Another vocabulary named for it is refused, naming both files.
+  InteractiveModelOptions other = o;
+  absl::StatusOr<std::string> bundled = FindBundledFile("vocab/digits_to_words.model");
+  ASSERT_THAT(bundled.status(), IsOk());
+  other.vocabulary_path = *bundled;
+  EXPECT_THAT(InteractiveModel::Create(other).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("restore: vocabulary: " + *bundled + " is not " + ckpt + "/vocabulary.model")));
+  other.vocabulary_path = corpus;  // the same one, anywhere, is the checkpoint's
+  EXPECT_NE(Make(other), nullptr);
 }
 
 }  // namespace

@@ -5,10 +5,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint_vocabulary.h"
 #include "common/status_macros.h"
 #include "common/torch/device.h"
 #include "data/bundled.h"
 #include "data/task_definition.h"
+#include "data/vocabulary_choice.h"
 #include "spdlog/spdlog.h"
 #include "spec/presets.h"
 #include "trainer/learning_rate.h"
@@ -107,6 +109,51 @@ absl::Status JobComponents::MoveTo(Collective* next) {
   return BuildTrainer();
 }
 
+absl::StatusOr<VocabularyPlan> JobComponents::PlanVocabulary(const std::string& checkpoint) const {
+  std::string named = options.vocabulary_path;
+  int extra_ids = 0;
+  std::string what = "vocabulary_path: ";
+  if (options.task_data) {
+    TY_ASSIGN_OR_RETURN(const Task* task, registry->Get(spec.task()));
+    named = task->vocabulary->path();
+    extra_ids = task->vocabulary->extra_ids();
+    what = absl::StrCat("task ", spec.task(), ": ");
+    if (!checkpoint.empty()) what = absl::StrCat("restore: a ", JobKind_Name(spec.kind()), " job's ", what);
+  } else if (!checkpoint.empty()) {
+    what = "restore: ";
+  }
+  auto fail = [&](const absl::Status& s) { return absl::Status(s.code(), absl::StrCat(what, s.message())); };
+  absl::StatusOr<VocabularyChoice> choice =
+      ChooseVocabulary(checkpoint, named, extra_ids, trains() ? VocabularyUse::kTrain : VocabularyUse::kInfer);
+  if (!choice.ok()) return fail(choice.status());
+  absl::StatusOr<std::unique_ptr<Vocabulary>> loaded = Vocabulary::Load(choice->path, choice->extra_ids);
+  if (!loaded.ok()) return fail(loaded.status());
+  VocabularyPlan plan;
+  plan.vocabulary = std::shared_ptr<const Vocabulary>(std::move(*loaded));
+  const int64_t embeddings = model->network()->config().vocab_size();
+  if (plan.vocabulary->size() > embeddings) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        choice->path, " has ", plan.vocabulary->size(), " ids (", plan.vocabulary->size() - choice->extra_ids,
+        " pieces and ", choice->extra_ids, " extra ids), more than the model's vocab_size ", embeddings)));
+  }
+  absl::StatusOr<std::string> bytes = ReadVocabularyFile(choice->path);
+  if (!bytes.ok()) return fail(bytes.status());
+  plan.model = std::move(*bytes);
+  if (choice->replaces_task && options.task_data) {
+    spdlog::info("job {}: the tasks are read in {}, the vocabulary of {}", id(), choice->path, checkpoint);
+    plan.registry = std::make_unique<TaskRegistry>();
+    TY_RETURN_IF_ERROR(RegisterBundledTasks(plan.registry.get(), choice->path));
+    TY_RETURN_IF_ERROR(RegisterSpecTasks(spec, plan.registry.get(), choice->path));
+  }
+  return plan;
+}
+
+void JobComponents::UseVocabulary(VocabularyPlan plan) {
+  vocabulary = std::move(plan.vocabulary);
+  vocabulary_model = std::move(plan.model);
+  if (plan.registry) registry = std::move(plan.registry);
+}
+
 namespace {
 
 absl::Status CheckKind(JobKind kind) {
@@ -128,9 +175,9 @@ absl::Status CheckKind(JobKind kind) {
 // RewindableBatches).
 absl::Status AssembleData(JobComponents* job) {
   const JobSpec& spec = job->spec;
-  TY_RETURN_IF_ERROR(RegisterBundledTasks(&job->registry));
-  TY_RETURN_IF_ERROR(RegisterSpecTasks(spec, &job->registry));
-  absl::StatusOr<const Task*> task = job->registry.Get(spec.task());
+  TY_RETURN_IF_ERROR(RegisterBundledTasks(job->registry.get()));
+  TY_RETURN_IF_ERROR(RegisterSpecTasks(spec, job->registry.get()));
+  absl::StatusOr<const Task*> task = job->registry->Get(spec.task());
   if (!task.ok()) return absl::InvalidArgumentError(absl::StrCat("task: ", task.status().message()));
   if (!job->trains()) return absl::OkStatus();  // EVALUATION and INFERENCE read their split in Infer
   const bool elastic = job->elastic();
@@ -187,7 +234,7 @@ absl::StatusOr<std::unique_ptr<JobComponents>> AssembleComponents(const JobSpec&
     // Data first: a bad task name fails before any expensive work.
     if (job->options.task_data) TY_RETURN_IF_ERROR(AssembleData(job.get()));
     TY_ASSIGN_OR_RETURN(ModelConfig config, ResolveModelConfig(spec.model()));
-    if (job->options.task_data) TY_RETURN_IF_ERROR(CheckTaskVocabularies(spec, job->registry, config.vocab_size()));
+    if (job->options.task_data) TY_RETURN_IF_ERROR(CheckTaskVocabularies(spec, *job->registry, config.vocab_size()));
     ModelOptions model_options;
     model_options.device = job->options.device;
     model_options.compute_dtype = ComputeDtype(spec);
@@ -204,6 +251,9 @@ absl::StatusOr<std::unique_ptr<JobComponents>> AssembleComponents(const JobSpec&
       if (job->options.device.is_cpu()) model_options.hold_parameter = job->shards.OwnFilter();
     }
     TY_ASSIGN_OR_RETURN(job->model, EncoderDecoderModel::Create(config, model_options));
+    // The task's (the owner's) vocabulary until a restore says otherwise.
+    TY_ASSIGN_OR_RETURN(VocabularyPlan vocabulary, job->PlanVocabulary(""));
+    job->UseVocabulary(std::move(vocabulary));
     TY_RETURN_IF_ERROR(LearningRateCallable::Create(spec.learning_rate()).status());
     if (!job->trains()) return job;
     TY_RETURN_IF_ERROR(AssembleOptimizer(job.get()));

@@ -46,6 +46,11 @@ struct TrainingJobOptions {
   // once per process, device and dtype by a matrix-product probe
   // (MeasurePeakFlops in common/torch/device.h).
   double peak_flops = 0;
+  // Without task data: the SentencePiece model the owner tokenises with, ""
+  // for none named (the restored checkpoint's, else the bundled one). Jobs
+  // with task data use their task's. Either way ChooseVocabulary decides
+  // against the restored checkpoint's (data/vocabulary_choice.h).
+  std::string vocabulary_path;
 };
 
 // The data position of a train iterator as one tensor (epoch, position,
@@ -54,6 +59,16 @@ torch::Tensor DataPositionTensor(const TaskIterator& it);
 std::string DataPositionState(const torch::Tensor& position);
 
 struct JobComponents;
+
+// The vocabulary for a model restored from a checkpoint, loaded and not yet
+// in use (JobComponents::PlanVocabulary, UseVocabulary).
+struct VocabularyPlan {
+  std::shared_ptr<const Vocabulary> vocabulary;
+  std::string model;  // its SentencePiece model's bytes
+  // EVALUATION and INFERENCE jobs whose tasks name another vocabulary: the
+  // task registry again, every task in the checkpoint's.
+  std::unique_ptr<TaskRegistry> registry;
+};
 
 // The train batches, remembering the data position before the batch taken
 // last, so that a step abandoned between microbatches (a preemption), or
@@ -98,6 +113,15 @@ struct JobComponents {
   // the old group, is closed and rebuilt, and gradients of a step left half
   // done are dropped.
   absl::Status MoveTo(Collective* next);
+  // The vocabulary for the model restored from `checkpoint` ("" for none):
+  // ChooseVocabulary between it and the task's (the owner's without task
+  // data), for training (TRAIN, PRETRAINING, FINETUNING, the interactive
+  // model: another vocabulary than the checkpoint's is kInvalidArgument
+  // naming both files) or inference (EVALUATION, INFERENCE: the
+  // checkpoint's takes the tasks' place). kInvalidArgument when it has more
+  // ids than the model's vocab_size. Local: changes nothing.
+  absl::StatusOr<VocabularyPlan> PlanVocabulary(const std::string& checkpoint) const;
+  void UseVocabulary(VocabularyPlan plan);
 
   const JobSpec spec;
   const TrainingJobOptions options;
@@ -105,7 +129,13 @@ struct JobComponents {
   // `collective`, timing the trainer's and the optimizer's waits (a train
   // chunk's compute and collective seconds).
   std::unique_ptr<TimedCollective> timed;
-  TaskRegistry registry;
+  std::unique_ptr<TaskRegistry> registry = std::make_unique<TaskRegistry>();
+  // The vocabulary the model's token ids are in (PlanVocabulary): the
+  // restored checkpoint's, else the task's. Every checkpoint the job writes
+  // carries it (its bytes, kept here: the file it came from may be a
+  // checkpoint that retention removes).
+  std::shared_ptr<const Vocabulary> vocabulary;
+  std::string vocabulary_model;
   std::unique_ptr<TaskBatchIterator> train_batches;  // task data of training kinds only
   std::unique_ptr<RewindableBatches> batches;        // over train_batches
   std::unique_ptr<EncoderDecoderModel> model;

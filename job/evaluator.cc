@@ -61,7 +61,7 @@ absl::StatusOr<std::unique_ptr<BatchIterator>> Evaluator::EvalBatches(const Task
 absl::StatusOr<std::map<std::string, MetricResults>> Evaluator::InferEvalTasks() {
   std::map<std::string, MetricResults> inferred;
   for (const std::string& name : job_->spec.eval().tasks()) {
-    TY_ASSIGN_OR_RETURN(const Task* task, job_->registry.Get(name));
+    TY_ASSIGN_OR_RETURN(const Task* task, job_->registry->Get(name));
     TY_ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> batches, EvalBatches(*task));
     TY_ASSIGN_OR_RETURN(std::vector<MetricFn> fns, InferEvalMetricFns(*task));
     InferEvalOptions infer;
@@ -89,7 +89,7 @@ absl::StatusOr<EvalOutcome> Evaluator::Evaluate() {
     std::map<std::string, std::unique_ptr<BatchIterator>> owned;
     std::map<std::string, BatchIterator*> iterators;
     for (const std::string& name : eval.tasks()) {
-      TY_ASSIGN_OR_RETURN(const Task* task, job_->registry.Get(name));
+      TY_ASSIGN_OR_RETURN(const Task* task, job_->registry->Get(name));
       TY_ASSIGN_OR_RETURN(owned[name], EvalBatches(*task));
       iterators[name] = owned[name].get();
     }

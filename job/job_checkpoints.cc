@@ -82,7 +82,13 @@ absl::StatusOr<RestoreOutcome> JobCheckpoints::Restore(const std::string& named)
   std::vector<SkippedCheckpoint> skipped;
   absl::StatusOr<TrainCheckpoint> ckpt = absl::NotFoundError("no checkpoint");
   std::string path;
-  const absl::Status read = ReadRestoreCheckpoint(spec, named, keep_slot, keep_param, &skipped, &ckpt, &path);
+  absl::Status read = ReadRestoreCheckpoint(spec, named, keep_slot, keep_param, &skipped, &ckpt, &path);
+  // The vocabulary its model reads (a training job's task must have it).
+  absl::StatusOr<VocabularyPlan> vocabulary = absl::NotFoundError("no checkpoint");
+  if (read.ok() && !path.empty()) {
+    vocabulary = job_->PlanVocabulary(path);
+    read = vocabulary.status();
+  }
   // Every rank reads the checkpoint itself; they must all have one, and the
   // same step (the output_dir has to be on a filesystem every rank sees).
   TY_RETURN_IF_ERROR(CollectiveFailure(AgreeOnOutcome(job_->collective, read, "restoring the checkpoint")));
@@ -105,6 +111,7 @@ absl::StatusOr<RestoreOutcome> JobCheckpoints::Restore(const std::string& named)
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("restore: ", path, ": ", e.what()));
   }
+  job_->UseVocabulary(std::move(*vocabulary));
   restored_step_ = ckpt->step;
   out.step = ckpt->step;
   out.checkpoint = path;
@@ -247,6 +254,10 @@ absl::StatusOr<std::string> JobCheckpoints::Save(bool wait) {
                                : MakeSnapshot(*job_->model->network(), optimizer_state, step, world, std::move(states),
                                               spec_json, "trainyard job " + job_->id(), std::move(reuse), borrow,
                                               own_params ? job_->shards.OwnFilter() : nullptr);
+  if (rank == 0) {
+    snapshot.vocabulary_model = job_->vocabulary_model;
+    snapshot.vocabulary_extra_ids = job_->vocabulary->extra_ids();
+  }
   if (shards) {
     snapshot.shard = rank;
     snapshot.num_shards = world;

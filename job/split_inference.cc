@@ -125,7 +125,7 @@ absl::StatusOr<InferOutcome> InferSplit(const JobComponents& job, int64_t checkp
   }
   InferOutcome out;
   try {
-    TY_ASSIGN_OR_RETURN(const Task* task, job.registry.Get(spec.task()));
+    TY_ASSIGN_OR_RETURN(const Task* task, job.registry->Get(spec.task()));
     const std::string dir = spec.output_dir() + "/inference";
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);

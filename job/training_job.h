@@ -169,7 +169,10 @@ class TrainingJob {
   Optimizer* optimizer() { return parts_->optimizer.get(); }
   Trainer* trainer() { return parts_->trainer.get(); }
   Collective* collective() { return parts_->collective; }
-  const TaskRegistry& registry() const { return parts_->registry; }
+  const TaskRegistry& registry() const { return *parts_->registry; }
+  // The vocabulary the model's token ids are in: the restored checkpoint's,
+  // else the task's (JobComponents::PlanVocabulary).
+  std::shared_ptr<const Vocabulary> vocabulary() const { return parts_->vocabulary; }
 
  private:
   explicit TrainingJob(std::unique_ptr<JobComponents> parts);

@@ -8,11 +8,17 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "checkpoint/checkpoint_vocabulary.h"
 #include "collective/fake_collective.h"
 #include "common/testing/status_matchers.h"
+#include "data/bundled.h"
 #include "gtest/gtest.h"
+#include "model/weights.h"
+#include "nlohmann/json.hpp"
 #include "spec/jobspec_validator.h"
 #include "spec/presets.h"
 
@@ -364,6 +370,117 @@ TEST_F(TrainingJobTest, ElasticRanksRegroupAndAFreshRankReceivesTheStateBitForBi
     worst = std::max(worst, (p.detach() - params[0][i++]).abs().max().item<double>());
   }
   EXPECT_LT(worst, 1e-5);
+}
+
+// The vocabulary a job's model reads: the restored checkpoint's
+// (data/vocabulary_choice.h), written into every checkpoint the job saves.
+class JobVocabularyTest : public TrainingJobTest {
+ protected:
+  // A model-only checkpoint of the tiny model carrying `vocabulary` ("" for
+  // none), as `trainyard convert --from-hf --vocab` writes it.
+  std::string ModelCheckpoint(const std::string& name, const std::string& vocabulary) {
+    absl::StatusOr<ModelConfig> config = ResolveModelConfig(Spec("unused", 1).model());
+    EXPECT_THAT(config.status(), IsOk());
+    absl::StatusOr<std::unique_ptr<EncoderDecoderModel>> model = EncoderDecoderModel::Create(*config, {});
+    EXPECT_THAT(model.status(), IsOk());
+    const std::string dir = root_ + "/" + name;
+    EXPECT_THAT(WriteModelCheckpoint(*(*model)->network(), dir, 0, "test", vocabulary), IsOk());
+    return dir;
+  }
+
+  absl::StatusOr<std::unique_ptr<TrainingJob>> Job(JobKind kind, const std::string& checkpoint) {
+    JobSpec spec = Spec(JobKind_Name(kind), 1);
+    spec.set_kind(kind);
+    spec.mutable_restore()->set_mode(RestoreConfig::SPECIFIC);
+    spec.mutable_restore()->set_path(checkpoint);
+    if (!IsTrainingKind(kind)) spec.mutable_inference()->set_num_batches(1);
+    EXPECT_THAT(ValidateAndNormalize(&spec), IsOk());
+    TrainingJobOptions options;
+    options.id = "job";
+    return TrainingJob::Create(spec, &local_, options);
+  }
+
+  static std::string Bytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  const std::string corpus_ = "data/corpus/spm.model";  // 400 pieces, not the bundled task's
+  LocalCollective local_;
+};
+
+TEST_F(JobVocabularyTest, AFinetuningJobWhoseTaskHasAnotherVocabularyIsRefusedNamingBoth) {
+  const std::string ckpt = ModelCheckpoint("other_vocabulary", corpus_);
+  absl::StatusOr<std::unique_ptr<TrainingJob>> job = Job(FINETUNING, ckpt);
+  ASSERT_THAT(job.status(), IsOk());
+  const std::string task_vocabulary = (*job)->vocabulary()->path();
+  EXPECT_TRUE(absl::EndsWith(task_vocabulary, "digits_to_words.model")) << task_vocabulary;
+  EXPECT_THAT(
+      (*job)->Restore("").status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "restore: a FINETUNING job's task digits_to_words: vocabulary: " + task_vocabulary + " is not " + ckpt +
+                   "/vocabulary.model, the vocabulary of the checkpoint's model (its token ids are that "
+                   "vocabulary's); training from a checkpoint keeps its vocabulary: use that file (or a "
+                   "copy) in place of " +
+                   task_vocabulary + ", or restore a checkpoint trained with it"));
+  EXPECT_EQ((*job)->restored_step(), 0);
+}
+
+TEST_F(JobVocabularyTest, InferenceReadsTheTaskInTheCheckpointsVocabulary) {
+  const std::string ckpt = ModelCheckpoint("other_vocabulary", corpus_);
+  for (JobKind kind : {INFERENCE, EVALUATION}) {
+    absl::StatusOr<std::unique_ptr<TrainingJob>> job = Job(kind, ckpt);
+    ASSERT_THAT(job.status(), IsOk());
+    ASSERT_THAT((*job)->Restore("").status(), IsOk());
+    EXPECT_EQ((*job)->vocabulary()->path(), ckpt + "/vocabulary.model");
+    EXPECT_EQ((*job)->vocabulary()->size(), 400);
+    absl::StatusOr<const Task*> task = (*job)->registry().Get("digits_to_words");
+    ASSERT_THAT(task.status(), IsOk());
+    EXPECT_EQ((*task)->vocabulary->path(), ckpt + "/vocabulary.model");
+    absl::StatusOr<InferOutcome> inferred = (*job)->Infer();
+    ASSERT_THAT(inferred.status(), IsOk());
+    std::ifstream lines(inferred->output);
+    std::string first;
+    ASSERT_TRUE(std::getline(lines, first)) << inferred->output;
+    // The input text back from the checkpoint vocabulary's ids.
+    const std::string input = nlohmann::json::parse(first)["input"];
+    EXPECT_FALSE(input.empty());
+    EXPECT_EQ(input.find_first_not_of("0123456789"), std::string::npos) << input;
+  }
+}
+
+TEST_F(JobVocabularyTest, ACheckpointWithoutAVocabularyUsesTheTasks) {
+  absl::StatusOr<std::unique_ptr<TrainingJob>> job = Job(FINETUNING, ModelCheckpoint("no_vocabulary", ""));
+  ASSERT_THAT(job.status(), IsOk());
+  const std::string task_vocabulary = (*job)->vocabulary()->path();
+  ASSERT_THAT((*job)->Restore("").status(), IsOk());
+  EXPECT_EQ((*job)->vocabulary()->path(), task_vocabulary);
+}
+
+TEST_F(JobVocabularyTest, FinetuningWithTheSameVocabularyCarriesItIntoItsCheckpoints) {
+  absl::StatusOr<std::string> task_vocabulary = FindBundledFile("vocab/digits_to_words.model");
+  ASSERT_THAT(task_vocabulary.status(), IsOk());
+  // A copy of the task's vocabulary counts as the same.
+  const std::string copy = root_ + "/copy.model";
+  std::ofstream(copy, std::ios::binary) << Bytes(*task_vocabulary);
+  const std::string ckpt = ModelCheckpoint("same_vocabulary", copy);
+  absl::StatusOr<std::unique_ptr<TrainingJob>> job = Job(FINETUNING, ckpt);
+  ASSERT_THAT(job.status(), IsOk());
+  ASSERT_THAT((*job)->Restore("").status(), IsOk());
+  ASSERT_THAT((*job)->Train(2).status(), IsOk());
+  absl::StatusOr<std::string> saved = (*job)->SaveCheckpoint(/*wait=*/true);
+  ASSERT_THAT(saved.status(), IsOk());
+  // The restored checkpoint may go (retention); the saved one has its own copy.
+  std::filesystem::remove_all(ckpt);
+  ASSERT_THAT((*job)->Train(1).status(), IsOk());
+  absl::StatusOr<std::string> again = (*job)->SaveCheckpoint(/*wait=*/true);
+  ASSERT_THAT(again.status(), IsOk());
+  for (const std::string& dir : {*saved, *again}) {
+    absl::StatusOr<CheckpointVocabulary> carried = ReadCheckpointVocabulary(dir);
+    ASSERT_THAT(carried.status(), IsOk());
+    EXPECT_EQ(carried->path, dir + "/vocabulary.model");
+    EXPECT_EQ(Bytes(carried->path), Bytes(*task_vocabulary)) << dir;
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/checkpoint_vocabulary.h"
 #include "checkpoint/safetensors.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
@@ -328,19 +329,22 @@ absl::Status ExportHf(T5Impl& model, const std::string& out_dir) {
 }
 
 absl::Status WriteModelCheckpoint(T5Impl& model, const std::string& dir, int64_t step, const std::string& source,
-                                  const std::string& vocabulary_path) {
+                                  const std::string& vocabulary_path, int vocabulary_extra_ids) {
+  std::string vocabulary;
+  if (!vocabulary_path.empty()) {
+    TY_ASSIGN_OR_RETURN(vocabulary, ReadVocabularyFile(vocabulary_path));
+  }
   TY_ASSIGN_OR_RETURN(CheckpointWriter writer, CheckpointWriter::Begin(dir));
   auto write = [&]() -> absl::Status {
     TY_RETURN_IF_ERROR(SaveParameters(model, writer.Path("params.safetensors")));
-    if (!vocabulary_path.empty()) TY_RETURN_IF_ERROR(writer.CopyIn(vocabulary_path, "vocabulary.model"));
     nlohmann::ordered_json meta = {
         {"format", "trainyard.checkpoint"},
         {"version", 1},
         {"step", step},
         {"model_config", nlohmann::json::parse(ModelConfigJson(model.config()))},
         {"source", source},
-        {"vocabulary", vocabulary_path.empty() ? "" : "vocabulary.model"},
     };
+    TY_RETURN_IF_ERROR(WriteCheckpointVocabulary(&writer, vocabulary, vocabulary_extra_ids, &meta));
     return writer.Commit(meta.dump(2) + "\n");
   };
   absl::Status status = write();
@@ -407,14 +411,15 @@ absl::StatusOr<ModelCheckpoint> ReadModelCheckpoint(const std::string& dir) {
   int param_shards = 0;
   try {
     const nlohmann::json meta = nlohmann::json::parse(header.metadata_json);
-    const std::string vocabulary = meta.value("vocabulary", "");
-    if (!vocabulary.empty()) out.vocabulary = dir + "/" + vocabulary;
     param_shards = meta.value("param_shards", 0);
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(dir, "/metadata.json: ", e.what()));
   }
   out.step = header.step;
   out.config = header.config;
+  TY_ASSIGN_OR_RETURN(CheckpointVocabulary vocabulary, ReadCheckpointVocabulary(dir));
+  out.vocabulary = vocabulary.path;
+  out.vocabulary_extra_ids = vocabulary.extra_ids;
   TY_ASSIGN_OR_RETURN(out.tensors, ReadCheckpointParameters(dir, param_shards));
   return out;
 }

@@ -73,10 +73,11 @@ absl::Status ExportHf(T5Impl& model, const std::string& out_dir);
 
 // A Trainyard checkpoint directory (checkpoint/checkpoint_dir.h) with the
 // model's parameters: params.safetensors, metadata.json (format, version,
-// step, model config, source) and, if given, the SentencePiece vocabulary as
-// vocabulary.model. Atomic and checksummed.
+// step, model config, source) and, if given, the SentencePiece vocabulary
+// with its extra ids (checkpoint/checkpoint_vocabulary.h). Atomic and
+// checksummed.
 absl::Status WriteModelCheckpoint(T5Impl& model, const std::string& dir, int64_t step, const std::string& source,
-                                  const std::string& vocabulary_path);
+                                  const std::string& vocabulary_path, int vocabulary_extra_ids = 0);
 
 // The parameters of a checkpoint directory: params.safetensors, or with
 // `param_shards` > 0 (a checkpoint of data_parallel.sharding PARAMETERS,
@@ -94,6 +95,7 @@ struct ModelCheckpoint {
   TensorMap tensors;
   int64_t step = 0;
   std::string vocabulary;  // path inside the checkpoint, or empty
+  int vocabulary_extra_ids = 0;
 };
 // Verifies the manifest (kDataLoss naming a damaged file), then reads.
 absl::StatusOr<ModelCheckpoint> ReadModelCheckpoint(const std::string& dir);

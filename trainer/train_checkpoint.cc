@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/checkpoint_vocabulary.h"
 #include "common/durable_file.h"
 #include "common/status_macros.h"
 #include "common/torch/device.h"
@@ -125,7 +126,6 @@ nlohmann::ordered_json Metadata(const TrainSnapshot& snapshot, torch::ScalarType
       {"save_dtype", save_dtype == torch::kFloat ? "FLOAT32" : "BFLOAT16"},
       {"job", snapshot.job_json.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(snapshot.job_json)},
       {"source", snapshot.source},
-      {"vocabulary", ""},
   };
   if (snapshot.num_shards > 0) meta["optimizer_shards"] = snapshot.num_shards;
   if (snapshot.param_shards > 0) meta["param_shards"] = snapshot.param_shards;
@@ -202,7 +202,10 @@ absl::Status WriteShardedTrainCheckpoint(const std::string& dir, const TrainSnap
     for (int r = 1; r < snapshot.num_shards; ++r) {
       std::filesystem::remove(writer.Path(OptimizerShardFile(r, snapshot.num_shards) + kDoneSuffix));
     }
-    return writer.Commit(Metadata(snapshot, save_dtype).dump(2) + "\n", expected);
+    nlohmann::ordered_json meta = Metadata(snapshot, save_dtype);
+    TY_RETURN_IF_ERROR(
+        WriteCheckpointVocabulary(&writer, snapshot.vocabulary_model, snapshot.vocabulary_extra_ids, &meta));
+    return writer.Commit(meta.dump(2) + "\n", expected);
   };
   absl::Status status = write();
   if (!status.ok() && snapshot.shard == 0) writer.Abort();
@@ -221,7 +224,10 @@ absl::Status WriteTrainCheckpoint(const std::string& dir, const TrainSnapshot& s
     TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(kParams), snapshot.params, save_dtype));
     std::vector<std::pair<std::string, torch::Tensor>> optimizer(snapshot.optimizer.begin(), snapshot.optimizer.end());
     TY_RETURN_IF_ERROR(WriteTensorsAs(writer.Path(kOptimizer), optimizer, torch::kFloat));
-    return writer.Commit(Metadata(snapshot, save_dtype).dump(2) + "\n");
+    nlohmann::ordered_json meta = Metadata(snapshot, save_dtype);
+    TY_RETURN_IF_ERROR(
+        WriteCheckpointVocabulary(&writer, snapshot.vocabulary_model, snapshot.vocabulary_extra_ids, &meta));
+    return writer.Commit(meta.dump(2) + "\n");
   };
   absl::Status status = write();
   if (!status.ok()) writer.Abort();

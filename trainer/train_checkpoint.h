@@ -9,7 +9,9 @@
 //     metadata.json          format "trainyard.checkpoint", version 2, step,
 //                            model_config, world_size, data_states (each
 //                            rank's iterator position), job (the spec),
-//                            save_dtype, source
+//                            save_dtype, source, vocabulary
+//     vocabulary.model       the vocabulary the model's ids are in (when
+//                            the job knows it: checkpoint_vocabulary.h)
 //     MANIFEST.json
 //
 // A job whose optimizer is sharded over its W ranks (data_parallel.sharding
@@ -69,6 +71,11 @@ struct TrainSnapshot {
   std::vector<std::string> data_states;  // by rank
   std::string job_json;                  // the job spec
   std::string source;
+  // The vocabulary the model's ids are in (its SentencePiece model's bytes;
+  // empty: none) and its extra ids: vocabulary.model in the checkpoint
+  // (checkpoint/checkpoint_vocabulary.h), written by the committing rank.
+  std::string vocabulary_model;
+  int vocabulary_extra_ids = 0;
   // Version 3 (above): this is rank `shard`'s part of a checkpoint written
   // by `num_shards` ranks; `optimizer` holds this rank's slots, and only
   // rank 0's has the parameters. `token` names the temporary directory of
