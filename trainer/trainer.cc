@@ -69,13 +69,21 @@ std::map<std::string, double> WeightMetricsComputer::ComputeMetrics(const std::v
   for (size_t i = 0; i < new_params.size(); ++i) {
     const std::string& name = new_params[i].first;
     const torch::Tensor& p = new_params[i].second;
-    const torch::Tensor update = p - old_params[i].second;
-    const double weight_rms = Rms(p);
-    out["weight_rms/" + name] = weight_rms;
+    const torch::Tensor& old = old_params[i].second;
+    const torch::Tensor update = p - old;
+    out["weight_rms/" + name] = Rms(p);
     out["weight_max/" + name] = p.abs().max().item<double>();
     out["weight_gradient_rms/" + name] = p.numel() > 0 ? std::sqrt(grad_squares[i] / p.numel()) : 0.0;
     out["weight_update_rms/" + name] = Rms(update);
-    out["weight_update_divided_by_weight_rms/" + name] = weight_rms > 0 ? Rms(update) / weight_rms : 0.0;
+    // T5X's: the update over the old value element by element, then the
+    // rms. Where an old value is 0 the ratio is undefined (T5X's division
+    // makes the whole metric inf or NaN): those elements are left out, and
+    // a parameter that was 0 everywhere gets 0.
+    const torch::Tensor defined = old != 0;
+    const int64_t n = defined.sum().item<int64_t>();
+    out["weight_update_divided_by_weight_rms/" + name] =
+        n > 0 ? Rms(update.masked_select(defined).to(torch::kDouble) / old.masked_select(defined).to(torch::kDouble))
+              : 0.0;
     grad_sq += grad_squares[i];
   }
   out["weight_gradient_norm"] = std::sqrt(grad_sq);

@@ -58,7 +58,9 @@ class BatchIterator {
 // Decides which per-parameter weight metrics to compute (T5X's
 // WeightMetricsComputer): weight_rms/<p>, weight_gradient_rms/<p>,
 // weight_gradient_norm, weight_update_rms/<p>,
-// weight_update_divided_by_weight_rms/<p>, weight_max/<p>.
+// weight_update_divided_by_weight_rms/<p> (the rms over p's elements of
+// (new - old) / old; elements whose old value is 0, where T5X's ratio is
+// inf or NaN, are left out, and 0 when every one is), weight_max/<p>.
 class WeightMetricsComputer {
  public:
   // old/new: parameters before and after the update; grad_squares: each

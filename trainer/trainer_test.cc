@@ -415,7 +415,18 @@ TEST(WeightMetricsTest, ClosedForms) {
   EXPECT_DOUBLE_EQ(m.at("weight_max/w"), 2.0);
   EXPECT_NEAR(m.at("weight_gradient_rms/w"), std::sqrt(12.5), 1e-12);
   EXPECT_DOUBLE_EQ(m.at("weight_update_rms/w"), 1.0);
-  EXPECT_DOUBLE_EQ(m.at("weight_update_divided_by_weight_rms/w"), 0.5);
+  // T5X's: rms((new - old) / old) = rms(1, 1), not rms(update) / rms(new).
+  EXPECT_DOUBLE_EQ(m.at("weight_update_divided_by_weight_rms/w"), 1.0);
+}
+
+TEST(WeightMetricsTest, UpdateOverWeightIsElementByElementAndLeavesOutZeros) {
+  NamedTensors old_params = {{"a", torch::tensor({2.0f, -4.0f, 0.0f})}, {"z", torch::tensor({0.0f, 0.0f})}};
+  NamedTensors new_params = {{"a", torch::tensor({3.0f, -2.0f, 5.0f})}, {"z", torch::tensor({1.0f, 0.0f})}};
+  auto m = WeightMetricsComputer().ComputeMetrics({0.0, 0.0}, old_params, new_params);
+  // a: ratios 1/2 and 2/-4 (the element that was 0 has none): rms 0.5.
+  EXPECT_DOUBLE_EQ(m.at("weight_update_divided_by_weight_rms/a"), 0.5);
+  EXPECT_DOUBLE_EQ(m.at("weight_update_divided_by_weight_rms/z"), 0.0);
+  EXPECT_TRUE(std::isfinite(m.at("weight_update_rms/z")));
 }
 
 }  // namespace
