@@ -19,6 +19,40 @@ constexpr char kPreemptionPayload[] = "type.trainyard/preemption";
 
 double Rms(const torch::Tensor& t) { return t.to(torch::kDouble).pow(2).mean().sqrt().item<double>(); }
 
+constexpr char kCurrentLearningRate[] = "learning_rate/current";
+
+// The scalars ApplyGrads gives each step (the learning rate, the weight
+// metrics), summarised over a summary period as T5X's metric kinds do:
+// learning_rate/current is the period's last value (clu's LastValue);
+// learning_rate (clu's Average) and every weight metric (T5X's
+// AveragePerStep) are the mean over the period's steps.
+class PeriodScalars {
+ public:
+  void Add(const std::map<std::string, double>& step) {
+    for (const auto& [name, value] : step) {
+      Entry& e = entries_[name];
+      e.last = value;
+      e.sum += value;
+      ++e.steps;
+    }
+  }
+  std::map<std::string, double> Values() const {
+    std::map<std::string, double> out;
+    for (const auto& [name, e] : entries_) {
+      out[name] = name == kCurrentLearningRate ? e.last : e.sum / static_cast<double>(e.steps);
+    }
+    return out;
+  }
+
+ private:
+  struct Entry {
+    double last = 0;
+    double sum = 0;
+    int64_t steps = 0;
+  };
+  std::map<std::string, Entry> entries_;
+};
+
 // One step of an evaluation, agreed by every rank in one SUM all-reduce.
 struct EvalStep {
   bool stop = false;         // some rank was asked to stop
@@ -350,7 +384,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGradsAndGather(int64
     }
     return s;
   }
-  std::map<std::string, double> metrics = {{"learning_rate", lr}, {"learning_rate/current", lr}};
+  std::map<std::string, double> metrics = {{"learning_rate", lr}, {kCurrentLearningRate, lr}};
   if (options_.compute_weight_metrics) {
     // A sharded optimizer summed every parameter's norm over the ranks (this
     // rank holds only its own shard's reduced gradients).
@@ -399,7 +433,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
 
 absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator* batches, int64_t num_steps) {
   Metrics total;
-  std::map<std::string, double> last_step_metrics;
+  PeriodScalars applied;  // the learning rate and weight metrics of each step
   double seqs = 0, target_tokens = 0;
   allreduce_seconds_ = 0;
   update_seconds_ = 0;
@@ -423,7 +457,9 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
         {static_cast<double>(batch->batch_size()), batch->decoder_loss_weights.sum().item<double>()}, torch::kDouble)};
     TY_RETURN_IF_ERROR(collective_->AllReduce(counts, ReduceOp::kSum));
     TY_ASSIGN_OR_RETURN(Metrics step_metrics, AccumulateGradsMicrobatched(*batch, step, counts[0][1].item<double>()));
-    TY_ASSIGN_OR_RETURN(last_step_metrics, ApplyGradsAndGather(step, /*defer_gather=*/true));
+    absl::StatusOr<std::map<std::string, double>> step_scalars = ApplyGradsAndGather(step, /*defer_gather=*/true);
+    TY_RETURN_IF_ERROR(step_scalars.status());
+    applied.Add(*step_scalars);
     progress_.store(step + 1);
     MergeMetrics(step_metrics, /*within_step=*/false, &total);
     seqs += counts[0][0].item<double>();
@@ -442,7 +478,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
   timing.compute_seconds = timing.wall_seconds - timing.collective_seconds;
   TY_RETURN_IF_ERROR(AllReduceMetrics(collective_, num_steps, &total));
   std::map<std::string, double> summary = MetricValues(total);
-  for (const auto& [k, v] : last_step_metrics) summary[k] = v;
+  for (const auto& [k, v] : applied.Values()) summary[k] = v;
   summary["timing/seqs"] = seqs;
   summary["timing/target_tokens"] = target_tokens;
   if (options_.model_flops_per_step > 0) {

@@ -15,8 +15,11 @@
 // with f(seed, s, r, m), so runs are reproducible and a resumed run sees the
 // same masks.
 //
-// Metrics are summed over the steps of a Train call and written by rank 0's
-// MetricsManager ("train", and "training_eval/<name>" for Eval).
+// Metrics are merged over the steps of a Train call (one summary period) as
+// T5X's metric kinds merge, and written by rank 0's MetricsManager
+// ("train", and "training_eval/<name>" for Eval): the model's losses and
+// accuracies as model/metrics.h says; learning_rate and every weight metric
+// the mean over the period's steps; learning_rate/current the last step's.
 //
 // Thread-safety: one thread drives a Trainer.
 #ifndef TRAINYARD_TRAINER_TRAINER_H_
@@ -184,7 +187,7 @@ class Trainer {
   // whole global batch.
   absl::StatusOr<Metrics> AccumulateGradsMicrobatched(const T5Batch& batch, int64_t step, double global_target_tokens);
   // Reduces gradients across ranks, applies them, clears them; returns the
-  // learning-rate (and weight) metrics.
+  // step's learning-rate (and weight) metrics.
   // The parameters are whole on return (Train instead leaves a sharded
   // optimizer's all-gather to the next step's forward pass), but for
   // shard_parameters: this rank's only.
