@@ -14,7 +14,9 @@
 #include "common/status_macros.h"
 #include "data/bundled.h"
 #include "data/task_definition.h"
+#include "job/infer_eval.h"
 #include "nlohmann/json.hpp"
+#include "spec/jobspec_validator.h"
 
 namespace trainyard {
 
@@ -152,10 +154,20 @@ absl::StatusOr<JobSpec> ExportJobSpec(const InteractiveModel& model, JobKind kin
     restore->set_mode(RestoreConfig::SPECIFIC);
     restore->set_path(std::filesystem::absolute(*latest).string());
   }
-  if (!training) {
-    spec.mutable_inference()->set_split("validation");
-    spec.mutable_inference()->set_max_decode_length(static_cast<int32_t>(model.options().decode.max_decode_length));
+  // The session's decoding, whole (T5X's gin config carries the model's
+  // decode function): INFERENCE and EVALUATION jobs decode with it, and so
+  // does a training job's inference evaluation.
+  absl::StatusOr<InferenceConfig> decoding = InferenceConfigFromDecodeOptions(model.options().decode);
+  absl::Status status = decoding.status();
+  if (status.ok()) {
+    *spec.mutable_inference() = *std::move(decoding);
+    status = NormalizeDecoding(spec.mutable_inference(), model.options().task_feature_lengths.targets());
   }
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the interactive model's decoding cannot be a job's: ", status.message()));
+  }
+  if (!training) spec.mutable_inference()->set_split("validation");
   return spec;
 }
 

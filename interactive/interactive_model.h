@@ -260,8 +260,12 @@ absl::StatusOr<TaskDefinition> GetTaskFromExamples(const std::string& name, cons
 // T5X's get_gin_config_from_interactive_model: the job spec that runs this
 // interactive setup as a batch job (`trainyard submit` takes its text
 // form): the model, feature lengths, batch size, optimizer, learning rate,
-// loss, seed and dtype, on `task` (with `definition` included when given),
-// unpacked and in the task's order as the interactive model reads it.
+// loss, seed, dtype and decoding (`inference`: the options' method with its
+// beam size and alpha, or temperature, top-k, top-p and seed, and
+// max_decode_length; InferenceConfigFromDecodeOptions), on `task` (with
+// `definition` included when given), unpacked and in the task's order as
+// the interactive model reads it. Decoding options a job cannot run are
+// kInvalidArgument naming the field.
 // PRETRAINING starts from scratch with the same initialisation; FINETUNING,
 // EVALUATION and INFERENCE start from the newest checkpoint under the
 // model's output_dir (save one first: kFailedPrecondition otherwise);

@@ -5,8 +5,12 @@
 #include "common/testing/status_matchers.h"
 #include "data/bundled.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "model/weights.h"
+#include "job/infer_eval.h"
+#include "spec/jobspec.h"
+#include "spec/jobspec_validator.h"
 
 namespace trainyard {
 namespace {
@@ -374,6 +378,95 @@ TEST_F(InteractiveModelTest, ATaskFromExamplesAndAnExportedJobSpec) {
   EXPECT_EQ(spec->inference().split(), "validation");
   EXPECT_EQ(spec->restore().mode(), RestoreConfig::SPECIFIC);
   EXPECT_THAT(ExportJobSpec(*m, TRAIN, "mine", 1).status(), StatusCodeIs(absl::StatusCode::kInvalidArgument));
+}
+
+// T5X's exported gin config carries the model's decode function: an exported
+// job decodes as the session does, whatever the method, and its spec
+// validates with its decoding unchanged and round-trips through text.
+void ExpectValidAndRoundTrips(const JobSpec& spec) {
+  JobSpec normalized = spec;
+  ASSERT_THAT(ValidateAndNormalize(&normalized), IsOk());
+  // Normalising fills in no decoding option: the export gave every one.
+  InferenceConfig decoding = spec.inference(), normalized_decoding = normalized.inference();
+  decoding.clear_split();  // a training kind's inference.split is left to its default
+  normalized_decoding.clear_split();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(normalized_decoding, decoding))
+      << normalized_decoding.DebugString() << " vs " << decoding.DebugString();
+  absl::StatusOr<JobSpec> back = ParseJobSpec(FormatJobSpecText(spec), "exported");
+  ASSERT_THAT(back.status(), IsOk());
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*back, spec));
+}
+
+TEST_F(InteractiveModelTest, ABeamSearchSetupExportsItsDecoding) {
+  InteractiveModelOptions o = Options();
+  o.decode.method = DecodeOptions::Method::kBeam;
+  o.decode.beam_size = 3;
+  o.decode.alpha = 0.5;  // exact in a float, as the spec holds it
+  o.decode.max_decode_length = 20;
+  auto m = Make(o);
+  ASSERT_NE(m, nullptr);
+  ASSERT_THAT(m->SaveCheckpoint().status(), IsOk());
+  for (JobKind kind : {INFERENCE, EVALUATION}) {
+    absl::StatusOr<JobSpec> spec = ExportJobSpec(*m, kind, "digits_to_words", 0);
+    ASSERT_THAT(spec.status(), IsOk());
+    EXPECT_EQ(spec->inference().method(), InferenceConfig::BEAM);
+    EXPECT_EQ(spec->inference().beam_size(), 3);
+    EXPECT_EQ(spec->inference().alpha(), 0.5f);
+    EXPECT_EQ(spec->inference().max_decode_length(), 20);
+    EXPECT_EQ(spec->inference().split(), "validation");
+    // What the job's ranks decode with is the session's decoding.
+    const DecodeOptions job = DecodeOptionsFromSpec(*spec, /*rank=*/0);
+    EXPECT_EQ(job.method, m->options().decode.method);
+    EXPECT_EQ(job.beam_size, m->options().decode.beam_size);
+    EXPECT_EQ(job.alpha, m->options().decode.alpha);
+    EXPECT_EQ(job.max_decode_length, m->options().decode.max_decode_length);
+    ExpectValidAndRoundTrips(*spec);
+  }
+}
+
+TEST_F(InteractiveModelTest, ASamplingSetupExportsItsDecoding) {
+  InteractiveModelOptions o = Options();
+  o.decode.method = DecodeOptions::Method::kSample;
+  o.decode.temperature = 0.75;
+  o.decode.top_k = 5;
+  o.decode.top_p = 0.875;
+  o.decode.seed = 7;
+  auto m = Make(o);
+  ASSERT_NE(m, nullptr);
+  absl::StatusOr<JobSpec> spec = ExportJobSpec(*m, PRETRAINING, "digits_to_words", 10);
+  ASSERT_THAT(spec.status(), IsOk());
+  EXPECT_EQ(spec->inference().method(), InferenceConfig::SAMPLE);
+  EXPECT_FALSE(spec->inference().has_alpha());
+  const DecodeOptions job = DecodeOptionsFromSpec(*spec, /*rank=*/0);
+  EXPECT_EQ(job.method, DecodeOptions::Method::kSample);
+  EXPECT_EQ(job.temperature, 0.75);
+  EXPECT_EQ(job.top_k, 5);
+  EXPECT_EQ(job.top_p, 0.875);
+  EXPECT_EQ(job.seed, 7u);
+  EXPECT_EQ(job.max_decode_length, 32);  // the targets' length, the session's default
+  ExpectValidAndRoundTrips(*spec);
+}
+
+TEST_F(InteractiveModelTest, AGreedySetupExportsOnlyGreedyDecoding) {
+  auto m = Make(Options());
+  ASSERT_NE(m, nullptr);
+  absl::StatusOr<JobSpec> spec = ExportJobSpec(*m, PRETRAINING, "digits_to_words", 10);
+  ASSERT_THAT(spec.status(), IsOk());
+  EXPECT_EQ(spec->inference().method(), InferenceConfig::GREEDY);
+  EXPECT_EQ(spec->inference().beam_size(), 0);
+  EXPECT_FALSE(spec->inference().has_temperature());
+  EXPECT_FALSE(spec->inference().has_seed());
+  ExpectValidAndRoundTrips(*spec);
+}
+
+TEST_F(InteractiveModelTest, DecodingAJobCannotRunIsRefusedWhenExported) {
+  InteractiveModelOptions o = Options();
+  o.decode.method = DecodeOptions::Method::kSample;
+  o.decode.temperature = -1;
+  auto m = Make(o);
+  ASSERT_NE(m, nullptr);
+  EXPECT_THAT(ExportJobSpec(*m, PRETRAINING, "digits_to_words", 10).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inference.temperature")));
 }
 
 // The bundled task, learned through the interactive API: the quality the

@@ -1,6 +1,7 @@
 #include "job/infer_eval.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "collective/agreement.h"
@@ -37,6 +38,42 @@ DecodeOptions DecodeOptionsFromSpec(const JobSpec& spec, int rank) {
   DecodeOptions decode = DecodeOptionsFromConfig(spec.inference(), static_cast<uint64_t>(spec.seed()), rank);
   decode.compute_dtype = ComputeDtype(spec);
   return decode;
+}
+
+absl::StatusOr<InferenceConfig> InferenceConfigFromDecodeOptions(const DecodeOptions& decode) {
+  constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
+  if (decode.max_decode_length > kMaxInt32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode.max_decode_length: ", decode.max_decode_length, "; a job spec holds at most 2^31 - 1"));
+  }
+  InferenceConfig config;
+  config.set_max_decode_length(static_cast<int32_t>(decode.max_decode_length));
+  switch (decode.method) {
+    case DecodeOptions::Method::kGreedy:
+      config.set_method(InferenceConfig::GREEDY);
+      break;
+    case DecodeOptions::Method::kBeam:
+      config.set_method(InferenceConfig::BEAM);
+      config.set_beam_size(decode.beam_size);
+      config.set_alpha(static_cast<float>(decode.alpha));
+      break;
+    case DecodeOptions::Method::kSample:
+      if (decode.top_k > kMaxInt32) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("decode.top_k: ", decode.top_k, "; a job spec holds at most 2^31 - 1"));
+      }
+      if (decode.seed > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("decode.seed: ", decode.seed, "; a job spec holds at most 2^63 - 1"));
+      }
+      config.set_method(InferenceConfig::SAMPLE);
+      config.set_temperature(static_cast<float>(decode.temperature));
+      config.set_top_k(static_cast<int32_t>(decode.top_k));
+      config.set_top_p(static_cast<float>(decode.top_p));
+      config.set_seed(static_cast<int64_t>(decode.seed));
+      break;
+  }
+  return config;
 }
 
 absl::StatusOr<std::vector<MetricFn>> InferEvalMetricFns(const Task& task) {

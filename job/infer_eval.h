@@ -27,6 +27,14 @@ DecodeOptions DecodeOptionsFromConfig(const InferenceConfig& config, uint64_t se
 // Those of `spec.inference` (the job's seed by default, its dtype), as
 // EVALUATION and INFERENCE jobs and inference evaluation use them.
 DecodeOptions DecodeOptionsFromSpec(const JobSpec& spec, int rank);
+// The InferenceConfig that DecodeOptionsFromConfig turns back into
+// `decode` on rank 0: the method, that method's options only (validation
+// refuses another method's), the sampling seed, max_decode_length (alpha,
+// temperature and top_p to float precision; the EOS id and the compute
+// dtype come from the task and the spec's dtype). kInvalidArgument, naming
+// the option, for a value a spec cannot hold (a seed above 2^63 - 1, a
+// top_k or max_decode_length above 2^31 - 1).
+absl::StatusOr<InferenceConfig> InferenceConfigFromDecodeOptions(const DecodeOptions& decode);
 
 // The metric functions an inference evaluation of `task` computes: the
 // task's own, then mean_log_likelihood of the targets (unless the task lists

@@ -19,6 +19,40 @@ constexpr char kPreemptionPayload[] = "type.trainyard/preemption";
 
 double Rms(const torch::Tensor& t) { return t.to(torch::kDouble).pow(2).mean().sqrt().item<double>(); }
 
+constexpr char kCurrentLearningRate[] = "learning_rate/current";
+
+// The scalars ApplyGrads gives each step (the learning rate, the weight
+// metrics), summarised over a summary period as T5X's metric kinds do:
+// learning_rate/current is the period's last value (clu's LastValue);
+// learning_rate (clu's Average) and every weight metric (T5X's
+// AveragePerStep) are the mean over the period's steps.
+class PeriodScalars {
+ public:
+  void Add(const std::map<std::string, double>& step) {
+    for (const auto& [name, value] : step) {
+      Entry& e = entries_[name];
+      e.last = value;
+      e.sum += value;
+      ++e.steps;
+    }
+  }
+  std::map<std::string, double> Values() const {
+    std::map<std::string, double> out;
+    for (const auto& [name, e] : entries_) {
+      out[name] = name == kCurrentLearningRate ? e.last : e.sum / static_cast<double>(e.steps);
+    }
+    return out;
+  }
+
+ private:
+  struct Entry {
+    double last = 0;
+    double sum = 0;
+    int64_t steps = 0;
+  };
+  std::map<std::string, Entry> entries_;
+};
+
 // One step of an evaluation, agreed by every rank in one SUM all-reduce.
 struct EvalStep {
   bool stop = false;         // some rank was asked to stop
@@ -69,13 +103,21 @@ std::map<std::string, double> WeightMetricsComputer::ComputeMetrics(const std::v
   for (size_t i = 0; i < new_params.size(); ++i) {
     const std::string& name = new_params[i].first;
     const torch::Tensor& p = new_params[i].second;
-    const torch::Tensor update = p - old_params[i].second;
-    const double weight_rms = Rms(p);
-    out["weight_rms/" + name] = weight_rms;
+    const torch::Tensor& old = old_params[i].second;
+    const torch::Tensor update = p - old;
+    out["weight_rms/" + name] = Rms(p);
     out["weight_max/" + name] = p.abs().max().item<double>();
     out["weight_gradient_rms/" + name] = p.numel() > 0 ? std::sqrt(grad_squares[i] / p.numel()) : 0.0;
     out["weight_update_rms/" + name] = Rms(update);
-    out["weight_update_divided_by_weight_rms/" + name] = weight_rms > 0 ? Rms(update) / weight_rms : 0.0;
+    // T5X's: the update over the old value element by element, then the
+    // rms. Where an old value is 0 the ratio is undefined (T5X's division
+    // makes the whole metric inf or NaN): those elements are left out, and
+    // a parameter that was 0 everywhere gets 0.
+    const torch::Tensor defined = old != 0;
+    const int64_t n = defined.sum().item<int64_t>();
+    out["weight_update_divided_by_weight_rms/" + name] =
+        n > 0 ? Rms(update.masked_select(defined).to(torch::kDouble) / old.masked_select(defined).to(torch::kDouble))
+              : 0.0;
     grad_sq += grad_squares[i];
   }
   out["weight_gradient_norm"] = std::sqrt(grad_sq);
@@ -342,7 +384,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGradsAndGather(int64
     }
     return s;
   }
-  std::map<std::string, double> metrics = {{"learning_rate", lr}, {"learning_rate/current", lr}};
+  std::map<std::string, double> metrics = {{"learning_rate", lr}, {kCurrentLearningRate, lr}};
   if (options_.compute_weight_metrics) {
     // A sharded optimizer summed every parameter's norm over the ranks (this
     // rank holds only its own shard's reduced gradients).
@@ -391,7 +433,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batc
 
 absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator* batches, int64_t num_steps) {
   Metrics total;
-  std::map<std::string, double> last_step_metrics;
+  PeriodScalars applied;  // the learning rate and weight metrics of each step
   double seqs = 0, target_tokens = 0;
   allreduce_seconds_ = 0;
   update_seconds_ = 0;
@@ -415,7 +457,9 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
         {static_cast<double>(batch->batch_size()), batch->decoder_loss_weights.sum().item<double>()}, torch::kDouble)};
     TY_RETURN_IF_ERROR(collective_->AllReduce(counts, ReduceOp::kSum));
     TY_ASSIGN_OR_RETURN(Metrics step_metrics, AccumulateGradsMicrobatched(*batch, step, counts[0][1].item<double>()));
-    TY_ASSIGN_OR_RETURN(last_step_metrics, ApplyGradsAndGather(step, /*defer_gather=*/true));
+    absl::StatusOr<std::map<std::string, double>> step_scalars = ApplyGradsAndGather(step, /*defer_gather=*/true);
+    TY_RETURN_IF_ERROR(step_scalars.status());
+    applied.Add(*step_scalars);
     progress_.store(step + 1);
     MergeMetrics(step_metrics, /*within_step=*/false, &total);
     seqs += counts[0][0].item<double>();
@@ -434,7 +478,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
   timing.compute_seconds = timing.wall_seconds - timing.collective_seconds;
   TY_RETURN_IF_ERROR(AllReduceMetrics(collective_, num_steps, &total));
   std::map<std::string, double> summary = MetricValues(total);
-  for (const auto& [k, v] : last_step_metrics) summary[k] = v;
+  for (const auto& [k, v] : applied.Values()) summary[k] = v;
   summary["timing/seqs"] = seqs;
   summary["timing/target_tokens"] = target_tokens;
   if (options_.model_flops_per_step > 0) {

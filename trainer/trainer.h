@@ -15,8 +15,11 @@
 // with f(seed, s, r, m), so runs are reproducible and a resumed run sees the
 // same masks.
 //
-// Metrics are summed over the steps of a Train call and written by rank 0's
-// MetricsManager ("train", and "training_eval/<name>" for Eval).
+// Metrics are merged over the steps of a Train call (one summary period) as
+// T5X's metric kinds merge, and written by rank 0's MetricsManager
+// ("train", and "training_eval/<name>" for Eval): the model's losses and
+// accuracies as model/metrics.h says; learning_rate and every weight metric
+// the mean over the period's steps; learning_rate/current the last step's.
 //
 // Thread-safety: one thread drives a Trainer.
 #ifndef TRAINYARD_TRAINER_TRAINER_H_
@@ -58,7 +61,9 @@ class BatchIterator {
 // Decides which per-parameter weight metrics to compute (T5X's
 // WeightMetricsComputer): weight_rms/<p>, weight_gradient_rms/<p>,
 // weight_gradient_norm, weight_update_rms/<p>,
-// weight_update_divided_by_weight_rms/<p>, weight_max/<p>.
+// weight_update_divided_by_weight_rms/<p> (the rms over p's elements of
+// (new - old) / old; elements whose old value is 0, where T5X's ratio is
+// inf or NaN, are left out, and 0 when every one is), weight_max/<p>.
 class WeightMetricsComputer {
  public:
   // old/new: parameters before and after the update; grad_squares: each
@@ -182,7 +187,7 @@ class Trainer {
   // whole global batch.
   absl::StatusOr<Metrics> AccumulateGradsMicrobatched(const T5Batch& batch, int64_t step, double global_target_tokens);
   // Reduces gradients across ranks, applies them, clears them; returns the
-  // learning-rate (and weight) metrics.
+  // step's learning-rate (and weight) metrics.
   // The parameters are whole on return (Train instead leaves a sharded
   // optimizer's all-gather to the next step's forward pass), but for
   // shard_parameters: this rank's only.

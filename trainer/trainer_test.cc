@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "collective/fake_collective.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
@@ -415,7 +416,71 @@ TEST(WeightMetricsTest, ClosedForms) {
   EXPECT_DOUBLE_EQ(m.at("weight_max/w"), 2.0);
   EXPECT_NEAR(m.at("weight_gradient_rms/w"), std::sqrt(12.5), 1e-12);
   EXPECT_DOUBLE_EQ(m.at("weight_update_rms/w"), 1.0);
-  EXPECT_DOUBLE_EQ(m.at("weight_update_divided_by_weight_rms/w"), 0.5);
+  // T5X's: rms((new - old) / old) = rms(1, 1), not rms(update) / rms(new).
+  EXPECT_DOUBLE_EQ(m.at("weight_update_divided_by_weight_rms/w"), 1.0);
+}
+
+TEST(WeightMetricsTest, UpdateOverWeightIsElementByElementAndLeavesOutZeros) {
+  NamedTensors old_params = {{"a", torch::tensor({2.0f, -4.0f, 0.0f})}, {"z", torch::tensor({0.0f, 0.0f})}};
+  NamedTensors new_params = {{"a", torch::tensor({3.0f, -2.0f, 5.0f})}, {"z", torch::tensor({1.0f, 0.0f})}};
+  auto m = WeightMetricsComputer().ComputeMetrics({0.0, 0.0}, old_params, new_params);
+  // a: ratios 1/2 and 2/-4 (the element that was 0 has none): rms 0.5.
+  EXPECT_DOUBLE_EQ(m.at("weight_update_divided_by_weight_rms/a"), 0.5);
+  EXPECT_DOUBLE_EQ(m.at("weight_update_divided_by_weight_rms/z"), 0.0);
+  EXPECT_TRUE(std::isfinite(m.at("weight_update_rms/z")));
+}
+
+// learning_rate is the mean over the summary period (clu's Average),
+// learning_rate/current the last step's (LastValue), as T5X writes them.
+TEST(TrainerTest, SummaryAveragesTheLearningRateOverThePeriod) {
+  TinyTrainerOptions options;
+  // 0.5 * min(1, step / 8): exact in binary at every step.
+  options.schedule.set_factors("constant * linear_warmup");
+  options.schedule.set_base_learning_rate(0.5f);
+  options.schedule.set_warmup_steps(8);
+  auto s = MakeTinyTrainer(options);
+  SortTask task(4, 5, 1);
+  absl::StatusOr<std::map<std::string, double>> first = s->trainer->Train(&task, 4);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // Steps 0..3: 0, 1/16, 2/16, 3/16.
+  EXPECT_EQ(first->at("learning_rate"), 6.0 / 16 / 4);
+  EXPECT_EQ(first->at("learning_rate/current"), 3.0 / 16);
+  absl::StatusOr<std::map<std::string, double>> second = s->trainer->Train(&task, 8);
+  ASSERT_TRUE(second.ok()) << second.status();
+  // Steps 4..11: 4/16 .. 7/16, then 0.5 four times.
+  EXPECT_EQ(second->at("learning_rate"), (22.0 / 16 + 2.0) / 8);
+  EXPECT_EQ(second->at("learning_rate/current"), 0.5);
+}
+
+// Every weight metric of a summary is the mean of the period's steps'
+// (T5X's AveragePerStep): three one-step summaries of one run against one
+// three-step summary of the same run.
+TEST(TrainerTest, SummaryAveragesTheWeightMetricsOverThePeriod) {
+  TinyTrainerOptions options;
+  options.init_seed = 1;
+  options.trainer.compute_weight_metrics = true;
+  auto stepwise = MakeTinyTrainer(options);
+  auto period = MakeTinyTrainer(options);
+  SortTask a(4, 5, 2), b(4, 5, 2);
+  std::map<std::string, double> sums, last;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<std::map<std::string, double>> one = stepwise->trainer->Train(&a, 1);
+    ASSERT_TRUE(one.ok()) << one.status();
+    for (const auto& [name, value] : *one) {
+      if (!absl::StartsWith(name, "weight_")) continue;
+      sums[name] += value;
+      last[name] = value;
+    }
+  }
+  absl::StatusOr<std::map<std::string, double>> three = period->trainer->Train(&b, 3);
+  ASSERT_TRUE(three.ok()) << three.status();
+  ASSERT_GT(sums.size(), 5u);
+  for (const auto& [name, sum] : sums) {
+    ASSERT_TRUE(three->count(name)) << name;
+    EXPECT_NEAR(three->at(name), sum / 3, 1e-9 * std::max(1.0, std::abs(sum))) << name;
+  }
+  // The steps differ, so the last step's value is not the mean.
+  EXPECT_GT(std::abs(last.at("weight_gradient_norm") - sums.at("weight_gradient_norm") / 3), 1e-6);
 }
 
 }  // namespace

@@ -20,6 +20,8 @@ struct TinyTrainer {
 
 struct TinyTrainerOptions {
   float learning_rate = 0.05f;
+  // With factors: this schedule instead of the constant learning_rate.
+  LearningRateSchedule schedule;
   float dropout = 0.0f;
   uint64_t init_seed = 0;
   bool adamw = false;  // default Adafactor
@@ -47,9 +49,11 @@ inline std::unique_ptr<TinyTrainer> MakeTinyTrainer(const TinyTrainerOptions& op
     optimizer.mutable_adafactor();
   }
   t->optimizer = std::move(CreateOptimizer(optimizer, params)).value();
-  LearningRateSchedule lr;
-  lr.set_factors("constant");
-  lr.set_base_learning_rate(options.learning_rate);
+  LearningRateSchedule lr = options.schedule;
+  if (lr.factors().empty()) {
+    lr.set_factors("constant");
+    lr.set_base_learning_rate(options.learning_rate);
+  }
   t->trainer = std::make_unique<Trainer>(t->model.get(), t->optimizer.get(), *LearningRateCallable::Create(lr),
                                          options.collective ? options.collective : &t->collective, options.trainer);
   return t;
