@@ -449,6 +449,45 @@ TEST_F(JobVocabularyTest, InferenceReadsTheTaskInTheCheckpointsVocabulary) {
   }
 }
 
+// A split of 5 examples in batches of 2: the last batch holds one example
+// and one row of the iterator's padding, which is no example.
+TEST_F(JobVocabularyTest, AShortLastBatchWritesAndCountsOnlyItsExamples) {
+  const std::string ckpt = ModelCheckpoint("model", "");
+  std::filesystem::create_directories(root_ + "/qa");
+  std::ofstream tsv(root_ + "/qa/valid.tsv");
+  for (int i = 0; i < 5; ++i) tsv << "question " << i << "\tanswer " << i << "\n";
+  tsv.close();
+  for (JobKind kind : {INFERENCE, EVALUATION}) {
+    JobSpec spec = Spec(JobKind_Name(kind), 1);
+    spec.set_kind(kind);
+    TaskDefinition* task = spec.add_task_definitions();
+    task->set_name("qa");
+    (*task->mutable_splits())["validation"] = root_ + "/qa/valid.tsv";
+    spec.set_task("qa");
+    spec.set_batch_size(2);
+    spec.mutable_restore()->set_mode(RestoreConfig::SPECIFIC);
+    spec.mutable_restore()->set_path(ckpt);
+    ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
+    TrainingJobOptions options;
+    options.id = "job";
+    LocalCollective local;
+    absl::StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(spec, &local, options);
+    ASSERT_THAT(job.status(), IsOk());
+    ASSERT_THAT((*job)->Restore("").status(), IsOk());
+    absl::StatusOr<InferOutcome> inferred = (*job)->Infer();
+    ASSERT_THAT(inferred.status(), IsOk());
+    EXPECT_EQ(inferred->examples, 5);
+    std::ifstream lines(inferred->output);
+    std::vector<int64_t> indices;
+    for (std::string line; std::getline(lines, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      indices.push_back(j["index"].get<int64_t>());
+    }
+    EXPECT_EQ(indices, (std::vector<int64_t>{0, 1, 2, 3, 4})) << JobKind_Name(kind);
+    if (kind == EVALUATION) EXPECT_EQ(inferred->metrics.at("qa/examples"), 5.0);
+  }
+}
+
 TEST_F(JobVocabularyTest, ACheckpointWithoutAVocabularyUsesTheTasks) {
   absl::StatusOr<std::unique_ptr<TrainingJob>> job = Job(FINETUNING, ModelCheckpoint("no_vocabulary", ""));
   ASSERT_THAT(job.status(), IsOk());
