@@ -499,6 +499,7 @@ std::vector<Case> Cases() {
       R("model.config.dropout_rate", kTinyConfig, "model { config { dropout_rate: 0.2 } }"),
       R("model.config.layer_norm_epsilon", kTinyConfig, "model { config { layer_norm_epsilon: 0.5 } }"),
       R("model.dropout_rate", "", "model { dropout_rate: 0.2 }"),
+      R("model.vocab_size", "", "model { vocab_size: 640 }"),
       R("task", kQaTasks, R"pb(task: "qa")pb"),
       R("feature_lengths.inputs", "", "feature_lengths { inputs: 8 }"),
       R("feature_lengths.targets", "", "feature_lengths { targets: 8 }"),
