@@ -41,6 +41,13 @@ absl::Status AgreeOnOutcome(Collective* collective, const absl::Status& mine, ab
       absl::StrCat(what, " failed on rank(s) ", absl::StrJoin(ranks, ", "), " (their errors are in their logs)"));
 }
 
+absl::StatusOr<int64_t> LowestValue(Collective* collective, int64_t mine) {
+  if (collective->world_size() == 1) return mine;
+  std::vector<torch::Tensor> lo = {torch::tensor({mine}, torch::kLong)};
+  if (absl::Status s = collective->AllReduce(lo, ReduceOp::kMin); !s.ok()) return s;
+  return lo[0].item<int64_t>();
+}
+
 absl::StatusOr<int64_t> AgreeOnValue(Collective* collective, int64_t mine, absl::string_view what) {
   if (collective->world_size() == 1) return mine;
   std::vector<torch::Tensor> hi = {torch::tensor({mine}, torch::kLong)};

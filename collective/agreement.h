@@ -9,6 +9,8 @@
 //                      save on rank 0, building a model)
 //   AgreeOnValue       do all ranks hold the same number? (the step they
 //                      restored)
+//   LowestValue        the smallest of the ranks' numbers (the next
+//                      checkpoint any rank found)
 //   FindDisagreement   do all ranks hold the same values? (per-parameter
 //                      sums after a chunk: divergence)
 //
@@ -43,6 +45,9 @@ absl::Status AgreeOnOutcome(Collective* collective, const absl::Status& mine, ab
 // The value every rank holds; kFailedPrecondition "<what>: the ranks hold
 // different values (<lowest> to <highest>)" when they differ (on every rank).
 absl::StatusOr<int64_t> AgreeOnValue(Collective* collective, int64_t mine, absl::string_view what);
+
+// The smallest of the ranks' values (one MIN all-reduce), on every rank.
+absl::StatusOr<int64_t> LowestValue(Collective* collective, int64_t mine);
 
 // Where the ranks' values differ: `values` is a 1-D tensor of the same
 // length on every rank, compared elementwise bit for bit (as doubles).

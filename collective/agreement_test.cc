@@ -4,6 +4,7 @@
 #include "collective/agreement.h"
 
 #include <functional>
+#include <limits>
 
 #include "collective/ranks_on_threads.h"
 #include "common/testing/status_matchers.h"
@@ -51,6 +52,15 @@ TEST(AgreementTest, AgreeOnValueRefusesDifferentValuesOnEveryRank) {
     // -1 (no checkpoint) against a step.
     EXPECT_THAT(AgreeOnValue(c, rank == 2 ? -1 : 30, "restore").status(),
                 StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("(-1 to 30)")));
+  });
+}
+
+TEST(AgreementTest, LowestValueIsTheSmallestOnEveryRank) {
+  OnFakeRanks(3, [](int rank, Collective* c) {
+    // A rank that found nothing (the largest value) against steps.
+    const int64_t none = std::numeric_limits<int64_t>::max();
+    EXPECT_THAT(LowestValue(c, rank == 0 ? none : 100 * (rank + 1)), IsOkAndHolds(200));
+    EXPECT_THAT(LowestValue(c, none), IsOkAndHolds(none));
   });
 }
 

@@ -5,6 +5,7 @@
 // above, and together they are the coordinator's behaviour as specified.
 #include "coordinator/coordinator.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -12,6 +13,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/testing/status_matchers.h"
@@ -48,6 +50,9 @@ struct Script {
   bool fail_once = false;  // fail_step fails only the first time
   int64_t step = 0;        // the last chunk's end (Regroup reports it)
   uint64_t digest = 7;     // Regroup's and a join's state digest
+  // restore ALL: the checkpoint steps Infer finds (ascending); empty for
+  // a job that restores one.
+  std::vector<int64_t> checkpoints;
 };
 
 class ScriptedResponder : public FakeWorker::Responder {
@@ -141,15 +146,24 @@ class ScriptedResponder : public FakeWorker::Responder {
     }
     return response;
   }
-  absl::StatusOr<InferResponse> Infer(const InferRequest&) override {
-    Record("infer");
-    std::lock_guard<std::mutex> lock(w_->mu);
+  absl::StatusOr<InferResponse> Infer(const InferRequest& r) override {
+    std::unique_lock<std::mutex> lock(w_->mu);
     InferResponse response;
     response.set_examples(10);
+    std::string name = "t-validation";
+    if (!w_->checkpoints.empty()) {  // restore ALL: the oldest above after_step
+      auto next = std::upper_bound(w_->checkpoints.begin(), w_->checkpoints.end(), r.after_step());
+      response.set_after_step(r.after_step());
+      response.set_checkpoint_step(next == w_->checkpoints.end() ? -1 : *next);
+      name = absl::StrCat(name, "-", response.checkpoint_step());
+    }
     if (w_->rank == 0) {
-      response.set_output("out/inference/t-validation.jsonl");
+      response.set_output(absl::StrCat("out/inference/", name, ".jsonl"));
       (*response.mutable_metrics())["t/exact_match"] = 75.0;
     }
+    const bool every_checkpoint = !w_->checkpoints.empty();
+    lock.unlock();
+    Record(every_checkpoint ? absl::StrCat("infer after ", r.after_step(), ": ", response.checkpoint_step()) : "infer");
     return response;
   }
   absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& r) override {
@@ -537,6 +551,115 @@ TEST_F(CoordinatorTest, APreemptionDuringEvaluationRestartsFromThatStep) {
   EXPECT_EQ(std::vector<std::string>(calls.begin(), calls.begin() + 7),
             (std::vector<std::string>{"start 0/2", "run 0+20", "eval 20", "abort", "start 0/2", "run 20+20 ckpt",
                                       "eval 40"}));
+}
+
+// An EVALUATION job with restore { mode: ALL wait_seconds: 5 } on two ranks.
+SubmitJobRequest EveryCheckpointSpec() {
+  SubmitJobRequest request;
+  JobSpec* s = request.mutable_spec();
+  s->set_name("every");
+  s->mutable_model()->set_preset("tiny");
+  s->set_task("digits_to_words");
+  s->mutable_feature_lengths()->set_inputs(16);
+  s->mutable_feature_lengths()->set_targets(16);
+  s->set_batch_size(4);
+  s->set_num_workers(2);
+  s->set_kind(EVALUATION);
+  s->set_output_dir("runs/every");
+  s->mutable_restore()->set_mode(RestoreConfig::ALL);
+  s->mutable_restore()->set_path("ckpts");
+  s->mutable_restore()->set_wait_seconds(5);
+  return request;
+}
+
+TEST_F(CoordinatorTest, AnEvaluationOfEveryCheckpointTakesEachOnceAndWaitsForNewOnes) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  AddWorker(c.get(), "b");
+  for (const char* w : {"a", "b"}) {
+    std::lock_guard<std::mutex> lock(Worker(w)->mu);
+    Worker(w)->checkpoints = {20, 100};
+  }
+  const std::string id = c->SubmitJob(EveryCheckpointSpec())->job_id();
+  c->Start();
+  auto called = [&](const std::string& call) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      std::vector<std::string> calls = Calls("a");
+      if (std::find(calls.begin(), calls.end(), call) != calls.end() && clock_.num_waiters() > 0) return true;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    ADD_FAILURE() << "no " << call << " followed by a wait within 10 s";
+    return false;
+  };
+  // Both there are evaluated; then the driver waits on the injected clock
+  // (no time passes: it looked once).
+  ASSERT_TRUE(called("infer after 100: -1"));
+  EXPECT_EQ(c->GetJob(id)->state(), RUNNING);
+  EXPECT_EQ(c->GetJob(id)->metrics_step(), 100);
+  // A checkpoint saved meanwhile: the next look, a second later, takes it.
+  for (const char* w : {"a", "b"}) {
+    std::lock_guard<std::mutex> lock(Worker(w)->mu);
+    Worker(w)->checkpoints.push_back(1000);
+  }
+  clock_.AdvanceTime(absl::Seconds(1));
+  ASSERT_TRUE(called("infer after 1000: -1"));
+  EXPECT_EQ(c->GetJob(id)->state(), RUNNING);
+  // None more for wait_seconds: the job ends.
+  clock_.AdvanceTime(absl::Seconds(5));
+  JobInfo done = WaitForState(c.get(), id, SUCCEEDED);
+  EXPECT_EQ(done.reason(),
+            "3 checkpoint(s) of ckpts evaluated: steps 20, 100, 1000; 20 example(s) decoded each; the last "
+            "predictions in out/inference/t-validation-1000.jsonl");
+  EXPECT_EQ(done.metrics_step(), 1000);
+  EXPECT_EQ(done.metrics().at("t/exact_match"), 75.0);
+  // Every rank was asked for each checkpoint once, in order.
+  for (const char* w : {"a", "b"}) {
+    std::vector<std::string> found;
+    for (const std::string& call : CallsAfterAbort(w)) {
+      if (absl::StartsWith(call, "infer") && !absl::EndsWith(call, ": -1")) found.push_back(call);
+    }
+    EXPECT_EQ(found, (std::vector<std::string>{"infer after -1: 20", "infer after 20: 100", "infer after 100: 1000"}))
+        << w;
+  }
+}
+
+TEST_F(CoordinatorTest, ACancelEndsTheWaitForCheckpointsAtOnce) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  AddWorker(c.get(), "b");
+  for (const char* w : {"a", "b"}) {
+    std::lock_guard<std::mutex> lock(Worker(w)->mu);
+    Worker(w)->checkpoints = {20};
+  }
+  SubmitJobRequest request = EveryCheckpointSpec();
+  request.mutable_spec()->mutable_restore()->set_wait_seconds(3600);
+  const std::string id = c->SubmitJob(request)->job_id();
+  c->Start();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (clock_.num_waiters() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+  ASSERT_GT(clock_.num_waiters(), 0);
+  // The injected clock stands still: only the cancel can end the wait.
+  ASSERT_THAT(c->CancelJob(id, "").status(), IsOk());
+  JobInfo done = WaitForState(c.get(), id, CANCELLED);
+  EXPECT_EQ(done.reason(), "cancelled by the user");
+  EXPECT_EQ(CallsAfterAbort("a").back(), "abort");
+}
+
+TEST_F(CoordinatorTest, AnEvaluationOfEveryCheckpointThatFindsNoneFails) {
+  auto c = Make();
+  AddWorker(c.get(), "a");
+  AddWorker(c.get(), "b");
+  for (const char* w : {"a", "b"}) {
+    std::lock_guard<std::mutex> lock(Worker(w)->mu);
+    Worker(w)->checkpoints = {-5};  // nothing above -1: none to find
+  }
+  SubmitJobRequest request = EveryCheckpointSpec();
+  request.mutable_spec()->mutable_restore()->set_wait_seconds(0);
+  const std::string id = c->SubmitJob(request)->job_id();
+  c->Start();
+  JobInfo done = WaitForState(c.get(), id, FAILED);
+  EXPECT_EQ(done.reason(), "FAILED_PRECONDITION: restore: no checkpoint to evaluate was found under ckpts (mode ALL)");
 }
 
 TEST_F(CoordinatorTest, CancellingARestartingJobEndsItWithoutAnotherAttempt) {

@@ -3,10 +3,11 @@
 // to the next summary, eval or checkpoint boundary, Evaluate at eval periods
 // and the job's actions on rank 0's metrics (every action of the mode runs;
 // when any halts, the job ends, an early stop after every rank wrote a
-// checkpoint at its step); for EVALUATION and INFERENCE jobs one Infer. It
-// ends the attempt with the job's final state, or with RESTARTING when it
-// was preempted or lost a worker and restarts are left, tells every rank to
-// let go (AbortJob, also after success), and returns.
+// checkpoint at its step); for EVALUATION and INFERENCE jobs one Infer
+// (restore ALL: one per checkpoint, waiting for new ones). It ends the
+// attempt with the job's final state, or with RESTARTING when it was
+// preempted or lost a worker and restarts are left, tells every rank to let
+// go (AbortJob, also after success), and returns.
 //
 // The driver owns no job record: it reports progress and state changes
 // through its JobDriverHost (the Coordinator, which keeps the job table, the
@@ -90,6 +91,9 @@ class JobDriverHost {
 
 class JobDriver {
  public:
+  // restore { mode: ALL }: how often a job waiting for new checkpoints looks.
+  static constexpr absl::Duration kCheckpointPollInterval = absl::Seconds(1);
+
   // `clock` times the driver's bounded waits (CheckpointNow's timeout, the
   // grace for the other ranks to report a failure).
   JobDriver(AttemptPlan plan, JobDriverHost* host, Clock* clock = Clock::Real());
@@ -180,6 +184,22 @@ class JobDriver {
   // EVALUATION and INFERENCE: Infer on every rank; the metrics recorded,
   // *final_reason says what was decoded where.
   absl::Status RunInference(int64_t step, std::string* final_reason);
+  // restore { mode: ALL }: Infer on every rank again and again, each call
+  // the oldest checkpoint above the last one (so each is evaluated once,
+  // also one saved while another is evaluated), its metrics recorded at its
+  // step. When none is left it looks again every kCheckpointPollInterval
+  // until none has come for restore.wait_seconds (0: ends at once); a stop
+  // (a cancel) ends the wait at once. kFailedPrecondition when the job
+  // found none to evaluate at all.
+  absl::Status RunEveryCheckpoint(std::string* final_reason);
+  // Infer on every rank (after_step for restore ALL).
+  absl::Status InferOnEveryRank(int64_t after_step, std::vector<InferResponse>* inferred);
+  // Rank 0's metrics of an inference at the checkpoint's `step` in the
+  // job's record; the examples decoded on all ranks.
+  int64_t RecordInference(int64_t step, const std::vector<InferResponse>& inferred);
+  // Waits `d`; kAborted with the stop's reason as soon as the attempt is
+  // stopped.
+  absl::Status PauseUnlessStopped(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_);
   // On-demand checkpoints asked since the last chunk: one save on every
   // rank serves them all (CheckpointNow's callers are woken). `stopping`:
   // the job stops early at `step`, and the save is made even if none was

@@ -137,6 +137,11 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::Create(Inter
 absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::CreateOnThisRank(InteractiveModelOptions options) {
   TY_RETURN_IF_ERROR(CheckOptions(options));
   SetDefaults(&options);
+  if (options.restore.mode() == RestoreConfig::ALL) {
+    return absl::InvalidArgumentError(
+        "restore.mode: ALL is for EVALUATION and INFERENCE jobs; an interactive model restores one checkpoint "
+        "(LATEST, SPECIFIC or NONE)");
+  }
   if (options.output_dir.empty() && options.restore.mode() == RestoreConfig::LATEST && options.restore.path().empty()) {
     return absl::InvalidArgumentError(
         "output_dir: required to restore LATEST without restore.path (or restore a SPECIFIC checkpoint)");

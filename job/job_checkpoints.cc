@@ -3,7 +3,9 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -30,6 +32,8 @@ absl::Status ReadRestoreCheckpoint(const JobSpec& spec, const std::string& named
                                    const ParamFilter& keep_param, std::vector<SkippedCheckpoint>* skipped,
                                    absl::StatusOr<TrainCheckpoint>* ckpt, std::string* path) {
   const RestoreConfig& restore = spec.restore();
+  // ALL restores every checkpoint in turn (RestoreNext), none at the start.
+  if (restore.mode() == RestoreConfig::ALL) return absl::OkStatus();
   if (!named.empty()) {
     *ckpt = ReadRestartCheckpoint(named, spec.output_dir(), skipped, keep_slot, keep_param);
     if (ckpt->ok()) {
@@ -117,6 +121,65 @@ absl::StatusOr<RestoreOutcome> JobCheckpoints::Restore(const std::string& named)
   out.checkpoint = path;
   spdlog::info("job {}: restored {} (step {}){}", job_->id(), path, ckpt->step,
                ckpt->optimizer.empty() ? " (parameters only: a fresh optimizer)" : "");
+  return out;
+}
+
+absl::StatusOr<std::optional<NumberedCheckpoint>> JobCheckpoints::AgreeOnNext(const std::string& where,
+                                                                              int64_t after_step,
+                                                                              std::vector<SkippedCheckpoint>* skipped) {
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+  std::optional<NumberedCheckpoint> mine = NextGoodCheckpoint(where, after_step, skipped);
+  // The smallest step any rank found: one that was renamed into place while
+  // the ranks looked is taken by all of them, not by the one that saw it.
+  absl::StatusOr<int64_t> step = LowestValue(job_->collective, mine ? mine->step : kNone);
+  TY_RETURN_IF_ERROR(CollectiveFailure(step.status()));
+  if (*step == kNone) return std::optional<NumberedCheckpoint>();
+  return NumberedCheckpoint{*step, absl::StrCat(where, "/checkpoint_", *step)};
+}
+
+absl::StatusOr<RestoreOutcome> JobCheckpoints::RestoreNext(int64_t after_step) {
+  const JobSpec& spec = job_->spec;
+  const std::string where = spec.restore().path().empty() ? spec.output_dir() : spec.restore().path();
+  std::vector<SkippedCheckpoint> skipped;
+  RestoreOutcome out;
+  for (;;) {
+    TY_ASSIGN_OR_RETURN(std::optional<NumberedCheckpoint> next, AgreeOnNext(where, after_step, &skipped));
+    if (!next) break;
+    absl::StatusOr<TrainCheckpoint> ckpt = ReadTrainCheckpoint(next->dir);
+    absl::Status read = ckpt.status();
+    absl::StatusOr<VocabularyPlan> vocabulary = absl::NotFoundError("no checkpoint");
+    if (read.ok()) {
+      vocabulary = job_->PlanVocabulary(next->dir);
+      read = vocabulary.status();
+    }
+    // Gone or damaged since it was listed (the retention of the job that
+    // writes them): every rank passes it over and looks for the next.
+    const bool gone = absl::IsNotFound(read) || absl::IsDataLoss(read);
+    absl::StatusOr<bool> any_gone = AnyRank(job_->collective, gone);
+    TY_RETURN_IF_ERROR(CollectiveFailure(any_gone.status()));
+    if (*any_gone) {
+      skipped.push_back({next->dir, gone ? std::string(read.message()) : "it did not read back whole on another rank"});
+      after_step = next->step;
+      continue;
+    }
+    TY_RETURN_IF_ERROR(CollectiveFailure(AgreeOnOutcome(job_->collective, read, "restoring the checkpoint")));
+    try {
+      TY_RETURN_IF_ERROR(Apply(*ckpt, nullptr));
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("restore: ", next->dir, ": ", e.what()));
+    }
+    job_->UseVocabulary(std::move(*vocabulary));
+    restored_step_ = out.step = next->step;
+    out.checkpoint = next->dir;
+    spdlog::info("job {}: restored {} (step {})", job_->id(), next->dir, next->step);
+    break;
+  }
+  for (const SkippedCheckpoint& s : skipped) {
+    std::string note = absl::StrCat(s.dir, " passed over: ", s.why);
+    // Each once per attempt in the log (the sweep looks again at every poll).
+    if (reported_.insert(note).second) spdlog::warn("job {}: {}", job_->id(), note);
+    out.passed_over.push_back(std::move(note));
+  }
   return out;
 }
 

@@ -7,6 +7,8 @@
 #define TRAINYARD_JOB_JOB_CHECKPOINTS_H_
 
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,12 @@ class JobCheckpoints {
 
   // TrainingJob::Restore.
   absl::StatusOr<RestoreOutcome> Restore(const std::string& named);
+  // restore { mode: ALL }: restores the oldest good checkpoint of a step
+  // above `after_step` under restore.path (else output_dir), the same on
+  // every rank (the smallest step any rank found); one that is gone or
+  // damaged by the time it is read is passed over and the next one taken.
+  // `checkpoint` stays empty when none is left.
+  absl::StatusOr<RestoreOutcome> RestoreNext(int64_t after_step);
   // TrainingJob::SaveCheckpoint.
   absl::StatusOr<std::string> Save(bool wait);
   // After the ranks stopped together: kAborted unless a rank was preempted;
@@ -53,6 +61,10 @@ class JobCheckpoints {
   // Applies a read checkpoint: parameters (those `hold` accepts; null:
   // all), optimizer and data positions.
   absl::Status Apply(const TrainCheckpoint& ckpt, const ParamFilter& hold);
+  // RestoreNext's choice: the smallest step of the next good checkpoint
+  // under `where` that any rank found (a collective); nullopt for none.
+  absl::StatusOr<std::optional<NumberedCheckpoint>> AgreeOnNext(const std::string& where, int64_t after_step,
+                                                                std::vector<SkippedCheckpoint>* skipped);
   // Every rank's data position, in rank order (a collective); empty without
   // task data.
   absl::StatusOr<std::vector<std::string>> GatherDataStates();
@@ -68,6 +80,7 @@ class JobCheckpoints {
   AsyncCheckpointer checkpointer_;  // rank 0; with a sharded optimizer every rank (its shard)
   std::string last_save_started_;   // rank 0: the directory of the last save
   int64_t restored_step_ = 0;
+  std::set<std::string> reported_;  // RestoreNext's passed-over notes logged so far
 };
 
 }  // namespace trainyard

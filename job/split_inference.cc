@@ -111,12 +111,18 @@ absl::StatusOr<MetricResults> EvaluateSplit(const JobSpec& spec, const Task& tas
   std::error_code ec;
   std::filesystem::create_directories(spec.output_dir() + "/inference_eval", ec);
   TY_RETURN_IF_ERROR(WriteFileAtomically(
-      absl::StrCat(spec.output_dir(), "/inference_eval/", spec.task(), "-", config.split(), ".json"),
+      absl::StrCat(spec.output_dir(), "/inference_eval/", SplitOutputName(spec, checkpoint_step), ".json"),
       summary.dump(2) + "\n"));
   return metrics;
 }
 
 }  // namespace
+
+std::string SplitOutputName(const JobSpec& spec, int64_t checkpoint_step) {
+  std::string name = absl::StrCat(spec.task(), "-", spec.inference().split());
+  if (spec.restore().mode() == RestoreConfig::ALL) absl::StrAppend(&name, "-", checkpoint_step);
+  return name;
+}
 
 absl::StatusOr<InferOutcome> InferSplit(const JobComponents& job, int64_t checkpoint_step) {
   const JobSpec& spec = job.spec;
@@ -136,7 +142,7 @@ absl::StatusOr<InferOutcome> InferSplit(const JobComponents& job, int64_t checkp
     if (job.rank() != 0) return out;
     std::string lines;
     for (const auto& line : all) absl::StrAppend(&lines, line.dump(), "\n");
-    out.output = absl::StrCat(dir, "/", spec.task(), "-", spec.inference().split(), ".jsonl");
+    out.output = absl::StrCat(dir, "/", SplitOutputName(spec, checkpoint_step), ".jsonl");
     TY_RETURN_IF_ERROR(WriteFileAtomically(out.output, lines));
     if (spec.kind() == INFERENCE) return out;
     TY_ASSIGN_OR_RETURN(MetricResults metrics, EvaluateSplit(spec, *task, all, checkpoint_step));

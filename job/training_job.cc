@@ -46,6 +46,14 @@ absl::StatusOr<EvalOutcome> TrainingJob::Evaluate() { return evaluator_.Evaluate
 
 absl::StatusOr<InferOutcome> TrainingJob::Infer() { return InferSplit(*parts_, restored_step()); }
 
+absl::StatusOr<InferOutcome> TrainingJob::InferNext(int64_t after_step) {
+  if (spec().restore().mode() != RestoreConfig::ALL) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id(), ": InferNext is for restore { mode: ALL }, this job restores one checkpoint"));
+  }
+  return InferNextCheckpoint(parts_.get(), &checkpoints_, after_step);
+}
+
 absl::StatusOr<std::string> TrainingJob::SaveCheckpoint(bool wait) { return checkpoints_.Save(wait); }
 
 absl::Status TrainingJob::WaitForSaves() { return checkpoints_.Wait(); }

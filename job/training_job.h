@@ -13,7 +13,8 @@
 //            across ranks; a stop agreed by the ranks writes the emergency
 //            checkpoint when any rank was preempted.
 //   Evaluate the spec's eval tasks (training_eval/), keep-best records.
-//   Infer    EVALUATION and INFERENCE jobs: decode and score a split.
+//   Infer    EVALUATION and INFERENCE jobs: decode and score a split
+//            (InferNext: with every checkpoint in turn, restore ALL).
 //   SaveCheckpoint  rank 0 writes checkpoint_<step> (data positions of every
 //            rank gathered), in the background when the spec says so, with
 //            retention.
@@ -21,7 +22,8 @@
 // A facade over single-purpose parts, each in its own file of job/:
 // components.h (what Create assembles), shard_plan.h, job_checkpoints.h
 // (Restore, SaveCheckpoint, the emergency checkpoint), evaluator.h
-// (Evaluate, keep-best), split_inference.h (Infer), elastic_state.h
+// (Evaluate, keep-best), split_inference.h (Infer), checkpoint_sweep.h
+// (InferNext), elastic_state.h
 // (Regroup, StateDigest), and distributed_decode.h under the inference
 // parts. Train lives here.
 //
@@ -43,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "collective/collective.h"
+#include "job/checkpoint_sweep.h"
 #include "job/components.h"
 #include "job/elastic_state.h"
 #include "job/evaluator.h"
@@ -118,6 +121,11 @@ class TrainingJob {
   // output_dir/inference_eval/<task>-<split>.json. A stop on any rank stops
   // every rank (kAborted).
   absl::StatusOr<InferOutcome> Infer();
+  // restore { mode: ALL }: the same with the oldest good checkpoint above
+  // `after_step` (and above the steps an earlier attempt of this job
+  // recorded), restored first; outputs named by its step, metrics at its
+  // step (checkpoint_sweep.h). checkpoint_step -1: none is left.
+  absl::StatusOr<InferOutcome> InferNext(int64_t after_step);
 
   // Every rank calls; rank 0 writes checkpoint_<step> (waiting for it when
   // `wait`, else in the background) and returns the newest durable

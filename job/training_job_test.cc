@@ -10,8 +10,10 @@
 #include <functional>
 #include <iterator>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint_vocabulary.h"
 #include "collective/fake_collective.h"
 #include "common/testing/status_matchers.h"
@@ -89,6 +91,90 @@ class TrainingJobTest : public ::testing::Test {
 
   std::string root_;
 };
+
+// restore { mode: ALL } on two ranks: every good checkpoint once, in step
+// order (100 before 1000), outputs named by the step and metrics at it, a
+// half-written directory passed over, and the record a restarted attempt of
+// the same job goes on after.
+TEST_F(TrainingJobTest, RestoreAllInfersEveryGoodCheckpointOnceInStepOrderAndResumesAfterItsRecord) {
+  const std::string swept = root_ + "/trained";
+  std::filesystem::create_directories(swept);
+  absl::StatusOr<ModelConfig> config = ResolveModelConfig(Spec("unused", 1).model());
+  ASSERT_THAT(config.status(), IsOk());
+  absl::StatusOr<std::unique_ptr<EncoderDecoderModel>> model = EncoderDecoderModel::Create(*config, {});
+  ASSERT_THAT(model.status(), IsOk());
+  auto save = [&](int64_t step) {
+    return WriteModelCheckpoint(*(*model)->network(), absl::StrCat(swept, "/checkpoint_", step), step, "test", "");
+  };
+  for (int64_t step : {1000, 100, 20}) ASSERT_THAT(save(step), IsOk());
+  std::filesystem::create_directories(swept + "/checkpoint_50");         // no manifest: never complete
+  std::filesystem::create_directories(swept + "/checkpoint_70.tmp-99");  // a save in progress
+  JobSpec spec = Spec("unused", 2);
+  spec.set_kind(EVALUATION);
+  spec.set_total_steps(0);
+  spec.set_output_dir(root_ + "/evaluated");
+  spec.mutable_restore()->set_mode(RestoreConfig::ALL);
+  spec.mutable_restore()->set_path(swept);
+  spec.mutable_inference()->set_num_batches(1);
+  ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
+  auto sweep = [&](const std::string& id, int64_t after_step) {
+    std::vector<std::vector<int64_t>> steps(2);
+    std::vector<std::string> outputs, passed_over;
+    auto group = std::make_shared<FakeGroup>(2, absl::Seconds(30));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        FakeCollective collective(group, r);
+        TrainingJobOptions options;
+        options.id = id;
+        absl::StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(spec, &collective, options);
+        ASSERT_THAT(job.status(), IsOk());
+        absl::StatusOr<RestoreOutcome> restored = (*job)->Restore("");
+        ASSERT_THAT(restored.status(), IsOk());
+        EXPECT_EQ(restored->checkpoint, "");  // each in turn, by InferNext
+        for (int64_t after = after_step;;) {
+          absl::StatusOr<InferOutcome> inferred = (*job)->InferNext(after);
+          ASSERT_THAT(inferred.status(), IsOk());
+          if (r == 0) passed_over.insert(passed_over.end(), inferred->passed_over.begin(), inferred->passed_over.end());
+          if (inferred->checkpoint_step < 0) break;
+          steps[r].push_back(after = inferred->checkpoint_step);
+          EXPECT_EQ((*job)->restored_step(), after);
+          if (r == 0) outputs.push_back(inferred->output);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(steps[0], steps[1]);
+    return std::make_tuple(steps[0], outputs, passed_over);
+  };
+  auto [steps, outputs, passed_over] = sweep("sweep-1", -1);
+  EXPECT_EQ(steps, (std::vector<int64_t>{20, 100, 1000}));
+  const std::string out = spec.output_dir();
+  EXPECT_EQ(outputs, (std::vector<std::string>{out + "/inference/digits_to_words-validation-20.jsonl",
+                                               out + "/inference/digits_to_words-validation-100.jsonl",
+                                               out + "/inference/digits_to_words-validation-1000.jsonl"}));
+  ASSERT_EQ(passed_over.size(), 1u);
+  EXPECT_THAT(passed_over[0], HasSubstr(swept + "/checkpoint_50 passed over: "));
+  for (int64_t step : steps) {
+    std::ifstream in(absl::StrCat(out, "/inference_eval/digits_to_words-validation-", step, ".json"));
+    ASSERT_TRUE(in) << step;
+    EXPECT_EQ(nlohmann::json::parse(in)["checkpoint_step"], step);
+  }
+  EXPECT_FALSE(std::filesystem::exists(out + "/inference/digits_to_words-validation.jsonl"));
+  EXPECT_EQ(ReadEvaluatedSteps(out, "sweep-1", swept), (std::vector<int64_t>{20, 100, 1000}));
+  EXPECT_TRUE(ReadEvaluatedSteps(out, "another-job", swept).empty());
+  EXPECT_TRUE(ReadEvaluatedSteps(out, "sweep-1", swept + "/elsewhere").empty());
+
+  // A restarted attempt of the same job: nothing again, then the new one.
+  ASSERT_THAT(save(2000), IsOk());
+  std::tie(steps, outputs, passed_over) = sweep("sweep-1", -1);
+  EXPECT_EQ(steps, (std::vector<int64_t>{2000}));
+  EXPECT_EQ(ReadEvaluatedSteps(out, "sweep-1", swept), (std::vector<int64_t>{20, 100, 1000, 2000}));
+  // Another job in the same output_dir evaluates everything (from scratch).
+  std::tie(steps, outputs, passed_over) = sweep("sweep-2", -1);
+  EXPECT_EQ(steps, (std::vector<int64_t>{20, 100, 1000, 2000}));
+  EXPECT_EQ(ReadEvaluatedSteps(out, "sweep-2", swept), (std::vector<int64_t>{20, 100, 1000, 2000}));
+}
 
 TEST_F(TrainingJobTest, APreemptionOnOneRankStopsEveryRankAtTheSameStepWithOneEmergencyCheckpoint) {
   const JobSpec spec = Spec("preempted", 2);

@@ -170,6 +170,26 @@ void ValidateLearningRate(Errors* errors, LearningRateSchedule* lr, int64_t tota
   }
 }
 
+// restore { mode: ALL } evaluates checkpoints one after another: only an
+// EVALUATION or INFERENCE job can, and its wait only applies to it.
+void ValidateRestoreAll(Errors* errors, const RestoreConfig& restore, JobKind kind) {
+  constexpr int64_t kMaxWaitSeconds = 7 * 24 * 3600;
+  CheckIntRange(errors, "restore.wait_seconds", restore.wait_seconds(), 0, kMaxWaitSeconds);
+  if (restore.mode() != RestoreConfig::ALL) {
+    if (restore.wait_seconds() != 0) errors->Add("restore.wait_seconds", "only applies with restore.mode: ALL");
+    return;
+  }
+  if (kind != EVALUATION && kind != INFERENCE) {
+    errors->Add("restore.mode", absl::StrCat("ALL is not allowed for a ", JobKind_Name(kind),
+                                             " job; allowed for EVALUATION and INFERENCE jobs, which evaluate "
+                                             "every checkpoint in turn (a training job restores one: LATEST, "
+                                             "SPECIFIC or NONE)"));
+  }
+  if (restore.fallback_to_scratch()) {
+    errors->Add("restore.fallback_to_scratch", "only applies with restore.mode: LATEST (ALL evaluates checkpoints)");
+  }
+}
+
 void ValidateRestore(Errors* errors, RestoreConfig* restore, JobKind kind) {
   if (restore->mode() == RestoreConfig::MODE_UNSPECIFIED) restore->set_mode(RestoreConfig::LATEST);
   if (!restore->has_strict()) restore->set_strict(true);
@@ -197,6 +217,7 @@ void ValidateRestore(Errors* errors, RestoreConfig* restore, JobKind kind) {
     errors->Add("restore.mode", absl::StrCat("NONE is not allowed for a ", JobKind_Name(kind),
                                              " job, which needs a trained checkpoint"));
   }
+  ValidateRestoreAll(errors, *restore, kind);
   for (int i = 0; i < restore->assignment_map_size(); ++i) {
     const RestoreConfig::Rename& rename = restore->assignment_map(i);
     const std::string field = absl::StrCat("restore.assignment_map[", i, "].pattern");

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "common/testing/status_matchers.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -271,6 +272,54 @@ TEST(ValidatorTest, EvaluationNeedsNoStepsButACheckpoint) {
   EXPECT_THAT(Validate(spec), IsOk());
   spec.mutable_restore()->set_mode(RestoreConfig::NONE);
   EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("restore.mode: NONE")));
+}
+
+TEST(ValidatorTest, RestoreAllIsForEvaluationAndInferenceJobsOnly) {
+  JobSpec spec = Minimal();
+  spec.mutable_restore()->set_mode(RestoreConfig::ALL);
+  for (JobKind kind : {TRAIN, FINETUNING, PRETRAINING}) {
+    spec.set_kind(kind);
+    spec.mutable_restore()->set_path(kind == FINETUNING ? "/tmp/trainyard/pretrained" : "");
+    EXPECT_THAT(Validate(spec),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         ::testing::Eq(absl::StrCat("restore.mode: ALL is not allowed for a ", JobKind_Name(kind),
+                                                    " job; allowed for EVALUATION and INFERENCE jobs, which evaluate "
+                                                    "every checkpoint in turn (a training job restores one: LATEST, "
+                                                    "SPECIFIC or NONE)"))));
+  }
+  spec.mutable_restore()->clear_path();
+  spec.set_total_steps(0);
+  for (JobKind kind : {EVALUATION, INFERENCE}) {
+    spec.set_kind(kind);
+    spec.mutable_restore()->set_wait_seconds(30);
+    JobSpec normalized = spec;
+    EXPECT_THAT(ValidateAndNormalize(&normalized, {}), IsOk());
+    EXPECT_EQ(normalized.restore().mode(), RestoreConfig::ALL);
+    EXPECT_EQ(normalized.restore().wait_seconds(), 30);
+  }
+}
+
+TEST(ValidatorTest, RestoreWaitSecondsNeedsModeAllAndAtMostAWeek) {
+  JobSpec spec = Minimal();
+  spec.set_kind(EVALUATION);
+  spec.set_total_steps(0);
+  spec.mutable_restore()->set_wait_seconds(10);
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       ::testing::Eq("restore.wait_seconds: only applies with restore.mode: ALL")));
+  spec.mutable_restore()->set_mode(RestoreConfig::ALL);
+  spec.mutable_restore()->set_wait_seconds(-1);
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       ::testing::Eq("restore.wait_seconds: -1 is out of range; allowed: 0..604800")));
+  spec.mutable_restore()->set_wait_seconds(604801);
+  EXPECT_THAT(Validate(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::Eq("restore.wait_seconds: 604801 is out of range; allowed: 0..604800")));
+  spec.mutable_restore()->set_wait_seconds(604800);
+  EXPECT_THAT(Validate(spec), IsOk());
+  spec.mutable_restore()->set_fallback_to_scratch(true);
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       ::testing::Eq("restore.fallback_to_scratch: only applies with restore.mode: "
+                                                     "LATEST (ALL evaluates checkpoints)")));
 }
 
 TEST(ValidatorTest, AssignmentMapPatternsMustCompile) {

@@ -319,6 +319,17 @@ absl::StatusOr<std::string> LatestGoodCheckpoint(const std::string& dir, std::ve
   return absl::NotFoundError(absl::StrCat("no complete checkpoint_<step> under ", dir));
 }
 
+std::optional<NumberedCheckpoint> NextGoodCheckpoint(const std::string& dir, int64_t after_step,
+                                                     std::vector<SkippedCheckpoint>* skipped) {
+  const std::map<int64_t, std::string> all = ListCheckpoints(dir);
+  for (auto it = all.upper_bound(after_step); it != all.end(); ++it) {
+    absl::StatusOr<CheckpointContents> verified = VerifyCheckpoint(it->second);
+    if (verified.ok()) return NumberedCheckpoint{it->first, it->second};
+    if (skipped != nullptr) skipped->push_back({it->second, std::string(verified.status().message())});
+  }
+  return std::nullopt;
+}
+
 absl::StatusOr<std::string> SetAsideDamagedCheckpoint(const std::string& dir) {
   const int64_t now = absl::ToUnixSeconds(absl::Now());
   std::string target = absl::StrCat(dir, ".damaged-", now);

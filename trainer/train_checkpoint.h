@@ -45,6 +45,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -173,6 +174,21 @@ struct SkippedCheckpoint {
 // The newest checkpoint under `dir` whose manifest verifies; those that do
 // not are skipped, each with its reason in `skipped`. kNotFound if none.
 absl::StatusOr<std::string> LatestGoodCheckpoint(const std::string& dir, std::vector<SkippedCheckpoint>* skipped);
+
+// A checkpoint_<step> directory and its step.
+struct NumberedCheckpoint {
+  int64_t step = 0;
+  std::string dir;
+};
+
+// The next checkpoint of a sweep over every checkpoint (restore { mode: ALL
+// }): the one under `dir` of the smallest step above `after_step` (steps
+// compared as numbers: 100 before 1000) whose manifest verifies. A save in
+// progress is never listed (its directory gets its name when complete);
+// those above `after_step` that do not verify (damaged; no manifest) are
+// skipped, each with its reason in `skipped`. nullopt when none is left.
+std::optional<NumberedCheckpoint> NextGoodCheckpoint(const std::string& dir, int64_t after_step,
+                                                     std::vector<SkippedCheckpoint>* skipped);
 
 // Moves a damaged checkpoint directory aside, to DIR.damaged-<unix seconds>
 // (kept for inspection; never listed, restored or deleted by retention), so

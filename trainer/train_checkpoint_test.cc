@@ -316,6 +316,63 @@ TEST_F(TrainCheckpointTest, LatestGoodSkipsDamagedAndIncompleteOnes) {
   EXPECT_EQ(ListCheckpoints(dir_).begin()->first, 30);
 }
 
+// The steps a sweep over every checkpoint visits from `after_step`, in order.
+std::vector<int64_t> SweepSteps(const std::string& dir, int64_t after_step, std::vector<SkippedCheckpoint>* skipped) {
+  std::vector<int64_t> steps;
+  while (std::optional<NumberedCheckpoint> next = NextGoodCheckpoint(dir, after_step, skipped)) {
+    EXPECT_EQ(next->dir, dir + "/checkpoint_" + std::to_string(next->step));
+    steps.push_back(next->step);
+    after_step = next->step;
+  }
+  return steps;
+}
+
+TEST_F(TrainCheckpointTest, NextGoodCheckpointGoesUpInStepOrderSkippingWhatIsNotWhole) {
+  // Written out of order, with names that sort differently as text.
+  for (int step : {1000, 100, 20, 200, 0}) {
+    ASSERT_THAT(WriteTrainCheckpoint(dir_ + "/checkpoint_" + std::to_string(step), Snapshot(step), torch::kFloat),
+                IsOk());
+  }
+  // A save in progress (its temporary directory), a directory without a
+  // manifest, one whose parameters were altered, one moved aside and other
+  // names: none is visited.
+  std::filesystem::create_directories(dir_ + "/checkpoint_150.tmp-4242");
+  std::ofstream(dir_ + "/checkpoint_150.tmp-4242/params.safetensors") << "half";
+  std::filesystem::create_directories(dir_ + "/checkpoint_300");
+  std::ofstream(dir_ + "/checkpoint_300/params.safetensors") << "half";
+  ASSERT_THAT(WriteTrainCheckpoint(dir_ + "/checkpoint_50", Snapshot(50), torch::kFloat), IsOk());
+  {
+    std::fstream f(dir_ + "/checkpoint_50/params.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(300);
+    f.put('\x7f');
+  }
+  ASSERT_THAT(WriteTrainCheckpoint(dir_ + "/checkpoint_400", Snapshot(400), torch::kFloat), IsOk());
+  ASSERT_THAT(SetAsideDamagedCheckpoint(dir_ + "/checkpoint_400").status(), IsOk());
+  std::filesystem::create_directories(dir_ + "/checkpoint_x");
+  std::ofstream(dir_ + "/checkpoint_500") << "a file";
+
+  std::vector<SkippedCheckpoint> skipped;
+  EXPECT_THAT(SweepSteps(dir_, -1, &skipped), ElementsAre(0, 20, 100, 200, 1000));
+  ASSERT_EQ(skipped.size(), 2u);
+  EXPECT_EQ(skipped[0].dir, dir_ + "/checkpoint_50");
+  EXPECT_THAT(skipped[0].why, HasSubstr("params.safetensors"));
+  EXPECT_EQ(skipped[1].dir, dir_ + "/checkpoint_300");
+  EXPECT_THAT(skipped[1].why, HasSubstr("checkpoint_300"));
+  // From a step evaluated already: only those above it.
+  skipped.clear();
+  EXPECT_THAT(SweepSteps(dir_, 100, &skipped), ElementsAre(200, 1000));
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].dir, dir_ + "/checkpoint_300");
+  EXPECT_THAT(SweepSteps(dir_, 20, nullptr), ElementsAre(100, 200, 1000));
+  EXPECT_THAT(SweepSteps(dir_, 1000, nullptr), IsEmpty());
+  // Saves that complete later: one above the last step visited is next; one
+  // below it is behind the sweep.
+  ASSERT_THAT(WriteTrainCheckpoint(dir_ + "/checkpoint_1500", Snapshot(1500), torch::kFloat), IsOk());
+  ASSERT_THAT(WriteTrainCheckpoint(dir_ + "/checkpoint_250", Snapshot(250), torch::kFloat), IsOk());
+  EXPECT_THAT(SweepSteps(dir_, 1000, nullptr), ElementsAre(1500));
+  EXPECT_FALSE(NextGoodCheckpoint(dir_ + "/missing", -1, nullptr).has_value());
+}
+
 TEST_F(TrainCheckpointTest, UnfinishedSavesAreRemovedAndNothingElse) {
   ASSERT_THAT(WriteTrainCheckpoint(dir_ + "/checkpoint_10", Snapshot(10), torch::kFloat), IsOk());
   std::filesystem::create_directories(dir_ + "/checkpoint_20.tmp-4242");

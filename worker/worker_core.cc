@@ -381,11 +381,16 @@ absl::StatusOr<InferResponse> WorkerCore::Infer(const InferRequest& request) {
   TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
   MutexLock busy(&job->busy);
   TY_RETURN_IF_ERROR(CheckInGroup(*job));
-  TY_ASSIGN_OR_RETURN(InferOutcome inferred, job->training->Infer());
+  const bool every_checkpoint = job->training->spec().restore().mode() == RestoreConfig::ALL;
+  TY_ASSIGN_OR_RETURN(InferOutcome inferred,
+                      every_checkpoint ? job->training->InferNext(request.after_step()) : job->training->Infer());
   InferResponse response;
   response.set_examples(inferred.examples);
   response.set_output(inferred.output);
   for (const auto& [k, v] : inferred.metrics) (*response.mutable_metrics())[k] = v;
+  response.set_checkpoint_step(inferred.checkpoint_step);
+  for (const std::string& note : inferred.passed_over) response.add_passed_over(note);
+  response.set_after_step(inferred.after_step);
   return response;
 }
 

@@ -558,6 +558,7 @@ std::vector<Case> Cases() {
              restore { mode: LATEST path: "$ROOT/nothing_here" fallback_to_scratch: true })pb",
         "restore { fallback_to_scratch: false }"),
       Refused("restore.dtype", kFromSource2, "restore { dtype: BFLOAT16 }", "restore.dtype"),
+      Refused("restore.wait_seconds", kFromSource2, "restore { wait_seconds: 5 }", "restore.wait_seconds"),
       R("restore.assignment_map.pattern", absl::StrCat(kFromSource2, R"pb(restore {
                                                                             strict: false
                                                                             assignment_map { pattern: "nothing" }
