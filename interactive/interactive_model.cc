@@ -39,6 +39,19 @@ class OneBatch : public BatchIterator {
   bool used_ = false;
 };
 
+// Appends `more`'s rows to `into`'s (the results of several batches as one).
+void AppendInference(Inference more, Inference* into) {
+  auto append = [](auto& from, auto* to) {
+    to->insert(to->end(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
+  };
+  append(more.inputs, &into->inputs);
+  append(more.targets, &into->targets);
+  append(more.predictions, &into->predictions);
+  append(more.scores, &into->scores);
+  for (auto& [name, values] : more.aux) append(values, &into->aux[name]);
+  into->truncated_examples += more.truncated_examples;
+}
+
 absl::Status CheckOptions(const InteractiveModelOptions& o) {
   if (o.batch_size < 1) return absl::InvalidArgumentError(absl::StrCat("batch_size: ", o.batch_size, "; must be >= 1"));
   const int world = o.collective != nullptr ? o.collective->world_size() : 1;
@@ -324,29 +337,36 @@ absl::StatusOr<MetricResults> InteractiveModel::EvaluateWithPreprocessors(
     const std::vector<MetricFn>& metric_fns, const Postprocessor& postprocessor) {
   if (metric_fns.empty()) return absl::InvalidArgumentError("Evaluate: no metric functions given");
   TY_ASSIGN_OR_RETURN(std::vector<NaturalExample> prepared, Preprocess(examples, preprocessors));
-  TY_RETURN_IF_ERROR(CheckExamples(prepared, /*need_targets=*/true).status());
+  return EvaluateBatches({prepared}, metric_fns, postprocessor);
+}
+
+absl::StatusOr<MetricResults> InteractiveModel::EvaluateBatches(const Batches& batches,
+                                                                const std::vector<MetricFn>& metric_fns,
+                                                                const Postprocessor& postprocessor) {
   bool need_predictions = false, need_scores = false;
   for (const MetricFn& f : metric_fns) {
     need_predictions |= f.needs_predictions();
     need_scores |= f.needs_scores();
   }
-  std::optional<Inference> predicted, scored;
-  if (need_predictions) {
-    TY_ASSIGN_OR_RETURN(predicted, InferWithPreprocessors(InferenceType::kPredictWithAux, prepared, {}));
-  }
-  if (need_scores) {
-    TY_ASSIGN_OR_RETURN(scored, InferWithPreprocessors(InferenceType::kScore, prepared, {}));
+  Inference predicted, scored;
+  for (const std::vector<NaturalExample>& batch : batches) {
+    TY_RETURN_IF_ERROR(CheckExamples(batch, /*need_targets=*/true).status());
+    if (need_predictions) {
+      TY_ASSIGN_OR_RETURN(Inference p, InferWithPreprocessors(InferenceType::kPredictWithAux, batch, {}));
+      AppendInference(std::move(p), &predicted);
+    }
+    if (need_scores) {
+      TY_ASSIGN_OR_RETURN(Inference s, InferWithPreprocessors(InferenceType::kScore, batch, {}));
+      AppendInference(std::move(s), &scored);
+    }
   }
   std::vector<std::string> targets;
-  for (const NaturalExample& e : prepared)
-    targets.push_back(postprocessor ? postprocessor(*e.target, true) : *e.target);
+  for (const std::string& t : need_predictions ? predicted.targets : scored.targets)
+    targets.push_back(postprocessor ? postprocessor(t, true) : t);
   std::vector<std::string> predictions;
-  if (predicted) {
-    for (const std::string& p : predicted->predictions)
-      predictions.push_back(postprocessor ? postprocessor(p, false) : p);
-  }
-  return ComputeMetrics(metric_fns, targets, predicted ? &predictions : nullptr, predicted ? &predicted->aux : nullptr,
-                        scored ? &scored->scores : nullptr);
+  for (const std::string& p : predicted.predictions) predictions.push_back(postprocessor ? postprocessor(p, false) : p);
+  return ComputeMetrics(metric_fns, targets, need_predictions ? &predictions : nullptr,
+                        need_predictions ? &predicted.aux : nullptr, need_scores ? &scored.scores : nullptr);
 }
 
 absl::StatusOr<TrainLoopResult> InteractiveModel::TrainLoop(int num_steps, int eval_period,
@@ -356,38 +376,27 @@ absl::StatusOr<TrainLoopResult> InteractiveModel::TrainLoop(int num_steps, int e
                                                             const std::vector<MetricFn>& metric_fns) {
   if (num_steps < 1) return absl::InvalidArgumentError(absl::StrCat("num_steps: ", num_steps, "; must be >= 1"));
   if (eval_period < 1) return absl::InvalidArgumentError(absl::StrCat("eval_period: ", eval_period, "; must be >= 1"));
-  const int num_evals = num_steps / eval_period;
-  auto check = [](const char* what, const Batches& batches, int needed) -> absl::Status {
-    if (batches.size() > 1 && static_cast<int>(batches.size()) < needed) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": ", batches.size(), " batches given, ", needed,
-                                                     " needed (or exactly one, used every time)"));
-    }
-    return absl::OkStatus();
-  };
-  TY_RETURN_IF_ERROR(check("train_batches", train_batches, num_steps));
-  TY_RETURN_IF_ERROR(check("predict_batches", predict_batches, num_evals));
-  TY_RETURN_IF_ERROR(check("score_batches", score_batches, num_evals));
-  TY_RETURN_IF_ERROR(check("eval_batches", eval_batches, num_evals));
   if (!eval_batches.empty() && metric_fns.empty()) {
     return absl::InvalidArgumentError("eval_batches given without metric functions");
   }
-  auto pick = [](const Batches& batches, int i) -> const std::vector<NaturalExample>* {
-    if (batches.empty()) return nullptr;
-    return &batches[batches.size() == 1 ? 0 : i];
-  };
   TrainLoopResult result;
   for (int i = 0; i < num_steps; ++i) {
-    if (const auto* batch = pick(train_batches, i)) TY_RETURN_IF_ERROR(TrainStep(*batch).status());
-    if ((i + 1) % eval_period != 0) continue;
-    const int e = (i + 1) / eval_period - 1;
-    if (const auto* batch = pick(predict_batches, e)) {
-      TY_ASSIGN_OR_RETURN(result.predictions, PredictWithAux(*batch));
+    if (!train_batches.empty()) TY_RETURN_IF_ERROR(TrainStep(train_batches[i % train_batches.size()]).status());
+    // T5X's counting: the iteration's index from 0, so the first
+    // evaluation follows the first step.
+    if (i % eval_period != 0) continue;
+    result.evaluated_steps.push_back(step());
+    result.predictions = result.scores = Inference();
+    for (const std::vector<NaturalExample>& batch : predict_batches) {
+      TY_ASSIGN_OR_RETURN(Inference p, PredictWithAux(batch));
+      AppendInference(std::move(p), &result.predictions);
     }
-    if (const auto* batch = pick(score_batches, e)) {
-      TY_ASSIGN_OR_RETURN(result.scores, InferWithPreprocessors(InferenceType::kScore, *batch, {}));
+    for (const std::vector<NaturalExample>& batch : score_batches) {
+      TY_ASSIGN_OR_RETURN(Inference s, InferWithPreprocessors(InferenceType::kScore, batch, {}));
+      AppendInference(std::move(s), &result.scores);
     }
-    if (const auto* batch = pick(eval_batches, e)) {
-      TY_ASSIGN_OR_RETURN(result.metrics, Evaluate(*batch, metric_fns));
+    if (!eval_batches.empty()) {
+      TY_ASSIGN_OR_RETURN(result.metrics, EvaluateBatches(eval_batches, metric_fns, nullptr));
     }
   }
   return result;

@@ -122,10 +122,14 @@ struct Inference {
   int64_t truncated_examples = 0;        // inputs or targets cut to the feature lengths
 };
 
+// What TrainLoop returns: the last evaluation's results (T5X's return
+// value), and when every evaluation ran.
 struct TrainLoopResult {
-  Inference predictions;  // the last predict batch's (empty if none)
-  Inference scores;       // the last score batch's
-  MetricResults metrics;  // the last eval batch's
+  Inference predictions;  // every predict batch's, in order (empty if none)
+  Inference scores;       // every score batch's, in order
+  MetricResults metrics;  // over every eval batch's examples together
+  // The model's step at each evaluation, in order.
+  std::vector<int64_t> evaluated_steps;
 };
 
 class InteractiveModel {
@@ -167,11 +171,25 @@ class InteractiveModel {
                                                           const std::vector<MetricFn>& metric_fns,
                                                           const Postprocessor& postprocessor = nullptr);
 
-  // T5X's train_loop: num_steps train steps; after every eval_period-th
-  // one, predicts, scores and evaluates the next batch of each list. A list
-  // of one batch is used every time; an empty list skips that phase; a
-  // list shorter than needed (but longer than one) is kInvalidArgument.
-  // Returns the last predictions, scores and metrics.
+  // T5X's train_loop: num_steps iterations. Iteration i (from 0) trains on
+  // train batch i mod the list's length (a list longer than num_steps is
+  // cut to its first num_steps; an empty list skips training), then, when
+  // i % eval_period == 0, evaluates: predicts every predict batch, scores
+  // every score batch and evaluates every eval batch, in order. As in T5X
+  // the first evaluation follows the first step, the next ones every
+  // eval_period steps after it (steps 1, 1 + eval_period, ...), so the final
+  // step is evaluated only when (num_steps - 1) % eval_period == 0.
+  //
+  // Deliberately unlike T5X:
+  //  - A list shorter than num_steps cycles to exactly num_steps batches.
+  //    T5X repeats the list num_steps / length times (integer division), so
+  //    3 batches for 7 steps ran 6 steps.
+  //  - The result holds every batch of the last evaluation, and its metrics
+  //    are computed over all eval batches' examples at once. T5X overwrites
+  //    its results batch after batch, returning the last batch's only.
+  //  - eval_batches without metric functions is kInvalidArgument (T5X fails
+  //    inside evaluate).
+  // kInvalidArgument for num_steps or eval_period < 1.
   using Batches = std::vector<std::vector<NaturalExample>>;
   absl::StatusOr<TrainLoopResult> TrainLoop(int num_steps, int eval_period, const Batches& train_batches,
                                             const Batches& predict_batches, const Batches& score_batches,
@@ -204,6 +222,11 @@ class InteractiveModel {
   // Decodes or scores one batch of at most batch_size rows: this rank's
   // share, then gathered from every rank, in row order.
   absl::Status InferBatch(const T5Batch& batch, bool score, const DecodeOptions& options, Inference* out);
+  // Evaluate over several batches of prepared examples: each batch decoded
+  // and/or scored as the metric functions need, the metrics computed once
+  // over all their rows.
+  absl::StatusOr<MetricResults> EvaluateBatches(const Batches& batches, const std::vector<MetricFn>& metric_fns,
+                                                const Postprocessor& postprocessor);
   int rank() const { return collective_->rank(); }
   int world_size() const { return collective_->world_size(); }
 
