@@ -4,6 +4,7 @@
 
 #include "common/testing/status_matchers.h"
 #include "data/bundled.h"
+#include "data/iterator.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -352,6 +353,166 @@ TEST_F(InteractiveModelTest, TrainLoopCyclesOrCutsTheTrainBatchesToNumSteps) {
   ASSERT_THAT(looped->TrainLoop(2, 100, {b[2]}, {}, {}, {}, {}).status(), IsOk());
   for (int i : {2, 2}) ASSERT_THAT(stepped->TrainStep(b[i]).status(), IsOk());
   ExpectSameParameters(*looped, *stepped);
+}
+
+// The ids of a [rows, length] token tensor, row after row.
+std::vector<int32_t> Ids(const torch::Tensor& t) {
+  const torch::Tensor c = t.to(torch::kInt).contiguous();
+  return std::vector<int32_t>(c.data_ptr<int32_t>(), c.data_ptr<int32_t>() + c.numel());
+}
+
+// Span corruption and prefix LM from the interactive model: the data
+// pipeline's token preprocessors, seeded as the pipeline seeds an
+// unshuffled split's examples in the epoch equal to the model's step.
+class InteractiveTokenPreprocessorsTest : public InteractiveModelTest {
+ protected:
+  static constexpr char kVocabulary[] = "data/corpus/spm.model";  // 400 pieces
+
+  InteractiveModelOptions CorpusOptions(const std::string& dir) {
+    InteractiveModelOptions o = Options(3);
+    o.output_dir = dir;
+    o.vocabulary_path = kVocabulary;
+    o.vocabulary_extra_ids = 100;
+    o.task_feature_lengths.set_inputs(64);
+    o.task_feature_lengths.set_targets(64);
+    return o;
+  }
+
+  // The pipeline's iterator over `examples_` through `preprocessor`, with
+  // the interactive model's seed, unshuffled and unpacked, a batch an epoch.
+  std::unique_ptr<TaskIterator> Pipeline(const std::string& preprocessor) {
+    task_.name = preprocessor;
+    task_.vocabulary = std::move(Vocabulary::Load(kVocabulary, 100)).value();
+    std::vector<Example> examples;
+    for (const NaturalExample& e : examples_) examples.push_back({{"inputs", e.input}, {"targets", *e.target}});
+    task_.source = [examples](const std::string&) -> absl::StatusOr<std::unique_ptr<ExampleSource>> {
+      return InMemorySource(examples);
+    };
+    task_.token_preprocessors = {*TokenPreprocessorByName(preprocessor, *task_.vocabulary)};
+    IteratorOptions options;
+    options.rows = static_cast<int64_t>(examples_.size());
+    options.inputs_length = options.targets_length = 64;
+    options.pack = false;
+    options.shuffle = false;
+    options.seed = 42;  // init_random_seed
+    return std::move(TaskIterator::Create(task_, options)).value();
+  }
+
+  const std::vector<NaturalExample> examples_ = {
+      {"", "The interpreter reads a line, runs it as a statement and prints the result of each expression."},
+      {"", "A list holds any number of objects in order, and its methods change it in place."},
+      {"", "Modules are files of definitions that other programs import by name."}};
+  Task task_;
+};
+
+TEST_F(InteractiveTokenPreprocessorsTest, SpanCorruptionIsTheDataPipelines) {
+  auto m = Make(CorpusOptions(dir_));
+  ASSERT_NE(m, nullptr);
+  absl::StatusOr<TokenPreprocessor> span = TokenPreprocessorByName("span_corruption", m->vocabulary());
+  ASSERT_THAT(span.status(), IsOk());
+  auto pipeline = Pipeline("span_corruption");
+  const ConvertedBatch epoch0 = *pipeline->Next();
+  int64_t truncated = -1;
+  absl::StatusOr<T5Batch> rows = m->MakeBatch(examples_, true, &truncated, {*span});
+  ASSERT_THAT(rows.status(), IsOk());
+  EXPECT_EQ(truncated, 0);
+  EXPECT_EQ(Ids(rows->encoder_input_tokens), epoch0.encoder_input_tokens);
+  EXPECT_EQ(Ids(rows->decoder_input_tokens), epoch0.decoder_input_tokens);
+  EXPECT_EQ(Ids(rows->decoder_target_tokens), epoch0.decoder_target_tokens);
+  // Sentinels: the first span of every row is <extra_id_0>, the last id.
+  for (int64_t r = 0; r < 3; ++r) EXPECT_EQ(rows->decoder_target_tokens[r][0].item<int64_t>(), 499) << r;
+
+  // What the model reads, as text: the pipeline's rows decoded.
+  const InteractivePreprocessors corrupt({}, {*span});
+  absl::StatusOr<Inference> scored = m->InferWithPreprocessors(InferenceType::kScore, examples_, corrupt);
+  ASSERT_THAT(scored.status(), IsOk());
+  ASSERT_EQ(scored->targets.size(), 3u);
+  for (size_t r = 0; r < 3; ++r) {
+    const auto row = [&](const std::vector<int32_t>& ids) {
+      return *m->vocabulary().Decode(absl::MakeConstSpan(ids).subspan(r * 64, 64));
+    };
+    EXPECT_EQ(scored->inputs[r], row(epoch0.encoder_input_tokens)) << r;
+    EXPECT_EQ(scored->targets[r], row(epoch0.decoder_target_tokens)) << r;
+    EXPECT_THAT(scored->targets[r], ::testing::StartsWith("<extra_id_0>")) << r;
+  }
+  EXPECT_EQ(scored->scores.size(), 3u);
+  // Evaluate's metric functions compare with those targets.
+  std::vector<std::string> seen;
+  std::vector<MetricFn> record = {
+      {"record", ScoreMetricFn([&](const auto& t, const auto&) -> absl::StatusOr<MetricResults> {
+         seen = t;
+         return MetricResults{};
+       })}};
+  ASSERT_THAT(m->EvaluateWithPreprocessors(examples_, corrupt, record).status(), IsOk());
+  EXPECT_EQ(seen, scored->targets);
+
+  // A train step is the batch job's on the pipeline's batch; the step
+  // after it draws the pipeline's next epoch.
+  InteractiveModelOptions other = CorpusOptions(dir_ + "/other");
+  auto reference = Make(other);
+  ASSERT_NE(reference, nullptr);
+  absl::StatusOr<MetricResults> a = m->TrainStepWithPreprocessors(examples_, corrupt);
+  Batches from_pipeline({ToT5Batch(epoch0)});
+  absl::StatusOr<MetricResults> b = reference->TrainStepFromBatchIterator(&from_pipeline);
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  EXPECT_EQ(a->at("loss"), b->at("loss"));
+  const ConvertedBatch epoch1 = *pipeline->Next();
+  EXPECT_NE(epoch1.encoder_input_tokens, epoch0.encoder_input_tokens);
+  rows = m->MakeBatch(examples_, true, nullptr, {*span});
+  ASSERT_THAT(rows.status(), IsOk());
+  EXPECT_EQ(Ids(rows->encoder_input_tokens), epoch1.encoder_input_tokens);
+  EXPECT_EQ(Ids(rows->decoder_target_tokens), epoch1.decoder_target_tokens);
+}
+
+TEST_F(InteractiveTokenPreprocessorsTest, PrefixLmIsTheDataPipelines) {
+  auto m = Make(CorpusOptions(dir_));
+  ASSERT_NE(m, nullptr);
+  absl::StatusOr<TokenPreprocessor> prefix = TokenPreprocessorByName("prefix_lm", m->vocabulary());
+  ASSERT_THAT(prefix.status(), IsOk());
+  const ConvertedBatch epoch0 = *Pipeline("prefix_lm")->Next();
+  absl::StatusOr<T5Batch> rows = m->MakeBatch(examples_, true, nullptr, {*prefix});
+  ASSERT_THAT(rows.status(), IsOk());
+  EXPECT_EQ(Ids(rows->encoder_input_tokens), epoch0.encoder_input_tokens);
+  EXPECT_EQ(Ids(rows->decoder_target_tokens), epoch0.decoder_target_tokens);
+  // Each row's inputs then targets (EOS and padding left out) are its
+  // target text's ids.
+  absl::StatusOr<Inference> scored =
+      m->InferWithPreprocessors(InferenceType::kScore, examples_, InteractivePreprocessors({}, {*prefix}));
+  ASSERT_THAT(scored.status(), IsOk());
+  for (size_t r = 0; r < 3; ++r) {
+    std::vector<int> ids;
+    for (const std::vector<int32_t>* row : {&epoch0.encoder_input_tokens, &epoch0.decoder_target_tokens}) {
+      for (size_t i = r * 64; i < (r + 1) * 64 && (*row)[i] > Vocabulary::kEosId; ++i) ids.push_back((*row)[i]);
+    }
+    EXPECT_EQ(ids, *m->vocabulary().Encode(*examples_[r].target)) << r;
+    EXPECT_THAT(*examples_[r].target, ::testing::StartsWith(scored->inputs[r])) << r;
+    EXPECT_FALSE(scored->targets[r].empty()) << r;
+  }
+}
+
+TEST_F(InteractiveTokenPreprocessorsTest, BadTokenPreprocessorsAreRefused) {
+  auto m = Make(CorpusOptions(dir_));
+  ASSERT_NE(m, nullptr);
+  EXPECT_THAT(TokenPreprocessorByName("span_corrupt", m->vocabulary()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("token preprocessor \"span_corrupt\" is not one of: span_corruption, prefix_lm")));
+  // Inputs alone: the token preprocessors read the target.
+  const InteractivePreprocessors corrupt({}, {*TokenPreprocessorByName("span_corruption", m->vocabulary())});
+  EXPECT_THAT(m->InferWithPreprocessors(InferenceType::kPredictWithAux, {NaturalExample("a list")}, corrupt).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("example 0 (\"a list\"): the token preprocessors make the inputs and targets from "
+                                 "the target")));
+  // The bundled vocabulary has no sentinels for span corruption.
+  InteractiveModelOptions bundled = Options();
+  bundled.output_dir = dir_ + "/bundled";
+  auto plain = Make(bundled);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_THAT(TokenPreprocessorByName("span_corruption", plain->vocabulary()).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("has no extra ids")));
+  bundled.vocabulary_extra_ids = 100;
+  EXPECT_THAT(InteractiveModel::Create(bundled).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("vocabulary_extra_ids: 100")));
 }
 
 TEST_F(InteractiveModelTest, SaveCheckpointAndRestoreIt) {
