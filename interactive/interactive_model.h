@@ -4,9 +4,11 @@
 //
 // An example is an input string (for inference) or an {input, target} pair.
 // Examples go through the optional text preprocessors, are tokenised with
-// the vocabulary (EOS appended when add_eos), truncated to the feature
-// lengths (counted and reported as truncated_examples), and batched
-// unpacked, `batch_size` at a time, in order.
+// the vocabulary, go through the optional token preprocessors (span
+// corruption, prefix LM: InteractivePreprocessors), get EOS when add_eos,
+// are truncated to the feature lengths (counted and reported as
+// truncated_examples), and are batched unpacked, `batch_size` at a time, in
+// order.
 //
 //   InteractiveModelOptions options;
 //   options.output_dir = "runs/try";
