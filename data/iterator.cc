@@ -79,9 +79,7 @@ absl::StatusOr<std::vector<TokenizedExample>> TaskIterator::Load(int64_t p) {
     if (!out->has_value()) return std::vector<TokenizedExample>();
     ex = std::move(**out);
   }
-  const uint64_t seed = SplitMix64(options_.seed) ^ SplitMix64(static_cast<uint64_t>(epoch_) << 1) ^
-                        SplitMix64(static_cast<uint64_t>(index) * 2 + 1);
-  return TokenizeSegments(task_, ex, options_.inputs_length, seed);
+  return TokenizeSegments(task_, ex, options_.inputs_length, ExampleSeed(options_.seed, epoch_, index));
 }
 
 absl::StatusOr<ConvertedBatch> TaskIterator::Next() {

@@ -133,6 +133,62 @@ TEST_F(PretrainingTest, PrefixLmSplitsTheTextIntoInputsAndTargets) {
   EXPECT_EQ(*(*vocab_)->Decode(all), text);
 }
 
+TEST_F(PretrainingTest, TokenPreprocessorsByName) {
+  const std::vector<int32_t> ids = [] {
+    std::vector<int> v = *(*vocab_)->Encode(Paragraphs()[5].at("text"));
+    return std::vector<int32_t>(v.begin(), v.end());
+  }();
+  for (const auto& [name, built] : std::vector<std::pair<std::string, TokenPreprocessor>>{
+           {"span_corruption", SpanCorruption(**vocab_)}, {"prefix_lm", PrefixLm()}}) {
+    absl::StatusOr<TokenPreprocessor> named = TokenPreprocessorByName(name, **vocab_);
+    ASSERT_THAT(named.status(), IsOk());
+    std::mt19937_64 a(7), b(7);
+    TokenizedExample in;
+    in.targets = ids;
+    const TokenizedExample x = *(*named)(in, &a);
+    const TokenizedExample y = *built(in, &b);
+    EXPECT_EQ(x.inputs, y.inputs) << name;
+    EXPECT_EQ(x.targets, y.targets) << name;
+  }
+  EXPECT_THAT(TokenPreprocessorByName("span_corrupt", **vocab_).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("token preprocessor \"span_corrupt\" is not one of: span_corruption, "
+                                            "prefix_lm")));
+  absl::StatusOr<std::unique_ptr<Vocabulary>> plain = Vocabulary::Load((*vocab_)->path());
+  ASSERT_THAT(plain.status(), IsOk());
+  EXPECT_THAT(TokenPreprocessorByName("span_corruption", **plain).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, ::testing::HasSubstr("has no extra ids")));
+}
+
+// The iterator seeds example i of epoch e with ExampleSeed(seed, e, i).
+TEST_F(PretrainingTest, TheIteratorSeedsEachExampleWithExampleSeed) {
+  const Task task = SpanCorruptionTask();
+  IteratorOptions options;
+  options.rows = 1;
+  options.inputs_length = 512;
+  options.targets_length = 512;
+  options.pack = false;
+  options.shuffle = false;
+  options.seed = 3;
+  auto it = std::move(TaskIterator::Create(task, options)).value();
+  const std::vector<Example> paragraphs = Paragraphs();
+  for (int64_t i = 0; i < 3; ++i) {
+    const ConvertedBatch batch = *it->Next();
+    Example rekeyed = {{"targets", paragraphs[i].at("text")}};
+    const TokenizedExample expected = (*TokenizeSegments(task, rekeyed, 512, ExampleSeed(3, 0, i)))[0];
+    ASSERT_LE(expected.inputs.size(), 512u);
+    ASSERT_LE(expected.targets.size(), 512u);
+    EXPECT_EQ(std::vector<int32_t>(batch.encoder_input_tokens.begin(),
+                                   batch.encoder_input_tokens.begin() + expected.inputs.size()),
+              expected.inputs)
+        << i;
+    EXPECT_EQ(std::vector<int32_t>(batch.decoder_target_tokens.begin(),
+                                   batch.decoder_target_tokens.begin() + expected.targets.size()),
+              expected.targets)
+        << i;
+  }
+}
+
 // The iterator over split documents without a job spec (so that it also
 // runs under the sanitizers; data/spec_tasks_test covers the spec's chains).
 TEST_F(PretrainingTest, SplitDocumentsResumeAtTheirNextSegment) {

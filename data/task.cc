@@ -95,6 +95,11 @@ uint64_t SegmentSeed(uint64_t seed, int64_t segment) {
   return segment == 0 ? seed : seed ^ SplitMix64(static_cast<uint64_t>(segment) + 0x5347u);
 }
 
+uint64_t ExampleSeed(uint64_t seed, int64_t epoch, int64_t index) {
+  return SplitMix64(seed) ^ SplitMix64(static_cast<uint64_t>(epoch) << 1) ^
+         SplitMix64(static_cast<uint64_t>(index) * 2 + 1);
+}
+
 absl::StatusOr<std::vector<TokenizedExample>> TokenizeSegments(const Task& task, const Example& example,
                                                                int64_t inputs_length, uint64_t seed) {
   Example ex = example;
@@ -162,6 +167,21 @@ TokenPreprocessor PrefixLm() {
     out.targets.assign(ex.targets.begin() + static_cast<std::ptrdiff_t>(split), ex.targets.end());
     return out;
   };
+}
+
+std::vector<std::string> TokenPreprocessorNames() { return {"span_corruption", "prefix_lm"}; }
+
+absl::StatusOr<TokenPreprocessor> TokenPreprocessorByName(const std::string& name, const Vocabulary& vocabulary) {
+  if (name == "prefix_lm") return PrefixLm();
+  if (name == "span_corruption") {
+    if (vocabulary.extra_ids() == 0) {
+      return absl::FailedPreconditionError(absl::StrCat("span_corruption: the vocabulary ", vocabulary.path(),
+                                                        " has no extra ids (the sentinels that replace the spans)"));
+    }
+    return SpanCorruption(vocabulary);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("token preprocessor \"", name, "\" is not one of: ", absl::StrJoin(TokenPreprocessorNames(), ", ")));
 }
 
 TaskRegistry& TaskRegistry::Global() {

@@ -66,6 +66,10 @@ absl::StatusOr<TokenizedExample> Tokenize(const Task& task, const Example& examp
 absl::StatusOr<std::vector<TokenizedExample>> TokenizeSegments(const Task& task, const Example& example,
                                                                int64_t inputs_length, uint64_t seed);
 uint64_t SegmentSeed(uint64_t seed, int64_t segment);
+// The seed of the example at `index` of a split in `epoch` of an iterator
+// seeded with `seed` (TokenizeSegments' `seed`): the data pipeline's one
+// rule, which the interactive model follows with its step as the epoch.
+uint64_t ExampleSeed(uint64_t seed, int64_t epoch, int64_t index);
 
 // Built-in preprocessors.
 // Renames features: {new name: old name}; other features are dropped.
@@ -77,6 +81,13 @@ TokenPreprocessor SpanCorruption(const Vocabulary& vocabulary, double noise_dens
 // Prefix LM: the "targets" tokens split at a uniformly random point; the
 // prefix becomes the inputs, the rest the targets.
 TokenPreprocessor PrefixLm();
+// The token preprocessors above by the names task definitions give them
+// (proto PreprocessorConfig), with their defaults: "span_corruption" (T5's
+// noise density 0.15 and mean noise span length 3) and "prefix_lm".
+// kInvalidArgument naming `name` and the names allowed; kFailedPrecondition
+// for span_corruption when `vocabulary` has no extra ids (its sentinels).
+absl::StatusOr<TokenPreprocessor> TokenPreprocessorByName(const std::string& name, const Vocabulary& vocabulary);
+std::vector<std::string> TokenPreprocessorNames();
 
 class TaskRegistry {
  public:

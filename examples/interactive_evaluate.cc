@@ -60,14 +60,17 @@ int main(int argc, char** argv) {
          return MetricResults{{"mean_prediction_score", sum / static_cast<double>(aux.at("scores").size())}};
        })},
   };
-  absl::StatusOr<TrainLoopResult> result = (*model)->TrainLoop(50, 25, *train, {}, {}, *held_out, metric_fns);
+  // T5X's train_loop counts from the first step: eval_period 49 evaluates
+  // after steps 1 and 50.
+  absl::StatusOr<TrainLoopResult> result = (*model)->TrainLoop(50, 49, *train, {}, {}, *held_out, metric_fns);
   if (!result.ok()) return fail(result.status());
   absl::StatusOr<std::vector<double>> scores = (*model)->Score((*held_out)[0]);
   if (!scores.ok()) return fail(scores.status());
-  std::printf(
-      "%s\n",
-      nlohmann::json({{"step", (*model)->step()}, {"metrics", result->metrics}, {"first_target_score", (*scores)[0]}})
-          .dump()
-          .c_str());
+  std::printf("%s\n", nlohmann::json({{"step", (*model)->step()},
+                                      {"evaluated_steps", result->evaluated_steps},
+                                      {"metrics", result->metrics},
+                                      {"first_target_score", (*scores)[0]}})
+                          .dump()
+                          .c_str());
   return 0;
 }

@@ -1,6 +1,7 @@
 #include "interactive/examples.h"
 
 #include <algorithm>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -17,11 +18,17 @@ std::map<std::string, double> DataMetrics(const T5Batch& batch, int64_t truncate
           {"non_padding_fraction/targets", batch.decoder_target_tokens.gt(0).sum().item<double>() / targets}};
 }
 
-absl::StatusOr<int64_t> CheckExamples(const std::vector<NaturalExample>& examples, bool need_targets) {
+absl::StatusOr<int64_t> CheckExamples(const std::vector<NaturalExample>& examples, bool need_targets,
+                                      bool token_preprocessors) {
   if (examples.empty()) return absl::InvalidArgumentError("no examples given");
   for (size_t i = 0; i < examples.size(); ++i) {
-    if (examples[i].input.empty()) {
+    if (examples[i].input.empty() && !token_preprocessors) {
       return absl::InvalidArgumentError(absl::StrCat("example ", i, ": the input is empty"));
+    }
+    if (token_preprocessors && !examples[i].target.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "example ", i, " (\"", examples[i].input,
+          "\"): the token preprocessors make the inputs and targets from the target; give {input, target}"));
     }
     if (need_targets && !examples[i].target.has_value()) {
       return absl::InvalidArgumentError(
@@ -53,16 +60,43 @@ absl::StatusOr<T5Batch> TokenizeAndBatch(const std::vector<NaturalExample>& exam
     if (add_eos) t.inputs.push_back(Vocabulary::kEosId);
     tokenized.push_back(std::move(t));
   }
+  return BatchTokens(tokenized, lengths, truncated);
+}
+
+T5Batch BatchTokens(const std::vector<TokenizedExample>& tokenized, const FeatureLengths& lengths, int64_t* truncated) {
   FeatureConverter converter(lengths.inputs(), lengths.targets(), /*pack=*/false);
   const ConvertedBatch converted = converter.Convert(tokenized);
   if (truncated != nullptr) *truncated = converted.truncated_examples;
   return ToT5Batch(converted);
 }
 
+absl::StatusOr<std::vector<TokenizedExample>> TokenizeThroughTask(const std::vector<NaturalExample>& examples,
+                                                                  const std::vector<int64_t>& indices, const Task& task,
+                                                                  uint64_t seed, int64_t epoch) {
+  TY_RETURN_IF_ERROR(CheckExamples(examples, /*need_targets=*/true, /*token_preprocessors=*/true).status());
+  std::vector<TokenizedExample> out;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    Example ex = {{"inputs", examples[i].input}, {"targets", *examples[i].target}};
+    std::mt19937_64 rng(ExampleSeed(seed, epoch, indices[i]));
+    absl::StatusOr<TokenizedExample> tokens = Tokenize(task, ex, &rng);
+    if (!tokens.ok()) {
+      return absl::Status(tokens.status().code(), absl::StrCat("example ", indices[i], " (\"", examples[i].input,
+                                                               "\"): ", tokens.status().message()));
+    }
+    out.push_back(std::move(*tokens));
+  }
+  return out;
+}
+
 // Text preprocessors over natural examples; dropped ones are left out.
 absl::StatusOr<std::vector<NaturalExample>> ApplyPreprocessors(const std::vector<NaturalExample>& examples,
-                                                               const std::vector<Preprocessor>& preprocessors) {
-  if (preprocessors.empty()) return examples;
+                                                               const std::vector<Preprocessor>& preprocessors,
+                                                               std::vector<int64_t>* kept) {
+  if (kept != nullptr) kept->clear();
+  if (preprocessors.empty()) {
+    for (size_t i = 0; kept != nullptr && i < examples.size(); ++i) kept->push_back(static_cast<int64_t>(i));
+    return examples;
+  }
   std::vector<NaturalExample> out;
   for (size_t i = 0; i < examples.size(); ++i) {
     Example ex = {{"inputs", examples[i].input}};
@@ -86,6 +120,7 @@ absl::StatusOr<std::vector<NaturalExample>> ApplyPreprocessors(const std::vector
       return absl::InvalidArgumentError(absl::StrCat("example ", i, ": no \"inputs\" after the preprocessors"));
     }
     auto targets = ex.find("targets");
+    if (kept != nullptr) kept->push_back(static_cast<int64_t>(i));
     out.push_back(targets == ex.end() ? NaturalExample(inputs->second)
                                       : NaturalExample(inputs->second, targets->second));
   }

@@ -16,9 +16,11 @@ namespace trainyard {
 namespace {
 
 using interactive_internal::ApplyPreprocessors;
+using interactive_internal::BatchTokens;
 using interactive_internal::CheckExamples;
 using interactive_internal::DataMetrics;
 using interactive_internal::TokenizeAndBatch;
+using interactive_internal::TokenizeThroughTask;
 
 // One batch (this rank's rows), once, with the data counts of the whole
 // batch.
@@ -39,6 +41,19 @@ class OneBatch : public BatchIterator {
   bool used_ = false;
 };
 
+// Appends `more`'s rows to `into`'s (the results of several batches as one).
+void AppendInference(Inference more, Inference* into) {
+  auto append = [](auto& from, auto* to) {
+    to->insert(to->end(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
+  };
+  append(more.inputs, &into->inputs);
+  append(more.targets, &into->targets);
+  append(more.predictions, &into->predictions);
+  append(more.scores, &into->scores);
+  for (auto& [name, values] : more.aux) append(values, &into->aux[name]);
+  into->truncated_examples += more.truncated_examples;
+}
+
 absl::Status CheckOptions(const InteractiveModelOptions& o) {
   if (o.batch_size < 1) return absl::InvalidArgumentError(absl::StrCat("batch_size: ", o.batch_size, "; must be >= 1"));
   const int world = o.collective != nullptr ? o.collective->world_size() : 1;
@@ -50,6 +65,10 @@ absl::Status CheckOptions(const InteractiveModelOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("task_feature_lengths: inputs ", o.task_feature_lengths.inputs(),
                                                    ", targets ", o.task_feature_lengths.targets(),
                                                    "; both must be >= 1"));
+  }
+  if (o.vocabulary_extra_ids < 0 || (o.vocabulary_extra_ids > 0 && o.vocabulary_path.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat("vocabulary_extra_ids: ", o.vocabulary_extra_ids,
+                                                   "; must be >= 0, and 0 without vocabulary_path"));
   }
   if (o.decode.max_decode_length < 0) {
     return absl::InvalidArgumentError(
@@ -176,6 +195,7 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> InteractiveModel::CreateOnThis
     job.preempted = options.preemption_requested;
     job.task_data = false;  // batches come from the caller's examples
     job.vocabulary_path = options.vocabulary_path;
+    job.vocabulary_extra_ids = options.vocabulary_extra_ids;
     TY_ASSIGN_OR_RETURN(m->job_, TrainingJob::Create(m->spec_, m->collective_, job));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("building the interactive model: ", e.what()));
@@ -191,9 +211,44 @@ absl::StatusOr<std::vector<NaturalExample>> InteractiveModel::Preprocess(
 }
 
 absl::StatusOr<T5Batch> InteractiveModel::MakeBatch(const std::vector<NaturalExample>& examples, bool need_targets,
-                                                    int64_t* truncated) const {
-  return TokenizeAndBatch(examples, need_targets, *vocabulary_, options_.add_eos, options_.task_feature_lengths,
-                          truncated);
+                                                    int64_t* truncated,
+                                                    const std::vector<TokenPreprocessor>& token_preprocessors) const {
+  return MakeRows(Unpreprocessed(examples), 0, examples.size(), need_targets, token_preprocessors, truncated, nullptr);
+}
+
+InteractiveModel::Prepared InteractiveModel::Unpreprocessed(const std::vector<NaturalExample>& examples) {
+  Prepared p{examples, std::vector<int64_t>(examples.size())};
+  for (size_t i = 0; i < examples.size(); ++i) p.indices[i] = static_cast<int64_t>(i);
+  return p;
+}
+
+absl::StatusOr<T5Batch> InteractiveModel::MakeRows(const Prepared& prepared, size_t begin, size_t end,
+                                                   bool need_targets, const std::vector<TokenPreprocessor>& tokens,
+                                                   int64_t* truncated, Inference* texts) const {
+  const std::vector<NaturalExample> examples(prepared.examples.begin() + begin, prepared.examples.begin() + end);
+  if (tokens.empty()) {
+    for (size_t i = 0; texts != nullptr && i < examples.size(); ++i) {
+      texts->inputs.push_back(examples[i].input);
+      texts->targets.push_back(examples[i].target.value_or(""));
+    }
+    return TokenizeAndBatch(examples, need_targets, *vocabulary_, options_.add_eos, options_.task_feature_lengths,
+                            truncated);
+  }
+  Task task;
+  task.name = "interactive";
+  task.vocabulary = vocabulary_;
+  task.add_eos = options_.add_eos;
+  task.token_preprocessors = tokens;
+  const std::vector<int64_t> indices(prepared.indices.begin() + begin, prepared.indices.begin() + end);
+  TY_ASSIGN_OR_RETURN(std::vector<TokenizedExample> tokenized,
+                      TokenizeThroughTask(examples, indices, task, options_.init_random_seed, step()));
+  for (size_t i = 0; texts != nullptr && i < tokenized.size(); ++i) {
+    TY_ASSIGN_OR_RETURN(std::string inputs, vocabulary_->Decode(tokenized[i].inputs));
+    TY_ASSIGN_OR_RETURN(std::string targets, vocabulary_->Decode(tokenized[i].targets));
+    texts->inputs.push_back(std::move(inputs));
+    texts->targets.push_back(std::move(targets));
+  }
+  return BatchTokens(tokenized, options_.task_feature_lengths, truncated);
 }
 
 absl::StatusOr<MetricResults> InteractiveModel::TrainOnBatch(BatchIterator* batches) {
@@ -221,18 +276,19 @@ absl::StatusOr<MetricResults> InteractiveModel::TrainStep(const std::vector<Natu
 }
 
 absl::StatusOr<MetricResults> InteractiveModel::TrainStepWithPreprocessors(
-    const std::vector<NaturalExample>& examples, const std::vector<Preprocessor>& preprocessors) {
-  TY_ASSIGN_OR_RETURN(std::vector<NaturalExample> prepared, Preprocess(examples, preprocessors));
-  if (static_cast<int>(prepared.size()) < options_.batch_size) {
+    const std::vector<NaturalExample>& examples, const InteractivePreprocessors& preprocessors) {
+  Prepared prepared;
+  TY_ASSIGN_OR_RETURN(prepared.examples, ApplyPreprocessors(examples, preprocessors.text, &prepared.indices));
+  const size_t left = prepared.examples.size();
+  if (static_cast<int>(left) < options_.batch_size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "TrainStep: ", prepared.size(), " example(s)",
-        prepared.size() == examples.size() ? ""
-                                           : absl::StrCat(" left of ", examples.size(), " after the preprocessors"),
+        "TrainStep: ", left, " example(s)",
+        left == examples.size() ? "" : absl::StrCat(" left of ", examples.size(), " after the preprocessors"),
         "; at least batch_size (", options_.batch_size, ") are needed"));
   }
-  prepared.erase(prepared.begin() + options_.batch_size, prepared.end());
   int64_t truncated = 0;
-  TY_ASSIGN_OR_RETURN(T5Batch batch, MakeBatch(prepared, /*need_targets=*/true, &truncated));
+  TY_ASSIGN_OR_RETURN(T5Batch batch, MakeRows(prepared, 0, static_cast<size_t>(options_.batch_size),
+                                              /*need_targets=*/true, preprocessors.tokens, &truncated, nullptr));
   const int64_t per_rank = options_.batch_size / world_size();
   OneBatch one(batch.Slice(rank() * per_rank, per_rank), DataMetrics(batch, truncated));
   return TrainOnBatch(&one);
@@ -245,25 +301,28 @@ absl::StatusOr<MetricResults> InteractiveModel::TrainStepFromBatchIterator(Batch
 
 absl::StatusOr<Inference> InteractiveModel::InferWithPreprocessors(InferenceType mode,
                                                                    const std::vector<NaturalExample>& examples,
-                                                                   const std::vector<Preprocessor>& preprocessors,
+                                                                   const InteractivePreprocessors& preprocessors,
                                                                    const DecodeOptions* decode) {
-  TY_ASSIGN_OR_RETURN(std::vector<NaturalExample> prepared, Preprocess(examples, preprocessors));
+  Prepared prepared;
+  TY_ASSIGN_OR_RETURN(prepared.examples, ApplyPreprocessors(examples, preprocessors.text, &prepared.indices));
+  return InferPrepared(mode, prepared, preprocessors.tokens, decode);
+}
+
+absl::StatusOr<Inference> InteractiveModel::InferPrepared(InferenceType mode, const Prepared& prepared,
+                                                          const std::vector<TokenPreprocessor>& tokens,
+                                                          const DecodeOptions* decode) {
   const bool score = mode == InferenceType::kScore;
-  TY_RETURN_IF_ERROR(CheckExamples(prepared, /*need_targets=*/score).status());
+  const size_t n = prepared.examples.size();
+  TY_RETURN_IF_ERROR(CheckExamples(prepared.examples, /*need_targets=*/score, !tokens.empty()).status());
   DecodeOptions options = decode != nullptr ? *decode : options_.decode;
   if (options.max_decode_length < 1) options.max_decode_length = options_.task_feature_lengths.targets();
   options.compute_dtype = options_.dtype == BFLOAT16 ? torch::kBFloat16 : torch::kFloat32;
   Inference out;
-  for (const NaturalExample& e : prepared) {
-    out.inputs.push_back(e.input);
-    out.targets.push_back(e.target.value_or(""));
-  }
   try {
-    for (size_t start = 0; start < prepared.size(); start += options_.batch_size) {
-      const size_t end = std::min(prepared.size(), start + static_cast<size_t>(options_.batch_size));
-      const std::vector<NaturalExample> chunk(prepared.begin() + start, prepared.begin() + end);
+    for (size_t start = 0; start < n; start += options_.batch_size) {
+      const size_t end = std::min(n, start + static_cast<size_t>(options_.batch_size));
       int64_t truncated = 0;
-      TY_ASSIGN_OR_RETURN(T5Batch batch, MakeBatch(chunk, score, &truncated));
+      TY_ASSIGN_OR_RETURN(T5Batch batch, MakeRows(prepared, start, end, score, tokens, &truncated, &out));
       out.truncated_examples += truncated;
       TY_RETURN_IF_ERROR(InferBatch(batch, score, options, &out));
     }
@@ -272,7 +331,7 @@ absl::StatusOr<Inference> InteractiveModel::InferWithPreprocessors(InferenceType
   }
   if (out.truncated_examples > 0) {
     spdlog::warn("interactive: {} of {} example(s) were cut to the feature lengths (inputs {}, targets {})",
-                 out.truncated_examples, prepared.size(), options_.task_feature_lengths.inputs(),
+                 out.truncated_examples, n, options_.task_feature_lengths.inputs(),
                  options_.task_feature_lengths.targets());
   }
   return out;
@@ -324,34 +383,45 @@ absl::StatusOr<MetricResults> InteractiveModel::Evaluate(const std::vector<Natur
   return EvaluateWithPreprocessors(examples, {}, metric_fns);
 }
 
-absl::StatusOr<MetricResults> InteractiveModel::EvaluateWithPreprocessors(
-    const std::vector<NaturalExample>& examples, const std::vector<Preprocessor>& preprocessors,
-    const std::vector<MetricFn>& metric_fns, const Postprocessor& postprocessor) {
+absl::StatusOr<MetricResults> InteractiveModel::EvaluateWithPreprocessors(const std::vector<NaturalExample>& examples,
+                                                                          const InteractivePreprocessors& preprocessors,
+                                                                          const std::vector<MetricFn>& metric_fns,
+                                                                          const Postprocessor& postprocessor) {
   if (metric_fns.empty()) return absl::InvalidArgumentError("Evaluate: no metric functions given");
-  TY_ASSIGN_OR_RETURN(std::vector<NaturalExample> prepared, Preprocess(examples, preprocessors));
-  TY_RETURN_IF_ERROR(CheckExamples(prepared, /*need_targets=*/true).status());
+  Prepared prepared;
+  TY_ASSIGN_OR_RETURN(prepared.examples, ApplyPreprocessors(examples, preprocessors.text, &prepared.indices));
+  return EvaluateBatches({prepared}, preprocessors.tokens, metric_fns, postprocessor);
+}
+
+absl::StatusOr<MetricResults> InteractiveModel::EvaluateBatches(const std::vector<Prepared>& batches,
+                                                                const std::vector<TokenPreprocessor>& tokens,
+                                                                const std::vector<MetricFn>& metric_fns,
+                                                                const Postprocessor& postprocessor) {
   bool need_predictions = false, need_scores = false;
   for (const MetricFn& f : metric_fns) {
     need_predictions |= f.needs_predictions();
     need_scores |= f.needs_scores();
   }
-  std::optional<Inference> predicted, scored;
-  if (need_predictions) {
-    TY_ASSIGN_OR_RETURN(predicted, InferWithPreprocessors(InferenceType::kPredictWithAux, prepared, {}));
+  Inference predicted, scored;
+  for (const Prepared& batch : batches) {
+    TY_RETURN_IF_ERROR(CheckExamples(batch.examples, /*need_targets=*/true, !tokens.empty()).status());
+    if (need_predictions) {
+      TY_ASSIGN_OR_RETURN(Inference p, InferPrepared(InferenceType::kPredictWithAux, batch, tokens, nullptr));
+      AppendInference(std::move(p), &predicted);
+    }
+    if (need_scores) {
+      TY_ASSIGN_OR_RETURN(Inference s, InferPrepared(InferenceType::kScore, batch, tokens, nullptr));
+      AppendInference(std::move(s), &scored);
+    }
   }
-  if (need_scores) {
-    TY_ASSIGN_OR_RETURN(scored, InferWithPreprocessors(InferenceType::kScore, prepared, {}));
-  }
+  // The targets the model was given (with token preprocessors, theirs).
   std::vector<std::string> targets;
-  for (const NaturalExample& e : prepared)
-    targets.push_back(postprocessor ? postprocessor(*e.target, true) : *e.target);
+  for (const std::string& t : need_predictions ? predicted.targets : scored.targets)
+    targets.push_back(postprocessor ? postprocessor(t, true) : t);
   std::vector<std::string> predictions;
-  if (predicted) {
-    for (const std::string& p : predicted->predictions)
-      predictions.push_back(postprocessor ? postprocessor(p, false) : p);
-  }
-  return ComputeMetrics(metric_fns, targets, predicted ? &predictions : nullptr, predicted ? &predicted->aux : nullptr,
-                        scored ? &scored->scores : nullptr);
+  for (const std::string& p : predicted.predictions) predictions.push_back(postprocessor ? postprocessor(p, false) : p);
+  return ComputeMetrics(metric_fns, targets, need_predictions ? &predictions : nullptr,
+                        need_predictions ? &predicted.aux : nullptr, need_scores ? &scored.scores : nullptr);
 }
 
 absl::StatusOr<TrainLoopResult> InteractiveModel::TrainLoop(int num_steps, int eval_period,
@@ -361,38 +431,29 @@ absl::StatusOr<TrainLoopResult> InteractiveModel::TrainLoop(int num_steps, int e
                                                             const std::vector<MetricFn>& metric_fns) {
   if (num_steps < 1) return absl::InvalidArgumentError(absl::StrCat("num_steps: ", num_steps, "; must be >= 1"));
   if (eval_period < 1) return absl::InvalidArgumentError(absl::StrCat("eval_period: ", eval_period, "; must be >= 1"));
-  const int num_evals = num_steps / eval_period;
-  auto check = [](const char* what, const Batches& batches, int needed) -> absl::Status {
-    if (batches.size() > 1 && static_cast<int>(batches.size()) < needed) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": ", batches.size(), " batches given, ", needed,
-                                                     " needed (or exactly one, used every time)"));
-    }
-    return absl::OkStatus();
-  };
-  TY_RETURN_IF_ERROR(check("train_batches", train_batches, num_steps));
-  TY_RETURN_IF_ERROR(check("predict_batches", predict_batches, num_evals));
-  TY_RETURN_IF_ERROR(check("score_batches", score_batches, num_evals));
-  TY_RETURN_IF_ERROR(check("eval_batches", eval_batches, num_evals));
   if (!eval_batches.empty() && metric_fns.empty()) {
     return absl::InvalidArgumentError("eval_batches given without metric functions");
   }
-  auto pick = [](const Batches& batches, int i) -> const std::vector<NaturalExample>* {
-    if (batches.empty()) return nullptr;
-    return &batches[batches.size() == 1 ? 0 : i];
-  };
   TrainLoopResult result;
   for (int i = 0; i < num_steps; ++i) {
-    if (const auto* batch = pick(train_batches, i)) TY_RETURN_IF_ERROR(TrainStep(*batch).status());
-    if ((i + 1) % eval_period != 0) continue;
-    const int e = (i + 1) / eval_period - 1;
-    if (const auto* batch = pick(predict_batches, e)) {
-      TY_ASSIGN_OR_RETURN(result.predictions, PredictWithAux(*batch));
+    if (!train_batches.empty()) TY_RETURN_IF_ERROR(TrainStep(train_batches[i % train_batches.size()]).status());
+    // T5X's counting: the iteration's index from 0, so the first
+    // evaluation follows the first step.
+    if (i % eval_period != 0) continue;
+    result.evaluated_steps.push_back(step());
+    result.predictions = result.scores = Inference();
+    for (const std::vector<NaturalExample>& batch : predict_batches) {
+      TY_ASSIGN_OR_RETURN(Inference p, PredictWithAux(batch));
+      AppendInference(std::move(p), &result.predictions);
     }
-    if (const auto* batch = pick(score_batches, e)) {
-      TY_ASSIGN_OR_RETURN(result.scores, InferWithPreprocessors(InferenceType::kScore, *batch, {}));
+    for (const std::vector<NaturalExample>& batch : score_batches) {
+      TY_ASSIGN_OR_RETURN(Inference s, InferWithPreprocessors(InferenceType::kScore, batch, {}));
+      AppendInference(std::move(s), &result.scores);
     }
-    if (const auto* batch = pick(eval_batches, e)) {
-      TY_ASSIGN_OR_RETURN(result.metrics, Evaluate(*batch, metric_fns));
+    if (!eval_batches.empty()) {
+      std::vector<Prepared> batches;
+      for (const std::vector<NaturalExample>& batch : eval_batches) batches.push_back(Unpreprocessed(batch));
+      TY_ASSIGN_OR_RETURN(result.metrics, EvaluateBatches(batches, {}, metric_fns, nullptr));
     }
   }
   return result;

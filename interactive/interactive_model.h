@@ -4,9 +4,11 @@
 //
 // An example is an input string (for inference) or an {input, target} pair.
 // Examples go through the optional text preprocessors, are tokenised with
-// the vocabulary (EOS appended when add_eos), truncated to the feature
-// lengths (counted and reported as truncated_examples), and batched
-// unpacked, `batch_size` at a time, in order.
+// the vocabulary, go through the optional token preprocessors (span
+// corruption, prefix LM: InteractivePreprocessors), get EOS when add_eos,
+// are truncated to the feature lengths (counted and reported as
+// truncated_examples), and are batched unpacked, `batch_size` at a time, in
+// order.
 //
 //   InteractiveModelOptions options;
 //   options.output_dir = "runs/try";
@@ -30,6 +32,7 @@
 
 #include <atomic>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -93,6 +96,10 @@ struct InteractiveModelOptions {
   // (kInvalidArgument naming both files): its model's ids are its own
   // vocabulary's (data/vocabulary_choice.h).
   std::string vocabulary_path;
+  // Sentinel ids <extra_id_0>, <extra_id_1>, ... appended to
+  // vocabulary_path's pieces: what span_corruption needs (T5's vocabularies
+  // have 100). Only with vocabulary_path.
+  int vocabulary_extra_ids = 0;
   OptimizerConfig optimizer;           // default: Adafactor
   LearningRateSchedule learning_rate;  // default: constant 0.01
   LossConfig loss;
@@ -122,10 +129,48 @@ struct Inference {
   int64_t truncated_examples = 0;        // inputs or targets cut to the feature lengths
 };
 
+// What the *WithPreprocessors methods run on each example, in the order of
+// T5X's preprocessor lists (seqio's preprocessors, tokenize, token-level
+// ones such as span corruption, append_eos): the text preprocessors on its
+// strings (they may drop it), tokenisation with the model's vocabulary, the
+// token preprocessors on its ids, then EOS when add_eos. The token
+// preprocessors are the data pipeline's (data/task.h: SpanCorruption,
+// PrefixLm, or by name TokenPreprocessorByName; span corruption needs a
+// vocabulary with extra ids, see vocabulary_extra_ids) or any
+// TokenPreprocessor. They make the inputs and targets from the target's
+// ids, so every example needs a target, and its input may be empty.
+//
+// Example i of a call (its position among the examples given) draws its
+// random numbers as the data pipeline's example i of an unshuffled split
+// does in the epoch equal to the model's step, with init_random_seed as
+// the seed (ExampleSeed): a call is reproducible, every rank draws the
+// same, and repeated train steps on the same examples see new noise. An
+// example stays one row: documents are not split into segments as the
+// pipeline's split_tokens does (a long one is cut to the feature lengths
+// and counted in truncated_examples). The results' inputs and targets are
+// then the token ids decoded (sentinels as <extra_id_N>), and Evaluate's
+// metric functions compare predictions with those targets.
+//
+// A list of text preprocessors converts to one.
+struct InteractivePreprocessors {
+  InteractivePreprocessors() = default;
+  InteractivePreprocessors(std::vector<Preprocessor> text) : text(std::move(text)) {}  // NOLINT: a list is one
+  InteractivePreprocessors(std::initializer_list<Preprocessor> text) : text(text) {}   // NOLINT
+  InteractivePreprocessors(std::vector<Preprocessor> text, std::vector<TokenPreprocessor> tokens)
+      : text(std::move(text)), tokens(std::move(tokens)) {}
+
+  std::vector<Preprocessor> text;
+  std::vector<TokenPreprocessor> tokens;
+};
+
+// What TrainLoop returns: the last evaluation's results (T5X's return
+// value), and when every evaluation ran.
 struct TrainLoopResult {
-  Inference predictions;  // the last predict batch's (empty if none)
-  Inference scores;       // the last score batch's
-  MetricResults metrics;  // the last eval batch's
+  Inference predictions;  // every predict batch's, in order (empty if none)
+  Inference scores;       // every score batch's, in order
+  MetricResults metrics;  // over every eval batch's examples together
+  // The model's step at each evaluation, in order.
+  std::vector<int64_t> evaluated_steps;
 };
 
 class InteractiveModel {
@@ -145,7 +190,7 @@ class InteractiveModel {
   // of the last completed step is written and kAborted names it.
   absl::StatusOr<MetricResults> TrainStep(const std::vector<NaturalExample>& examples);
   absl::StatusOr<MetricResults> TrainStepWithPreprocessors(const std::vector<NaturalExample>& examples,
-                                                           const std::vector<Preprocessor>& preprocessors);
+                                                           const InteractivePreprocessors& preprocessors);
   // With a collective, each rank's iterator yields that rank's rows.
   absl::StatusOr<MetricResults> TrainStepFromBatchIterator(BatchIterator* iterator);
 
@@ -153,7 +198,7 @@ class InteractiveModel {
   // required); PREDICT_WITH_AUX: decoded predictions and their scores.
   // `decode` overrides the options' decoding.
   absl::StatusOr<Inference> InferWithPreprocessors(InferenceType mode, const std::vector<NaturalExample>& examples,
-                                                   const std::vector<Preprocessor>& preprocessors,
+                                                   const InteractivePreprocessors& preprocessors,
                                                    const DecodeOptions* decode = nullptr);
   absl::StatusOr<Inference> PredictWithAux(const std::vector<NaturalExample>& examples);
   absl::StatusOr<std::vector<double>> Score(const std::vector<NaturalExample>& examples);
@@ -163,15 +208,29 @@ class InteractiveModel {
   absl::StatusOr<MetricResults> Evaluate(const std::vector<NaturalExample>& examples,
                                          const std::vector<MetricFn>& metric_fns);
   absl::StatusOr<MetricResults> EvaluateWithPreprocessors(const std::vector<NaturalExample>& examples,
-                                                          const std::vector<Preprocessor>& preprocessors,
+                                                          const InteractivePreprocessors& preprocessors,
                                                           const std::vector<MetricFn>& metric_fns,
                                                           const Postprocessor& postprocessor = nullptr);
 
-  // T5X's train_loop: num_steps train steps; after every eval_period-th
-  // one, predicts, scores and evaluates the next batch of each list. A list
-  // of one batch is used every time; an empty list skips that phase; a
-  // list shorter than needed (but longer than one) is kInvalidArgument.
-  // Returns the last predictions, scores and metrics.
+  // T5X's train_loop: num_steps iterations. Iteration i (from 0) trains on
+  // train batch i mod the list's length (a list longer than num_steps is
+  // cut to its first num_steps; an empty list skips training), then, when
+  // i % eval_period == 0, evaluates: predicts every predict batch, scores
+  // every score batch and evaluates every eval batch, in order. As in T5X
+  // the first evaluation follows the first step, the next ones every
+  // eval_period steps after it (steps 1, 1 + eval_period, ...), so the final
+  // step is evaluated only when (num_steps - 1) % eval_period == 0.
+  //
+  // Deliberately unlike T5X:
+  //  - A list shorter than num_steps cycles to exactly num_steps batches.
+  //    T5X repeats the list num_steps / length times (integer division), so
+  //    3 batches for 7 steps ran 6 steps.
+  //  - The result holds every batch of the last evaluation, and its metrics
+  //    are computed over all eval batches' examples at once. T5X overwrites
+  //    its results batch after batch, returning the last batch's only.
+  //  - eval_batches without metric functions is kInvalidArgument (T5X fails
+  //    inside evaluate).
+  // kInvalidArgument for num_steps or eval_period < 1.
   using Batches = std::vector<std::vector<NaturalExample>>;
   absl::StatusOr<TrainLoopResult> TrainLoop(int num_steps, int eval_period, const Batches& train_batches,
                                             const Batches& predict_batches, const Batches& score_batches,
@@ -190,9 +249,10 @@ class InteractiveModel {
   EncoderDecoderModel& model() { return *job_->model(); }
 
   // Tokenised, truncated, batched examples (exposed for tests and for the
-  // batch iterator helpers): rows in the examples' order.
-  absl::StatusOr<T5Batch> MakeBatch(const std::vector<NaturalExample>& examples, bool need_targets,
-                                    int64_t* truncated) const;
+  // batch iterator helpers): rows in the examples' order, through
+  // `token_preprocessors` as InteractivePreprocessors describes.
+  absl::StatusOr<T5Batch> MakeBatch(const std::vector<NaturalExample>& examples, bool need_targets, int64_t* truncated,
+                                    const std::vector<TokenPreprocessor>& token_preprocessors = {}) const;
   // The examples after the text preprocessors (dropped ones left out).
   absl::StatusOr<std::vector<NaturalExample>> Preprocess(const std::vector<NaturalExample>& examples,
                                                          const std::vector<Preprocessor>& preprocessors) const;
@@ -204,6 +264,27 @@ class InteractiveModel {
   // Decodes or scores one batch of at most batch_size rows: this rank's
   // share, then gathered from every rank, in row order.
   absl::Status InferBatch(const T5Batch& batch, bool score, const DecodeOptions& options, Inference* out);
+  // Examples after the text preprocessors, with the index of each in the
+  // call (its token preprocessors' seed).
+  struct Prepared {
+    std::vector<NaturalExample> examples;
+    std::vector<int64_t> indices;
+  };
+  static Prepared Unpreprocessed(const std::vector<NaturalExample>& examples);
+  // Rows of prepared examples [begin, end) through the token preprocessors;
+  // what the model reads as text appended to texts->inputs and ->targets
+  // when given.
+  absl::StatusOr<T5Batch> MakeRows(const Prepared& prepared, size_t begin, size_t end, bool need_targets,
+                                   const std::vector<TokenPreprocessor>& tokens, int64_t* truncated,
+                                   Inference* texts) const;
+  absl::StatusOr<Inference> InferPrepared(InferenceType mode, const Prepared& prepared,
+                                          const std::vector<TokenPreprocessor>& tokens, const DecodeOptions* decode);
+  // Evaluate over several batches: each batch decoded and/or scored as the
+  // metric functions need, the metrics computed once over all their rows.
+  absl::StatusOr<MetricResults> EvaluateBatches(const std::vector<Prepared>& batches,
+                                                const std::vector<TokenPreprocessor>& tokens,
+                                                const std::vector<MetricFn>& metric_fns,
+                                                const Postprocessor& postprocessor);
   int rank() const { return collective_->rank(); }
   int world_size() const { return collective_->world_size(); }
 

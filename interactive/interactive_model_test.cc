@@ -4,11 +4,12 @@
 
 #include "common/testing/status_matchers.h"
 #include "data/bundled.h"
+#include "data/iterator.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
-#include "model/weights.h"
 #include "job/infer_eval.h"
+#include "model/weights.h"
 #include "spec/jobspec.h"
 #include "spec/jobspec_validator.h"
 
@@ -253,40 +254,265 @@ TEST_F(InteractiveModelTest, EvaluateCallsEachFormWithTheRightArguments) {
   EXPECT_EQ(t2, std::vector<std::string>(targets.begin() + 1, targets.end()));
 }
 
-TEST_F(InteractiveModelTest, TrainLoopRunsItsPhasesWithTheSeedsRepetitionRules) {
-  auto m = Make(Options(4));
+// Every parameter of `a` equals `b`'s bit for bit.
+void ExpectSameParameters(InteractiveModel& a, InteractiveModel& b) {
+  auto pa = a.model().named_parameters();
+  auto pb = b.model().named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i].value(), pb[i].value())) << pa[i].key();
+}
+
+TEST_F(InteractiveModelTest, TrainLoopEvaluatesAtT5XsStepsOnEveryBatch) {
+  auto m = Make(Options(2));
   ASSERT_NE(m, nullptr);
-  const auto batches = *GetBatchesFromTask(registry_, "digits_to_words", "train", 4, 3);
-  int evals = 0;
-  std::vector<MetricFn> counting = {
-      {"count", PredictionMetricFn([&](const auto&, const auto& p) -> absl::StatusOr<MetricResults> {
-         ++evals;
+  const auto train = *GetBatchesFromTask(registry_, "digits_to_words", "train", 2, 3);
+  const std::vector<NaturalExample> v = Validation(11);
+  using Batch = std::vector<NaturalExample>;
+  const InteractiveModel::Batches predict = {Batch(v.begin(), v.begin() + 2), Batch(v.begin() + 2, v.begin() + 3)};
+  const InteractiveModel::Batches score = {Batch(v.begin() + 3, v.begin() + 4), Batch(v.begin() + 4, v.begin() + 6)};
+  const InteractiveModel::Batches eval = {Batch(v.begin() + 6, v.begin() + 8), Batch(v.begin() + 8, v.begin() + 11)};
+  // (model step, targets seen) at each call of the metric function.
+  std::vector<std::pair<int64_t, std::vector<std::string>>> calls;
+  std::vector<MetricFn> recording = {
+      {"record", PredictionMetricFn([&](const auto& t, const auto& p) -> absl::StatusOr<MetricResults> {
+         calls.emplace_back(m->step(), t);
          return MetricResults{{"n", static_cast<double>(p.size())}};
        })}};
-  // One train batch: repeated for every step. Eval every 2 steps: 3 evals
-  // in 6 steps, each on the (single) eval batch.
-  absl::StatusOr<TrainLoopResult> r =
-      m->TrainLoop(6, 2, {batches[0]}, {batches[1]}, {batches[2]}, {batches[1]}, counting);
+  // 7 steps, eval_period 3: T5X evaluates after iterations 0, 3 and 6, i.e.
+  // at steps 1, 4 and 7, each time on every batch.
+  absl::StatusOr<TrainLoopResult> r = m->TrainLoop(7, 3, train, predict, score, eval, recording);
   ASSERT_THAT(r.status(), IsOk());
-  EXPECT_EQ(m->step(), 6);
-  EXPECT_EQ(evals, 3);
-  EXPECT_EQ(r->predictions.predictions.size(), 4u);
-  EXPECT_EQ(r->scores.scores.size(), 4u);
-  EXPECT_EQ(r->metrics.at("n"), 4.0);
-  // No train batches: training is skipped; no eval batches: no evaluation.
-  evals = 0;
-  r = m->TrainLoop(4, 1, {}, {batches[0]}, {}, {}, counting);
+  EXPECT_EQ(m->step(), 7);
+  EXPECT_EQ(r->evaluated_steps, (std::vector<int64_t>{1, 4, 7}));
+  std::vector<std::string> eval_targets;
+  for (int i = 6; i < 11; ++i) eval_targets.push_back(*v[i].target);
+  ASSERT_EQ(calls.size(), 3u);  // once per evaluation, over both eval batches
+  for (size_t e = 0; e < 3; ++e) {
+    EXPECT_EQ(calls[e].first, (std::vector<int64_t>{1, 4, 7})[e]);
+    EXPECT_EQ(calls[e].second, eval_targets) << e;
+  }
+  EXPECT_EQ(r->metrics.at("n"), 5.0);
+  // The last evaluation's predictions and scores: both batches of each, in
+  // order.
+  EXPECT_EQ(r->predictions.inputs, (std::vector<std::string>{v[0].input, v[1].input, v[2].input}));
+  EXPECT_EQ(r->predictions.predictions.size(), 3u);
+  EXPECT_EQ(r->predictions.aux.at("scores").size(), 3u);
+  EXPECT_EQ(r->scores.targets, (std::vector<std::string>{*v[3].target, *v[4].target, *v[5].target}));
+  EXPECT_EQ(r->scores.scores.size(), 3u);
+  EXPECT_EQ(r->scores.scores, *m->Score({v[3], v[4], v[5]}));  // at step 7
+
+  // 4 steps, eval_period 2: steps 1 and 3; the final step is not
+  // evaluated, as in T5X.
+  calls.clear();
+  r = m->TrainLoop(4, 2, train, {}, {}, eval, recording);
   ASSERT_THAT(r.status(), IsOk());
-  EXPECT_EQ(m->step(), 6);
-  EXPECT_EQ(evals, 0);
-  EXPECT_TRUE(r->metrics.empty());
+  EXPECT_EQ(r->evaluated_steps, (std::vector<int64_t>{8, 10}));
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1].first, 10);
+  EXPECT_EQ(m->step(), 11);
+  EXPECT_TRUE(r->predictions.inputs.empty());
   EXPECT_TRUE(r->scores.scores.empty());
-  // Two predict batches where three evaluations need them.
-  EXPECT_THAT(m->TrainLoop(3, 1, {batches[0]}, {batches[0], batches[1]}, {}, {}, counting).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("predict_batches: 2 batches given, 3 needed (or exactly one")));
+
+  // No train batches: the iterations evaluate without training.
+  calls.clear();
+  r = m->TrainLoop(3, 1, {}, {}, {}, eval, recording);
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(r->evaluated_steps, (std::vector<int64_t>{11, 11, 11}));
+  EXPECT_EQ(calls.size(), 3u);
+  EXPECT_EQ(m->step(), 11);
+
   EXPECT_THAT(m->TrainLoop(3, 0, {}, {}, {}, {}, {}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("eval_period: 0")));
+  EXPECT_THAT(m->TrainLoop(0, 1, {}, {}, {}, {}, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("num_steps: 0")));
+  EXPECT_THAT(m->TrainLoop(1, 1, {}, {}, {}, eval, {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("eval_batches given without metric functions")));
+}
+
+// The train batches TrainLoop uses, seen in the parameters: equal bit for
+// bit to a model trained by TrainStep on the expected order.
+TEST_F(InteractiveModelTest, TrainLoopCyclesOrCutsTheTrainBatchesToNumSteps) {
+  auto looped = Make(Options(2));
+  ASSERT_NE(looped, nullptr);
+  InteractiveModelOptions other = Options(2);
+  other.output_dir = dir_ + "/stepped";
+  auto stepped = Make(other);
+  ASSERT_NE(stepped, nullptr);
+  const auto b = *GetBatchesFromTask(registry_, "digits_to_words", "train", 2, 3);
+  // 3 batches for 7 steps: b0 b1 b2 b0 b1 b2 b0 (T5X would run 6 steps).
+  ASSERT_THAT(looped->TrainLoop(7, 100, b, {}, {}, {}, {}).status(), IsOk());
+  for (int i : {0, 1, 2, 0, 1, 2, 0}) ASSERT_THAT(stepped->TrainStep(b[i]).status(), IsOk());
+  EXPECT_EQ(looped->step(), 7);
+  ExpectSameParameters(*looped, *stepped);
+  // 3 batches for 2 steps: b0 b1.
+  ASSERT_THAT(looped->TrainLoop(2, 100, b, {}, {}, {}, {}).status(), IsOk());
+  for (int i : {0, 1}) ASSERT_THAT(stepped->TrainStep(b[i]).status(), IsOk());
+  EXPECT_EQ(looped->step(), 9);
+  ExpectSameParameters(*looped, *stepped);
+  // One batch: every step.
+  ASSERT_THAT(looped->TrainLoop(2, 100, {b[2]}, {}, {}, {}, {}).status(), IsOk());
+  for (int i : {2, 2}) ASSERT_THAT(stepped->TrainStep(b[i]).status(), IsOk());
+  ExpectSameParameters(*looped, *stepped);
+}
+
+// The ids of a [rows, length] token tensor, row after row.
+std::vector<int32_t> Ids(const torch::Tensor& t) {
+  const torch::Tensor c = t.to(torch::kInt).contiguous();
+  return std::vector<int32_t>(c.data_ptr<int32_t>(), c.data_ptr<int32_t>() + c.numel());
+}
+
+// Span corruption and prefix LM from the interactive model: the data
+// pipeline's token preprocessors, seeded as the pipeline seeds an
+// unshuffled split's examples in the epoch equal to the model's step.
+class InteractiveTokenPreprocessorsTest : public InteractiveModelTest {
+ protected:
+  static constexpr char kVocabulary[] = "data/corpus/spm.model";  // 400 pieces
+
+  InteractiveModelOptions CorpusOptions(const std::string& dir) {
+    InteractiveModelOptions o = Options(3);
+    o.output_dir = dir;
+    o.vocabulary_path = kVocabulary;
+    o.vocabulary_extra_ids = 100;
+    o.task_feature_lengths.set_inputs(64);
+    o.task_feature_lengths.set_targets(64);
+    return o;
+  }
+
+  // The pipeline's iterator over `examples_` through `preprocessor`, with
+  // the interactive model's seed, unshuffled and unpacked, a batch an epoch.
+  std::unique_ptr<TaskIterator> Pipeline(const std::string& preprocessor) {
+    task_.name = preprocessor;
+    task_.vocabulary = std::move(Vocabulary::Load(kVocabulary, 100)).value();
+    std::vector<Example> examples;
+    for (const NaturalExample& e : examples_) examples.push_back({{"inputs", e.input}, {"targets", *e.target}});
+    task_.source = [examples](const std::string&) -> absl::StatusOr<std::unique_ptr<ExampleSource>> {
+      return InMemorySource(examples);
+    };
+    task_.token_preprocessors = {*TokenPreprocessorByName(preprocessor, *task_.vocabulary)};
+    IteratorOptions options;
+    options.rows = static_cast<int64_t>(examples_.size());
+    options.inputs_length = options.targets_length = 64;
+    options.pack = false;
+    options.shuffle = false;
+    options.seed = 42;  // init_random_seed
+    return std::move(TaskIterator::Create(task_, options)).value();
+  }
+
+  const std::vector<NaturalExample> examples_ = {
+      {"", "The interpreter reads a line, runs it as a statement and prints the result of each expression."},
+      {"", "A list holds any number of objects in order, and its methods change it in place."},
+      {"", "Modules are files of definitions that other programs import by name."}};
+  Task task_;
+};
+
+TEST_F(InteractiveTokenPreprocessorsTest, SpanCorruptionIsTheDataPipelines) {
+  auto m = Make(CorpusOptions(dir_));
+  ASSERT_NE(m, nullptr);
+  absl::StatusOr<TokenPreprocessor> span = TokenPreprocessorByName("span_corruption", m->vocabulary());
+  ASSERT_THAT(span.status(), IsOk());
+  auto pipeline = Pipeline("span_corruption");
+  const ConvertedBatch epoch0 = *pipeline->Next();
+  int64_t truncated = -1;
+  absl::StatusOr<T5Batch> rows = m->MakeBatch(examples_, true, &truncated, {*span});
+  ASSERT_THAT(rows.status(), IsOk());
+  EXPECT_EQ(truncated, 0);
+  EXPECT_EQ(Ids(rows->encoder_input_tokens), epoch0.encoder_input_tokens);
+  EXPECT_EQ(Ids(rows->decoder_input_tokens), epoch0.decoder_input_tokens);
+  EXPECT_EQ(Ids(rows->decoder_target_tokens), epoch0.decoder_target_tokens);
+  // Sentinels: the first span of every row is <extra_id_0>, the last id.
+  for (int64_t r = 0; r < 3; ++r) EXPECT_EQ(rows->decoder_target_tokens[r][0].item<int64_t>(), 499) << r;
+
+  // What the model reads, as text: the pipeline's rows decoded.
+  const InteractivePreprocessors corrupt({}, {*span});
+  absl::StatusOr<Inference> scored = m->InferWithPreprocessors(InferenceType::kScore, examples_, corrupt);
+  ASSERT_THAT(scored.status(), IsOk());
+  ASSERT_EQ(scored->targets.size(), 3u);
+  for (size_t r = 0; r < 3; ++r) {
+    const auto row = [&](const std::vector<int32_t>& ids) {
+      return *m->vocabulary().Decode(absl::MakeConstSpan(ids).subspan(r * 64, 64));
+    };
+    EXPECT_EQ(scored->inputs[r], row(epoch0.encoder_input_tokens)) << r;
+    EXPECT_EQ(scored->targets[r], row(epoch0.decoder_target_tokens)) << r;
+    EXPECT_THAT(scored->targets[r], ::testing::StartsWith("<extra_id_0>")) << r;
+  }
+  EXPECT_EQ(scored->scores.size(), 3u);
+  // Evaluate's metric functions compare with those targets.
+  std::vector<std::string> seen;
+  std::vector<MetricFn> record = {
+      {"record", ScoreMetricFn([&](const auto& t, const auto&) -> absl::StatusOr<MetricResults> {
+         seen = t;
+         return MetricResults{};
+       })}};
+  ASSERT_THAT(m->EvaluateWithPreprocessors(examples_, corrupt, record).status(), IsOk());
+  EXPECT_EQ(seen, scored->targets);
+
+  // A train step is the batch job's on the pipeline's batch; the step
+  // after it draws the pipeline's next epoch.
+  InteractiveModelOptions other = CorpusOptions(dir_ + "/other");
+  auto reference = Make(other);
+  ASSERT_NE(reference, nullptr);
+  absl::StatusOr<MetricResults> a = m->TrainStepWithPreprocessors(examples_, corrupt);
+  Batches from_pipeline({ToT5Batch(epoch0)});
+  absl::StatusOr<MetricResults> b = reference->TrainStepFromBatchIterator(&from_pipeline);
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  EXPECT_EQ(a->at("loss"), b->at("loss"));
+  const ConvertedBatch epoch1 = *pipeline->Next();
+  EXPECT_NE(epoch1.encoder_input_tokens, epoch0.encoder_input_tokens);
+  rows = m->MakeBatch(examples_, true, nullptr, {*span});
+  ASSERT_THAT(rows.status(), IsOk());
+  EXPECT_EQ(Ids(rows->encoder_input_tokens), epoch1.encoder_input_tokens);
+  EXPECT_EQ(Ids(rows->decoder_target_tokens), epoch1.decoder_target_tokens);
+}
+
+TEST_F(InteractiveTokenPreprocessorsTest, PrefixLmIsTheDataPipelines) {
+  auto m = Make(CorpusOptions(dir_));
+  ASSERT_NE(m, nullptr);
+  absl::StatusOr<TokenPreprocessor> prefix = TokenPreprocessorByName("prefix_lm", m->vocabulary());
+  ASSERT_THAT(prefix.status(), IsOk());
+  const ConvertedBatch epoch0 = *Pipeline("prefix_lm")->Next();
+  absl::StatusOr<T5Batch> rows = m->MakeBatch(examples_, true, nullptr, {*prefix});
+  ASSERT_THAT(rows.status(), IsOk());
+  EXPECT_EQ(Ids(rows->encoder_input_tokens), epoch0.encoder_input_tokens);
+  EXPECT_EQ(Ids(rows->decoder_target_tokens), epoch0.decoder_target_tokens);
+  // Each row's inputs then targets (EOS and padding left out) are its
+  // target text's ids.
+  absl::StatusOr<Inference> scored =
+      m->InferWithPreprocessors(InferenceType::kScore, examples_, InteractivePreprocessors({}, {*prefix}));
+  ASSERT_THAT(scored.status(), IsOk());
+  for (size_t r = 0; r < 3; ++r) {
+    std::vector<int> ids;
+    for (const std::vector<int32_t>* row : {&epoch0.encoder_input_tokens, &epoch0.decoder_target_tokens}) {
+      for (size_t i = r * 64; i < (r + 1) * 64 && (*row)[i] > Vocabulary::kEosId; ++i) ids.push_back((*row)[i]);
+    }
+    EXPECT_EQ(ids, *m->vocabulary().Encode(*examples_[r].target)) << r;
+    EXPECT_THAT(*examples_[r].target, ::testing::StartsWith(scored->inputs[r])) << r;
+    EXPECT_FALSE(scored->targets[r].empty()) << r;
+  }
+}
+
+TEST_F(InteractiveTokenPreprocessorsTest, BadTokenPreprocessorsAreRefused) {
+  auto m = Make(CorpusOptions(dir_));
+  ASSERT_NE(m, nullptr);
+  EXPECT_THAT(TokenPreprocessorByName("span_corrupt", m->vocabulary()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("token preprocessor \"span_corrupt\" is not one of: span_corruption, prefix_lm")));
+  // Inputs alone: the token preprocessors read the target.
+  const InteractivePreprocessors corrupt({}, {*TokenPreprocessorByName("span_corruption", m->vocabulary())});
+  EXPECT_THAT(m->InferWithPreprocessors(InferenceType::kPredictWithAux, {NaturalExample("a list")}, corrupt).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("example 0 (\"a list\"): the token preprocessors make the inputs and targets from "
+                                 "the target")));
+  // The bundled vocabulary has no sentinels for span corruption.
+  InteractiveModelOptions bundled = Options();
+  bundled.output_dir = dir_ + "/bundled";
+  auto plain = Make(bundled);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_THAT(TokenPreprocessorByName("span_corruption", plain->vocabulary()).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("has no extra ids")));
+  bundled.vocabulary_extra_ids = 100;
+  EXPECT_THAT(InteractiveModel::Create(bundled).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("vocabulary_extra_ids: 100")));
 }
 
 TEST_F(InteractiveModelTest, SaveCheckpointAndRestoreIt) {
@@ -489,15 +715,17 @@ TEST_F(InteractiveModelTest, PredictWithAuxAfterTrainingSpellsNumbers) {
   // kernels: 66 % at step 400), so training goes on 100 steps at a time, on
   // fresh batches, up to 800.
   const std::vector<MetricFn> fns = {*BuiltinMetricFn("exact_match"), *BuiltinMetricFn("bleu")};
+  // eval_period 399: evaluations after steps 1 and 400.
   absl::StatusOr<TrainLoopResult> r =
-      m->TrainLoop(400, 400, InteractiveModel::Batches(train.begin(), train.begin() + 400), {}, {}, {held_out}, fns);
+      m->TrainLoop(400, 399, InteractiveModel::Batches(train.begin(), train.begin() + 400), {}, {}, {held_out}, fns);
   ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(r->evaluated_steps, (std::vector<int64_t>{1, 400}));
   while (true) {
     std::printf("after %ld interactive steps: exact_match %.1f, bleu %.1f\n", static_cast<long>(m->step()),
                 r->metrics.at("exact_match"), r->metrics.at("bleu"));
     if (r->metrics.at("exact_match") >= 87.5 || m->step() >= 800) break;
     const auto from = train.begin() + m->step();
-    r = m->TrainLoop(100, 100, InteractiveModel::Batches(from, from + 100), {}, {}, {held_out}, fns);
+    r = m->TrainLoop(100, 99, InteractiveModel::Batches(from, from + 100), {}, {}, {held_out}, fns);
     ASSERT_THAT(r.status(), IsOk());
   }
   EXPECT_GE(r->metrics.at("exact_match"), 87.5);  // >= 56/64

@@ -111,7 +111,7 @@ absl::Status JobComponents::MoveTo(Collective* next) {
 
 absl::StatusOr<VocabularyPlan> JobComponents::PlanVocabulary(const std::string& checkpoint) const {
   std::string named = options.vocabulary_path;
-  int extra_ids = 0;
+  int extra_ids = options.vocabulary_extra_ids;
   std::string what = "vocabulary_path: ";
   if (options.task_data) {
     TY_ASSIGN_OR_RETURN(const Task* task, registry->Get(spec.task()));

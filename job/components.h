@@ -51,6 +51,8 @@ struct TrainingJobOptions {
   // with task data use their task's. Either way ChooseVocabulary decides
   // against the restored checkpoint's (data/vocabulary_choice.h).
   std::string vocabulary_path;
+  // Its extra ids (sentinels, for span corruption).
+  int vocabulary_extra_ids = 0;
 };
 
 // The data position of a train iterator as one tensor (epoch, position,

@@ -74,6 +74,7 @@ class ExamplesTest(unittest.TestCase):
     def test_evaluate(self):
         (row,) = self.run_example(EVALUATE)
         self.assertEqual(row["step"], 50)
+        self.assertEqual(row["evaluated_steps"], [1, 50])
         for k in ("exact_match", "bleu", "score_of_longest_target", "mean_prediction_score"):
             self.assertIn(k, row["metrics"])
         self.assertLess(row["first_target_score"], 0)
