@@ -46,6 +46,12 @@ struct TrainingJobOptions {
   // once per process, device and dtype by a matrix-product probe
   // (MeasurePeakFlops in common/torch/device.h).
   double peak_flops = 0;
+  // Before the first train step and the first evaluation of each Trainer
+  // (an attempt's, a regrouped one's), a warm-up pass on a dummy batch of
+  // this rank's shapes (JobComponents::WarmUpTrain, WarmUpEval). It leaves
+  // parameters, optimizer state, random streams and data position as they
+  // were; false skips it (and the summaries' timing/compilation_seconds).
+  bool warm_up = true;
   // Without task data: the SentencePiece model the owner tokenises with, ""
   // for none named (the restored checkpoint's, else the bundled one). Jobs
   // with task data use their task's. Either way ChooseVocabulary decides
@@ -109,6 +115,13 @@ struct JobComponents {
   // (Re)builds `trainer` for the ranks of `collective` (training kinds); it
   // reads its step from the optimizer.
   absl::Status BuildTrainer();
+  // options.warm_up, once per trainer: Trainer::CompileTrain on a dummy
+  // batch of this rank's train shapes (ELASTIC: its share of the global
+  // batch), and Trainer::CompileEval on one of the eval batches' shapes for
+  // each eval task. The data iterators are not touched. Every rank calls
+  // them at the same point (with PARAMETERS they gather).
+  absl::Status WarmUpTrain();
+  absl::Status WarmUpEval();
   // ELASTIC: moves to `next` (a new group): the trainer, which belongs to
   // the old group, is closed and rebuilt, and gradients of a step left half
   // done are dropped.
@@ -141,6 +154,9 @@ struct JobComponents {
   std::unique_ptr<EncoderDecoderModel> model;
   std::unique_ptr<Optimizer> optimizer;  // training kinds
   std::unique_ptr<Trainer> trainer;      // training kinds
+  // `trainer` has run WarmUpTrain, WarmUpEval.
+  bool train_warmed_up = false;
+  bool eval_warmed_up = false;
   // PARAMETERS sharding over more than one rank: the parameters this rank
   // builds, restores and saves. Unsharded otherwise.
   ShardPlan shards;
