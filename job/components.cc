@@ -84,14 +84,13 @@ absl::Status JobComponents::BuildTrainer() {
   t.model_flops_per_step =
       3 * ForwardFlopsPerExample(config, spec.feature_lengths().inputs(), spec.feature_lengths().targets()) *
       static_cast<double>(spec.batch_size());
-  t.peak_flops_per_device = options.peak_flops;
-  if (t.peak_flops_per_device <= 0) {
-    t.peak_flops_per_device = MeasurePeakFlops(options.device, ComputeDtype(spec));
-    if (rank() == 0 && trainer == nullptr) {
-      spdlog::info("job {}: timing/mfu against {:.3g} TFLOP/s per device, measured by a matrix-product probe", id(),
-                   t.peak_flops_per_device / 1e12);
-    }
-  }
+  const MfuPeaks peaks = ChooseMfuPeaks(
+      options.peak_flops,
+      options.peak_flops > 0 ? absl::StatusOr<PeakFlops>() : DevicePeakFlops(options.device, ComputeDtype(spec)),
+      [&] { return MeasurePeakFlops(options.device, ComputeDtype(spec)); });
+  t.peak_flops_per_device = peaks.peak;
+  t.measured_peak_flops_per_device = peaks.measured;
+  if (rank() == 0 && trainer == nullptr) spdlog::info("job {}: {}", id(), peaks.note);
   t.preemption_requested = options.stop;
   t.collective_timer = timed.get();
   trainer = std::make_unique<Trainer>(model.get(), optimizer.get(), std::move(lr), timed.get(), t);

@@ -42,9 +42,12 @@ struct TrainingJobOptions {
   // jobs). False: the owner feeds batches to trainer() itself (the
   // interactive model); Train is then refused.
   bool task_data = true;
-  // The device's peak FLOP/s for timing/mfu in the train summary; 0: measured
-  // once per process, device and dtype by a matrix-product probe
-  // (MeasurePeakFlops in common/torch/device.h).
+  // The device's peak FLOP/s for timing/mfu in the train summary. 0: the
+  // device's datasheet figure or the CPU formula (DevicePeakFlops in
+  // common/torch/device.h), with timing/mfu_vs_measured_peak against a
+  // matrix-product probe measured once per process, device and dtype
+  // (MeasurePeakFlops); the probe alone, and the log saying why, when
+  // the device is not known (ChooseMfuPeaks in common/peak_flops.h).
   double peak_flops = 0;
   // Before the first train step and the first evaluation of each Trainer
   // (an attempt's, a regrouped one's), a warm-up pass on a dummy batch of

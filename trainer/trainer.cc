@@ -142,6 +142,7 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
   train_metrics_ =
       std::make_unique<MetricsManager>("train", options_.summary_dir, collective_->rank(), collective_->world_size());
   train_metrics_->set_peak_flops_per_core(options_.peak_flops_per_device);
+  train_metrics_->set_measured_peak_flops_per_core(options_.measured_peak_flops_per_device);
   progress_.store(optimizer_->step());
   optimizer_->set_gradient_squares_wanted(options_.compute_weight_metrics);
   // A sharded optimizer reads only its shard's gradients: the buckets are

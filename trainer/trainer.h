@@ -124,9 +124,11 @@ struct TrainerOptions {
   // Model FLOPs of one step over all ranks (3 x ForwardFlopsPerExample x
   // the global batch's rows) and one device's peak FLOP/s: the summary's
   // timing/model_flops, timing/model_flops_per_second(_per_core) and, with
-  // a peak, timing/mfu. 0: not reported.
+  // a peak, timing/mfu; with a measured peak (a matrix-product probe),
+  // timing/mfu_vs_measured_peak. 0: not reported.
   double model_flops_per_step = 0;
   double peak_flops_per_device = 0;
+  double measured_peak_flops_per_device = 0;
   // Counts the time blocked in collective operations, for the compute
   // time of ChunkTiming: the collective given to the Trainer (and to a
   // sharded optimizer) should be this one, so every wait of a step is
