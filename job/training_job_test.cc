@@ -17,6 +17,7 @@
 #include "checkpoint/checkpoint_vocabulary.h"
 #include "collective/fake_collective.h"
 #include "common/testing/status_matchers.h"
+#include "common/torch/device.h"
 #include "data/bundled.h"
 #include "gtest/gtest.h"
 #include "model/weights.h"
@@ -264,6 +265,23 @@ TEST_F(TrainingJobTest, TheSummaryCountsModelFlopsAndTheirUtilisation) {
   const double forward = ForwardFlopsPerExample(*PresetConfig("tiny"), 16, 32);
   EXPECT_DOUBLE_EQ(summary.at("timing/model_flops"), 3 * forward * 4 * 2);
   EXPECT_DOUBLE_EQ(summary.at("timing/mfu"), summary.at("timing/model_flops_per_second_per_core") / 1e12);
+  EXPECT_EQ(summary.count("timing/mfu_vs_measured_peak"), 0u);  // a given peak: no probe
+}
+
+TEST_F(TrainingJobTest, WithoutAGivenPeakMfuIsAgainstTheKnownPeakAndTheProbe) {
+  LocalCollective local;
+  absl::StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(Spec("mfu", 1), &local, {});
+  ASSERT_THAT(job.status(), IsOk());
+  ASSERT_THAT((*job)->Restore("").status(), IsOk());
+  absl::StatusOr<TrainChunk> chunk = (*job)->Train(2);
+  ASSERT_THAT(chunk.status(), IsOk());
+  const auto& summary = chunk->summary;
+  const double achieved = summary.at("timing/model_flops_per_second_per_core");
+  const torch::Device cpu(torch::kCPU);
+  const double probe = MeasurePeakFlops(cpu, torch::kFloat32);  // measured once per process
+  absl::StatusOr<PeakFlops> known = DevicePeakFlops(cpu, torch::kFloat32);
+  EXPECT_DOUBLE_EQ(summary.at("timing/mfu"), achieved / (known.ok() ? known->flops : probe));
+  EXPECT_DOUBLE_EQ(summary.at("timing/mfu_vs_measured_peak"), achieved / probe);
 }
 
 // Keys of `a` that `b` lacks.
