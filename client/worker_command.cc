@@ -35,7 +35,8 @@ int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostr
   std::string peak_tflops;
   flags.AddString("peak-tflops", &peak_tflops, "X",
                   "the device's dense peak in TFLOP/s for the compute dtype, for the train summary's\n"
-                  "timing/mfu (default: measured once by a matrix-product probe)");
+                  "timing/mfu (default: the GPU's datasheet figure, or the CPU's cores x clock x FLOPs\n"
+                  "per cycle; a matrix-product probe for other devices)");
   AddTlsFlags(&flags, &options.tls, &options.insecure);
   flags.AddString("metrics-listen", &options.metrics_listen, "HOST:PORT",
                   "serve Prometheus /metrics and /healthz over HTTP there (default: off)");

@@ -1,6 +1,7 @@
 #include "job/components.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "data/bundled.h"
 #include "data/task_definition.h"
 #include "data/vocabulary_choice.h"
+#include "model/batch.h"
 #include "spdlog/spdlog.h"
 #include "spec/presets.h"
 #include "trainer/learning_rate.h"
@@ -82,17 +84,45 @@ absl::Status JobComponents::BuildTrainer() {
   t.model_flops_per_step =
       3 * ForwardFlopsPerExample(config, spec.feature_lengths().inputs(), spec.feature_lengths().targets()) *
       static_cast<double>(spec.batch_size());
-  t.peak_flops_per_device = options.peak_flops;
-  if (t.peak_flops_per_device <= 0) {
-    t.peak_flops_per_device = MeasurePeakFlops(options.device, ComputeDtype(spec));
-    if (rank() == 0 && trainer == nullptr) {
-      spdlog::info("job {}: timing/mfu against {:.3g} TFLOP/s per device, measured by a matrix-product probe", id(),
-                   t.peak_flops_per_device / 1e12);
-    }
-  }
+  const MfuPeaks peaks = ChooseMfuPeaks(
+      options.peak_flops,
+      options.peak_flops > 0 ? absl::StatusOr<PeakFlops>() : DevicePeakFlops(options.device, ComputeDtype(spec)),
+      [&] { return MeasurePeakFlops(options.device, ComputeDtype(spec)); });
+  t.peak_flops_per_device = peaks.peak;
+  t.measured_peak_flops_per_device = peaks.measured;
+  if (rank() == 0 && trainer == nullptr) spdlog::info("job {}: {}", id(), peaks.note);
   t.preemption_requested = options.stop;
   t.collective_timer = timed.get();
   trainer = std::make_unique<Trainer>(model.get(), optimizer.get(), std::move(lr), timed.get(), t);
+  train_warmed_up = eval_warmed_up = false;
+  return absl::OkStatus();
+}
+
+absl::Status JobComponents::WarmUpTrain() {
+  if (!options.warm_up || train_warmed_up || trainer == nullptr) return absl::OkStatus();
+  // The rows RewindableBatches gives this rank.
+  const int64_t b = spec.batch_size(), w = world_size(), r = rank();
+  const int64_t rows = elastic() ? (r + 1) * b / w - r * b / w : b / w;
+  TY_ASSIGN_OR_RETURN(const double seconds,
+                      trainer->CompileTrain(ShapeOnlyBatch(rows, spec.feature_lengths().inputs(),
+                                                           spec.feature_lengths().targets(), spec.data().pack())));
+  train_warmed_up = true;
+  if (rank() == 0) spdlog::info("job {}: train step warmed up in {:.3f} s", id(), seconds);
+  return absl::OkStatus();
+}
+
+absl::Status JobComponents::WarmUpEval() {
+  if (!options.warm_up || eval_warmed_up || trainer == nullptr) return absl::OkStatus();
+  // The rows and lengths of Evaluator's batches (unpacked).
+  const T5Batch batch = ShapeOnlyBatch(spec.batch_size() / world_size(), spec.feature_lengths().inputs(),
+                                       spec.feature_lengths().targets(), /*packed=*/false);
+  std::map<std::string, T5Batch> batches;
+  for (const std::string& task : spec.eval().tasks()) batches[task] = batch;
+  TY_ASSIGN_OR_RETURN(const auto seconds, trainer->CompileEval(batches));
+  eval_warmed_up = true;
+  double total = 0;
+  for (const auto& [task, s] : seconds) total += s;
+  if (rank() == 0) spdlog::info("job {}: eval step warmed up in {:.3f} s", id(), total);
   return absl::OkStatus();
 }
 

@@ -42,10 +42,19 @@ struct TrainingJobOptions {
   // jobs). False: the owner feeds batches to trainer() itself (the
   // interactive model); Train is then refused.
   bool task_data = true;
-  // The device's peak FLOP/s for timing/mfu in the train summary; 0: measured
-  // once per process, device and dtype by a matrix-product probe
-  // (MeasurePeakFlops in common/torch/device.h).
+  // The device's peak FLOP/s for timing/mfu in the train summary. 0: the
+  // device's datasheet figure or the CPU formula (DevicePeakFlops in
+  // common/torch/device.h), with timing/mfu_vs_measured_peak against a
+  // matrix-product probe measured once per process, device and dtype
+  // (MeasurePeakFlops); the probe alone, and the log saying why, when
+  // the device is not known (ChooseMfuPeaks in common/peak_flops.h).
   double peak_flops = 0;
+  // Before the first train step and the first evaluation of each Trainer
+  // (an attempt's, a regrouped one's), a warm-up pass on a dummy batch of
+  // this rank's shapes (JobComponents::WarmUpTrain, WarmUpEval). It leaves
+  // parameters, optimizer state, random streams and data position as they
+  // were; false skips it (and the summaries' timing/compilation_seconds).
+  bool warm_up = true;
   // Without task data: the SentencePiece model the owner tokenises with, ""
   // for none named (the restored checkpoint's, else the bundled one). Jobs
   // with task data use their task's. Either way ChooseVocabulary decides
@@ -111,6 +120,13 @@ struct JobComponents {
   // (Re)builds `trainer` for the ranks of `collective` (training kinds); it
   // reads its step from the optimizer.
   absl::Status BuildTrainer();
+  // options.warm_up, once per trainer: Trainer::CompileTrain on a dummy
+  // batch of this rank's train shapes (ELASTIC: its share of the global
+  // batch), and Trainer::CompileEval on one of the eval batches' shapes for
+  // each eval task. The data iterators are not touched. Every rank calls
+  // them at the same point (with PARAMETERS they gather).
+  absl::Status WarmUpTrain();
+  absl::Status WarmUpEval();
   // ELASTIC: moves to `next` (a new group): the trainer, which belongs to
   // the old group, is closed and rebuilt, and gradients of a step left half
   // done are dropped.
@@ -143,6 +159,9 @@ struct JobComponents {
   std::unique_ptr<EncoderDecoderModel> model;
   std::unique_ptr<Optimizer> optimizer;  // training kinds
   std::unique_ptr<Trainer> trainer;      // training kinds
+  // `trainer` has run WarmUpTrain, WarmUpEval.
+  bool train_warmed_up = false;
+  bool eval_warmed_up = false;
   // PARAMETERS sharding over more than one rank: the parameters this rank
   // builds, restores and saves. Unsharded otherwise.
   ShardPlan shards;

@@ -93,6 +93,8 @@ absl::StatusOr<EvalOutcome> Evaluator::Evaluate() {
       TY_ASSIGN_OR_RETURN(owned[name], EvalBatches(*task));
       iterators[name] = owned[name].get();
     }
+    // Before this trainer's first evaluation.
+    if (absl::Status warmed = job_->WarmUpEval(); !warmed.ok()) return CollectiveFailure(warmed);
     absl::StatusOr<MetricsByTask> metrics = trainer->Eval(iterators);
     // Inference evaluation: the same batches, decoded. PARAMETERS: decoding
     // reads every parameter (it calls no unit hooks).

@@ -70,6 +70,7 @@ struct Config {
   bool weight_metrics = false;
   bool overlap_allgather = true;  // with sharding
   bool evaluate = false;          // after the steps: eval and inference metrics
+  bool warm_up = true;            // TrainingJobOptions::warm_up
 };
 
 class ShardedTrainingTest : public ::testing::Test {
@@ -151,6 +152,7 @@ class ShardedTrainingTest : public ::testing::Test {
         TrainingJobOptions options;
         options.id = "zero";
         options.peak_flops = 1e12;
+        options.warm_up = s.warm_up;
         auto job = TrainingJob::Create(spec, collective.get(), options);
         ASSERT_THAT(job.status(), IsOk());
         ASSERT_THAT((*job)->Restore("").status(), IsOk());
@@ -371,6 +373,30 @@ TEST_F(ShardedTrainingTest, ParameterShardingTrainsGradientShardingsParametersBi
         EXPECT_GT(b.summary.at("timing/allgather_seconds_per_step"), 0) << what;
       }
     }
+  }
+}
+
+// The warm-up before the first step (and the first evaluation) leaves
+// every sharding mode's training bit for bit as it was: with PARAMETERS
+// its pass gathers every unit as a step's does, on every rank at the same
+// point, and with GRADIENTS and PARAMETERS it drops its gradients as they
+// come; two microbatches, dropout, 3 ranks (uneven shards).
+TEST_F(ShardedTrainingTest, TheWarmUpLeavesEveryShardingsTrainingBitForBit) {
+  for (auto sharding : {DataParallelConfig::NONE, DataParallelConfig::OPTIMIZER, DataParallelConfig::GRADIENTS,
+                        DataParallelConfig::PARAMETERS}) {
+    const std::string what = DataParallelConfig::Sharding_Name(sharding);
+    Config warm{3, sharding, "adamw"};
+    warm.steps = 3;
+    warm.evaluate = true;
+    Config cold = warm;
+    cold.warm_up = false;
+    const Result a = Train(warm, "warm");
+    const Result b = Train(cold, "cold");
+    ExpectSame(a.params, b.params, what + ": parameters");
+    ExpectSame(a.optimizer, b.optimizer, what + ": optimizer state");
+    EXPECT_EQ(a.eval.at("digits_to_words/loss"), b.eval.at("digits_to_words/loss")) << what;
+    EXPECT_GT(a.eval.at("digits_to_words/timing/compilation_seconds"), 0) << what;
+    EXPECT_EQ(b.eval.count("digits_to_words/timing/compilation_seconds"), 0u) << what;
   }
 }
 

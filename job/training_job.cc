@@ -75,6 +75,9 @@ absl::StatusOr<TrainChunk> TrainingJob::Train(int64_t num_steps) {
   }
   TrainChunk chunk;
   try {
+    // Before this trainer's first step, not timed with the steps; takes no
+    // batch.
+    if (absl::Status warmed = parts_->WarmUpTrain(); !warmed.ok()) return CollectiveFailure(warmed);
     const auto start = std::chrono::steady_clock::now();
     const int64_t abandoned_before = trainer->abandoned_steps();
     const int64_t first_step = trainer->step();

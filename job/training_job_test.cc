@@ -9,6 +9,8 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -17,6 +19,7 @@
 #include "checkpoint/checkpoint_vocabulary.h"
 #include "collective/fake_collective.h"
 #include "common/testing/status_matchers.h"
+#include "common/torch/device.h"
 #include "data/bundled.h"
 #include "gtest/gtest.h"
 #include "model/weights.h"
@@ -66,7 +69,8 @@ class TrainingJobTest : public ::testing::Test {
 
   // Runs body(rank) on `world` threads, each with its own Rank built from
   // spec_for(rank) (nullptr job when Create failed: its status in created).
-  void OnRanks(int world, const std::function<JobSpec(int)>& spec_for, const std::function<void(int, Rank&)>& body) {
+  void OnRanks(int world, const std::function<JobSpec(int)>& spec_for, const std::function<void(int, Rank&)>& body,
+               bool warm_up = true) {
     auto group = std::make_shared<FakeGroup>(world, absl::Seconds(30));
     std::vector<Rank> ranks(world);
     std::vector<std::thread> threads;
@@ -78,6 +82,7 @@ class TrainingJobTest : public ::testing::Test {
         options.id = "job";
         options.stop = &rank.stop;
         options.preempted = &rank.preempted;
+        options.warm_up = warm_up;
         absl::StatusOr<std::unique_ptr<TrainingJob>> job =
             TrainingJob::Create(spec_for(r), rank.collective.get(), options);
         ASSERT_THAT(job.status(), IsOk());
@@ -346,6 +351,114 @@ TEST_F(TrainingJobTest, TheSummaryCountsModelFlopsAndTheirUtilisation) {
   const double forward = ForwardFlopsPerExample(*PresetConfig("tiny"), 16, 32);
   EXPECT_DOUBLE_EQ(summary.at("timing/model_flops"), 3 * forward * 4 * 2);
   EXPECT_DOUBLE_EQ(summary.at("timing/mfu"), summary.at("timing/model_flops_per_second_per_core") / 1e12);
+  EXPECT_EQ(summary.count("timing/mfu_vs_measured_peak"), 0u);  // a given peak: no probe
+}
+
+TEST_F(TrainingJobTest, WithoutAGivenPeakMfuIsAgainstTheKnownPeakAndTheProbe) {
+  LocalCollective local;
+  absl::StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(Spec("mfu", 1), &local, {});
+  ASSERT_THAT(job.status(), IsOk());
+  ASSERT_THAT((*job)->Restore("").status(), IsOk());
+  absl::StatusOr<TrainChunk> chunk = (*job)->Train(2);
+  ASSERT_THAT(chunk.status(), IsOk());
+  const auto& summary = chunk->summary;
+  const double achieved = summary.at("timing/model_flops_per_second_per_core");
+  const torch::Device cpu(torch::kCPU);
+  const double probe = MeasurePeakFlops(cpu, torch::kFloat32);  // measured once per process
+  absl::StatusOr<PeakFlops> known = DevicePeakFlops(cpu, torch::kFloat32);
+  EXPECT_DOUBLE_EQ(summary.at("timing/mfu"), achieved / (known.ok() ? known->flops : probe));
+  EXPECT_DOUBLE_EQ(summary.at("timing/mfu_vs_measured_peak"), achieved / probe);
+}
+
+// Keys of `a` that `b` lacks.
+std::set<std::string> KeysNotIn(const std::map<std::string, double>& a, const std::map<std::string, double>& b) {
+  std::set<std::string> out;
+  for (const auto& [k, v] : a) {
+    if (!b.count(k)) out.insert(k);
+  }
+  return out;
+}
+
+// T5X's timing/compilation_seconds: the warm-up before the attempt's first
+// step is in the first train summary only, on every rank; the eval step's
+// in each eval task's first summary only.
+TEST_F(TrainingJobTest, TheFirstSummariesCarryTheWarmUpsCompilationSeconds) {
+  JobSpec spec = Spec("compiled", 2);
+  spec.mutable_eval()->add_tasks("digits_to_words");
+  spec.mutable_eval()->set_num_batches(1);
+  ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
+  std::vector<std::map<std::string, double>> first(2), second(2);
+  std::map<std::string, double> first_eval, second_eval;
+  OnRanks(
+      2, [&](int) { return spec; },
+      [&](int r, Rank& rank) {
+        ASSERT_THAT(rank.job->Restore("").status(), IsOk());
+        absl::StatusOr<TrainChunk> chunk = rank.job->Train(2);
+        ASSERT_THAT(chunk.status(), IsOk());
+        first[r] = chunk->summary;
+        chunk = rank.job->Train(2);
+        ASSERT_THAT(chunk.status(), IsOk());
+        second[r] = chunk->summary;
+        absl::StatusOr<EvalOutcome> eval = rank.job->Evaluate();
+        ASSERT_THAT(eval.status(), IsOk());
+        if (r == 0) first_eval = eval->metrics;
+        eval = rank.job->Evaluate();
+        ASSERT_THAT(eval.status(), IsOk());
+        if (r == 0) second_eval = eval->metrics;
+      });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(first[r].count("timing/compilation_seconds"), 1u) << r;
+    EXPECT_GT(first[r].at("timing/compilation_seconds"), 0.0) << r;
+    EXPECT_EQ(KeysNotIn(first[r], second[r]), std::set<std::string>{"timing/compilation_seconds"}) << r;
+    EXPECT_TRUE(KeysNotIn(second[r], first[r]).empty()) << r;
+  }
+  ASSERT_EQ(first_eval.count("digits_to_words/timing/compilation_seconds"), 1u);
+  EXPECT_GT(first_eval.at("digits_to_words/timing/compilation_seconds"), 0.0);
+  EXPECT_EQ(KeysNotIn(first_eval, second_eval), std::set<std::string>{"digits_to_words/timing/compilation_seconds"});
+  EXPECT_TRUE(KeysNotIn(second_eval, first_eval).empty());
+}
+
+// With dropout and two microbatches on two ranks, a job with the warm-ups
+// (train and eval) ends bit for bit where one without them does: the
+// parameters, and the digest of parameters, optimizer state, step and data
+// position.
+TEST_F(TrainingJobTest, TheWarmUpLeavesTheTrainingBitForBitAsItWas) {
+  JobSpec spec = Spec("warm", 2);
+  spec.mutable_model()->set_dropout_rate(0.1f);
+  spec.set_num_microbatches(2);
+  spec.mutable_eval()->add_tasks("digits_to_words");
+  spec.mutable_eval()->set_num_batches(1);
+  ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
+  std::map<bool, std::vector<std::vector<torch::Tensor>>> params;
+  std::map<bool, std::vector<uint64_t>> digests;
+  std::map<bool, std::map<std::string, double>> summaries;
+  for (bool warm_up : {true, false}) {
+    params[warm_up].resize(2);
+    digests[warm_up].resize(2);
+    OnRanks(
+        2, [&](int) { return spec; },
+        [&](int r, Rank& rank) {
+          ASSERT_THAT(rank.job->Restore("").status(), IsOk());
+          absl::StatusOr<TrainChunk> chunk = rank.job->Train(2);
+          ASSERT_THAT(chunk.status(), IsOk());
+          if (r == 0) summaries[warm_up] = chunk->summary;
+          ASSERT_THAT(rank.job->Evaluate().status(), IsOk());
+          ASSERT_THAT(rank.job->Train(2).status(), IsOk());
+          for (const auto& p : rank.job->model()->parameters()) params[warm_up][r].push_back(p.detach().clone());
+          digests[warm_up][r] = rank.job->StateDigest();
+        },
+        warm_up);
+  }
+  EXPECT_EQ(summaries[true].count("timing/compilation_seconds"), 1u);  // it did warm up
+  EXPECT_EQ(summaries[false].count("timing/compilation_seconds"), 0u);
+  EXPECT_EQ(summaries[true].at("loss"), summaries[false].at("loss"));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(digests[true][r], digests[false][r]) << r;
+    ASSERT_EQ(params[true][r].size(), params[false][r].size());
+    for (size_t i = 0; i < params[true][r].size(); ++i) {
+      EXPECT_TRUE(torch::equal(params[true][r][i], params[false][r][i])) << "rank " << r << " parameter " << i;
+    }
+  }
 }
 
 TEST_F(TrainingJobTest, BadSpecsAreRefusedByField) {

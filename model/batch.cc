@@ -43,6 +43,23 @@ T5Batch T5Batch::SelectRows(const torch::Tensor& indices) const {
   return out;
 }
 
+T5Batch ShapeOnlyBatch(int64_t rows, int64_t inputs_length, int64_t targets_length, bool packed) {
+  T5Batch out;
+  out.encoder_input_tokens = torch::ones({rows, inputs_length}, torch::kLong);
+  out.decoder_target_tokens = torch::ones({rows, targets_length}, torch::kLong);
+  // The targets shifted right: 0 first.
+  out.decoder_input_tokens = torch::ones({rows, targets_length}, torch::kLong);
+  if (targets_length > 0) out.decoder_input_tokens.select(1, 0).zero_();
+  out.decoder_loss_weights = torch::ones({rows, targets_length}, torch::kFloat);
+  if (packed) {
+    out.encoder_segment_ids = torch::ones({rows, inputs_length}, torch::kLong);
+    out.decoder_segment_ids = torch::ones({rows, targets_length}, torch::kLong);
+    out.encoder_positions = torch::arange(inputs_length, torch::kLong).expand({rows, inputs_length}).contiguous();
+    out.decoder_positions = torch::arange(targets_length, torch::kLong).expand({rows, targets_length}).contiguous();
+  }
+  return out;
+}
+
 T5Batch T5Batch::To(const torch::Device& device) const {
   T5Batch out;
   ForEachFeature(*this, &out, [&](const torch::Tensor& t) { return t.to(device); });

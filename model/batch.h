@@ -35,6 +35,12 @@ struct T5Batch {
   T5Batch To(const torch::Device& device) const;
 };
 
+// A batch of `rows` examples with the given lengths and dummy contents
+// (token 1 everywhere, every target position weighted; packed: one segment
+// per row), for warming up the kernels of a shape without reading data
+// (T5X compiles its steps on such a batch).
+T5Batch ShapeOnlyBatch(int64_t rows, int64_t inputs_length, int64_t targets_length, bool packed);
+
 // Checks shapes and dtypes: kInvalidArgument naming the feature otherwise.
 // `need_targets`: decoder features must be present (training, scoring).
 absl::Status ValidateBatch(const T5Batch& batch, bool need_targets);

@@ -93,8 +93,12 @@ absl::optional<std::map<std::string, double>> MetricsManager::WriteMetricsSummar
     }
   }
   auto per_core = metrics.find("timing/model_flops_per_second_per_core");
-  if (peak_flops_per_core_ > 0 && per_core != metrics.end()) {
-    metrics["timing/mfu"] = per_core->second / peak_flops_per_core_;
+  if (per_core != metrics.end()) {
+    const double achieved = per_core->second;
+    if (peak_flops_per_core_ > 0) metrics["timing/mfu"] = achieved / peak_flops_per_core_;
+    if (measured_peak_flops_per_core_ > 0) {
+      metrics["timing/mfu_vs_measured_peak"] = achieved / measured_peak_flops_per_core_;
+    }
   }
   std::vector<std::string> parts;
   for (const auto& [name, value] : metrics) parts.push_back(absl::StrCat(name, "=", value));

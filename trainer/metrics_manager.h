@@ -55,6 +55,9 @@ class MetricsManager {
   // timing/model_flops (the period's model FLOPs over all workers) then get
   // timing/mfu = timing/model_flops_per_second_per_core / peak. 0: none.
   void set_peak_flops_per_core(double peak) { peak_flops_per_core_ = peak; }
+  // The same against a measured peak (a matrix-product probe):
+  // timing/mfu_vs_measured_peak. 0: none.
+  void set_measured_peak_flops_per_core(double peak) { measured_peak_flops_per_core_ = peak; }
   // Writes everything queued, joins the writer thread; returns the first
   // write error, if any. Idempotent.
   absl::Status Close();
@@ -72,6 +75,7 @@ class MetricsManager {
   const bool enabled_;
   const int num_workers_;
   double peak_flops_per_core_ = 0;
+  double measured_peak_flops_per_core_ = 0;
   Clock* const clock_;
   const absl::Time created_;
   absl::Time timer_start_;

@@ -50,7 +50,14 @@ TEST(MetricsManagerTest, ModelFlopsUtilisationAgainstThePeakPerCore) {
   clock.AdvanceTime(absl::Seconds(4));
   auto summary = manager.WriteMetricsSummary({{"timing/model_flops", 8e12}}, 20, 10);
   ASSERT_TRUE(summary.has_value());
-  EXPECT_DOUBLE_EQ(summary->at("timing/mfu"), 0.25);  // 1e12 per core of 4e12
+  EXPECT_DOUBLE_EQ(summary->at("timing/mfu"), 0.25);             // 1e12 per core of 4e12
+  EXPECT_EQ(summary->count("timing/mfu_vs_measured_peak"), 0u);  // no probe
+  manager.set_measured_peak_flops_per_core(2e12);
+  clock.AdvanceTime(absl::Seconds(4));
+  summary = manager.WriteMetricsSummary({{"timing/model_flops", 8e12}}, 30, 10);
+  ASSERT_TRUE(summary.has_value());
+  EXPECT_DOUBLE_EQ(summary->at("timing/mfu"), 0.25);
+  EXPECT_DOUBLE_EQ(summary->at("timing/mfu_vs_measured_peak"), 0.5);  // 1e12 of the probe's 2e12
   EXPECT_TRUE(manager.Close().ok());
 }
 

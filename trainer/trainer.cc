@@ -142,6 +142,7 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
   train_metrics_ =
       std::make_unique<MetricsManager>("train", options_.summary_dir, collective_->rank(), collective_->world_size());
   train_metrics_->set_peak_flops_per_core(options_.peak_flops_per_device);
+  train_metrics_->set_measured_peak_flops_per_core(options_.measured_peak_flops_per_device);
   progress_.store(optimizer_->step());
   optimizer_->set_gradient_squares_wanted(options_.compute_weight_metrics);
   // A sharded optimizer reads only its shard's gradients: the buckets are
@@ -243,11 +244,6 @@ absl::StatusOr<bool> Trainer::StopAgreed() {
 
 absl::StatusOr<Metrics> Trainer::AccumulateGradsMicrobatched(const T5Batch& batch, int64_t step,
                                                              double global_target_tokens) {
-  return AccumulateGrads(batch, step, global_target_tokens, /*overlap=*/true);
-}
-
-absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t step, double global_target_tokens,
-                                                 bool overlap) {
   const int64_t b = batch.batch_size();
   const int m = options_.num_microbatches;
   if (m < 1 || (b % m != 0 && !options_.uneven_microbatches)) {
@@ -294,11 +290,8 @@ absl::StatusOr<Metrics> Trainer::AccumulateGrads(const T5Batch& batch, int64_t s
     // The last microbatch's backward pass starts the all-reduce of each
     // bucket of gradients as soon as it is complete; with only a shard of
     // the gradients kept, every microbatch's does (and is finished here).
-    const bool each = overlap && reducer_ != nullptr && reducer_->keeps_only_shard();
-    if (overlap && options_.overlap_allreduce && reducer_ != nullptr && (i == last || each)) reducer_->Arm();
-    // A warm-up pass (CompileTrain) keeping only a shard: its gradients
-    // are dropped as they come, never the whole model's at once.
-    if (!overlap && reducer_ != nullptr && reducer_->keeps_only_shard()) reducer_->ArmToDiscard();
+    const bool each = reducer_ != nullptr && reducer_->keeps_only_shard();
+    if (options_.overlap_allreduce && reducer_ != nullptr && (i == last || each)) reducer_->Arm();
     try {
       out->loss.backward();
     } catch (const c10::Error& e) {
@@ -496,6 +489,10 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
   TY_RETURN_IF_ERROR(ComputeOverRanks(timing.compute_seconds / steps, &summary));
   last_chunk_timing_ = timing;
   for (const auto& [k, v] : batches->TakeDataMetrics()) summary[k] = v;
+  if (train_compile_seconds_.has_value()) {
+    summary["timing/compilation_seconds"] = *train_compile_seconds_;
+    train_compile_seconds_.reset();
+  }
   absl::optional<std::map<std::string, double>> written =
       train_metrics_->WriteMetricsSummary(summary, step(), num_steps);
   // Other ranks: the same all-reduced values, without rank 0's timings.
@@ -524,12 +521,40 @@ absl::StatusOr<double> Trainer::CompileTrain(const T5Batch& batch) {
   const std::string key = ShapeKey("train", batch);
   if (compiled_.count(key)) return 0.0;
   const auto start = std::chrono::steady_clock::now();
-  TY_RETURN_IF_ERROR(
-      AccumulateGrads(batch, step(), batch.decoder_loss_weights.sum().item<double>(), /*overlap=*/false).status());
+  // Every microbatch of a step has the first one's shape (uneven ones a
+  // row less at most).
+  const int64_t rows =
+      std::min(std::max<int64_t>(batch.batch_size() / std::max(options_.num_microbatches, 1), 1), batch.batch_size());
+  const T5Batch microbatch = batch.Slice(0, rows);
+  if (parameters_sharded()) {
+    if (absl::Status s = gatherer_->BeginPass(); !s.ok()) {
+      ClearGrads();
+      return s;
+    }
+  }
+  LossOptions loss = options_.loss;
+  if (loss.normalization == LossConfig::NUM_TARGET_TOKENS) {
+    loss.loss_normalizing_factor = std::max(microbatch.decoder_loss_weights.sum().item<double>(), 1.0);
+  }
+  absl::StatusOr<LossOutput> out = model_->LossFn(microbatch, loss, DropoutGenerator(step(), 0));
+  if (!out.ok()) {
+    ClearGrads();
+    return ForwardError(out.status());
+  }
+  // Keeping only a shard: the gradients are dropped as they come, never
+  // the whole model's at once; otherwise they are dropped after.
+  if (reducer_ != nullptr && reducer_->keeps_only_shard()) reducer_->ArmToDiscard();
+  try {
+    out->loss.backward();
+  } catch (const c10::Error& e) {
+    ClearGrads();
+    return TorchErrorStatus("backward", e);
+  }
   ClearGrads();
+  SynchronizeDevice(device_);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   compiled_.insert(key);
-  train_metrics_->WriteScalar("timing/compilation_seconds", seconds, step());
+  train_compile_seconds_ = seconds;
   return seconds;
 }
 
@@ -554,18 +579,21 @@ void Trainer::ReleaseParameters() {
   if (parameters_sharded()) gatherer_->ReleaseAll();
 }
 
-absl::StatusOr<double> Trainer::CompileEval(const std::map<std::string, T5Batch>& batches) {
+absl::StatusOr<std::map<std::string, double>> Trainer::CompileEval(const std::map<std::string, T5Batch>& batches) {
   TY_RETURN_IF_ERROR(GatherParameters());
   ReleaseOnExit release{this};
-  const auto start = std::chrono::steady_clock::now();
+  std::map<std::string, double> seconds;
   for (const auto& [name, batch] : batches) {
+    const auto start = std::chrono::steady_clock::now();
     const std::string key = ShapeKey("eval", batch);
-    if (compiled_.count(key)) continue;
-    TY_RETURN_IF_ERROR(model_->EvalFn(batch, options_.loss).status());
-    compiled_.insert(key);
+    if (!compiled_.count(key)) {
+      TY_RETURN_IF_ERROR(model_->EvalFn(batch, options_.loss).status());
+      SynchronizeDevice(device_);
+      compiled_.insert(key);
+    }
+    seconds[name] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    eval_compile_seconds_[name] = seconds[name];
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  train_metrics_->WriteScalar("timing/compilation_seconds", seconds, step());
   return seconds;
 }
 
@@ -617,8 +645,13 @@ absl::StatusOr<MetricsByTask> Trainer::Eval(const std::map<std::string, BatchIte
       manager = std::make_unique<MetricsManager>("training_eval/" + name, options_.summary_dir, collective_->rank(),
                                                  collective_->world_size());
     }
-    manager->WriteScalars(step(), MetricValues(total));
-    out[name] = MetricValues(total);
+    std::map<std::string, double> values = MetricValues(total);
+    if (auto it = eval_compile_seconds_.find(name); it != eval_compile_seconds_.end()) {
+      values["timing/compilation_seconds"] = it->second;
+      eval_compile_seconds_.erase(it);
+    }
+    manager->WriteScalars(step(), values);
+    out[name] = std::move(values);
   }
   return out;
 }

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -123,9 +124,11 @@ struct TrainerOptions {
   // Model FLOPs of one step over all ranks (3 x ForwardFlopsPerExample x
   // the global batch's rows) and one device's peak FLOP/s: the summary's
   // timing/model_flops, timing/model_flops_per_second(_per_core) and, with
-  // a peak, timing/mfu. 0: not reported.
+  // a peak, timing/mfu; with a measured peak (a matrix-product probe),
+  // timing/mfu_vs_measured_peak. 0: not reported.
   double model_flops_per_step = 0;
   double peak_flops_per_device = 0;
+  double measured_peak_flops_per_device = 0;
   // Counts the time blocked in collective operations, for the compute
   // time of ChunkTiming: the collective given to the Trainer (and to a
   // sharded optimizer) should be this one, so every wait of a step is
@@ -193,13 +196,24 @@ class Trainer {
   // shard_parameters: this rank's only.
   absl::StatusOr<std::map<std::string, double>> ApplyGrads(int64_t step);
 
-  // Pre-warms a train step (or eval steps) for the batch's shapes: one
-  // forward/backward whose gradients are discarded, so allocations and
-  // kernels are ready (T5X's compile_train/compile_eval). Cached per shape;
-  // writes timing/compilation_seconds. Returns the seconds spent (0 when
-  // cached).
+  // Warms up a train step for the shapes of `batch` (this rank's share of
+  // a global batch; its contents may be dummies): the forward and backward
+  // pass of one microbatch, whose gradients are dropped, so that the first
+  // timed step does not pay for first calls (allocations, kernel choice,
+  // on a GPU the libraries' initialisation). T5X's compile_train. The
+  // parameters, the optimizer state, the step and every random stream stay
+  // as they were (dropout masks are drawn from a generator of their own).
+  // No stop agreement; PARAMETERS: the pass gathers every unit as a step's
+  // does, so every rank calls it at the same point. Cached per shape:
+  // returns the seconds spent, 0 when cached. The next train summary
+  // carries them as timing/compilation_seconds (this rank's).
   absl::StatusOr<double> CompileTrain(const T5Batch& batch);
-  absl::StatusOr<double> CompileEval(const std::map<std::string, T5Batch>& batches);
+  // The eval step of each named task for its batch's shapes (T5X's
+  // compile_eval): every parameter gathered (PARAMETERS), one forward pass
+  // per shape not warmed up yet. Returns each task's seconds (a shape
+  // another task warmed up costs only the lookup); the task's next
+  // training_eval summary carries them as timing/compilation_seconds.
+  absl::StatusOr<std::map<std::string, double>> CompileEval(const std::map<std::string, T5Batch>& batches);
 
   // Runs `actions` (those of one ActionMode) on the metrics at the current
   // step; true, with the reasons of every action that asked to halt (joined
@@ -238,9 +252,6 @@ class Trainer {
   at::Generator DropoutGenerator(int64_t step, int microbatch) const;
   // The stop request, combined across ranks (MAX) when world size > 1.
   absl::StatusOr<bool> StopAgreed();
-  // `overlap`: start the gradient all-reduce during the last backward pass.
-  absl::StatusOr<Metrics> AccumulateGrads(const T5Batch& batch, int64_t step, double global_target_tokens,
-                                          bool overlap);
   void ClearGrads();
   absl::StatusOr<std::map<std::string, double>> TrainSteps(BatchIterator* batches, int64_t num_steps);
   // ApplyGrads; with `defer_gather` and a gatherer, the other ranks'
@@ -265,6 +276,9 @@ class Trainer {
   std::unique_ptr<MetricsManager> train_metrics_;
   std::map<std::string, std::unique_ptr<MetricsManager>> eval_metrics_;
   std::set<std::string> compiled_;  // shape keys already warmed up
+  // Warm-up seconds for the next train summary, and for each eval task's.
+  std::optional<double> train_compile_seconds_;
+  std::map<std::string, double> eval_compile_seconds_;
   std::atomic<int64_t> progress_{0};
   int64_t abandoned_steps_ = 0;
   // In this Train call: waiting for the gradients' reduction after

@@ -369,10 +369,68 @@ TEST(TrainerTest, CompileTrainWarmsOncePerShapeAndLeavesNoGradients) {
   EXPECT_GT(*first, 0.0);
   EXPECT_EQ(*s->trainer->CompileTrain(batch), 0.0);  // cached
   SortTask longer(4, 9, 1);
-  EXPECT_GT(*s->trainer->CompileTrain(*longer.Next()), 0.0);  // a new shape
+  absl::StatusOr<double> second = s->trainer->CompileTrain(*longer.Next());
+  EXPECT_GT(*second, 0.0);  // a new shape
   for (const auto& p : s->model->parameters()) EXPECT_FALSE(p.grad().defined());
   EXPECT_TRUE(torch::equal(before, s->model->network()->token_embedder->weight));
   EXPECT_EQ(s->trainer->step(), 0);
+  // The next summary carries the last warm-up's seconds; the one after
+  // does not.
+  absl::StatusOr<std::map<std::string, double>> summary = s->trainer->Train(&task, 1);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->at("timing/compilation_seconds"), *second);
+  summary = s->trainer->Train(&task, 1);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->count("timing/compilation_seconds"), 0u);
+}
+
+TEST(TrainerTest, CompileTrainLeavesTheTrainingBitForBitAsItWas) {
+  // Dropout on, two microbatches: the warm-up draws no mask of the steps'.
+  auto run = [](bool warm_up) {
+    auto s = MakeSetup(2, /*seed=*/7, /*dropout=*/0.1f);
+    SortTask task(8, 6, 5);
+    if (warm_up) EXPECT_GT(*s->trainer->CompileTrain(ShapeOnlyBatch(8, 6, 6, false)), 0.0);
+    EXPECT_TRUE(s->trainer->Train(&task, 3).ok());
+    std::vector<torch::Tensor> params;
+    for (const auto& p : s->model->parameters()) params.push_back(p.detach().clone());
+    return params;
+  };
+  const std::vector<torch::Tensor> with = run(true), without = run(false);
+  ASSERT_EQ(with.size(), without.size());
+  for (size_t i = 0; i < with.size(); ++i) EXPECT_TRUE(torch::equal(with[i], without[i])) << i;
+}
+
+TEST(TrainerTest, CompileEvalTimesEachTaskIntoItsFirstEvalSummary) {
+  auto s = MakeSetup(1, 0);
+  absl::StatusOr<std::map<std::string, double>> seconds =
+      s->trainer->CompileEval({{"a", ShapeOnlyBatch(4, 6, 6, false)}, {"b", ShapeOnlyBatch(4, 6, 6, false)}});
+  ASSERT_TRUE(seconds.ok()) << seconds.status();
+  ASSERT_EQ(seconds->size(), 2u);
+  EXPECT_GT(seconds->at("a"), seconds->at("b"));  // b's shape is a's: only the lookup
+  for (int eval = 0; eval < 2; ++eval) {
+    SortTask a(4, 6, 1, 2), b(4, 6, 2, 2);
+    absl::StatusOr<MetricsByTask> metrics = s->trainer->Eval({{"a", &a}, {"b", &b}});
+    ASSERT_TRUE(metrics.ok()) << metrics.status();
+    for (const char* task : {"a", "b"}) {
+      if (eval == 0) {
+        EXPECT_EQ(metrics->at(task).at("timing/compilation_seconds"), seconds->at(task)) << task;
+      } else {
+        EXPECT_EQ(metrics->at(task).count("timing/compilation_seconds"), 0u) << task;
+      }
+    }
+  }
+}
+
+TEST(ShapeOnlyBatchTest, HasTheShapesAndDtypesOfARealBatch) {
+  for (bool packed : {false, true}) {
+    const T5Batch b = ShapeOnlyBatch(3, 5, 4, packed);
+    EXPECT_THAT(ValidateBatch(b, /*need_targets=*/true), IsOk());
+    EXPECT_EQ(b.packed(), packed);
+    EXPECT_EQ(b.encoder_input_tokens.sizes(), (std::vector<int64_t>{3, 5}));
+    EXPECT_EQ(b.decoder_target_tokens.sizes(), (std::vector<int64_t>{3, 4}));
+    EXPECT_EQ(b.decoder_input_tokens[0][0].item<int64_t>(), 0);  // shifted right
+    EXPECT_EQ(b.decoder_loss_weights.sum().item<double>(), 12.0);
+  }
 }
 
 TEST(TrainerTest, RunActionsHaltsWithTheReasonAndRunsEveryAction) {

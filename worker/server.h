@@ -23,7 +23,8 @@ struct WorkerServerOptions {
   std::string advertise_host;
   std::string device = "cpu";
   // The device's dense peak FLOP/s for the train summary's timing/mfu; 0:
-  // measured by a matrix-product probe (MeasurePeakFlops).
+  // the device's known peak, else a matrix-product probe
+  // (TrainingJobOptions::peak_flops).
   double peak_flops = 0;
   absl::Duration collective_timeout = absl::Seconds(60);
   // On SIGTERM, how long to wait for the job's emergency checkpoint and

@@ -58,7 +58,8 @@ struct WorkerCoreOptions {
   // Step time, tokens/s, all-reduce and checkpoint times, steps (not
   // owned; outlives the core); nullptr: none.
   MetricsRegistry* metrics = nullptr;
-  // For timing/mfu (TrainingJobOptions::peak_flops); 0: measured.
+  // For timing/mfu (TrainingJobOptions::peak_flops); 0: the device's known
+  // peak, else measured.
   double peak_flops = 0;
 };
 

@@ -1,17 +1,22 @@
 #include "common/torch/device.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <sched.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <utility>
 
 #ifdef TRAINYARD_LIBTORCH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #endif
 
 #include "absl/strings/numbers.h"
@@ -98,6 +103,40 @@ double MeasurePeakFlops(const torch::Device& device, torch::ScalarType dtype) {
   }
   (*cache)[key] = best;
   return best;
+}
+
+namespace {
+
+std::string ReadSmallFile(const char* path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+absl::StatusOr<PeakFlops> DevicePeakFlops(const torch::Device& device, torch::ScalarType dtype) {
+  const PeakDtype peak_dtype = dtype == torch::kBFloat16 ? PeakDtype::kBFloat16 : PeakDtype::kFloat32;
+#ifdef TRAINYARD_LIBTORCH_CUDA
+  if (device.is_cuda()) {
+    const int index = device.has_index() ? device.index() : c10::cuda::current_device();
+    cudaDeviceProp properties;
+    if (cudaGetDeviceProperties(&properties, index) != cudaSuccess) {
+      return absl::NotFoundError(absl::StrCat("cudaGetDeviceProperties failed for cuda:", index));
+    }
+    return GpuDatasheetPeak(properties.name, peak_dtype);
+  }
+#endif
+  if (!device.is_cpu()) return absl::NotFoundError(absl::StrCat("no peak is known for device ", device.str()));
+  const CpuDescription cpu = ParseCpuInfo(ReadSmallFile("/proc/cpuinfo"));
+  absl::StatusOr<double> clock =
+      CpuClockHz(ReadSmallFile("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"), cpu);
+  if (!clock.ok()) return clock.status();
+  int cores = at::get_num_threads();
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) cores = std::min(cores, CPU_COUNT(&allowed));
+  return CpuFormulaPeak(cpu, cores, *clock, peak_dtype);
 }
 
 }  // namespace trainyard

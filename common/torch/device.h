@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/peak_flops.h"
 
 namespace trainyard {
 
@@ -38,6 +39,15 @@ void SynchronizeDevice(const torch::Device& device);
 // the peak timing/mfu is measured against when none is given. Measured once
 // per process, device and dtype (thread-safe).
 double MeasurePeakFlops(const torch::Device& device, torch::ScalarType dtype);
+
+// The device's dense peak FLOP/s in `dtype` from what it is
+// (common/peak_flops.h): a CUDA GPU's datasheet figure by its name
+// (float32 as the non-tensor-core figure: LibTorch leaves TF32 off and
+// Trainyard does not turn it on); on the CPU, LibTorch's intra-op threads
+// (at most the CPUs this process may run on) x the clock x the vector
+// unit's FLOPs per cycle, from /proc/cpuinfo and cpufreq. kNotFound saying
+// why when it cannot tell.
+absl::StatusOr<PeakFlops> DevicePeakFlops(const torch::Device& device, torch::ScalarType dtype);
 
 }  // namespace trainyard
 

@@ -2,6 +2,9 @@
 
 #include <torch/cuda.h>
 
+#include <iostream>
+#include <vector>
+
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 
@@ -60,6 +63,28 @@ TEST(MeasurePeakFlopsTest, MeasuredOnceThenTheSame) {
   const double probe = MeasurePeakFlops(torch::Device(torch::kCPU), torch::kFloat32);
   EXPECT_GT(probe, 1e8);  // any CPU does 0.1 GFLOP/s
   EXPECT_EQ(MeasurePeakFlops(torch::Device(torch::kCPU), torch::kFloat32), probe);
+}
+
+// The pure parts are common/peak_flops_test; here, that the device's own
+// description reaches them: this CPU's formula (or why not), and on a GPU
+// machine its datasheet figure (or why not), printed for the record.
+TEST(DevicePeakFlopsTest, TheDeviceIsKnownOrSaysWhy) {
+  std::vector<torch::Device> devices = {torch::Device(torch::kCPU)};
+  if (torch::cuda::is_available()) devices.emplace_back(torch::kCUDA, 0);
+  for (const torch::Device& device : devices) {
+    for (torch::ScalarType dtype : {torch::kFloat32, torch::kBFloat16}) {
+      absl::StatusOr<PeakFlops> peak = DevicePeakFlops(device, dtype);
+      if (peak.ok()) {
+        EXPECT_GT(peak->flops, 1e8) << device.str();
+        EXPECT_THAT(peak->source, HasSubstr(device.is_cpu() ? "FLOP/cycle" : "datasheet"));
+        std::cout << device.str() << " " << c10::toString(dtype) << ": " << peak->flops / 1e12 << " TFLOP/s ("
+                  << peak->source << ")\n";
+      } else {
+        EXPECT_EQ(peak.status().code(), absl::StatusCode::kNotFound) << peak.status();
+        std::cout << device.str() << " " << c10::toString(dtype) << ": " << peak.status().message() << "\n";
+      }
+    }
+  }
 }
 
 }  // namespace
