@@ -58,6 +58,16 @@ const SpmApi* LoadSpmApi(std::string* error) {
   static const SpmApi* api = nullptr;
   static std::string load_error;
   std::call_once(once, [] {
+#if defined(TRAINYARD_SANITIZED)
+    // Without RTLD_DEEPBIND the shim's SentencePiece binds to a libprotobuf
+    // already in the process, whose version check aborts it: refuse instead.
+    if (dlsym(RTLD_DEFAULT, "_ZN6google8protobuf8internal13VerifyVersionEiiPKc") != nullptr) {
+      load_error = std::string("cannot load the SentencePiece shim ") + kShim +
+                   " in a sanitized build of a process that links libprotobuf (the sanitizers refuse "
+                   "RTLD_DEEPBIND, which keeps the shim's own copy apart)";
+      return;
+    }
+#endif
     std::string tried;
     for (const std::string& path : Candidates()) {
       if (access(path.c_str(), R_OK) != 0) {
