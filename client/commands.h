@@ -31,6 +31,9 @@ int RunVocab(const std::vector<std::string>& args, std::ostream& out, std::ostre
 
 // `trainyard convert (--from-hf HF_DIR [--vocab SPM] --out DIR | --checkpoint DIR --to-hf OUT)`
 int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// `trainyard convert --from-gin RUN.gin ... --out SPEC.textproto`: a T5X gin
+// configuration as a job spec (RunConvert hands --from-gin to it).
+int RunConvertFromGin(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // Processes (coordinator/server.h, worker/server.h).
 // `trainyard coordinator --listen HOST:PORT --state-dir DIR [--output-root DIR]`
@@ -76,7 +79,8 @@ struct Command {
   const char* summary;
 };
 
-constexpr char kConvertSummary[] = "Hugging Face T5 checkpoints to Trainyard checkpoints and back";
+constexpr char kConvertSummary[] =
+    "Hugging Face T5 checkpoints to Trainyard checkpoints and back, T5X checkpoints in, T5X gin configs to specs";
 constexpr char kPredictSummary[] = "decode examples with a checkpoint's model";
 constexpr char kScoreSummary[] = "log-likelihood of targets given inputs under a checkpoint's model";
 constexpr char kEvaluateSummary[] = "metric functions of a checkpoint's predictions on examples";

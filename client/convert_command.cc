@@ -93,10 +93,14 @@ absl::Status ExportToHf(const std::string& checkpoint, const std::string& to_hf,
 }  // namespace
 
 int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  for (const std::string& arg : args) {
+    if (arg == "--from-gin" || arg.rfind("--from-gin=", 0) == 0) return RunConvertFromGin(args, out, err);
+  }
   std::string from_hf, from_t5x, vocab, out_dir, checkpoint, to_hf;
   FlagSet flags(
       "convert (--from-hf HF_DIR [--vocab SPM_MODEL] --out CHECKPOINT_DIR | "
-      "--from-t5x T5X_DIR --out CHECKPOINT_DIR | --checkpoint CHECKPOINT_DIR --to-hf OUT_DIR)",
+      "--from-t5x T5X_DIR --out CHECKPOINT_DIR | --checkpoint CHECKPOINT_DIR --to-hf OUT_DIR | "
+      "--from-gin RUN.gin ... --out SPEC.textproto)",
       "Converts between Hugging Face T5 checkpoints (config.json +\n"
       "model.safetensors; T5 v1.0 and v1.1) and Trainyard checkpoints, the\n"
       "vocabulary with them (HF's T5 tokenizer files: spiece.model,\n"
@@ -104,7 +108,8 @@ int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ost
       "imports T5X checkpoints (msgpack + TensorStore; T5 1.0 and 1.1 layouts):\n"
       "the parameters, the step and Adafactor's statistics, so training goes on\n"
       "where T5X stopped. The new directory must not exist; it appears only\n"
-      "when complete.");
+      "when complete. With --from-gin, converts a T5X training run's gin\n"
+      "configuration into a job spec (its flags: convert --from-gin RUN.gin --help).");
   flags.AddString("from-hf", &from_hf, "HF_DIR", "a Hugging Face T5 checkpoint directory");
   flags.AddString("from-t5x", &from_t5x, "T5X_DIR",
                   "a T5X checkpoint_<step> directory, or a model directory (its newest)");

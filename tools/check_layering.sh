@@ -25,10 +25,10 @@ forbid() {  # RULE FROM TO
 }
 forbid "the coordinator uses no tensors (no LibTorch, trainer, model, data, collectives, job, worker)" \
   "//coordinator/..." "$TENSORS"
-forbid "the job spec, evaluation and checkpoint libraries use no tensors" \
-  "//spec/... + //evaluation/... + //checkpoint/..." "//third_party:libtorch"
+forbid "the job spec, gin, evaluation and checkpoint libraries use no tensors" \
+  "//spec/... + //gin/... + //evaluation/... + //checkpoint/..." "//third_party:libtorch"
 forbid "the training and job libraries use no gRPC services" \
-  "//trainer/... + //model/... + //data/... + //collective/... + //checkpoint/... + //job/... + //interactive/... + //evaluation/... + //spec/..." \
+  "//trainer/... + //model/... + //data/... + //collective/... + //checkpoint/... + //job/... + //interactive/... + //evaluation/... + //spec/... + //gin/..." \
   "$SERVICES"
 forbid "the training and job libraries speak no service's messages (only the job spec; spec/ validates session requests)" \
   "//trainer/... + //model/... + //data/... + //collective/... + //checkpoint/... + //job/... + //interactive/... + //evaluation/..." \
