@@ -67,7 +67,7 @@ struct T5xWriteOptions {
 // not read, version 3 is written) as `model_dir`/checkpoint_<step>, created
 // with `model_dir` if need be, and returns that path. It is written as
 // checkpoint_<step>.tmp-<unix seconds> (T5X's temporary name, which readers
-// pass over), every file and directory fsynced, then renamed; nothing
+// pass over), made durable (syncfs(2)), then renamed; nothing
 // half-written is ever named checkpoint_<step>, and a failed write removes
 // the temporary directory. An existing checkpoint_<step> is refused
 // (kAlreadyExists), as is a step outside T5X's int32 (kInvalidArgument), or

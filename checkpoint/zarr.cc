@@ -347,11 +347,11 @@ absl::StatusOr<std::string> Gzip(const std::string& in, int level) {
   return out;
 }
 
-// Creates `path` (which must not exist) with `contents`, fsynced.
-absl::Status WriteNewFile(const std::string& path, const std::string& contents) {
+// Creates `path` (which must not exist) with `contents`, fsynced if `sync`.
+absl::Status WriteNewFile(const std::string& path, const std::string& contents, bool sync) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return FileError("create", path, errno);
-  if (!WriteFully(fd, contents.data(), contents.size()) || ::fsync(fd) != 0) {
+  if (!WriteFully(fd, contents.data(), contents.size()) || (sync && ::fsync(fd) != 0)) {
     const int error = errno;
     ::close(fd);
     return FileError("write", path, error);
@@ -484,14 +484,15 @@ std::string ZarrMetadataJson(const std::string& dtype, const std::vector<int64_t
 }
 
 absl::Status WriteZarrArray(const std::string& dir, const ZarrArray& array, const std::vector<int64_t>& chunks,
-                            int gzip_level) {
+                            const ZarrWriteOptions& options) {
   absl::Status writable = CheckWritable(dir, array, chunks);
   if (!writable.ok()) return writable;
   if (::mkdir(dir.c_str(), 0755) != 0) {
     if (errno == EEXIST) return absl::AlreadyExistsError(absl::StrCat(dir, ": already exists"));
     return FileError("create directory", dir, errno);
   }
-  absl::Status s = WriteNewFile(dir + "/.zarray", ZarrMetadataJson(array.dtype, array.shape, chunks, gzip_level));
+  absl::Status s = WriteNewFile(dir + "/.zarray",
+                                ZarrMetadataJson(array.dtype, array.shape, chunks, options.gzip_level), options.sync);
   if (!s.ok()) return s;
   const int rank = static_cast<int>(array.shape.size());
   const uint64_t item = static_cast<uint64_t>(ZarrDtypeSize(array.dtype));
@@ -500,7 +501,7 @@ absl::Status WriteZarrArray(const std::string& dir, const ZarrArray& array, cons
   for (int d = 0; d < rank; ++d) {
     chunk_elements *= static_cast<uint64_t>(chunks[d]);
     grid[d] = (array.shape[d] + chunks[d] - 1) / chunks[d];
-    if (grid[d] == 0) return FsyncPath(dir, /*directory=*/true);  // no elements, no chunks
+    if (grid[d] == 0) return options.sync ? FsyncPath(dir, /*directory=*/true) : absl::OkStatus();  // no chunks
   }
   std::vector<uint64_t> stride, chunk_stride;
   Strides(array.shape, chunks, &stride, &chunk_stride);
@@ -511,12 +512,12 @@ absl::Status WriteZarrArray(const std::string& dir, const ZarrArray& array, cons
                [&](uint64_t in_chunk, uint64_t in_array, uint64_t bytes) {
                  std::memcpy(&chunk[in_chunk], &array.data[in_array], bytes);
                });
-    absl::StatusOr<std::string> compressed = Gzip(chunk, gzip_level);
+    absl::StatusOr<std::string> compressed = Gzip(chunk, options.gzip_level);
     if (!compressed.ok()) return compressed.status();
-    s = WriteNewFile(dir + "/" + ChunkKey(index, "."), *compressed);
+    s = WriteNewFile(dir + "/" + ChunkKey(index, "."), *compressed, options.sync);
     if (!s.ok()) return s;
   } while (NextChunk(grid, &index));
-  return FsyncPath(dir, /*directory=*/true);
+  return options.sync ? FsyncPath(dir, /*directory=*/true) : absl::OkStatus();
 }
 
 }  // namespace trainyard

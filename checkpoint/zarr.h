@@ -51,13 +51,20 @@ std::vector<int64_t> ChooseZarrChunks(const std::vector<int64_t>& shape, uint64_
 std::string ZarrMetadataJson(const std::string& dtype, const std::vector<int64_t>& shape,
                              const std::vector<int64_t>& chunks, int gzip_level = 1);
 
+struct ZarrWriteOptions {
+  int gzip_level = 1;  // TensorStore's default
+  // Whether each file, then the directory, is fsynced. A writer of many
+  // arrays may sync them together instead (syncfs(2)).
+  bool sync = true;
+};
+
 // Writes `array` to `dir`, which must not exist (kAlreadyExists): `.zarray`
 // and one gzip file per chunk of `chunks` (C order of the grid, "0.1";
-// "0" for a scalar), each fsynced, then the directory. kInvalidArgument for
-// an unknown dtype, data that is not the shape's size, or chunks of another
-// rank or of size 0; a failed write is FileError's status (durable_file.h).
+// "0" for a scalar). kInvalidArgument for an unknown dtype, data that is
+// not the shape's size, or chunks of another rank or of size 0; a failed
+// write is FileError's status (durable_file.h).
 absl::Status WriteZarrArray(const std::string& dir, const ZarrArray& array, const std::vector<int64_t>& chunks,
-                            int gzip_level = 1);
+                            const ZarrWriteOptions& options = {});
 
 }  // namespace trainyard
 

@@ -73,9 +73,10 @@ ZarrArray Numbered(const std::string& dtype, std::vector<int64_t> shape) {
   return a;
 }
 
-void ExpectRoundTrip(const std::string& name, const ZarrArray& a, const std::vector<int64_t>& chunks) {
+void ExpectRoundTrip(const std::string& name, const ZarrArray& a, const std::vector<int64_t>& chunks,
+                     const ZarrWriteOptions& options = {}) {
   const std::string dir = TempDir(name);
-  ASSERT_THAT(WriteZarrArray(dir, a, chunks), IsOk());
+  ASSERT_THAT(WriteZarrArray(dir, a, chunks, options), IsOk());
   absl::StatusOr<ZarrArray> back = ReadZarrArray(dir);
   ASSERT_THAT(back, IsOk());
   EXPECT_EQ(back->dtype, a.dtype);
@@ -119,6 +120,13 @@ TEST(WriteZarrArrayTest, RoundTripsWithEdgeChunksInEveryDimension) {
   ExpectRoundTrip("i32_2d", Numbered("int32", {2, 5}), {1, 5});
   ExpectRoundTrip("i64_1d", Numbered("int64", {3}), {8});             // one chunk larger than the array
   ExpectRoundTrip("one_chunk", Numbered("float32", {6, 4}), {6, 4});  // exact
+  ZarrWriteOptions unsynced;
+  unsynced.sync = false;
+  unsynced.gzip_level = 9;
+  ExpectRoundTrip("unsynced", Numbered("float32", {7, 5}), {3, 2}, unsynced);
+  const std::string level9 = TempDir("level9");
+  ASSERT_THAT(WriteZarrArray(level9, Numbered("float32", {2}), {2}, unsynced), IsOk());
+  EXPECT_THAT(ReadFile(level9 + "/.zarray"), HasSubstr("\"compressor\":{\"id\":\"gzip\",\"level\":9}"));
 }
 
 TEST(WriteZarrArrayTest, ChunkFilesFollowTheGridInCOrder) {
