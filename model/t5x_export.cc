@@ -15,6 +15,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/status_macros.h"
 #include "model/t5x_import.h"
+#include "nlohmann/json.hpp"
 
 namespace trainyard {
 namespace {
@@ -151,6 +152,24 @@ absl::StatusOr<std::vector<Param>> T5xParams(const TensorMap& params) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> WhyNotAdafactorState(const std::string& metadata_json,
+                                                 const std::map<std::string, torch::Tensor>& optimizer) {
+  if (optimizer.empty() || (optimizer.size() == 1 && optimizer.count("step") == 1)) {
+    return std::string("the checkpoint has no optimizer state");
+  }
+  try {
+    const nlohmann::json meta = nlohmann::json::parse(metadata_json);
+    const nlohmann::json job = meta.is_object() ? meta.value("job", nlohmann::json()) : nlohmann::json();
+    if (job.is_object() && job.contains("optimizer") && job["optimizer"].is_object() &&
+        job["optimizer"].contains("adamw")) {
+      return std::string("an AdamW checkpoint: T5X's Adafactor statistics cannot be made from AdamW's moments");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(absl::StrCat("metadata.json: ", e.what()));
+  }
+  return std::string();
+}
 
 absl::StatusOr<T5xCheckpoint> ExportT5x(const TensorMap& params, const std::map<std::string, torch::Tensor>& adafactor,
                                         int64_t step, torch::ScalarType param_dtype) {

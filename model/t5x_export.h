@@ -39,6 +39,15 @@ namespace trainyard {
 // one of T5 1.0 or T5.1.1 in T5X's layout, a parameter without statistics
 // (neither v_row and v_col nor v), a statistic of the wrong shape or one of
 // no parameter is kInvalidArgument naming it.
+// Why a Trainyard checkpoint's optimizer state is not Adafactor's
+// statistics to export, or "" when it is: `optimizer` is its state (empty,
+// or only "step": none), `metadata_json` its metadata.json, whose job spec
+// names the optimizer (AdamW's moments are not Adafactor's); a checkpoint
+// without a job spec (a T5X import) or whose spec names none has
+// Adafactor's. kDataLoss for metadata that is not JSON.
+absl::StatusOr<std::string> WhyNotAdafactorState(const std::string& metadata_json,
+                                                 const std::map<std::string, torch::Tensor>& optimizer);
+
 absl::StatusOr<T5xCheckpoint> ExportT5x(const TensorMap& params, const std::map<std::string, torch::Tensor>& adafactor,
                                         int64_t step, torch::ScalarType param_dtype);
 

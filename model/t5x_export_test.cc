@@ -167,5 +167,21 @@ TEST(ExportT5xTest, Refusals) {
                                  "encoder/layers_0/mlp/wo/kernel [256, 64] is [64]")));
 }
 
+TEST(WhyNotAdafactorStateTest, AdamWAndEmptyStatesAreNotAdafactors) {
+  const std::map<std::string, torch::Tensor> state = {
+      {"step", torch::tensor(int64_t{3})}, {"w/m", torch::zeros({2})}, {"w/v", torch::zeros({2})}};
+  // A T5X import (no job), a job with the default optimizer, an Adafactor job.
+  for (const char* meta : {R"({"step": 3, "job": null})", R"({"job": {"name": "x"}})",
+                           R"({"job": {"optimizer": {"adafactor": {"decay_rate": 0.8}}}})"}) {
+    EXPECT_THAT(WhyNotAdafactorState(meta, state), IsOkAndHolds(std::string())) << meta;
+  }
+  EXPECT_THAT(WhyNotAdafactorState(R"({"job": {"optimizer": {"adamw": {}}}})", state),
+              IsOkAndHolds(HasSubstr("an AdamW checkpoint")));
+  EXPECT_THAT(WhyNotAdafactorState("{}", {}), IsOkAndHolds(HasSubstr("no optimizer state")));
+  EXPECT_THAT(WhyNotAdafactorState("{}", {{"step", torch::tensor(int64_t{3})}}),
+              IsOkAndHolds(HasSubstr("no optimizer state")));
+  EXPECT_THAT(WhyNotAdafactorState("{not json", state), StatusCodeIs(absl::StatusCode::kDataLoss));
+}
+
 }  // namespace
 }  // namespace trainyard
