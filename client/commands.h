@@ -76,7 +76,7 @@ struct Command {
   const char* summary;
 };
 
-constexpr char kConvertSummary[] = "Hugging Face T5 checkpoints to Trainyard checkpoints and back";
+constexpr char kConvertSummary[] = "Hugging Face T5 and T5X checkpoints to Trainyard checkpoints and back";
 constexpr char kPredictSummary[] = "decode examples with a checkpoint's model";
 constexpr char kScoreSummary[] = "log-likelihood of targets given inputs under a checkpoint's model";
 constexpr char kEvaluateSummary[] = "metric functions of a checkpoint's predictions on examples";
