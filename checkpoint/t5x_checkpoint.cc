@@ -446,6 +446,23 @@ absl::Status SyncAll(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// Renames `from` to `to` unless `to` exists (kAlreadyExists). Where the
+// file system has no RENAME_NOREPLACE, a plain rename after a check.
+absl::Status RenameNoReplace(const std::string& from, const std::string& to) {
+  int rc = renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE);
+  if (rc != 0 && errno == EINVAL) {
+    std::error_code ec;
+    if (fs::exists(to, ec)) {
+      errno = EEXIST;
+    } else {
+      rc = std::rename(from.c_str(), to.c_str());
+    }
+  }
+  if (rc == 0) return absl::OkStatus();
+  if (errno == EEXIST || errno == ENOTEMPTY) return absl::AlreadyExistsError(absl::StrCat(to, ": already exists"));
+  return FileError("rename to", to, errno);
+}
+
 // Creates `final_dir`.tmp-<unix seconds> (the next free second).
 absl::StatusOr<std::string> MakeTempDir(const std::string& final_dir) {
   const int64_t now = static_cast<int64_t>(std::time(nullptr));
@@ -473,10 +490,7 @@ absl::StatusOr<std::string> WriteT5xCheckpoint(const T5xCheckpoint& checkpoint, 
   TY_ASSIGN_OR_RETURN(const std::string tmp, MakeTempDir(final_dir));
   absl::Status s = WriteContents(checkpoint, tmp, options);
   if (s.ok()) s = SyncAll(tmp);
-  if (s.ok() && renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) != 0) {
-    s = errno == EEXIST ? absl::AlreadyExistsError(absl::StrCat(final_dir, ": already exists"))
-                        : FileError("rename to", final_dir, errno);
-  }
+  if (s.ok()) s = RenameNoReplace(tmp, final_dir);
   if (!s.ok()) {
     fs::remove_all(tmp, ec);
     return s;
