@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace trainyard {
 namespace {
@@ -209,6 +210,117 @@ class Decoder {
   size_t pos_ = 0;
 };
 
+class Encoder {
+ public:
+  explicit Encoder(int max_depth) : max_depth_(max_depth) {}
+
+  absl::Status Value(const MsgpackValue& v, int depth) {
+    if (depth > max_depth_) return absl::InvalidArgumentError(absl::StrCat("msgpack: nested deeper than ", max_depth_));
+    using T = MsgpackValue::Type;
+    switch (v.type) {
+      case T::kNil:
+        out_.push_back(static_cast<char>(0xc0));
+        return absl::OkStatus();
+      case T::kBool:
+        out_.push_back(static_cast<char>(v.boolean ? 0xc3 : 0xc2));
+        return absl::OkStatus();
+      case T::kInt:
+        Int(v.integer);
+        return absl::OkStatus();
+      case T::kFloat: {
+        uint64_t bits;
+        std::memcpy(&bits, &v.number, 8);
+        Tag(0xcb, bits, 8);
+        return absl::OkStatus();
+      }
+      case T::kString:
+        return Sized(v.bytes.size(), 0xa0, 32, 0xd9, true) ? Append(v.bytes) : TooLong("a str");
+      case T::kBinary:
+        return Sized(v.bytes.size(), 0, 0, 0xc4, true) ? Append(v.bytes) : TooLong("a bin");
+      case T::kExt:
+        return Ext(v);
+      case T::kArray:
+        if (!Sized(v.items.size(), 0x90, 16, 0xdc, false)) return TooLong("an array");
+        for (const MsgpackValue& item : v.items) TY_RETURN_IF_ERROR(Value(item, depth + 1));
+        return absl::OkStatus();
+      case T::kMap:
+        if (!Sized(v.entries.size(), 0x80, 16, 0xde, false)) return TooLong("a map");
+        for (const auto& [key, value] : v.entries) {
+          TY_RETURN_IF_ERROR(Value(key, depth + 1));
+          TY_RETURN_IF_ERROR(Value(value, depth + 1));
+        }
+        return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError("msgpack: a value of no known type");
+  }
+
+  std::string Take() { return std::move(out_); }
+
+ private:
+  static absl::Status TooLong(const char* what) {
+    return absl::InvalidArgumentError(absl::StrCat("msgpack: ", what, " of 2^32 or more bytes or elements"));
+  }
+  absl::Status Append(const std::string& bytes) {
+    out_ += bytes;
+    return absl::OkStatus();
+  }
+  // `tag`, then `v` big-endian in `width` bytes.
+  void Tag(int tag, uint64_t v, int width) {
+    out_.push_back(static_cast<char>(tag));
+    for (int i = width - 1; i >= 0; --i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  }
+  void Int(int64_t v) {
+    if (v >= 0) {
+      const uint64_t u = static_cast<uint64_t>(v);
+      if (u <= 0x7f) {
+        out_.push_back(static_cast<char>(u));
+      } else {
+        const int width = u <= 0xff ? 1 : u <= 0xffff ? 2 : u <= 0xffffffffu ? 4 : 8;
+        Tag(width == 1 ? 0xcc : width == 2 ? 0xcd : width == 4 ? 0xce : 0xcf, u, width);
+      }
+    } else if (v >= -32) {
+      out_.push_back(static_cast<char>(static_cast<int8_t>(v)));
+    } else {
+      const int width = v >= INT8_MIN ? 1 : v >= INT16_MIN ? 2 : v >= INT32_MIN ? 4 : 8;
+      Tag(width == 1 ? 0xd0 : width == 2 ? 0xd1 : width == 4 ? 0xd2 : 0xd3, static_cast<uint64_t>(v), width);
+    }
+  }
+  // The header of a str, bin, array or map of `n`: the fix form (`fix` | n)
+  // when n < `fix_limit`, else `tag8` (str, bin: a 1-byte length; `has8`),
+  // then the 2- and 4-byte forms that follow it. False when n >= 2^32.
+  bool Sized(uint64_t n, int fix, uint64_t fix_limit, int tag8, bool has8) {
+    if (n < fix_limit) {
+      out_.push_back(static_cast<char>(fix | static_cast<int>(n)));
+    } else if (has8 && n <= 0xff) {
+      Tag(tag8, n, 1);
+    } else if (n <= 0xffff) {
+      Tag(tag8 + (has8 ? 1 : 0), n, 2);
+    } else if (n <= 0xffffffffu) {
+      Tag(tag8 + (has8 ? 2 : 1), n, 4);
+    } else {
+      return false;
+    }
+    return true;
+  }
+  absl::Status Ext(const MsgpackValue& v) {
+    const uint64_t n = v.bytes.size();
+    int fixext = -1;
+    for (int i = 0; i < 5; ++i) {
+      if (n == (uint64_t{1} << i)) fixext = 0xd4 + i;
+    }
+    if (fixext >= 0) {
+      out_.push_back(static_cast<char>(fixext));
+    } else if (!Sized(n, 0, 0, 0xc7, true)) {
+      return TooLong("an ext");
+    }
+    out_.push_back(static_cast<char>(v.ext_type));
+    return Append(v.bytes);
+  }
+
+  const int max_depth_;
+  std::string out_;
+};
+
 }  // namespace
 
 const MsgpackValue* MsgpackValue::Find(absl::string_view key) const {
@@ -244,6 +356,62 @@ const char* MsgpackValue::TypeName() const {
 
 absl::StatusOr<MsgpackValue> DecodeMsgpack(absl::string_view data, int max_depth) {
   return Decoder(data, max_depth).Document();
+}
+
+MsgpackValue MsgpackValue::Int(int64_t v) {
+  MsgpackValue out;
+  out.type = Type::kInt;
+  out.integer = v;
+  return out;
+}
+
+MsgpackValue MsgpackValue::Float(double v) {
+  MsgpackValue out;
+  out.type = Type::kFloat;
+  out.number = v;
+  return out;
+}
+
+MsgpackValue MsgpackValue::String(std::string s) {
+  MsgpackValue out;
+  out.type = Type::kString;
+  out.bytes = std::move(s);
+  return out;
+}
+
+MsgpackValue MsgpackValue::Binary(std::string b) {
+  MsgpackValue out;
+  out.type = Type::kBinary;
+  out.bytes = std::move(b);
+  return out;
+}
+
+MsgpackValue MsgpackValue::Ext(int8_t type, std::string payload) {
+  MsgpackValue out;
+  out.type = Type::kExt;
+  out.ext_type = type;
+  out.bytes = std::move(payload);
+  return out;
+}
+
+MsgpackValue MsgpackValue::Array(std::vector<MsgpackValue> items) {
+  MsgpackValue out;
+  out.type = Type::kArray;
+  out.items = std::move(items);
+  return out;
+}
+
+MsgpackValue MsgpackValue::Map(std::vector<std::pair<MsgpackValue, MsgpackValue>> entries) {
+  MsgpackValue out;
+  out.type = Type::kMap;
+  out.entries = std::move(entries);
+  return out;
+}
+
+absl::StatusOr<std::string> EncodeMsgpack(const MsgpackValue& value, int max_depth) {
+  Encoder encoder(max_depth);
+  TY_RETURN_IF_ERROR(encoder.Value(value, 0));
+  return encoder.Take();
 }
 
 }  // namespace trainyard

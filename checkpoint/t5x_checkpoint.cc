@@ -1,6 +1,13 @@
 #include "checkpoint/t5x_checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,8 +18,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "checkpoint/msgpack.h"
+#include "common/durable_file.h"
+#include "common/status_macros.h"
 
 namespace trainyard {
 namespace {
@@ -300,6 +310,193 @@ absl::StatusOr<T5xCheckpoint> ReadT5xCheckpoint(const std::string& path) {
     out.state.erase(it);
   }
   return out;
+}
+
+namespace {
+
+// The document being written: a map's entries by key (sorted), or a leaf.
+struct Node {
+  std::map<std::string, Node> children;
+  bool is_leaf = false;
+  MsgpackValue leaf;
+};
+
+absl::Status Insert(Node* root, const std::string& path, MsgpackValue leaf) {
+  Node* node = root;
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (node->is_leaf) return absl::InvalidArgumentError(absl::StrCat(path, ": below another leaf"));
+    node = &node->children[std::string(part)];
+  }
+  if (node->is_leaf || !node->children.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": both a leaf and a map"));
+  }
+  node->is_leaf = true;
+  node->leaf = std::move(leaf);
+  return absl::OkStatus();
+}
+
+MsgpackValue ToMsgpack(const Node& node) {
+  if (node.is_leaf) return node.leaf;
+  MsgpackValue map = MsgpackValue::Map();
+  for (const auto& [key, child] : node.children) map.entries.emplace_back(MsgpackValue::String(key), ToMsgpack(child));
+  return map;
+}
+
+MsgpackValue Ints(const std::vector<int64_t>& v) {
+  MsgpackValue out = MsgpackValue::Array();
+  for (int64_t i : v) out.items.push_back(MsgpackValue::Int(i));
+  return out;
+}
+
+// flax's inline array: ext 1 of [shape, dtype name, bytes].
+absl::StatusOr<MsgpackValue> FlaxArray(const ZarrArray& a, const std::string& leaf) {
+  uint64_t elements = 1;
+  for (int64_t d : a.shape) elements *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+  const int item = ZarrDtypeSize(a.dtype);
+  if (item == 0 || a.data.size() != elements * static_cast<uint64_t>(item)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(leaf, ": ", a.data.size(), " bytes for shape [", absl::StrJoin(a.shape, ", "), "] of ", a.dtype));
+  }
+  TY_ASSIGN_OR_RETURN(
+      std::string payload,
+      EncodeMsgpack(MsgpackValue::Array({Ints(a.shape), MsgpackValue::String(a.dtype), MsgpackValue::Binary(a.data)})));
+  return MsgpackValue::Ext(kExtNdarray, std::move(payload));
+}
+
+// The spec T5X keeps for an array stored in `name`/ (TensorStore's to_json
+// of the spec it wrote with).
+MsgpackValue Spec(const std::string& name, const ZarrArray& a, const std::vector<int64_t>& chunks) {
+  using V = MsgpackValue;
+  return V::Map({
+      {V::String("driver"), V::String("zarr")},
+      {V::String("dtype"), V::String(a.dtype)},
+      {V::String("kvstore"),
+       V::Map({{V::String("driver"), V::String("file")}, {V::String("path"), V::String(name + "/")}})},
+      {V::String("metadata"), V::Map({{V::String("chunks"), Ints(chunks)},
+                                      {V::String("compressor"),
+                                       V::Map({{V::String("id"), V::String("gzip")}, {V::String("level"), V::Int(1)}})},
+                                      {V::String("shape"), Ints(a.shape)}})},
+  });
+}
+
+// Whether T5X keeps the state leaf `path` inline: Adafactor's factored
+// statistics and unused slots have no partitioning axes.
+bool InlineState(const std::string& path, const ZarrArray& a) {
+  return absl::EndsWith(path, "/v_row") || absl::EndsWith(path, "/v_col") || path == "v_row" || path == "v_col" ||
+         a.shape == std::vector<int64_t>{1};
+}
+
+// Every leaf of `leaves` (under "target" or "state") into `root`, stored in
+// `dir` or inline.
+absl::Status AddLeaves(const std::string& dir, const std::string& prefix,
+                       const std::map<std::string, ZarrArray>& leaves, const T5xWriteOptions& options, Node* root) {
+  for (const auto& [path, array] : leaves) {
+    const std::string leaf = prefix + "/" + path;
+    MsgpackValue value;
+    if (prefix == "state" && InlineState(path, array)) {
+      TY_ASSIGN_OR_RETURN(value, FlaxArray(array, leaf));
+    } else {
+      const int item = ZarrDtypeSize(array.dtype);
+      const std::vector<int64_t> chunks =
+          ChooseZarrChunks(array.shape, options.chunk_bytes / static_cast<uint64_t>(std::max(item, 1)));
+      const std::string name = absl::StrReplaceAll(leaf, {{"/", "."}});
+      ZarrWriteOptions zarr;
+      zarr.sync = false;  // all synced at once
+      absl::Status written = WriteZarrArray(dir + "/" + name, array, chunks, zarr);
+      if (!written.ok()) return absl::Status(written.code(), absl::StrCat(leaf, ": ", written.message()));
+      value = Spec(name, array, chunks);
+    }
+    absl::Status s = Insert(root, path, std::move(value));
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(prefix, "/", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+// The arrays and the `checkpoint` file into `dir`.
+absl::Status WriteContents(const T5xCheckpoint& checkpoint, const std::string& dir, const T5xWriteOptions& options) {
+  Node target, state;
+  TY_RETURN_IF_ERROR(AddLeaves(dir, "target", checkpoint.target, options, &target));
+  TY_RETURN_IF_ERROR(AddLeaves(dir, "state", checkpoint.state, options, &state));
+  ZarrArray step;
+  step.dtype = "int32";
+  const int32_t step32 = static_cast<int32_t>(checkpoint.step);
+  step.data.assign(reinterpret_cast<const char*>(&step32), 4);
+  TY_ASSIGN_OR_RETURN(MsgpackValue step_value, FlaxArray(step, "state/step"));
+  TY_RETURN_IF_ERROR(Insert(&state, "step", std::move(step_value)));
+  using V = MsgpackValue;
+  const V document = V::Map({
+      {V::String("version"), V::Int(3)},
+      {V::String("optimizer"),
+       V::Map({{V::String("state"), ToMsgpack(state)}, {V::String("target"), ToMsgpack(target)}})},
+  });
+  TY_ASSIGN_OR_RETURN(const std::string bytes, EncodeMsgpack(document));
+  return WriteFileAtomically(dir + "/checkpoint", bytes);
+}
+
+// Everything written under `dir` (files and directories) made durable at
+// once: syncfs(2) of its file system, one call instead of an fsync per
+// chunk file.
+absl::Status SyncAll(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return FileError("open", dir, errno);
+  const int rc = ::syncfs(fd);
+  const int error = errno;
+  ::close(fd);
+  if (rc != 0) return FileError("syncfs", dir, error);
+  return absl::OkStatus();
+}
+
+// Renames `from` to `to` unless `to` exists (kAlreadyExists). Where the
+// file system has no RENAME_NOREPLACE, a plain rename after a check.
+absl::Status RenameNoReplace(const std::string& from, const std::string& to) {
+  int rc = renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE);
+  if (rc != 0 && errno == EINVAL) {
+    std::error_code ec;
+    if (fs::exists(to, ec)) {
+      errno = EEXIST;
+    } else {
+      rc = std::rename(from.c_str(), to.c_str());
+    }
+  }
+  if (rc == 0) return absl::OkStatus();
+  if (errno == EEXIST || errno == ENOTEMPTY) return absl::AlreadyExistsError(absl::StrCat(to, ": already exists"));
+  return FileError("rename to", to, errno);
+}
+
+// Creates `final_dir`.tmp-<unix seconds> (the next free second).
+absl::StatusOr<std::string> MakeTempDir(const std::string& final_dir) {
+  const int64_t now = static_cast<int64_t>(std::time(nullptr));
+  for (int64_t t = now; t < now + 1000; ++t) {
+    const std::string tmp = absl::StrCat(final_dir, ".tmp-", t);
+    if (::mkdir(tmp.c_str(), 0755) == 0) return tmp;
+    if (errno != EEXIST) return FileError("create directory", tmp, errno);
+  }
+  return absl::AlreadyExistsError(absl::StrCat(final_dir, ".tmp-", now, " and the next 999 seconds' names exist"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> WriteT5xCheckpoint(const T5xCheckpoint& checkpoint, const std::string& model_dir,
+                                               const T5xWriteOptions& options) {
+  if (checkpoint.step < 0 || checkpoint.step > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step ", checkpoint.step, " is outside T5X's step (an int32 from 0 to 2^31 - 1)"));
+  }
+  std::error_code ec;
+  fs::create_directories(model_dir, ec);
+  if (ec) return FileError("create directory", model_dir, ec.value());
+  const std::string final_dir = absl::StrCat(model_dir, "/checkpoint_", checkpoint.step);
+  if (fs::exists(final_dir, ec)) return absl::AlreadyExistsError(absl::StrCat(final_dir, ": already exists"));
+  TY_ASSIGN_OR_RETURN(const std::string tmp, MakeTempDir(final_dir));
+  absl::Status s = WriteContents(checkpoint, tmp, options);
+  if (s.ok()) s = SyncAll(tmp);
+  if (s.ok()) s = RenameNoReplace(tmp, final_dir);
+  if (!s.ok()) {
+    fs::remove_all(tmp, ec);
+    return s;
+  }
+  TY_RETURN_IF_ERROR(FsyncPath(model_dir, /*directory=*/true));
+  return final_dir;
 }
 
 }  // namespace trainyard

@@ -1,6 +1,7 @@
 // The MessagePack reader on every type's encodings and on broken input, zarr
 // arrays with edge chunks, missing chunks, both byte orders and compressors,
-// and T5X checkpoints built here byte by byte as T5X lays them out.
+// T5X checkpoints built here byte by byte as T5X lays them out, and T5X
+// checkpoints written (layout, round trip, refusals).
 #include "checkpoint/t5x_checkpoint.h"
 
 #include <zlib.h>
@@ -9,6 +10,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -280,6 +283,161 @@ TEST_F(ZarrTest, RefusesT5xCheckpointsItCannotTrust) {
   EXPECT_THAT(ReadT5xCheckpoint(root_ + "/cut").status(),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("cut/checkpoint: msgpack: at byte")));
   EXPECT_THAT(ReadT5xCheckpoint(root_ + "/nothing").status(), StatusCodeIs(absl::StatusCode::kNotFound));
+}
+
+ZarrArray Array(const std::string& dtype, std::vector<int64_t> shape, int seed) {
+  ZarrArray a;
+  a.dtype = dtype;
+  a.shape = std::move(shape);
+  size_t n = static_cast<size_t>(ZarrDtypeSize(dtype));
+  for (int64_t d : a.shape) n *= static_cast<size_t>(d);
+  for (size_t i = 0; i < n; ++i) a.data.push_back(static_cast<char>((i * 13 + seed) % 256));
+  return a;
+}
+
+// A checkpoint as T5X's Adafactor leaves one: a factored kernel, an
+// unfactored scale, the unused slots of shape [1].
+T5xCheckpoint Adafactor(int64_t step) {
+  T5xCheckpoint c;
+  c.step = step;
+  c.target["dense/kernel"] = Array("float32", {4, 6}, 1);
+  c.target["layer_norm/scale"] = Array("bfloat16", {3}, 2);
+  c.state["param_states/dense/kernel/v_row"] = Array("float32", {4}, 3);
+  c.state["param_states/dense/kernel/v_col"] = Array("float32", {6}, 4);
+  c.state["param_states/dense/kernel/v"] = Array("float32", {1}, 5);
+  c.state["param_states/dense/kernel/m"] = Array("float32", {4, 6}, 6);
+  c.state["param_states/layer_norm/scale/v_row"] = Array("float32", {1}, 7);
+  c.state["param_states/layer_norm/scale/v_col"] = Array("float32", {1}, 8);
+  c.state["param_states/layer_norm/scale/v"] = Array("float32", {3}, 9);
+  c.state["param_states/layer_norm/scale/m"] = Array("float32", {1}, 10);
+  return c;
+}
+
+std::vector<std::string> Keys(const MsgpackValue& map) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : map.entries) out.push_back(k.bytes);
+  return out;
+}
+
+// The msgpack path `path` ('/'-separated) below `root`, or nullptr.
+const MsgpackValue* At(const MsgpackValue& root, const std::string& path) {
+  const MsgpackValue* node = &root;
+  size_t begin = 0;
+  while (node != nullptr && begin <= path.size()) {
+    const size_t end = std::min(path.find('/', begin), path.size());
+    node = node->Find(path.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return node;
+}
+
+TEST_F(ZarrTest, WritesAT5xCheckpointThatReadsBack) {
+  T5xWriteOptions options;
+  options.chunk_bytes = 32;  // 8 float32s
+  absl::StatusOr<std::string> dir = WriteT5xCheckpoint(Adafactor(1234), root_ + "/model", options);
+  ASSERT_THAT(dir, IsOk());
+  EXPECT_EQ(*dir, root_ + "/model/checkpoint_1234");
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root_ + "/model")) names.push_back(e.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"checkpoint_1234"});  // no temporary directory left
+  absl::StatusOr<T5xCheckpoint> back = ReadT5xCheckpoint(root_ + "/model");
+  ASSERT_THAT(back, IsOk());
+  EXPECT_EQ(back->version, 3);
+  EXPECT_EQ(back->step, 1234);
+  const T5xCheckpoint want = Adafactor(1234);
+  ASSERT_EQ(back->target.size(), want.target.size());
+  ASSERT_EQ(back->state.size(), want.state.size());
+  for (const auto* maps : {&want.target, &want.state}) {
+    const auto& got = maps == &want.target ? back->target : back->state;
+    for (const auto& [path, array] : *maps) {
+      ASSERT_EQ(got.count(path), 1u) << path;
+      EXPECT_EQ(got.at(path).dtype, array.dtype) << path;
+      EXPECT_EQ(got.at(path).shape, array.shape) << path;
+      EXPECT_TRUE(got.at(path).data == array.data) << path;
+    }
+  }
+  // Chunked as T5X chooses: [4, 6] in at most 8 elements is [2, 3].
+  for (const char* array : {"/target.dense.kernel", "/state.param_states.dense.kernel.m"}) {
+    std::set<std::string> files;
+    for (const auto& e : fs::directory_iterator(*dir + array)) files.insert(e.path().filename().string());
+    EXPECT_EQ(files, (std::set<std::string>{".zarray", "0.0", "0.1", "1.0", "1.1"})) << array;
+  }
+}
+
+TEST_F(ZarrTest, WritesT5xsLayout) {
+  absl::StatusOr<std::string> dir = WriteT5xCheckpoint(Adafactor(7), root_ + "/model");
+  ASSERT_THAT(dir, IsOk());
+  std::ifstream in(*dir + "/checkpoint", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  absl::StatusOr<MsgpackValue> doc = DecodeMsgpack(bytes);
+  ASSERT_THAT(doc, IsOk());
+  EXPECT_EQ(Keys(*doc), (std::vector<std::string>{"version", "optimizer"}));
+  EXPECT_EQ(doc->Find("version")->integer, 3);
+  EXPECT_EQ(Keys(*At(*doc, "optimizer")), (std::vector<std::string>{"state", "target"}));
+  EXPECT_EQ(Keys(*At(*doc, "optimizer/state")), (std::vector<std::string>{"param_states", "step"}));
+  EXPECT_EQ(Keys(*At(*doc, "optimizer/state/param_states/dense/kernel")),
+            (std::vector<std::string>{"m", "v", "v_col", "v_row"}));
+  // A parameter: TensorStore's spec of the zarr array it is in.
+  const MsgpackValue* kernel = At(*doc, "optimizer/target/dense/kernel");
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_EQ(Keys(*kernel), (std::vector<std::string>{"driver", "dtype", "kvstore", "metadata"}));
+  EXPECT_EQ(kernel->Find("driver")->bytes, "zarr");
+  EXPECT_EQ(kernel->Find("dtype")->bytes, "float32");
+  EXPECT_EQ(At(*kernel, "kvstore/driver")->bytes, "file");
+  EXPECT_EQ(At(*kernel, "kvstore/path")->bytes, "target.dense.kernel/");
+  EXPECT_EQ(Keys(*kernel->Find("metadata")), (std::vector<std::string>{"chunks", "compressor", "shape"}));
+  EXPECT_EQ(At(*kernel, "metadata/compressor/id")->bytes, "gzip");
+  EXPECT_EQ(At(*kernel, "metadata/compressor/level")->integer, 1);
+  EXPECT_EQ(At(*kernel, "metadata/shape")->items.size(), 2u);
+  EXPECT_EQ(At(*doc, "optimizer/target/layer_norm/scale/dtype")->bytes, "bfloat16");
+  // Stored: full-size v and m. Inline (flax's ext 1): v_row, v_col, the
+  // [1] slots and the step.
+  const std::string slots = "optimizer/state/param_states/";
+  EXPECT_EQ(At(*doc, slots + "dense/kernel/m/kvstore/path")->bytes, "state.param_states.dense.kernel.m/");
+  EXPECT_EQ(At(*doc, slots + "layer_norm/scale/v/kvstore/path")->bytes, "state.param_states.layer_norm.scale.v/");
+  for (const char* inline_leaf :
+       {"dense/kernel/v_row", "dense/kernel/v_col", "dense/kernel/v", "layer_norm/scale/v_row", "layer_norm/scale/m"}) {
+    const MsgpackValue* v = At(*doc, slots + inline_leaf);
+    ASSERT_NE(v, nullptr) << inline_leaf;
+    EXPECT_EQ(v->type, MsgpackValue::Type::kExt) << inline_leaf;
+    EXPECT_EQ(v->ext_type, 1) << inline_leaf;
+  }
+  const MsgpackValue* step = At(*doc, "optimizer/state/step");
+  ASSERT_EQ(step->type, MsgpackValue::Type::kExt);
+  absl::StatusOr<MsgpackValue> payload = DecodeMsgpack(step->bytes);
+  ASSERT_THAT(payload, IsOk());
+  ASSERT_EQ(payload->items.size(), 3u);
+  EXPECT_TRUE(payload->items[0].items.empty());  // a scalar
+  EXPECT_EQ(payload->items[1].bytes, "int32");
+  EXPECT_EQ(payload->items[2].bytes, std::string("\x07\x00\x00\x00", 4));
+  // Nothing in the directory but the file and the stored arrays.
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(*dir)) names.insert(e.path().filename().string());
+  EXPECT_EQ(names,
+            (std::set<std::string>{"checkpoint", "target.dense.kernel", "target.layer_norm.scale",
+                                   "state.param_states.dense.kernel.m", "state.param_states.layer_norm.scale.v"}));
+}
+
+TEST_F(ZarrTest, RefusesWhatItMustNotWrite) {
+  const std::string model = root_ + "/model";
+  fs::create_directories(model + "/checkpoint_5");
+  EXPECT_THAT(WriteT5xCheckpoint(Adafactor(5), model).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("checkpoint_5: already exists")));
+  EXPECT_THAT(WriteT5xCheckpoint(Adafactor(int64_t{1} << 31), model).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside T5X's step")));
+  T5xCheckpoint broken = Adafactor(6);
+  broken.state["param_states/dense/kernel/v_row"].data.pop_back();
+  EXPECT_THAT(WriteT5xCheckpoint(broken, model).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("state/param_states/dense/kernel/v_row: 15 bytes for shape [4] of float32")));
+  T5xCheckpoint clash = Adafactor(6);
+  clash.target["dense"] = Array("float32", {2}, 0);
+  EXPECT_THAT(WriteT5xCheckpoint(clash, model).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("target/dense")));
+  // Only what was there before: the refused writes left nothing behind.
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(model)) names.push_back(e.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"checkpoint_5"});
 }
 
 }  // namespace

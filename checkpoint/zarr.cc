@@ -1,8 +1,12 @@
 #include "checkpoint/zarr.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -11,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/durable_file.h"
 #include "nlohmann/json.hpp"
 
 namespace trainyard {
@@ -265,19 +270,20 @@ absl::StatusOr<std::string> ReadChunk(const std::string& path, const ArrayMetada
   return chunk;
 }
 
-// Copies the in-bounds part of the chunk at grid position `index` into
-// `data` (the whole array), one innermost run at a time. `stride` and
-// `chunk_stride` are the row-major strides of the array and of a chunk, in
-// elements.
-void CopyChunk(const std::string& chunk, const std::vector<int64_t>& index, const ArrayMetadata& meta,
-               const std::vector<uint64_t>& stride, const std::vector<uint64_t>& chunk_stride, std::string* data) {
-  const int rank = static_cast<int>(meta.shape.size());
-  const uint64_t item = static_cast<uint64_t>(meta.dtype.size);
+// Calls `run(chunk_offset, array_offset, bytes)` for each innermost run of
+// the in-bounds part of the chunk at grid position `index`, offsets in
+// bytes. `stride` and `chunk_stride` are the row-major strides of the array
+// and of a chunk, in elements.
+template <typename Run>
+void ForEachRun(const std::vector<int64_t>& index, const std::vector<int64_t>& shape,
+                const std::vector<int64_t>& chunks, uint64_t item, const std::vector<uint64_t>& stride,
+                const std::vector<uint64_t>& chunk_stride, Run run) {
+  const int rank = static_cast<int>(shape.size());
   std::vector<int64_t> origin(rank), extent(rank);
   uint64_t runs = 1;
   for (int d = 0; d < rank; ++d) {
-    origin[d] = index[d] * meta.chunks[d];
-    extent[d] = std::min(meta.chunks[d], meta.shape[d] - origin[d]);
+    origin[d] = index[d] * chunks[d];
+    extent[d] = std::min(chunks[d], shape[d] - origin[d]);
     if (d < rank - 1) runs *= static_cast<uint64_t>(extent[d]);
   }
   const uint64_t run_bytes = (rank == 0 ? 1 : static_cast<uint64_t>(extent[rank - 1])) * item;
@@ -288,12 +294,104 @@ void CopyChunk(const std::string& chunk, const std::vector<int64_t>& index, cons
       src += static_cast<uint64_t>(within[d]) * chunk_stride[d];
       dst += static_cast<uint64_t>(origin[d] + within[d]) * stride[d];
     }
-    std::memcpy(&(*data)[dst * item], &chunk[src * item], run_bytes);
+    run(src * item, dst * item, run_bytes);
     for (int d = rank - 2; d >= 0; --d) {
       if (++within[d] < extent[d]) break;
       within[d] = 0;
     }
   }
+}
+
+// Row-major strides of an array of `shape` and of its chunks, in elements.
+void Strides(const std::vector<int64_t>& shape, const std::vector<int64_t>& chunks, std::vector<uint64_t>* stride,
+             std::vector<uint64_t>* chunk_stride) {
+  const int rank = static_cast<int>(shape.size());
+  stride->assign(rank, 1);
+  chunk_stride->assign(rank, 1);
+  for (int d = rank - 2; d >= 0; --d) {
+    (*stride)[d] = (*stride)[d + 1] * static_cast<uint64_t>(shape[d + 1]);
+    (*chunk_stride)[d] = (*chunk_stride)[d + 1] * static_cast<uint64_t>(chunks[d + 1]);
+  }
+}
+
+// The next grid position after `index` in C order; false after the last.
+bool NextChunk(const std::vector<int64_t>& grid, std::vector<int64_t>* index) {
+  for (int d = static_cast<int>(grid.size()) - 1; d >= 0; --d) {
+    if (++(*index)[d] < grid[d]) return true;
+    (*index)[d] = 0;
+  }
+  return false;
+}
+
+// A chunk's key: its grid position joined with `separator`; "0" for a scalar.
+std::string ChunkKey(const std::vector<int64_t>& index, const std::string& separator) {
+  return index.empty() ? "0" : absl::StrJoin(index, separator);
+}
+
+// `in` gzipped at `level` (zlib's gzip wrapper, as TensorStore writes it).
+absl::StatusOr<std::string> Gzip(const std::string& in, int level) {
+  z_stream z;
+  std::memset(&z, 0, sizeof(z));
+  if (deflateInit2(&z, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+    return absl::InternalError(absl::StrCat("zlib: deflateInit2 failed (level ", level, ")"));
+  }
+  std::string out(deflateBound(&z, in.size()) + 32, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  if (rc != Z_STREAM_END) return absl::InternalError(absl::StrCat("zlib: deflate failed (status ", rc, ")"));
+  return out;
+}
+
+// Creates `path` (which must not exist) with `contents`, fsynced if `sync`.
+absl::Status WriteNewFile(const std::string& path, const std::string& contents, bool sync) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return FileError("create", path, errno);
+  if (!WriteFully(fd, contents.data(), contents.size()) || (sync && ::fsync(fd) != 0)) {
+    const int error = errno;
+    ::close(fd);
+    return FileError("write", path, error);
+  }
+  if (::close(fd) != 0) return FileError("close", path, errno);
+  return absl::OkStatus();
+}
+
+// The zarr dtype string of a ZarrArray dtype ("" for an unknown one).
+std::string ZarrDtype(const std::string& dtype) {
+  if (dtype == "bfloat16") return "bfloat16";
+  if (dtype == "float16") return "<f2";
+  if (dtype == "float32") return "<f4";
+  if (dtype == "float64") return "<f8";
+  if (dtype == "int32") return "<i4";
+  if (dtype == "int64") return "<i8";
+  return "";
+}
+
+// Why `array` cannot be written with `chunks` as a zarr array, or OK.
+absl::Status CheckWritable(const std::string& dir, const ZarrArray& array, const std::vector<int64_t>& chunks) {
+  const int item = ZarrDtypeSize(array.dtype);
+  if (item == 0) return absl::InvalidArgumentError(absl::StrCat(dir, ": dtype \"", array.dtype, "\" has no zarr form"));
+  if (chunks.size() != array.shape.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": chunks [", absl::StrJoin(chunks, ", "), "] for shape [",
+                                                   absl::StrJoin(array.shape, ", "), "]"));
+  }
+  uint64_t elements = 1;
+  for (size_t d = 0; d < chunks.size(); ++d) {
+    if (chunks[d] < 1 || array.shape[d] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, ": chunks [", absl::StrJoin(chunks, ", "), "] for shape [",
+                                                     absl::StrJoin(array.shape, ", "), "]"));
+    }
+    elements *= static_cast<uint64_t>(array.shape[d]);
+  }
+  if (array.data.size() != elements * static_cast<uint64_t>(item)) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": ", array.data.size(), " bytes for shape [",
+                                                   absl::StrJoin(array.shape, ", "), "] of ", array.dtype));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -320,31 +418,106 @@ absl::StatusOr<ZarrArray> ReadZarrArray(const std::string& dir, uint64_t max_byt
   out.data.resize(elements->array * item);
   if (elements->array == 0) return out;
 
-  // Row-major strides of the array and of a chunk, in elements.
   const int rank = static_cast<int>(meta->shape.size());
-  std::vector<uint64_t> stride(rank, 1), chunk_stride(rank, 1);
-  for (int d = rank - 2; d >= 0; --d) {
-    stride[d] = stride[d + 1] * static_cast<uint64_t>(meta->shape[d + 1]);
-    chunk_stride[d] = chunk_stride[d + 1] * static_cast<uint64_t>(meta->chunks[d + 1]);
-  }
+  std::vector<uint64_t> stride, chunk_stride;
+  Strides(meta->shape, meta->chunks, &stride, &chunk_stride);
   std::vector<int64_t> grid(rank), index(rank, 0);
   for (int d = 0; d < rank; ++d) grid[d] = (meta->shape[d] + meta->chunks[d] - 1) / meta->chunks[d];
-  while (true) {
-    std::vector<std::string> parts;
-    for (int64_t i : index) parts.push_back(absl::StrCat(i));
-    const std::string key = rank == 0 ? "0" : absl::StrJoin(parts, meta->separator);
-    absl::StatusOr<std::string> chunk = ReadChunk(dir + "/" + key, *meta, elements->chunk);
+  do {
+    absl::StatusOr<std::string> chunk = ReadChunk(dir + "/" + ChunkKey(index, meta->separator), *meta, elements->chunk);
     if (!chunk.ok()) return chunk.status();
-    CopyChunk(*chunk, index, *meta, stride, chunk_stride, &out.data);
-    // The next chunk of the grid.
-    int d = rank - 1;
-    for (; d >= 0; --d) {
-      if (++index[d] < grid[d]) break;
-      index[d] = 0;
-    }
-    if (d < 0) break;
-  }
+    ForEachRun(index, meta->shape, meta->chunks, item, stride, chunk_stride,
+               [&](uint64_t in_chunk, uint64_t in_array, uint64_t bytes) {
+                 std::memcpy(&out.data[in_array], &(*chunk)[in_chunk], bytes);
+               });
+  } while (NextChunk(grid, &index));
   return out;
+}
+
+std::vector<int64_t> ChooseZarrChunks(const std::vector<int64_t>& shape, uint64_t target_elements) {
+  // divisors[d]: the divisors of shape[d] in increasing order; the chunk's
+  // dimension d is the last one left.
+  std::vector<std::vector<int64_t>> divisors(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    for (int64_t i = 1; i <= shape[d]; ++i) {
+      if (shape[d] % i == 0) divisors[d].push_back(i);
+    }
+    if (divisors[d].empty()) divisors[d].push_back(1);
+  }
+  const uint64_t target = std::max<uint64_t>(target_elements, 1);
+  auto total = [&divisors] {
+    uint64_t t = 1;
+    for (const auto& f : divisors) {
+      const uint64_t size = static_cast<uint64_t>(f.back());
+      t = t > UINT64_MAX / size ? UINT64_MAX : t * size;
+    }
+    return t;
+  };
+  while (total() > target) {
+    // The largest dimension (the first of equal ones) to its next divisor.
+    size_t largest = 0;
+    for (size_t d = 1; d < divisors.size(); ++d) {
+      if (divisors[d].back() > divisors[largest].back()) largest = d;
+    }
+    divisors[largest].pop_back();
+  }
+  std::vector<int64_t> chunks;
+  for (const auto& f : divisors) chunks.push_back(f.back());
+  return chunks;
+}
+
+std::string ZarrMetadataJson(const std::string& dtype, const std::vector<int64_t>& shape,
+                             const std::vector<int64_t>& chunks, int gzip_level) {
+  // nlohmann::json keeps keys sorted, as TensorStore writes them.
+  const nlohmann::json meta = {
+      {"chunks", chunks},
+      {"compressor", {{"id", "gzip"}, {"level", gzip_level}}},
+      {"dimension_separator", "."},
+      {"dtype", ZarrDtype(dtype)},
+      {"fill_value", nullptr},
+      {"filters", nullptr},
+      {"order", "C"},
+      {"shape", shape},
+      {"zarr_format", 2},
+  };
+  return meta.dump();
+}
+
+absl::Status WriteZarrArray(const std::string& dir, const ZarrArray& array, const std::vector<int64_t>& chunks,
+                            const ZarrWriteOptions& options) {
+  absl::Status writable = CheckWritable(dir, array, chunks);
+  if (!writable.ok()) return writable;
+  if (::mkdir(dir.c_str(), 0755) != 0) {
+    if (errno == EEXIST) return absl::AlreadyExistsError(absl::StrCat(dir, ": already exists"));
+    return FileError("create directory", dir, errno);
+  }
+  absl::Status s = WriteNewFile(dir + "/.zarray",
+                                ZarrMetadataJson(array.dtype, array.shape, chunks, options.gzip_level), options.sync);
+  if (!s.ok()) return s;
+  const int rank = static_cast<int>(array.shape.size());
+  const uint64_t item = static_cast<uint64_t>(ZarrDtypeSize(array.dtype));
+  uint64_t chunk_elements = 1;
+  std::vector<int64_t> grid(rank), index(rank, 0);
+  for (int d = 0; d < rank; ++d) {
+    chunk_elements *= static_cast<uint64_t>(chunks[d]);
+    grid[d] = (array.shape[d] + chunks[d] - 1) / chunks[d];
+    if (grid[d] == 0) return options.sync ? FsyncPath(dir, /*directory=*/true) : absl::OkStatus();  // no chunks
+  }
+  std::vector<uint64_t> stride, chunk_stride;
+  Strides(array.shape, chunks, &stride, &chunk_stride);
+  std::string chunk;
+  do {
+    chunk.assign(chunk_elements * item, '\0');  // the part outside the array: zero
+    ForEachRun(index, array.shape, chunks, item, stride, chunk_stride,
+               [&](uint64_t in_chunk, uint64_t in_array, uint64_t bytes) {
+                 std::memcpy(&chunk[in_chunk], &array.data[in_array], bytes);
+               });
+    absl::StatusOr<std::string> compressed = Gzip(chunk, options.gzip_level);
+    if (!compressed.ok()) return compressed.status();
+    s = WriteNewFile(dir + "/" + ChunkKey(index, "."), *compressed, options.sync);
+    if (!s.ok()) return s;
+  } while (NextChunk(grid, &index));
+  return options.sync ? FsyncPath(dir, /*directory=*/true) : absl::OkStatus();
 }
 
 }  // namespace trainyard

@@ -1,4 +1,4 @@
-// Reading zarr v2 arrays (what TensorStore writes for T5X checkpoints): a
+// Zarr v2 arrays (what TensorStore writes for T5X checkpoints): a
 // directory with `.zarray` (JSON: shape, chunks, dtype, compressor, order,
 // fill_value, filters, dimension_separator) and one file per chunk named by
 // its grid index ("0.1", or "0/1" with dimension_separator "/").
@@ -9,6 +9,11 @@
 // chunks are stored whole and their out-of-bounds part ignored. Anything
 // else is refused naming the file and the field (kInvalidArgument); a chunk
 // that does not decompress to its size is kDataLoss naming the chunk.
+//
+// Writing: C order, little-endian (bfloat16 for bfloat16), gzip, no
+// filters, fill_value null, as TensorStore's zarr driver writes them (the
+// same `.zarray` text, every chunk written, edge chunks whole with the part
+// outside the array zero).
 //
 // Tensor-library free.
 #ifndef TRAINYARD_CHECKPOINT_ZARR_H_
@@ -34,6 +39,32 @@ int ZarrDtypeSize(const std::string& dtype);
 // Reads the whole array under `dir`. Arrays larger than `max_bytes` are
 // refused (kResourceExhausted) before anything is read.
 absl::StatusOr<ZarrArray> ReadZarrArray(const std::string& dir, uint64_t max_bytes = uint64_t{1} << 40);
+
+// T5X's chunk shape (checkpoints.py, _choose_chunk_shape): each dimension a
+// divisor of the array's, at most `target_elements` elements in all, found
+// by repeatedly taking the largest dimension (the first of equal ones) down
+// to its next smaller divisor. A dimension of size 0 gets a chunk of 1.
+std::vector<int64_t> ChooseZarrChunks(const std::vector<int64_t>& shape, uint64_t target_elements);
+
+// The `.zarray` text TensorStore writes for an array of `dtype` (a ZarrArray
+// dtype), `shape` and `chunks`, gzip at `gzip_level`.
+std::string ZarrMetadataJson(const std::string& dtype, const std::vector<int64_t>& shape,
+                             const std::vector<int64_t>& chunks, int gzip_level = 1);
+
+struct ZarrWriteOptions {
+  int gzip_level = 1;  // TensorStore's default
+  // Whether each file, then the directory, is fsynced. A writer of many
+  // arrays may sync them together instead (syncfs(2)).
+  bool sync = true;
+};
+
+// Writes `array` to `dir`, which must not exist (kAlreadyExists): `.zarray`
+// and one gzip file per chunk of `chunks` (C order of the grid, "0.1";
+// "0" for a scalar). kInvalidArgument for an unknown dtype, data that is
+// not the shape's size, or chunks of another rank or of size 0; a failed
+// write is FileError's status (durable_file.h).
+absl::Status WriteZarrArray(const std::string& dir, const ZarrArray& array, const std::vector<int64_t>& chunks,
+                            const ZarrWriteOptions& options = {});
 
 }  // namespace trainyard
 

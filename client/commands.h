@@ -80,7 +80,7 @@ struct Command {
 };
 
 constexpr char kConvertSummary[] =
-    "Hugging Face T5 checkpoints to Trainyard checkpoints and back, T5X checkpoints in, T5X gin configs to specs";
+    "Hugging Face T5 and T5X checkpoints to Trainyard checkpoints and back, T5X gin configs to specs";
 constexpr char kPredictSummary[] = "decode examples with a checkpoint's model";
 constexpr char kScoreSummary[] = "log-likelihood of targets given inputs under a checkpoint's model";
 constexpr char kEvaluateSummary[] = "metric functions of a checkpoint's predictions on examples";

@@ -1,14 +1,18 @@
 // `trainyard convert`: Hugging Face T5 checkpoints to Trainyard checkpoints
-// and back, and T5X checkpoints in, so public T5 weights can be fine-tuned
-// and results handed back to the Python world.
+// and back, and T5X checkpoints in and out, so public T5 weights can be
+// fine-tuned and results handed back to the Python world.
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "checkpoint/t5x_checkpoint.h"
 #include "client/commands.h"
 #include "client/flags.h"
 #include "common/status_macros.h"
 #include "data/hf_tokenizer.h"
 #include "model/encoder_decoder_model.h"
+#include "model/t5x_export.h"
 #include "model/t5x_import.h"
 #include "model/weights.h"
 #include "trainer/train_checkpoint.h"
@@ -90,26 +94,66 @@ absl::Status ExportToHf(const std::string& checkpoint, const std::string& to_hf,
   return absl::OkStatus();
 }
 
+// A Trainyard checkpoint to a T5X checkpoint, `model_dir`/checkpoint_<step>:
+// the parameters in `dtype` (T5X's save dtype) and Adafactor's statistics,
+// or the parameters and the step only (the reason printed).
+absl::Status ExportToT5x(const std::string& checkpoint, const std::string& model_dir, const std::string& dtype,
+                         int chunk_bytes, std::ostream& out) {
+  if (dtype != "float32" && dtype != "bfloat16") {
+    return absl::InvalidArgumentError(absl::StrCat("--dtype ", dtype, ": float32 or bfloat16"));
+  }
+  if (chunk_bytes < 1) return absl::InvalidArgumentError(absl::StrCat("--chunk-bytes ", chunk_bytes, ": below 1"));
+  TY_ASSIGN_OR_RETURN(TrainCheckpoint ckpt, ReadTrainCheckpoint(checkpoint));
+  std::ifstream in(ckpt.dir + "/metadata.json", std::ios::binary);  // verified by ReadTrainCheckpoint
+  std::stringstream metadata;
+  metadata << in.rdbuf();
+  absl::StatusOr<std::string> why_not = WhyNotAdafactorState(metadata.str(), ckpt.optimizer);
+  if (!why_not.ok()) {
+    return absl::Status(why_not.status().code(), absl::StrCat(ckpt.dir, "/", why_not.status().message()));
+  }
+  if (!why_not->empty()) ckpt.optimizer.clear();
+  const size_t statistics = ckpt.optimizer.size() - ckpt.optimizer.count("step");
+  absl::StatusOr<T5xCheckpoint> t5x =
+      ExportT5x(ckpt.params, ckpt.optimizer, ckpt.step, dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat);
+  if (!t5x.ok()) return absl::Status(t5x.status().code(), absl::StrCat(checkpoint, ": ", t5x.status().message()));
+  T5xWriteOptions options;
+  options.chunk_bytes = static_cast<uint64_t>(chunk_bytes);
+  TY_ASSIGN_OR_RETURN(const std::string written, WriteT5xCheckpoint(*t5x, model_dir, options));
+  out << "wrote " << written << " from " << checkpoint << " (step " << ckpt.step << ", " << t5x->target.size()
+      << " parameters as " << dtype << ", "
+      << (why_not->empty() ? absl::StrCat(statistics, " Adafactor statistics")
+                           : "parameters and step only: " + *why_not)
+      << ")\n";
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   for (const std::string& arg : args) {
     if (arg == "--from-gin" || arg.rfind("--from-gin=", 0) == 0) return RunConvertFromGin(args, out, err);
   }
-  std::string from_hf, from_t5x, vocab, out_dir, checkpoint, to_hf;
+  std::string from_hf, from_t5x, vocab, out_dir, checkpoint, to_hf, to_t5x, dtype;
+  int chunk_bytes = 64 << 20;
   FlagSet flags(
       "convert (--from-hf HF_DIR [--vocab SPM_MODEL] --out CHECKPOINT_DIR | "
       "--from-t5x T5X_DIR --out CHECKPOINT_DIR | --checkpoint CHECKPOINT_DIR --to-hf OUT_DIR | "
-      "--from-gin RUN.gin ... --out SPEC.textproto)",
+      "--checkpoint CHECKPOINT_DIR --to-t5x T5X_MODEL_DIR [--dtype float32|bfloat16] | --from-gin RUN.gin ... --out "
+      "SPEC.textproto)",
       "Converts between Hugging Face T5 checkpoints (config.json +\n"
       "model.safetensors; T5 v1.0 and v1.1) and Trainyard checkpoints, the\n"
       "vocabulary with them (HF's T5 tokenizer files: spiece.model,\n"
       "tokenizer.json, tokenizer_config.json), and\n"
-      "imports T5X checkpoints (msgpack + TensorStore; T5 1.0 and 1.1 layouts):\n"
-      "the parameters, the step and Adafactor's statistics, so training goes on\n"
-      "where T5X stopped. The new directory must not exist; it appears only\n"
-      "when complete. With --from-gin, converts a T5X training run's gin\n"
-      "configuration into a job spec (its flags: convert --from-gin RUN.gin --help).");
+      "between T5X checkpoints (msgpack + TensorStore; T5 1.0 and 1.1 layouts)\n"
+      "and Trainyard checkpoints: the parameters, the step and Adafactor's\n"
+      "statistics, so training goes on where the other stopped. --to-t5x\n"
+      "writes T5X_MODEL_DIR/checkpoint_<step> as T5X's Checkpointer does; an\n"
+      "AdamW checkpoint gives the parameters and the step only (T5X's\n"
+      "Adafactor statistics cannot be made from AdamW's). The new directory\n"
+      "(for --to-t5x, T5X_MODEL_DIR/checkpoint_<step>) must not exist; it\n"
+      "appears only when complete. With --from-gin, converts a T5X training\n"
+      "run's gin configuration into a job spec (its flags: convert --from-gin\n"
+      "RUN.gin --help).");
   flags.AddString("from-hf", &from_hf, "HF_DIR", "a Hugging Face T5 checkpoint directory");
   flags.AddString("from-t5x", &from_t5x, "T5X_DIR",
                   "a T5X checkpoint_<step> directory, or a model directory (its newest)");
@@ -118,24 +162,36 @@ int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ost
   flags.AddString("out", &out_dir, "CHECKPOINT_DIR", "the Trainyard checkpoint to write");
   flags.AddString("checkpoint", &checkpoint, "CHECKPOINT_DIR", "a Trainyard checkpoint to export");
   flags.AddString("to-hf", &to_hf, "OUT_DIR", "where to write the Hugging Face checkpoint");
+  flags.AddString("to-t5x", &to_t5x, "T5X_MODEL_DIR",
+                  "the T5X model directory to write checkpoint_<step> in (created if need be)");
+  flags.AddString("dtype", &dtype, "float32|bfloat16",
+                  "with --to-t5x: the parameters' dtype (T5X's save dtype; default float32)");
+  flags.AddInt("chunk-bytes", &chunk_bytes, "BYTES",
+               "with --to-t5x: the largest TensorStore chunk (default 67108864, T5X's)");
   std::vector<std::string> positional;
   if (absl::optional<int> exit_code = flags.ParseCommand(args, &positional, out, err)) {
     return *exit_code;
   }
-  const bool import = !from_hf.empty() && !out_dir.empty() && checkpoint.empty() && to_hf.empty() && from_t5x.empty();
-  const bool import_t5x =
-      !from_t5x.empty() && !out_dir.empty() && from_hf.empty() && checkpoint.empty() && to_hf.empty() && vocab.empty();
-  const bool export_hf =
-      !checkpoint.empty() && !to_hf.empty() && from_hf.empty() && out_dir.empty() && vocab.empty() && from_t5x.empty();
-  if (!positional.empty() || import + import_t5x + export_hf != 1) {
-    err << "error: give --from-hf and --out, --from-t5x and --out, or --checkpoint and --to-hf "
-           "(--vocab goes with --from-hf)\n"
+  const bool t5x_options = !dtype.empty() || chunk_bytes != (64 << 20);
+  const bool import = !from_hf.empty() && !out_dir.empty() && checkpoint.empty() && to_hf.empty() && from_t5x.empty() &&
+                      to_t5x.empty() && !t5x_options;
+  const bool import_t5x = !from_t5x.empty() && !out_dir.empty() && from_hf.empty() && checkpoint.empty() &&
+                          to_hf.empty() && vocab.empty() && to_t5x.empty() && !t5x_options;
+  const bool export_hf = !checkpoint.empty() && !to_hf.empty() && from_hf.empty() && out_dir.empty() && vocab.empty() &&
+                         from_t5x.empty() && to_t5x.empty() && !t5x_options;
+  const bool export_t5x = !checkpoint.empty() && !to_t5x.empty() && from_hf.empty() && out_dir.empty() &&
+                          vocab.empty() && from_t5x.empty() && to_hf.empty();
+  if (!positional.empty() || import + import_t5x + export_hf + export_t5x != 1) {
+    err << "error: give --from-hf and --out, --from-t5x and --out, --checkpoint and --to-hf, or --checkpoint "
+           "and --to-t5x (--vocab goes with --from-hf; --dtype and --chunk-bytes with --to-t5x)\n"
         << flags.Help();
     return kExitUsage;
   }
-  const absl::Status status = import       ? ImportFromHf(from_hf, vocab, out_dir, out)
-                              : import_t5x ? ImportFromT5x(from_t5x, out_dir, out)
-                                           : ExportToHf(checkpoint, to_hf, out);
+  const absl::Status status =
+      import       ? ImportFromHf(from_hf, vocab, out_dir, out)
+      : import_t5x ? ImportFromT5x(from_t5x, out_dir, out)
+      : export_hf  ? ExportToHf(checkpoint, to_hf, out)
+                   : ExportToT5x(checkpoint, to_t5x, dtype.empty() ? "float32" : dtype, chunk_bytes, out);
   if (status.ok()) return kExitOk;
   err << "error: " << status.message() << "\n";
   // Bad or missing input is the user's to fix; anything else is a failure.

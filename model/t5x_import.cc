@@ -39,9 +39,9 @@ absl::StatusOr<torch::Tensor> ToTensor(const ZarrArray& a, const std::string& na
       .clone();
 }
 
-// T5X's parameter path -> ours, and whether the layouts are transposed (its
-// dense kernels are [in, out]).
-std::optional<std::pair<std::string, bool>> OurName(const std::string& path) {
+}  // namespace
+
+std::optional<std::pair<std::string, bool>> OurT5xParameterName(const std::string& path) {
   static const std::pair<const char*, const char*> kFixed[] = {
       {"token_embedder/embedding", "token_embedder.weight"},
       {"encoder/relpos_bias/rel_embedding", "encoder_relpos.rel_embedding"},
@@ -69,6 +69,8 @@ std::optional<std::pair<std::string, bool>> OurName(const std::string& path) {
   }
   return std::nullopt;
 }
+
+namespace {
 
 // The architecture from the parameters' shapes.
 absl::StatusOr<ModelConfig> InferConfig(const T5xCheckpoint& ckpt) {
@@ -152,7 +154,7 @@ absl::StatusOr<ImportedParams> ImportParams(const T5xCheckpoint& ckpt, const std
   std::vector<std::string> problems;
   ImportedParams imported;
   for (const auto& [t5x, array] : ckpt.target) {
-    std::optional<std::pair<std::string, bool>> name = OurName(t5x);
+    std::optional<std::pair<std::string, bool>> name = OurT5xParameterName(t5x);
     if (!name) {
       problems.push_back(absl::StrCat(file, ": target/", t5x, " ", Shape(array.shape),
                                       " is not a parameter of T5 1.0 or T5.1.1 in T5X's layout"));

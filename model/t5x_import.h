@@ -15,7 +15,9 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include <torch/types.h>
 
@@ -41,6 +43,12 @@ struct T5xImport {
 
 // Reads and converts. `path` as ReadT5xCheckpoint takes it.
 absl::StatusOr<T5xImport> ImportT5x(const std::string& path);
+
+// T5X's parameter path ("encoder/layers_0/mlp/wi_0/kernel") as our
+// parameter's name ("encoder_layers.0.mlp.wi_0.weight") and whether T5X's
+// layout is ours transposed (its dense kernels); nullopt for a path that is
+// no parameter of T5 1.0 or T5.1.1 in T5X's layout.
+std::optional<std::pair<std::string, bool>> OurT5xParameterName(const std::string& t5x_path);
 
 }  // namespace trainyard
 

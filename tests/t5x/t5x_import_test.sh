@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# T5X checkpoints in: random T5 1.0 and T5.1.1 models from transformers are
-# written as T5X checkpoints (tensorstore + msgpack, as T5X's Checkpointer
-# lays them out; the T5 1.0 one with bfloat16 parameters), imported with
-# `trainyard convert --from-t5x`, and checked:
+# T5X checkpoints in and out: random T5 1.0 and T5.1.1 models from
+# transformers are written as T5X checkpoints (tensorstore + msgpack, as
+# T5X's Checkpointer lays them out; the T5 1.0 one with bfloat16 parameters),
+# imported with `trainyard convert --from-t5x`, and checked:
 #   - tensor by tensor against what T5X's format holds (parameters and
 #     Adafactor's statistics, bit for bit) and the step;
+#   - exported again with `trainyard convert --to-t5x` (bfloat16 parameters
+#     for T5 1.0, several chunks per array) and read back as T5X's
+#     checkpointer reads it: every parameter, statistic and unused slot the
+#     original's, bit for bit, stored or inline as there, and the step;
 #   - scoring text as its Hugging Face export does in transformers, whose
 #     tensors are the original model's;
-#   - fine-tuning from it continues at T5X's step with its Adafactor state;
-#   - broken input refused with the file named, exit 2.
+#   - fine-tuning from it continues at T5X's step with its Adafactor state,
+#     and that checkpoint exported to T5X holds the fine-tuned parameters and
+#     statistics, bit for bit;
+#   - broken input, and an existing T5X checkpoint to write, refused with the
+#     file named, exit 2.
 # Every check is a test case (tests/testing/cases.sh).
 set -u
 source tests/testing/cases.sh
@@ -44,6 +51,14 @@ for variant in v1_0 v1_1; do
     "$trainyard" convert --from-t5x "$work/t5x_$variant" --out "$work/ckpt_$variant" || continue
   case_check "$variant: every tensor and statistic as T5X holds it" \
     "$ts_python" tests/t5x/compare.py "$work/t5x_$variant/checkpoint_$step" "$work/ckpt_$variant"
+  # Back to T5X, in the original's dtype, chunks of 2048 float32s.
+  dtype=float32
+  if [ "$variant" = v1_0 ]; then dtype=bfloat16; fi
+  case_check "$variant: trainyard convert --to-t5x" \
+    "$trainyard" convert --checkpoint "$work/ckpt_$variant" --to-t5x "$work/out_$variant" --dtype "$dtype" \
+    --chunk-bytes 8192
+  case_check "$variant: T5X -> trainyard -> T5X: every leaf the original's, bit for bit, as T5X reads it" \
+    "$ts_python" tests/t5x/compare_t5x.py "$work/t5x_$variant/checkpoint_$step" "$work/out_$variant"
   case_check "$variant: trainyard score on the imported checkpoint" \
     sh -c "'$trainyard' score --checkpoint '$work/ckpt_$variant' --examples '$work/examples.jsonl' --json \
              >'$work/scores_$variant.jsonl'"
@@ -82,6 +97,12 @@ if [ -f "$work/finetune/checkpoint_1000002/metadata.json" ] && [ ! -e "$work/fin
 else
   case_fail "fine-tuning continues at T5X's step (checkpoint_1000002)" "$(ls "$work/finetune" 2>&1)"
 fi
+# Trainyard's own Adafactor state, trained two steps further, to T5X: read
+# as T5X reads it, every tensor and statistic is the checkpoint's.
+case_check "the fine-tuned checkpoint: trainyard convert --to-t5x" \
+  "$trainyard" convert --checkpoint "$work/finetune/checkpoint_1000002" --to-t5x "$work/out_finetune"
+case_check "the fine-tuned checkpoint as T5X holds it: every tensor and statistic, the step" \
+  "$ts_python" tests/t5x/compare.py "$work/out_finetune/checkpoint_1000002" "$work/finetune/checkpoint_1000002"
 
 # Broken input: exit 2, the file named, nothing written.
 expect_refusal() {  # NAME PATTERN ARGS...
@@ -108,3 +129,14 @@ expect_refusal "a directory that is not a checkpoint is refused" \
   "neither a T5X checkpoint" --from-t5x "$work/hf" --out "$work/never"
 expect_refusal "--vocab is refused with --from-t5x" \
   "--vocab goes with --from-hf" --from-t5x "$work/t5x_v1_1" --vocab "$vocab" --out "$work/never"
+expect_refusal "an existing T5X checkpoint is not written over" \
+  "out_v1_1/checkpoint_1000000: already exists" --checkpoint "$work/ckpt_v1_1" --to-t5x "$work/out_v1_1"
+if [ "$(ls "$work/out_v1_1")" = "checkpoint_1000000" ]; then
+  case_pass "the refused export left the model directory as it was"
+else
+  case_fail "the refused export left the model directory as it was" "$(ls "$work/out_v1_1" 2>&1)"
+fi
+expect_refusal "--dtype other than float32 or bfloat16 is refused" \
+  "--dtype float16: float32 or bfloat16" --checkpoint "$work/ckpt_v1_1" --to-t5x "$work/never" --dtype float16
+expect_refusal "--dtype is refused without --to-t5x" \
+  "--dtype and --chunk-bytes with --to-t5x" --checkpoint "$work/ckpt_v1_1" --to-hf "$work/never" --dtype bfloat16
