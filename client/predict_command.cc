@@ -36,7 +36,23 @@ absl::StatusOr<T5Batch> SampleBatch(const Task& task, const std::string& split, 
   data.repeat = false;
   TY_ASSIGN_OR_RETURN(std::unique_ptr<TaskIterator> it, TaskIterator::Create(task, data));
   TY_ASSIGN_OR_RETURN(ConvertedBatch converted, it->Next());
-  return ToT5Batch(converted).Slice(0, converted.rows);
+  return ExampleRows(converted);
+}
+
+// The bundled task `name` in the checkpoint's vocabulary when it has one
+// (registered in `in_checkpoint_vocabulary`), else in its own (in
+// `registry`).
+absl::StatusOr<const Task*> TaskForCheckpoint(const std::string& checkpoint, const std::string& name,
+                                              TaskRegistry* registry, TaskRegistry* in_checkpoint_vocabulary) {
+  TY_RETURN_IF_ERROR(RegisterBundledTasks(registry));
+  absl::StatusOr<const Task*> task = registry->Get(name);
+  if (!task.ok()) return absl::InvalidArgumentError(absl::StrCat("--task: ", task.status().message()));
+  TY_ASSIGN_OR_RETURN(VocabularyChoice choice,
+                      ChooseVocabulary(checkpoint, (*task)->vocabulary->path(), (*task)->vocabulary->extra_ids(),
+                                       VocabularyUse::kInfer));
+  if (!choice.replaces_task) return task;
+  TY_RETURN_IF_ERROR(RegisterBundledTasks(in_checkpoint_vocabulary, choice.path));
+  return in_checkpoint_vocabulary->Get(name);
 }
 
 }  // namespace
@@ -82,20 +98,9 @@ int RunPredict(const std::vector<std::string>& args, std::ostream& out, std::ost
     if (absl::Status s = AssignParameters(ckpt->tensors, /*strict=*/true, (*model)->network().get()); !s.ok()) {
       return fail(s);
     }
-    TaskRegistry registry;
-    if (absl::Status s = RegisterBundledTasks(&registry); !s.ok()) return fail(s);
-    absl::StatusOr<const Task*> task = registry.Get(task_name);
-    if (!task.ok()) return fail(absl::InvalidArgumentError(absl::StrCat("--task: ", task.status().message())));
-    // The task's examples in the checkpoint's vocabulary, when it has one.
-    absl::StatusOr<VocabularyChoice> choice = ChooseVocabulary(checkpoint, (*task)->vocabulary->path(),
-                                                               (*task)->vocabulary->extra_ids(), VocabularyUse::kInfer);
-    if (!choice.ok()) return fail(choice.status());
-    TaskRegistry in_checkpoint_vocabulary;
-    if (choice->replaces_task) {
-      if (absl::Status s = RegisterBundledTasks(&in_checkpoint_vocabulary, choice->path); !s.ok()) return fail(s);
-      task = in_checkpoint_vocabulary.Get(task_name);
-      if (!task.ok()) return fail(task.status());
-    }
+    TaskRegistry registry, in_checkpoint_vocabulary;
+    absl::StatusOr<const Task*> task = TaskForCheckpoint(checkpoint, task_name, &registry, &in_checkpoint_vocabulary);
+    if (!task.ok()) return fail(task.status());
     const Vocabulary& vocab = *(*task)->vocabulary;
 
     absl::StatusOr<T5Batch> batch = SampleBatch(**task, split, num, input_length, max_decode, seed);

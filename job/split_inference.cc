@@ -61,8 +61,7 @@ absl::StatusOr<std::vector<nlohmann::ordered_json>> DecodeSplit(const JobCompone
       absl::StatusOr<ConvertedBatch> converted = it->Next();
       if (!absl::IsOutOfRange(converted.status())) {
         TY_RETURN_IF_ERROR(converted.status());
-        // The rows past the examples pad a short last batch: no examples.
-        batch = ToT5Batch(*converted).Slice(0, converted->examples);
+        batch = ExampleRows(*converted);
       }
     }
     TY_ASSIGN_OR_RETURN(std::vector<bool> any, AnyRank(job.collective, {Raised(job.options.stop), batch.has_value()}));

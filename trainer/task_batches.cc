@@ -26,6 +26,8 @@ T5Batch ToT5Batch(const ConvertedBatch& b) {
   return out;
 }
 
+T5Batch ExampleRows(const ConvertedBatch& b) { return ToT5Batch(b).Slice(0, b.examples); }
+
 absl::StatusOr<T5Batch> TaskBatchIterator::Next() {
   absl::StatusOr<ConvertedBatch> batch = it_->Next();
   if (!batch.ok()) return batch.status();

@@ -14,6 +14,9 @@
 namespace trainyard {
 
 T5Batch ToT5Batch(const ConvertedBatch& batch);
+// An unpacked batch's examples only: the rows past them pad a short last
+// batch and are no examples.
+T5Batch ExampleRows(const ConvertedBatch& batch);
 
 // The text of one row of token ids (up to EOS, padding skipped); "" if the
 // vocabulary cannot decode it.
