@@ -58,6 +58,15 @@ absl::Status ReadRestoreCheckpoint(const JobSpec& spec, const std::string& named
   return absl::OkStatus();
 }
 
+// Rank 0's retention after a checkpoint is written: keep_checkpoints and
+// the best ones (checkpoint.keep_best).
+std::function<void()> RetentionAfterSave(const JobSpec& spec) {
+  return [output_dir = spec.output_dir(), keep = spec.keep_checkpoints(), keep_best = spec.checkpoint().keep_best(),
+          maximize = spec.checkpoint().best_mode() == EarlyStopping::MAX] {
+    ApplyRetention(output_dir, keep, keep_best, maximize);
+  };
+}
+
 }  // namespace
 
 absl::StatusOr<RestoreOutcome> JobCheckpoints::Restore(const std::string& named) {
@@ -329,14 +338,8 @@ absl::StatusOr<std::string> JobCheckpoints::Save(bool wait) {
   }
   const torch::ScalarType dtype = spec.checkpoint().save_dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat;
   last_save_started_ = dir;
-  std::function<void()> after;
-  if (rank == 0) {
-    after = [output_dir = spec.output_dir(), keep = spec.keep_checkpoints(), keep_best = spec.checkpoint().keep_best(),
-             maximize = spec.checkpoint().best_mode() == EarlyStopping::MAX] {
-      ApplyRetention(output_dir, keep, keep_best, maximize);
-    };
-  }
-  absl::StatusOr<double> waited = checkpointer_.Save(dir, std::move(snapshot), dtype, std::move(after));
+  absl::StatusOr<double> waited =
+      checkpointer_.Save(dir, std::move(snapshot), dtype, rank == 0 ? RetentionAfterSave(spec) : nullptr);
   if (!waited.ok()) {
     // The previous write failed; the previous good checkpoint stays.
     spdlog::error("job {}: a checkpoint write failed: {}", job_->id(), waited.status().ToString());
