@@ -2,19 +2,33 @@
 // tokenisation, packing) for the bundled task on one thread, beside what a
 // training step consumes: the same batches fed to the tiny model's
 // forward+backward in the same run. The pipeline must outpace the step by a
-// wide margin (>= 10x) so it never stalls training. Prints JSON lines.
+// wide margin (>= 10x) so it never stalls training. Then the file readers
+// side by side: the first examples of the bundled task's train split written
+// as JSONL, TFRecord of tf.train.Example and GZIP TFRecord, each opened
+// (indexed, every line or record checked) and read in order and in a
+// shuffled order (as an epoch visits them). Prints JSON lines.
 //
 // usage: data_bench [--batches 200] [--rows 8] [--inputs 128] [--targets 64]
 //                   [--vocab data/vocab/digits_to_words.model] [--train_steps 5]
+//                   [--reader_examples 200000] [--dir /tmp]
 #include <ATen/Parallel.h>
 
+#include <zlib.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <random>
 
 #include "client/flags.h"
 #include "data/iterator.h"
+#include "data/tfrecord.h"
 #include "model/encoder_decoder_model.h"
+#include "nlohmann/json.hpp"
+#include "proto/tf_example.pb.h"
 #include "spec/presets.h"
 #include "trainer/task_batches.h"
 
@@ -25,9 +39,67 @@ double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// The first `examples` of the train split as JSONL, TFRecord and GZIP
+// TFRecord files in `dir`: {path, bytes} per format.
+std::vector<std::pair<std::string, int64_t>> WriteReaderFiles(const std::string& dir, int64_t examples) {
+  const std::vector<std::string> paths = {dir + "/data_bench.jsonl", dir + "/data_bench.tfrecord",
+                                          dir + "/data_bench.tfrecord.gz"};
+  std::ofstream jsonl(paths[0], std::ios::binary), tfrecord(paths[1], std::ios::binary);
+  gzFile gz = gzopen(paths[2].c_str(), "wb");
+  auto source = std::move(DigitsToWordsSource("train")).value();
+  for (int64_t i = 0; i < std::min(examples, source->size()); ++i) {
+    const Example ex = *source->Get(i);
+    jsonl << nlohmann::json(ex).dump() << "\n";
+    tfexample::Example proto;
+    for (const auto& [name, text] : ex) {
+      (*proto.mutable_features()->mutable_feature())[name].mutable_bytes_list()->add_value(text);
+    }
+    const std::string record = FrameTfRecord(proto.SerializeAsString());
+    tfrecord << record;
+    gzwrite(gz, record.data(), static_cast<unsigned>(record.size()));
+  }
+  jsonl.close();
+  tfrecord.close();
+  gzclose(gz);
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const std::string& p : paths) out.emplace_back(p, static_cast<int64_t>(std::filesystem::file_size(p)));
+  return out;
+}
+
+// Opens each file and reads every example in order, then in a shuffled
+// order (as an epoch visits them).
+void ReaderBench(const std::string& dir, int64_t examples) {
+  for (const auto& [path, bytes] : WriteReaderFiles(dir, examples)) {
+    auto start = std::chrono::steady_clock::now();
+    auto source =
+        std::move(path.find(".tfrecord") != std::string::npos ? OpenTfRecordSource({path}) : OpenJsonlSource({path}))
+            .value();
+    const double open_seconds = Since(start);
+    const int64_t n = source->size();
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+    double seconds[2];
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 1) std::shuffle(order.begin(), order.end(), std::mt19937_64(1));
+      start = std::chrono::steady_clock::now();
+      int64_t chars = 0;
+      for (int64_t i : order) chars += static_cast<int64_t>(source->Get(i)->at("targets").size());
+      seconds[pass] = Since(start);
+      if (chars == 0) std::abort();
+    }
+    std::printf(
+        "{\"measure\": \"reader\", \"file\": \"%s\", \"examples\": %lld, \"file_bytes\": %lld, "
+        "\"open_seconds\": %.3f, \"open_examples_per_second\": %.0f, \"in_order_examples_per_second\": %.0f, "
+        "\"shuffled_examples_per_second\": %.0f}\n",
+        std::filesystem::path(path).filename().c_str(), static_cast<long long>(n), static_cast<long long>(bytes),
+        open_seconds, n / open_seconds, n / seconds[0], n / seconds[1]);
+    std::filesystem::remove(path);
+  }
+}
+
 int Main(const std::vector<std::string>& args) {
-  int batches = 200, rows = 8, inputs = 128, targets = 64, train_steps = 5;
-  std::string vocab = "data/vocab/digits_to_words.model";
+  int batches = 200, rows = 8, inputs = 128, targets = 64, train_steps = 5, reader_examples = 200000;
+  std::string vocab = "data/vocab/digits_to_words.model", dir = "/tmp";
   FlagSet flags("data_bench", "Data pipeline throughput beside a training step.");
   flags.AddInt("batches", &batches, "N", "batches to time");
   flags.AddInt("rows", &rows, "N", "rows per batch");
@@ -35,6 +107,8 @@ int Main(const std::vector<std::string>& args) {
   flags.AddInt("targets", &targets, "N", "targets length");
   flags.AddInt("train_steps", &train_steps, "N", "timed tiny training steps");
   flags.AddString("vocab", &vocab, "PATH", "the bundled vocabulary");
+  flags.AddInt("reader_examples", &reader_examples, "N", "examples in the readers' files (0: skip them)");
+  flags.AddString("dir", &dir, "DIR", "where the readers' files are written (and removed)");
   std::vector<std::string> positional;
   if (auto code = flags.ParseCommand(args, &positional, std::cout, std::cerr)) return *code;
   at::set_num_threads(1);
@@ -90,6 +164,7 @@ int Main(const std::vector<std::string>& args) {
       "{\"measure\": \"tiny_train_step\", \"seconds_per_step\": %.4f, "
       "\"examples_per_second\": %.1f, \"pipeline_to_step_ratio\": %.1f}\n",
       step_seconds, consumed_per_second, examples_per_second / consumed_per_second);
+  if (reader_examples > 0) ReaderBench(dir, reader_examples);
   return 0;
 }
 

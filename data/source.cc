@@ -13,32 +13,6 @@
 namespace trainyard {
 namespace {
 
-// Structural UTF-8 check: lead bytes and continuation bytes.
-bool ValidUtf8(const std::string& s) {
-  const size_t n = s.size();
-  for (size_t i = 0; i < n;) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t extra;
-    if (c < 0x80) {
-      extra = 0;
-    } else if ((c & 0xE0) == 0xC0) {
-      extra = 1;
-    } else if ((c & 0xF0) == 0xE0) {
-      extra = 2;
-    } else if ((c & 0xF8) == 0xF0) {
-      extra = 3;
-    } else {
-      return false;
-    }
-    if (i + extra >= n && extra > 0) return false;
-    for (size_t k = 1; k <= extra; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    }
-    i += 1 + extra;
-  }
-  return true;
-}
-
 // One parsed line, or the reason it is bad.
 using LineParser = absl::StatusOr<Example> (*)(const std::string& line, const std::vector<std::string>& fields);
 
@@ -75,31 +49,6 @@ absl::StatusOr<Example> ParseText(const std::string& line, const std::vector<std
 
 bool IsBlank(const std::string& line) { return line.find_first_not_of(" \t\r\f\v") == std::string::npos; }
 
-// Expands shell patterns (a sharded data set's "train-*.tsv"), in sorted
-// order per pattern; a plain path stays as it is.
-absl::StatusOr<std::vector<std::string>> ExpandPatterns(const std::vector<std::string>& patterns) {
-  std::vector<std::string> paths;
-  for (const std::string& pattern : patterns) {
-    if (pattern.find_first_of("*?[") == std::string::npos) {
-      paths.push_back(pattern);
-      continue;
-    }
-    glob_t matches;
-    const int rc = glob(pattern.c_str(), GLOB_ERR, nullptr, &matches);
-    if (rc == GLOB_NOMATCH) {
-      globfree(&matches);
-      return absl::NotFoundError(absl::StrCat(pattern, ": no file matches"));
-    }
-    if (rc != 0) {
-      globfree(&matches);
-      return absl::InternalError(absl::StrCat(pattern, ": cannot list"));
-    }
-    for (size_t i = 0; i < matches.gl_pathc; ++i) paths.push_back(matches.gl_pathv[i]);
-    globfree(&matches);
-  }
-  return paths;
-}
-
 class FileSource : public ExampleSource {
  public:
   struct Line {
@@ -110,7 +59,7 @@ class FileSource : public ExampleSource {
   static absl::StatusOr<std::unique_ptr<ExampleSource>> Open(const std::vector<std::string>& patterns,
                                                              const FileSourceOptions& options, LineParser parser) {
     if (patterns.empty()) return absl::InvalidArgumentError("no files given");
-    absl::StatusOr<std::vector<std::string>> expanded = ExpandPatterns(patterns);
+    absl::StatusOr<std::vector<std::string>> expanded = ExpandFilePatterns(patterns);
     if (!expanded.ok()) return expanded.status();
     const std::vector<std::string>& paths = *expanded;
     auto source = std::unique_ptr<FileSource>(new FileSource(paths, options, parser));
@@ -126,7 +75,7 @@ class FileSource : public ExampleSource {
         offset = in.tellg();
         if (line.empty() || (parser == ParseText && IsBlank(line))) continue;
         absl::Status bad =
-            ValidUtf8(line) ? parser(line, options.fields).status() : absl::InvalidArgumentError("invalid UTF-8");
+            IsValidUtf8(line) ? parser(line, options.fields).status() : absl::InvalidArgumentError("invalid UTF-8");
         if (!bad.ok()) {
           if (options.strict) {
             return absl::InvalidArgumentError(absl::StrCat(paths[f], ":", number, ": ", bad.message()));
@@ -200,6 +149,54 @@ class DigitsSource : public ExampleSource {
 };
 
 }  // namespace
+
+bool IsValidUtf8(std::string_view s) {
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t extra;
+    if (c < 0x80) {
+      extra = 0;
+    } else if ((c & 0xE0) == 0xC0) {
+      extra = 1;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3;
+    } else {
+      return false;
+    }
+    if (i + extra >= n && extra > 0) return false;
+    for (size_t k = 1; k <= extra; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += 1 + extra;
+  }
+  return true;
+}
+
+absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(const std::vector<std::string>& patterns) {
+  std::vector<std::string> paths;
+  for (const std::string& pattern : patterns) {
+    if (pattern.find_first_of("*?[") == std::string::npos) {
+      paths.push_back(pattern);
+      continue;
+    }
+    glob_t matches;
+    const int rc = glob(pattern.c_str(), GLOB_ERR, nullptr, &matches);
+    if (rc == GLOB_NOMATCH) {
+      globfree(&matches);
+      return absl::NotFoundError(absl::StrCat(pattern, ": no file matches"));
+    }
+    if (rc != 0) {
+      globfree(&matches);
+      return absl::InternalError(absl::StrCat(pattern, ": cannot list"));
+    }
+    for (size_t i = 0; i < matches.gl_pathc; ++i) paths.push_back(matches.gl_pathv[i]);
+    globfree(&matches);
+  }
+  return paths;
+}
 
 absl::StatusOr<std::unique_ptr<ExampleSource>> OpenTsvSource(const std::vector<std::string>& paths,
                                                              const FileSourceOptions& options) {

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -54,6 +55,15 @@ absl::StatusOr<std::unique_ptr<ExampleSource>> OpenJsonlSource(const std::vector
 // is a bad line.
 absl::StatusOr<std::unique_ptr<ExampleSource>> OpenTextSource(const std::vector<std::string>& paths,
                                                               const std::string& field = "text", bool strict = true);
+
+// Structural UTF-8 check (lead and continuation bytes), as the sources
+// check text.
+bool IsValidUtf8(std::string_view s);
+
+// Shell patterns (a sharded data set's "train-*.tsv") expanded to their
+// matches in sorted order per pattern; a plain path stays as it is.
+// kNotFound if a pattern matches nothing.
+absl::StatusOr<std::vector<std::string>> ExpandFilePatterns(const std::vector<std::string>& patterns);
 
 std::unique_ptr<ExampleSource> InMemorySource(std::vector<Example> examples);
 

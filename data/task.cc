@@ -1,6 +1,7 @@
 #include "data/task.h"
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 
@@ -48,10 +49,31 @@ absl::StatusOr<const Task*> ChainOf(const Task& task, Example* example) {
   return task.components[k].first;
 }
 
+// A pretokenized feature's ids (little-endian int32s), each one the
+// vocabulary has.
+absl::Status UnpackCheckedIds(const Task& task, const std::string& feature, const std::string& packed,
+                              TokenizedExample* out) {
+  std::vector<int32_t>& ids = feature == "inputs" ? out->inputs : out->targets;
+  ids.resize(packed.size() / 4);
+  if (!ids.empty()) std::memcpy(ids.data(), packed.data(), ids.size() * 4);
+  const int32_t size = task.vocabulary->size();
+  for (int32_t id : ids) {
+    if (id < 0 || id >= size) {
+      return absl::InvalidArgumentError(absl::StrCat("task ", task.name, ": ", feature, " has the token id ", id,
+                                                     ", outside its vocabulary's ", size, " ids"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status EncodeFeatures(const Task& task, const Example& example, TokenizedExample* out) {
   for (const char* feature : {"inputs", "targets"}) {
     auto it = example.find(feature);
     if (it == example.end()) continue;
+    if (task.pretokenized) {
+      if (absl::Status s = UnpackCheckedIds(task, feature, it->second, out); !s.ok()) return s;
+      continue;
+    }
     absl::StatusOr<std::vector<int>> ids = task.vocabulary->Encode(it->second);
     if (!ids.ok()) return ids.status();
     (std::string(feature) == "inputs" ? out->inputs : out->targets).assign(ids->begin(), ids->end());

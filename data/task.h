@@ -41,6 +41,10 @@ struct Task {
   std::vector<TokenPreprocessor> token_preprocessors;
   std::shared_ptr<const Vocabulary> vocabulary;
   bool add_eos = true;
+  // The source's "inputs" and "targets" are token ids already (packed as
+  // data/tfrecord.h's PackTokenIds: seqio's cached tasks), not text: they
+  // are used as they are, each id checked against the vocabulary.
+  bool pretokenized = false;
   std::vector<std::string> metric_fns;
   // Splits each document's tokenized targets into consecutive segments of
   // at most split_length(inputs_length) tokens before the token

@@ -7,7 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "data/bundled.h"
+#include "data/prepared_data.h"
 #include "data/source.h"
+#include "data/tfrecord.h"
 #include "data/vocabulary.h"
 #include "spec/task_spec.h"
 
@@ -58,6 +60,33 @@ absl::Status BuildChain(const TaskDefinition& def, Task* task) {
   return absl::OkStatus();
 }
 
+// How a definition's splits are read.
+struct SplitReader {
+  FileSourceOptions tfrecord_options;  // TFRecord, TFDS and seqio caches: the features
+  std::string tfds_data_dir;
+};
+
+// Split `split`'s examples, by the form of its value.
+absl::StatusOr<std::unique_ptr<ExampleSource>> OpenSplit(const std::string& split, const std::string& value,
+                                                         const SplitReader& reader) {
+  switch (SplitFormatOf(value)) {
+    case SplitFormat::kTfRecord:
+      return OpenTfRecordSource({value}, reader.tfrecord_options);
+    case SplitFormat::kTfds:
+      return OpenTfdsSource(value, reader.tfds_data_dir, reader.tfrecord_options);
+    case SplitFormat::kSeqioCache:
+      return OpenSeqioCacheSource(value.substr(std::string(kSeqioCachePrefix).size()), split,
+                                  reader.tfrecord_options.fields);
+    case SplitFormat::kJsonl:
+      return OpenJsonlSource({value});
+    case SplitFormat::kText:
+      return OpenTextSource({value});
+    case SplitFormat::kTsv:
+      break;
+  }
+  return OpenTsvSource({value});
+}
+
 }  // namespace
 
 absl::Status RegisterTaskDefinition(const TaskDefinition& def, TaskRegistry* registry) {
@@ -80,7 +109,11 @@ absl::Status RegisterTaskDefinition(const TaskDefinition& def, TaskRegistry* reg
   if (absl::Status s = BuildChain(def, &task); !s.ok()) return s;
   const std::map<std::string, std::string> splits(def.splits().begin(), def.splits().end());
   const std::string name = def.name();
-  task.source = [splits, name](const std::string& split) -> absl::StatusOr<std::unique_ptr<ExampleSource>> {
+  SplitReader reader;
+  reader.tfrecord_options.fields = TfRecordFeatures(def);
+  reader.tfds_data_dir = def.tfds_data_dir();
+  for (const auto& [split, value] : splits) task.pretokenized |= SplitFormatOf(value) == SplitFormat::kSeqioCache;
+  task.source = [splits, name, reader](const std::string& split) -> absl::StatusOr<std::unique_ptr<ExampleSource>> {
     auto it = splits.find(split);
     if (it == splits.end()) {
       std::vector<std::string> names;
@@ -88,10 +121,7 @@ absl::Status RegisterTaskDefinition(const TaskDefinition& def, TaskRegistry* reg
       return absl::InvalidArgumentError(
           absl::StrCat("task ", name, ": split \"", split, "\" is not one of ", absl::StrJoin(names, ", ")));
     }
-    absl::StatusOr<std::unique_ptr<ExampleSource>> source = absl::EndsWith(it->second, ".jsonl")
-                                                                ? OpenJsonlSource({it->second})
-                                                            : IsPlainTextPath(it->second) ? OpenTextSource({it->second})
-                                                                                          : OpenTsvSource({it->second});
+    absl::StatusOr<std::unique_ptr<ExampleSource>> source = OpenSplit(split, it->second, reader);
     if (!source.ok()) {
       return absl::Status(source.status().code(),
                           absl::StrCat("task ", name, " split ", split, ": ", source.status().message()));

@@ -12,7 +12,9 @@ namespace trainyard {
 
 // Adds `def` to `registry`: its splits read from the named files (.jsonl:
 // JSON lines with "inputs" and "targets"; .txt: plain text, one document per
-// line as "text"; otherwise tab-separated), its preprocessing chain built
+// line as "text"; TFRecord files, "tfds:" splits and "seqio_cache:"
+// directories as proto/job.proto describes; otherwise tab-separated), its
+// preprocessing chain built
 // (spec/task_spec.h: rekey, split_tokens, span_corruption, prefix_lm), its
 // vocabulary loaded with its extra ids (default: the bundled vocabulary). A
 // split's files are opened when the split is first used, so a bad path

@@ -28,7 +28,9 @@ seed_corpus() {  # NAME DIR
       printf 'POST / HTTP/1.1\r\n\r\n' >"$2/post" ;;
     source_fuzzer)
       printf '{"inputs": "12", "targets": "twelve"}\n{"inputs": "\\u00e9", "targets": "x"}\n' >"$2/jsonl"
-      printf '12\ttwelve\n7\tseven\n' >"$2/tsv" ;;
+      printf '12\ttwelve\n7\tseven\n' >"$2/tsv"
+      # tf.train.Example {inputs: "12", targets: "twelve"} (framed as a record by the target)
+      printf '\x0a\x29\x0a\x10\x0a\x06inputs\x12\x06\x0a\x04\x0a\x0212\x0a\x15\x0a\x07targets\x12\x0a\x0a\x08\x0a\x06twelve' >"$2/example" ;;
     msgpack_fuzzer)
       # {"version": 3, "optimizer": {"step": ext 1 [[], "int32", 4 bytes]}}
       printf '\x82\xa7version\x03\xa9optimizer\x81\xa4step\xc7\x0e\x01\x93\x90\xa5int32\xc4\x04\x01\x00\x00\x00' >"$2/state"

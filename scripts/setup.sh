@@ -102,9 +102,11 @@ if [ "${TRAINYARD_SETUP_BUILD_ONLY:-0}" = 1 ]; then
 fi
 # Python packages for tests and baselines, in virtualenvs of the machine-wide
 # cache named by a hash of their requirements (a changed file makes a new
-# one), linked from the checkout as .venv and .venv-jax:
+# one), linked from the checkout as .venv, .venv-jax and .venv-tf:
 #   .venv      over Debian's Python and its python3-torch (transformers)
 #   .venv-jax  a plain one (jax, optax, tensorboard need a newer numpy)
+#   .venv-tf   a plain one (TensorFlow and TFDS, which pin their own numpy
+#              and protobuf) for the data tests' TFRecord and TFDS files
 build_venv() {  # DIR REQUIREMENTS [VENV-FLAGS]
   local venv="$1" requirements="$2"
   shift 2
@@ -131,12 +133,14 @@ make_venv .venv scripts/requirements-test.txt --system-site-packages
 test_python="$venv_path/bin/python"
 make_venv .venv-jax scripts/requirements-jax.txt
 jax_python="$venv_path/bin/python"
+make_venv .venv-tf scripts/requirements-tf.txt
+tf_python="$venv_path/bin/python"
 
 # kubectl (with Kustomize) for the deployment test.
 kubectl=$(scripts/setup-kubectl.sh)
 
 # Tests find the virtualenvs and kubectl through environment variables.
 # Their paths are the same in every clone, so a test's cache key is too.
-rc_lines+=("test --test_env=TRAINYARD_PYTHON=$test_python --test_env=TRAINYARD_JAX_PYTHON=$jax_python --test_env=TRAINYARD_KUBECTL=$kubectl")
+rc_lines+=("test --test_env=TRAINYARD_PYTHON=$test_python --test_env=TRAINYARD_JAX_PYTHON=$jax_python --test_env=TRAINYARD_TF_PYTHON=$tf_python --test_env=TRAINYARD_KUBECTL=$kubectl")
 write_bazelrc_setup
 echo "setup: ok"

@@ -6,8 +6,10 @@
 #include <set>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "evaluation/metric_fns.h"
 #include "spec/task_validation.h"
 
@@ -102,6 +104,103 @@ int ExtraIds(const TaskDefinition& def) {
 
 bool IsPlainTextPath(const std::string& path) { return absl::EndsWith(path, ".txt"); }
 
+bool IsTfRecordPath(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const size_t at = name.rfind(".tfrecord");
+  if (at == std::string::npos) return false;
+  const std::string rest = name.substr(at + std::string(".tfrecord").size());
+  return rest.empty() || rest == ".gz" || rest[0] == '-' || rest[0] == '*' || rest[0] == '?';
+}
+
+SplitFormat SplitFormatOf(const std::string& value) {
+  if (absl::StartsWith(value, kSeqioCachePrefix)) return SplitFormat::kSeqioCache;
+  if (absl::StartsWith(value, kTfdsPrefix)) return SplitFormat::kTfds;
+  if (IsTfRecordPath(value)) return SplitFormat::kTfRecord;
+  if (absl::EndsWith(value, ".jsonl")) return SplitFormat::kJsonl;
+  if (IsPlainTextPath(value)) return SplitFormat::kText;
+  return SplitFormat::kTsv;
+}
+
+namespace {
+
+// "[from:to]" of a TFDS split: integers or percentages (both bounds the
+// same unit), either may be left out.
+absl::Status ParseTfdsSlice(const std::string& slice, TfdsSplit* out) {
+  const std::vector<std::string> bounds = absl::StrSplit(slice, ':');
+  if (bounds.size() != 2) return absl::InvalidArgumentError("a slice is [from:to], e.g. [:95%] or [100:200]");
+  int percents = 0;
+  for (int k = 0; k < 2; ++k) {
+    std::string b = bounds[static_cast<size_t>(k)];
+    if (b.empty()) continue;
+    if (b.back() == '%') {
+      b.pop_back();
+      ++percents;
+    } else if (percents > 0) {
+      return absl::InvalidArgumentError("both bounds of a slice are percentages or neither is");
+    }
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(b, &v)) {
+      return absl::InvalidArgumentError(absl::StrCat("\"", bounds[static_cast<size_t>(k)], "\" is not a bound"));
+    }
+    (k == 0 ? out->has_from : out->has_to) = true;
+    (k == 0 ? out->from : out->to) = v;
+  }
+  if (percents > 0 && percents != static_cast<int>(out->has_from) + static_cast<int>(out->has_to)) {
+    return absl::InvalidArgumentError("both bounds of a slice are percentages or neither is");
+  }
+  out->percent = percents > 0;
+  if (out->percent && ((out->has_from && std::abs(out->from) > 100) || (out->has_to && std::abs(out->to) > 100))) {
+    return absl::InvalidArgumentError("a percentage bound is in [-100%, 100%]");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TfdsSplit> ParseTfdsSplit(const std::string& value) {
+  const std::string usage = "; write tfds:NAME[/CONFIG][:VERSION]:SPLIT[SLICE], e.g. tfds:c4/en:3.0.1:train[:95%]";
+  if (!absl::StartsWith(value, kTfdsPrefix)) return absl::InvalidArgumentError("not a tfds: split" + usage);
+  std::string rest = value.substr(std::string(kTfdsPrefix).size());
+  TfdsSplit out;
+  const size_t bracket = rest.find('[');
+  if (bracket != std::string::npos) {
+    if (rest.back() != ']') return absl::InvalidArgumentError("the slice does not end with ]" + usage);
+    if (absl::Status s = ParseTfdsSlice(rest.substr(bracket + 1, rest.size() - bracket - 2), &out); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(s.message(), usage));
+    }
+    rest = rest.substr(0, bracket);
+  }
+  const std::vector<std::string> parts = absl::StrSplit(rest, ':');
+  if (parts.size() < 2 || parts.size() > 3) return absl::InvalidArgumentError("no split named" + usage);
+  const std::vector<std::string> name = absl::StrSplit(parts[0], '/');
+  if (name.size() > 2) return absl::InvalidArgumentError("a dataset is NAME or NAME/CONFIG" + usage);
+  out.name = name[0];
+  if (name.size() == 2) out.config = name[1];
+  if (parts.size() == 3) out.version = parts[1];
+  out.split = parts.back();
+  for (const std::string* part : {&out.name, &out.config, &out.version, &out.split}) {
+    if (part->find_first_of("/\\*?[]") != std::string::npos || *part == "." || *part == "..") {
+      return absl::InvalidArgumentError(absl::StrCat("\"", *part, "\" is not a name", usage));
+    }
+  }
+  if (out.name.empty() || out.split.empty() || (name.size() == 2 && out.config.empty()) ||
+      (parts.size() == 3 && out.version.empty())) {
+    return absl::InvalidArgumentError("an empty name" + usage);
+  }
+  return out;
+}
+
+std::vector<std::string> TfRecordFeatures(const TaskDefinition& def) {
+  for (const PreprocessorConfig& p : def.preprocessors()) {
+    if (!p.has_rekey()) continue;
+    std::set<std::string> taken;
+    for (const auto& [to, from] : p.rekey().key_map()) taken.insert(from);
+    return std::vector<std::string>(taken.begin(), taken.end());
+  }
+  return {"inputs", "targets"};
+}
+
 namespace {
 
 const TaskDefinition* FindDefinition(const JobSpec& spec, const std::string& name) {
@@ -192,6 +291,32 @@ bool ValidateSplitFormats(Errors* errors, const std::string& prefix, const TaskD
   if (plain && files) {
     errors->Add(prefix + ".splits",
                 "mixes plain text (.txt) with example files (.jsonl, .tsv); a task's splits have the same features");
+  }
+  // TFRecord files and TFDS splits hold text; seqio's caches hold tokens.
+  std::set<std::string> kinds;
+  for (const auto& [split, path] : def.splits()) {
+    const SplitFormat format = SplitFormatOf(path);
+    kinds.insert(format == SplitFormat::kTfRecord || format == SplitFormat::kTfds ? "TFRecord or TFDS"
+                 : format == SplitFormat::kSeqioCache                             ? "seqio caches"
+                                                                                  : "other files");
+    if (format == SplitFormat::kTfds) {
+      if (absl::StatusOr<TfdsSplit> tfds = ParseTfdsSplit(path); !tfds.ok()) {
+        errors->Add(absl::StrCat(prefix, ".splits[", split, "]"), std::string(tfds.status().message()));
+      }
+    }
+    if (format == SplitFormat::kSeqioCache && path.size() == std::string(kSeqioCachePrefix).size()) {
+      errors->Add(absl::StrCat(prefix, ".splits[", split, "]"), "seqio_cache: names no directory");
+    }
+  }
+  bool tfds = false;
+  for (const auto& [split, path] : def.splits()) tfds |= SplitFormatOf(path) == SplitFormat::kTfds;
+  if (!def.tfds_data_dir().empty() && !tfds) {
+    errors->Add(prefix + ".tfds_data_dir",
+                "set, but no split is a TFDS split; name one as tfds:NAME[/CONFIG][:VERSION]:SPLIT");
+  }
+  if (kinds.size() > 1 && (kinds.count("TFRecord or TFDS") || kinds.count("seqio caches"))) {
+    errors->Add(prefix + ".splits",
+                absl::StrCat("mixes ", absl::StrJoin(kinds, " with "), "; a task's splits have the same features"));
   }
   return plain;
 }
@@ -298,8 +423,16 @@ void ValidateChain(Errors* errors, const std::string& prefix, TaskDefinition* de
   // numbered them).
   const bool implicit_rekey = plain && !has_rekey;
   ChainState chain;
+  bool tfrecord = false;
+  for (const auto& [split, path] : def->splits()) {
+    const SplitFormat format = SplitFormatOf(path);
+    tfrecord |= format == SplitFormat::kTfRecord || format == SplitFormat::kTfds || format == SplitFormat::kSeqioCache;
+  }
+  const std::vector<std::string> tfrecord_features = TfRecordFeatures(*def);
+  // TFRecord examples have the features the first rekey takes.
   chain.features = implicit_rekey ? std::set<std::string>{"targets"}
                    : plain        ? std::set<std::string>{"text"}
+                   : tfrecord     ? std::set<std::string>(tfrecord_features.begin(), tfrecord_features.end())
                                   : std::set<std::string>{"inputs", "targets"};
   for (int k = 0; k < def->preprocessors_size(); ++k) {
     PreprocessorConfig* p = def->mutable_preprocessors(k);

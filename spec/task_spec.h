@@ -64,6 +64,45 @@ int ExtraIds(const TaskDefinition& def);
 // Whether a split's path names plain text (one document per line).
 bool IsPlainTextPath(const std::string& path);
 
+// Whether a split's path names TFRecord files of tf.train.Example: a file
+// name ending in .tfrecord or .tfrecord.gz, or a shard of one
+// ("train.tfrecord-00000-of-00004") or a pattern of them
+// ("train.tfrecord-*-of-*").
+bool IsTfRecordPath(const std::string& path);
+
+// The features a task's TFRecord, TFDS or seqio-cache examples are read
+// with: those its first rekey takes, else inputs and targets.
+std::vector<std::string> TfRecordFeatures(const TaskDefinition& def);
+
+// How a split's value (TaskDefinition.splits) names its examples.
+enum class SplitFormat {
+  kTsv,
+  kJsonl,
+  kText,
+  kTfRecord,    // IsTfRecordPath
+  kSeqioCache,  // "seqio_cache:DIR"
+  kTfds,        // "tfds:NAME[/CONFIG][:VERSION]:SPLIT[SLICE]"
+};
+SplitFormat SplitFormatOf(const std::string& value);
+inline constexpr char kSeqioCachePrefix[] = "seqio_cache:";
+inline constexpr char kTfdsPrefix[] = "tfds:";
+
+// A TFDS split as TFDS names it: "tfds:c4/en:3.0.1:train[:95%]".
+struct TfdsSplit {
+  std::string name;
+  std::string config;   // "" when not given
+  std::string version;  // "" when not given: the newest one prepared
+  std::string split;
+  // The slice [from:to] of the split's examples (TFDS's: negative counts
+  // from the end; percentages round to the closest example, halves to
+  // even); unset bounds are the split's start and end.
+  bool has_from = false, has_to = false;
+  int64_t from = 0, to = 0;
+  bool percent = false;
+};
+// kInvalidArgument saying what is wrong with `value`.
+absl::StatusOr<TfdsSplit> ParseTfdsSplit(const std::string& value);
+
 // The tasks (not mixtures) a name of `spec` stands for, with the share of
 // examples each gets (summing to 1): a task is itself; a mixture its
 // components, a nested mixture's rate shared among its own. kNotFound for a

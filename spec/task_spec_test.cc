@@ -187,6 +187,83 @@ constexpr char kMixtureTasks[] = R"pb(
   }
 )pb";
 
+TEST(TaskValidationTest, TfRecordSplitsHaveTheFeaturesTheirRekeyTakes) {
+  EXPECT_TRUE(IsTfRecordPath("data/train.tfrecord"));
+  EXPECT_TRUE(IsTfRecordPath("train.tfrecord.gz"));
+  EXPECT_TRUE(IsTfRecordPath("/d/c4-train.tfrecord-00000-of-01024"));
+  EXPECT_TRUE(IsTfRecordPath("/d/train.tfrecord-*-of-*"));
+  EXPECT_FALSE(IsTfRecordPath("train.tfrecords.jsonl"));
+  EXPECT_FALSE(IsTfRecordPath("/d.tfrecord/train.tsv"));
+  auto with_chain = [](const std::string& splits, const std::string& chain) {
+    return Spec(absl::StrCat("task_definitions { name: \"t\" ", splits, " ", chain, " }"), "t");
+  };
+  const std::string tfrecord = R"(splits { key: "train" value: "a.tfrecord-*-of-*" })";
+  const std::string rekey =
+      R"(preprocessors { rekey { key_map { key: "inputs" value: "question" } key_map { key: "targets" value: )"
+      R"("answer" } } })";
+  EXPECT_THAT(Validate(with_chain(tfrecord, "")), IsOk());
+  EXPECT_THAT(Validate(with_chain(tfrecord, rekey)), IsOk());
+  EXPECT_EQ(TfRecordFeatures(with_chain(tfrecord, rekey).task_definitions(0)),
+            (std::vector<std::string>{"answer", "question"}));
+  EXPECT_EQ(TfRecordFeatures(with_chain(tfrecord, "").task_definitions(0)),
+            (std::vector<std::string>{"inputs", "targets"}));
+  EXPECT_THAT(Validate(with_chain(R"(splits { key: "train" value: "a.tfrecord" } splits { key: "validation" )"
+                                  R"(value: "b.jsonl" })",
+                                  "")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("task_definitions[0].splits: mixes TFRecord or TFDS with other files")));
+}
+
+TEST(TaskValidationTest, TfdsSplitsAndSeqioCaches) {
+  auto tfds = ParseTfdsSplit("tfds:c4/en:3.0.1:train[:95%]");
+  ASSERT_THAT(tfds.status(), IsOk());
+  EXPECT_EQ(tfds->name, "c4");
+  EXPECT_EQ(tfds->config, "en");
+  EXPECT_EQ(tfds->version, "3.0.1");
+  EXPECT_EQ(tfds->split, "train");
+  EXPECT_TRUE(tfds->percent);
+  EXPECT_FALSE(tfds->has_from);
+  EXPECT_TRUE(tfds->has_to);
+  EXPECT_EQ(tfds->to, 95);
+  auto plain = ParseTfdsSplit("tfds:mnist:test");
+  ASSERT_THAT(plain.status(), IsOk());
+  EXPECT_EQ(plain->config, "");
+  EXPECT_EQ(plain->version, "");
+  EXPECT_FALSE(plain->has_from || plain->has_to);
+  auto range = ParseTfdsSplit("tfds:squad:validation[-100:200]");
+  ASSERT_THAT(range.status(), IsOk());
+  EXPECT_EQ(range->from, -100);
+  EXPECT_EQ(range->to, 200);
+  EXPECT_FALSE(range->percent);
+  for (const char* bad : {"tfds:c4", "tfds:c4/en/x:train", "tfds:c4:train[:95%", "tfds:c4:train[10%:20]",
+                          "tfds:c4:train[:150%]", "tfds:c4:train[a:b]", "tfds::train", "tfds:../x:train"}) {
+    EXPECT_THAT(ParseTfdsSplit(bad).status(), StatusCodeIs(absl::StatusCode::kInvalidArgument)) << bad;
+  }
+  EXPECT_EQ(SplitFormatOf("seqio_cache:/cache/my_task"), SplitFormat::kSeqioCache);
+  EXPECT_EQ(SplitFormatOf("tfds:c4/en:train"), SplitFormat::kTfds);
+  EXPECT_EQ(SplitFormatOf("a.tfrecord.gz"), SplitFormat::kTfRecord);
+  EXPECT_EQ(SplitFormatOf("a.jsonl"), SplitFormat::kJsonl);
+  EXPECT_EQ(SplitFormatOf("a.txt"), SplitFormat::kText);
+  EXPECT_EQ(SplitFormatOf("a.tsv"), SplitFormat::kTsv);
+  auto with_splits = [](const std::string& splits) {
+    return Spec(absl::StrCat("task_definitions { name: \"t\" ", splits, " }"), "t");
+  };
+  EXPECT_THAT(Validate(with_splits(R"(splits { key: "train" value: "tfds:c4/en:3.0.1:train[:95%]" } )"
+                                   R"(splits { key: "validation" value: "tfds:c4/en:3.0.1:train[95%:]" })")),
+              IsOk());
+  EXPECT_THAT(Validate(with_splits(R"(splits { key: "train" value: "seqio_cache:/cache/t" })")), IsOk());
+  EXPECT_THAT(Validate(with_splits(R"(splits { key: "train" value: "t.tfrecord" } tfds_data_dir: "/data")")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("task_definitions[0].tfds_data_dir: set, but no split is a TFDS split")));
+  EXPECT_THAT(Validate(with_splits(R"(splits { key: "train" value: "tfds:c4:train[:95" })")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("task_definitions[0].splits[train]: the slice does not end with ]")));
+  EXPECT_THAT(
+      Validate(with_splits(R"(splits { key: "train" value: "seqio_cache:/cache/t" } )"
+                           R"(splits { key: "validation" value: "v.tfrecord" })")),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("splits: mixes TFRecord or TFDS with seqio caches")));
+}
+
 TEST(TaskValidationTest, TheMixtureFragmentValidatesAndIsEvaluatedPerTask) {
   JobSpec spec = Spec(absl::StrCat(kMixtureTasks, R"pb(
                         mixture_definitions {

@@ -715,6 +715,8 @@ std::vector<Case> Cases() {
               CorpusTask(R"pb(preprocessors { span_corruption { mean_noise_span_length: 1.0 } })pb")),
       Replace("task_definitions.preprocessors.prefix_lm", CorpusTask(R"pb(preprocessors { span_corruption {} })pb"),
               CorpusTask(R"pb(preprocessors { prefix_lm {} })pb")),
+      Refused("task_definitions.tfds_data_dir", "", QaTask(R"pb(tfds_data_dir: "/data/tfds")pb"),
+              "tfds_data_dir: set, but no split is a TFDS split"),
       Replace("task_definitions.extra_ids", CorpusTask(R"pb(preprocessors { span_corruption {} })pb"),
               CorpusTask(R"pb(preprocessors { span_corruption {} })pb", "extra_ids: 50")),
       Check("data_parallel.overlap_allreduce"),
