@@ -55,11 +55,9 @@ absl::Status CheckTaskVocabulary(const JobSpec& spec, const std::string& model_v
 }
 
 absl::Status ConvertGin(const std::vector<std::string>& files, const GinLoadOptions& load,
-                        const std::string& definitions, bool allow_unmapped, const std::string& out_path,
+                        const std::string& definitions, GinConversionOptions options, const std::string& out_path,
                         std::ostream& out, std::ostream& err) {
   TY_ASSIGN_OR_RETURN(GinConfig config, GinConfig::Load(files, load));
-  GinConversionOptions options;
-  options.allow_unmapped = allow_unmapped;
   if (!definitions.empty()) {
     TY_ASSIGN_OR_RETURN(options.definitions, LoadJobSpec(definitions));
   }
@@ -85,11 +83,12 @@ absl::Status ConvertGin(const std::vector<std::string>& files, const GinLoadOpti
 int RunConvertFromGin(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::vector<std::string> files;
   GinLoadOptions load;
-  std::string out_path, definitions;
+  std::string out_path, definitions, tfds_data_dir;
   bool allow_unmapped = false;
   FlagSet flags(
       "convert --from-gin RUN.gin [--from-gin MORE.gin]... [--gin-search-path DIR]... "
-      "[--gin-binding 'NAME = VALUE']... [--task-definitions FILE] [--allow-unmapped] --out SPEC.textproto",
+      "[--gin-binding 'NAME = VALUE']... [--task-definitions FILE] [--tfds-data-dir DIR] [--allow-unmapped] "
+      "--out SPEC.textproto",
       "Converts a T5X training run's gin configuration (what t5x/train.py reads) into a\n"
       "job spec: the model, optimizer, schedule, data, evaluation, checkpoints and\n"
       "actions, with T5X's defaults for what the files leave unbound. A binding that\n"
@@ -102,6 +101,9 @@ int RunConvertFromGin(const std::vector<std::string>& args, std::ostream& out, s
                     "a binding applied after the files (as T5X's --gin.NAME=VALUE)");
   flags.AddString("task-definitions", &definitions, "FILE",
                   "a spec fragment with task_definitions and mixture_definitions the run's task names");
+  flags.AddString("tfds-data-dir", &tfds_data_dir, "DIR",
+                  "where T5's well-known tasks (c4_v220_span_corruption, wmt_t2t_ende_v003, ...) find their "
+                  "TFDS datasets, prepared by tfds (default: the workers' TFDS_DATA_DIR)");
   flags.AddBool("allow-unmapped", &allow_unmapped, "convert what can be and list the rest as warnings");
   flags.AddString("out", &out_path, "SPEC.textproto", "the job spec to write (not overwritten if it exists)");
   std::vector<std::string> positional;
@@ -114,7 +116,10 @@ int RunConvertFromGin(const std::vector<std::string>& args, std::ostream& out, s
     err << "error: --out " << out_path << " exists; choose a new file\n";
     return kExitUsage;
   }
-  const absl::Status status = ConvertGin(files, load, definitions, allow_unmapped, out_path, out, err);
+  GinConversionOptions options;
+  options.allow_unmapped = allow_unmapped;
+  options.tfds_data_dir = tfds_data_dir;
+  const absl::Status status = ConvertGin(files, load, definitions, options, out_path, out, err);
   if (status.ok()) return kExitOk;
   err << "error: " << status.message() << "\n";
   return status.code() == absl::StatusCode::kInvalidArgument || status.code() == absl::StatusCode::kNotFound

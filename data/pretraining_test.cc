@@ -230,5 +230,23 @@ TEST(RekeyTest, RenamesAndNamesAMissingFeature) {
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("no feature \"text\"")));
 }
 
+TEST(TextStepTest, TranslateAndSummarizeFormatAsT5Does) {
+  Preprocessor translate = Translate("en", "English", "de", "German");
+  absl::StatusOr<absl::optional<Example>> out =
+      translate({{"en", "That is good."}, {"de", "Das ist gut."}, {"id", "7"}});
+  ASSERT_TRUE(out.ok() && out->has_value()) << out.status();
+  EXPECT_EQ(**out, (Example{{"inputs", "translate English to German: That is good."}, {"targets", "Das ist gut."}}));
+  EXPECT_THAT(translate({{"en", "x"}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("translate: no feature \"de\"")));
+
+  Preprocessor summarize = Summarize("article", "highlights");
+  out = summarize({{"article", "A  long\tarticle."}, {"highlights", "Short."}});
+  ASSERT_TRUE(out.ok() && out->has_value()) << out.status();
+  // Joined with one space; the article's own whitespace is kept, as T5's.
+  EXPECT_EQ(**out, (Example{{"inputs", "summarize: A  long\tarticle."}, {"targets", "Short."}}));
+  EXPECT_THAT(summarize({{"highlights", "x"}}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("summarize: no feature \"article\"")));
+}
+
 }  // namespace
 }  // namespace trainyard

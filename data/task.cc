@@ -166,6 +166,39 @@ Preprocessor Rekey(std::map<std::string, std::string> mapping) {
   };
 }
 
+namespace {
+
+// A text step's input feature, or kInvalidArgument naming it.
+absl::StatusOr<std::string> TextFeature(const Example& ex, const std::string& step, const std::string& name) {
+  auto it = ex.find(name);
+  if (it == ex.end()) return absl::InvalidArgumentError(absl::StrCat(step, ": no feature \"", name, "\""));
+  return it->second;
+}
+
+}  // namespace
+
+Preprocessor Translate(std::string source_feature, std::string source_name, std::string target_feature,
+                       std::string target_name) {
+  const std::string prefix = absl::StrCat("translate ", source_name, " to ", target_name, ": ");
+  return [=](Example ex) -> absl::StatusOr<absl::optional<Example>> {
+    absl::StatusOr<std::string> source = TextFeature(ex, "translate", source_feature);
+    if (!source.ok()) return source.status();
+    absl::StatusOr<std::string> target = TextFeature(ex, "translate", target_feature);
+    if (!target.ok()) return target.status();
+    return absl::optional<Example>(Example{{"inputs", prefix + *source}, {"targets", std::move(*target)}});
+  };
+}
+
+Preprocessor Summarize(std::string article_key, std::string summary_key) {
+  return [=](Example ex) -> absl::StatusOr<absl::optional<Example>> {
+    absl::StatusOr<std::string> article = TextFeature(ex, "summarize", article_key);
+    if (!article.ok()) return article.status();
+    absl::StatusOr<std::string> summary = TextFeature(ex, "summarize", summary_key);
+    if (!summary.ok()) return summary.status();
+    return absl::optional<Example>(Example{{"inputs", "summarize: " + *article}, {"targets", std::move(*summary)}});
+  };
+}
+
 TokenPreprocessor SpanCorruption(const Vocabulary& vocabulary, double noise_density, double mean_noise_span_length) {
   const int extra_ids = vocabulary.extra_ids();
   const int32_t first_sentinel = extra_ids > 0 ? vocabulary.ExtraId(0) : -1;

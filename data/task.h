@@ -78,6 +78,15 @@ uint64_t ExampleSeed(uint64_t seed, int64_t epoch, int64_t index);
 // Built-in preprocessors.
 // Renames features: {new name: old name}; other features are dropped.
 Preprocessor Rekey(std::map<std::string, std::string> mapping);
+// T5's translate: {inputs: "translate <source_name> to <target_name>: " +
+// example[source_feature], targets: example[target_feature]}; the names
+// are English ones (spec/task_spec.h's T5LanguageName). Other features are
+// dropped; kInvalidArgument naming a missing feature.
+Preprocessor Translate(std::string source_feature, std::string source_name, std::string target_feature,
+                       std::string target_name);
+// T5's summarize: {inputs: "summarize: " + example[article_key], targets:
+// example[summary_key]}. Other features are dropped.
+Preprocessor Summarize(std::string article_key, std::string summary_key);
 // T5's span corruption of the "targets" tokens into inputs and targets
 // (data/span_corruption.h); sentinels are the vocabulary's extra ids.
 TokenPreprocessor SpanCorruption(const Vocabulary& vocabulary, double noise_density = 0.15,

@@ -16,13 +16,23 @@
 namespace trainyard {
 namespace {
 
+// A translate or summarize step.
+absl::StatusOr<Preprocessor> TextStep(const PreprocessorConfig& p) {
+  if (p.has_summarize()) return Summarize(p.summarize().article_key(), p.summarize().summary_key());
+  const TranslateConfig& t = p.translate();
+  absl::StatusOr<std::string> source = T5LanguageName(t.source_language());
+  if (!source.ok()) return source.status();
+  absl::StatusOr<std::string> target = T5LanguageName(t.target_language());
+  if (!target.ok()) return target.status();
+  return Translate(t.source_language(), *source, t.target_language(), *target);
+}
+
 absl::Status BuildChain(const TaskDefinition& def, Task* task) {
-  bool plain = false, has_rekey = false;
+  bool plain = false;
   for (const auto& [split, path] : def.splits()) plain |= IsPlainTextPath(path);
-  for (const PreprocessorConfig& p : def.preprocessors()) has_rekey |= p.has_rekey();
   // T5's rekey of plain text (the validator writes it into the spec; a
   // definition that did not pass through it gets the same).
-  if (plain && !has_rekey) task->preprocessors.push_back(Rekey({{"targets", "text"}}));
+  if (plain && !HasTextStep(def)) task->preprocessors.push_back(Rekey({{"targets", "text"}}));
   bool token_stage = false;
   for (const PreprocessorConfig& p : def.preprocessors()) {
     switch (p.kind_case()) {
@@ -34,6 +44,19 @@ absl::Status BuildChain(const TaskDefinition& def, Task* task) {
         task->preprocessors.push_back(
             Rekey(std::map<std::string, std::string>(p.rekey().key_map().begin(), p.rekey().key_map().end())));
         break;
+      case PreprocessorConfig::kTranslate:
+      case PreprocessorConfig::kSummarize: {
+        if (token_stage) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("task ", def.name(),
+                           ": translate and summarize come before split_tokens, span_corruption and prefix_lm"));
+        }
+        absl::StatusOr<Preprocessor> step = TextStep(p);
+        if (!step.ok())
+          return absl::InvalidArgumentError(absl::StrCat("task ", def.name(), ": ", step.status().message()));
+        task->preprocessors.push_back(*std::move(step));
+        break;
+      }
       case PreprocessorConfig::kSplitTokens:
         token_stage = true;
         break;

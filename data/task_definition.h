@@ -15,7 +15,8 @@ namespace trainyard {
 // line as "text"; TFRecord files, "tfds:" splits and "seqio_cache:"
 // directories as proto/job.proto describes; otherwise tab-separated), its
 // preprocessing chain built
-// (spec/task_spec.h: rekey, split_tokens, span_corruption, prefix_lm), its
+// (spec/task_spec.h: rekey, translate, summarize, split_tokens,
+// span_corruption, prefix_lm), its
 // vocabulary loaded with its extra ids (default: the bundled vocabulary). A
 // split's files are opened when the split is first used, so a bad path
 // fails the job that reads it, naming the file. kAlreadyExists for a taken

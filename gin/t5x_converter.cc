@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "gin/t5_tasks.h"
 
 namespace trainyard {
 namespace gin_internal {
@@ -162,15 +163,40 @@ absl::Status Converter::Run() {
   TY_RETURN_IF_ERROR(MapTrainScript(train));
   TY_RETURN_IF_ERROR(MapTrainScriptSettings(train));
   TY_RETURN_IF_ERROR(MapActions(train));
-  for (const TaskDefinition& t : options_.definitions.task_definitions()) {
-    TaskDefinition* copy = spec_->add_task_definitions();
-    *copy = t;
-    if (copy->vocabulary().empty()) copy->set_vocabulary(vocabulary_);
-    if (!copy->has_extra_ids() && extra_ids_) copy->set_extra_ids(static_cast<int32_t>(*extra_ids_));
-  }
+  for (const TaskDefinition& t : options_.definitions.task_definitions()) AddDefinition(t);
+  for (const TaskDefinition& t : t5_tasks_) AddDefinition(t);
   out_->vocabulary = vocabulary_;
   for (const MixtureDefinition& m : options_.definitions.mixture_definitions()) *spec_->add_mixture_definitions() = m;
   return CheckUnused();
+}
+
+void Converter::AddDefinition(const TaskDefinition& def) {
+  TaskDefinition* copy = spec_->add_task_definitions();
+  *copy = def;
+  if (copy->vocabulary().empty()) copy->set_vocabulary(vocabulary_);
+  if (!copy->has_extra_ids() && extra_ids_) copy->set_extra_ids(static_cast<int32_t>(*extra_ids_));
+}
+
+absl::Status Converter::ResolveT5Task(const Bound& task) {
+  const std::string& name = task.value.s;
+  for (const TaskDefinition& d : options_.definitions.task_definitions()) {
+    if (d.name() == name) return absl::OkStatus();
+  }
+  for (const MixtureDefinition& m : options_.definitions.mixture_definitions()) {
+    if (m.name() == name) return absl::OkStatus();
+  }
+  for (const TaskDefinition& d : t5_tasks_) {
+    if (d.name() == name) return absl::OkStatus();
+  }
+  absl::StatusOr<TaskDefinition> def = T5TaskDefinition(name, options_.tfds_data_dir);
+  if (absl::IsNotFound(def.status())) return absl::OkStatus();  // a bundled task, or the validator names it
+  if (!def.ok()) return Refuse(task, std::string(def.status().message()));
+  out_->notes.push_back(
+      absl::StrCat(task.where.ToString(), ": task ", name, ": T5's definition over TFDS ",
+                   def->splits().begin()->second.substr(5), " (and its other splits), read under ",
+                   def->tfds_data_dir().empty() ? "the workers' TFDS_DATA_DIR" : def->tfds_data_dir()));
+  t5_tasks_.push_back(*std::move(def));
+  return absl::OkStatus();
 }
 
 // Bindings nobody read: an error (or warning) when their configurable was

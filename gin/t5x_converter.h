@@ -109,6 +109,13 @@ class Converter {
   absl::Status MapActions(const Call& train);
   absl::Status MapAction(const GinValue& ref, const GinLocation& where, ActionMode mode);
   absl::Status CheckUnused();
+  // A task name a DatasetConfig binds: one of T5's well-known tasks
+  // (gin/t5_tasks.h) that the given definitions do not define becomes a
+  // definition over TFDS; one whose preprocessors Trainyard lacks is refused.
+  absl::Status ResolveT5Task(const Bound& task);
+  // Definitions copied into the spec, with the model's vocabulary and extra
+  // ids when they name none.
+  void AddDefinition(const TaskDefinition& def);
 
   GinConfig* config_;
   const GinConversionOptions& options_;
@@ -117,6 +124,7 @@ class Converter {
   std::vector<Call> called_;
   std::string vocabulary_;  // the model's, "" when unbound
   std::optional<int64_t> extra_ids_;
+  std::vector<TaskDefinition> t5_tasks_;  // from ResolveT5Task, in order
 };
 
 // Python's repr of a value, as messages quote it.

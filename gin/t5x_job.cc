@@ -94,6 +94,7 @@ absl::Status Converter::MapTrainData(const Call& data) {
   if (!task) return absl::InvalidArgumentError(absl::StrCat(data.Shown(), ".mixture_or_task_name is not bound"));
   if (task->value.kind != GinValue::Kind::kString) return TypeError(*task, "a task or mixture name");
   spec_->set_task(task->value.s);
+  TY_RETURN_IF_ERROR(ResolveT5Task(*task));
   TY_ASSIGN_OR_RETURN(std::optional<Bound> lengths, Get(data, "task_feature_lengths"));
   if (!lengths) return absl::InvalidArgumentError(absl::StrCat(data.Shown(), ".task_feature_lengths is not bound"));
   const GinValue& d = lengths->value;
@@ -125,8 +126,9 @@ absl::Status Converter::MapTrainData(const Call& data) {
                               "to None or to train.random_seed's value"));
   }
   TY_RETURN_IF_ERROR(Expect(data, "use_cached", IsFalse,
-                            "Trainyard reads the task's own files and preprocesses them as it trains, not a seqio "
-                            "cache: bind USE_CACHED_TASKS = False"));
+                            "Trainyard preprocesses the task's own files as it trains; to train on seqio's cache of "
+                            "a task, define a task whose splits are seqio_cache:DIR (--task-definitions) and bind "
+                            "USE_CACHED_TASKS = False"));
   TY_RETURN_IF_ERROR(Expect(data, "module", IsNone,
                             "a Python module cannot register tasks in Trainyard: define the task in the spec "
                             "(--task-definitions) and bind module to None"));
@@ -138,9 +140,11 @@ absl::Status Converter::MapTrainData(const Call& data) {
 }
 
 absl::Status Converter::MapEvalData(const Call& data) {
-  TY_ASSIGN_OR_RETURN(std::optional<std::string> task, String(data, "mixture_or_task_name"));
+  TY_ASSIGN_OR_RETURN(std::optional<Bound> task, Get(data, "mixture_or_task_name"));
   if (!task) return absl::InvalidArgumentError(absl::StrCat(data.Shown(), ".mixture_or_task_name is not bound"));
-  spec_->mutable_eval()->add_tasks(*task);
+  if (task->value.kind != GinValue::Kind::kString) return TypeError(*task, "a task or mixture name");
+  spec_->mutable_eval()->add_tasks(task->value.s);
+  TY_RETURN_IF_ERROR(ResolveT5Task(*task));
   TY_ASSIGN_OR_RETURN(std::optional<std::string> split, String(data, "split"));
   spec_->mutable_eval()->set_split(split.value_or("validation"));
   const int64_t batch = spec_->batch_size();
@@ -165,7 +169,8 @@ absl::Status Converter::MapEvalData(const Call& data) {
   TY_RETURN_IF_ERROR(Expect(data, "shuffle", IsFalse,
                             "Trainyard evaluates the split in order (a fixed sample of it with eval_steps)"));
   TY_RETURN_IF_ERROR(Expect(data, "use_cached", IsFalse,
-                            "Trainyard reads the task's own files, not a seqio cache: bind USE_CACHED_TASKS = False"));
+                            "Trainyard preprocesses the task's own files as it evaluates; for seqio's cache of a "
+                            "task, define a task whose splits are seqio_cache:DIR and bind USE_CACHED_TASKS = False"));
   TY_RETURN_IF_ERROR(Expect(data, "module", IsNone, "a Python module cannot register tasks in Trainyard"));
   TY_RETURN_IF_ERROR(Note(data, "seed", "the evaluation reads the split in order: no shuffling seed"));
   TY_RETURN_IF_ERROR(Note(data, "use_custom_packing_ops", "evaluation is unpacked"));

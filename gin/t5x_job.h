@@ -48,6 +48,10 @@ struct GinConversionOptions {
   // are copied into the spec. A defined task without a vocabulary takes the
   // configuration's.
   JobSpec definitions;
+  // Where T5's well-known tasks (gin/t5_tasks.h) read their TFDS datasets:
+  // their definitions' tfds_data_dir ("" = the workers' TFDS_DATA_DIR,
+  // else ~/tensorflow_datasets).
+  std::string tfds_data_dir;
 };
 
 struct GinConversion {

@@ -19,7 +19,7 @@ using ::testing::HasSubstr;
 constexpr char kRoot[] = "gin/testdata/t5x";
 
 absl::StatusOr<GinConversion> Convert(const std::vector<std::string>& files, std::vector<std::string> bindings,
-                                      bool allow_unmapped = false) {
+                                      bool allow_unmapped = false, const std::string& tfds_data_dir = "") {
   GinLoadOptions load;
   load.search_path = {kRoot};
   load.bindings = std::move(bindings);
@@ -29,6 +29,7 @@ absl::StatusOr<GinConversion> Convert(const std::vector<std::string>& files, std
   if (!config.ok()) return config.status();
   GinConversionOptions options;
   options.allow_unmapped = allow_unmapped;
+  options.tfds_data_dir = tfds_data_dir;
   return JobSpecFromGin(&*config, options);
 }
 
@@ -149,7 +150,7 @@ TEST(T5xJobTest, BindingsThatCannotBeHonouredNameTheirFileAndLine) {
             "--gin-binding #9:1: partitioning.PjitPartitioner.num_partitions = 2: Trainyard partitions data only"},
            {"USE_CACHED_TASKS = True",
             "runs/pretrain.gin:48: train/utils.DatasetConfig.use_cached = True: Trainyard "
-            "reads the task's own files"},
+            "preprocesses the task's own files"},
            {"trainer.Trainer.weight_metrics_computer = @trainer.Other()",
             "trainer.Trainer.weight_metrics_computer = @trainer.Other(): Trainyard converts "
             "trainer.WeightMetricsComputer here"},
@@ -185,6 +186,61 @@ TEST(T5xJobTest, AllowUnmappedListsWhatItLeftOutAndNotesWhatT5xIgnores) {
   bool noted = false;
   for (const std::string& n : c->notes) noted |= absl::StrContains(n, "infer_eval/utils.DatasetConfig.split: not used");
   EXPECT_TRUE(noted);
+}
+
+// The names T5X's gin files use for T5's tasks: definitions over TFDS with
+// T5's source, chain and metric, the model's vocabulary.
+TEST(T5xJobTest, T5sWellKnownTasksBecomeDefinitionsOverTfds) {
+  std::vector<std::string> bindings = PretrainBindings();
+  bindings.push_back("MIXTURE_OR_TASK_NAME = 'wmt_t2t_ende_v003'");
+  absl::StatusOr<GinConversion> c =
+      Convert({"models/t5_1_1_small.gin", "runs/pretrain.gin"}, bindings, false, "/data/tfds");
+  ASSERT_THAT(c.status(), IsOk());
+  const JobSpec& s = c->spec;
+  EXPECT_EQ(s.task(), "wmt_t2t_ende_v003");
+  ASSERT_EQ(s.task_definitions_size(), 1);  // train and train_eval name the same task
+  const TaskDefinition& d = s.task_definitions(0);
+  EXPECT_EQ(d.name(), "wmt_t2t_ende_v003");
+  ASSERT_EQ(d.splits_size(), 3);
+  EXPECT_EQ(d.splits().at("train"), "tfds:wmt_t2t_translate/de-en:1.0.0:train");
+  EXPECT_EQ(d.splits().at("validation"), "tfds:wmt_t2t_translate/de-en:1.0.0:validation");
+  EXPECT_EQ(d.tfds_data_dir(), "/data/tfds");
+  EXPECT_EQ(d.vocabulary(), "/data/spm.model");
+  ASSERT_EQ(d.preprocessors_size(), 1);
+  EXPECT_EQ(d.preprocessors(0).translate().source_language(), "en");
+  EXPECT_EQ(d.preprocessors(0).translate().target_language(), "de");
+  EXPECT_EQ(std::vector<std::string>(d.metric_fns().begin(), d.metric_fns().end()), std::vector<std::string>{"bleu"});
+  bool noted = false;
+  for (const std::string& n : c->notes) {
+    noted |= absl::StrContains(n, "task wmt_t2t_ende_v003: T5's definition over TFDS wmt_t2t_translate/de-en:1.0.0");
+  }
+  EXPECT_TRUE(noted);
+  JobSpec validated = s;
+  EXPECT_THAT(ValidateAndNormalize(&validated), IsOk());
+
+  // Pretraining on C4: T5's rekey and span corruption, 100 sentinels.
+  bindings.push_back("MIXTURE_OR_TASK_NAME = 'c4_v220_span_corruption'");
+  c = Convert({"models/t5_1_1_small.gin", "runs/pretrain.gin"}, bindings, false, "/data/tfds");
+  ASSERT_THAT(c.status(), IsOk());
+  ASSERT_EQ(c->spec.task_definitions_size(), 1);
+  const TaskDefinition& c4 = c->spec.task_definitions(0);
+  EXPECT_EQ(c4.splits().at("train"), "tfds:c4/en:2.2.0:train");
+  ASSERT_EQ(c4.preprocessors_size(), 2);
+  EXPECT_EQ(c4.preprocessors(0).rekey().key_map().at("targets"), "text");
+  EXPECT_TRUE(c4.preprocessors(1).has_span_corruption());
+  validated = c->spec;
+  ASSERT_THAT(ValidateAndNormalize(&validated), IsOk());
+  EXPECT_EQ(validated.task_definitions(0).extra_ids(), 100);
+}
+
+TEST(T5xJobTest, T5TasksWhosePreprocessorsAreMissingAreRefusedWithTheirLine) {
+  std::vector<std::string> bindings = PretrainBindings();
+  bindings.push_back("MIXTURE_OR_TASK_NAME = 'glue_cola_v002'");
+  absl::StatusOr<GinConversion> c = Convert({"models/t5_1_1_small.gin", "runs/pretrain.gin"}, bindings);
+  EXPECT_THAT(c.status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("train/utils.DatasetConfig.mixture_or_task_name = 'glue_cola_v002': T5's task "
+                                 "glue_cola_v002 needs GLUE's text preprocessors")));
 }
 
 TEST(T5xJobTest, RequiredValuesLeftUnboundAreNamed) {

@@ -193,12 +193,49 @@ absl::StatusOr<TfdsSplit> ParseTfdsSplit(const std::string& value) {
 
 std::vector<std::string> TfRecordFeatures(const TaskDefinition& def) {
   for (const PreprocessorConfig& p : def.preprocessors()) {
-    if (!p.has_rekey()) continue;
     std::set<std::string> taken;
-    for (const auto& [to, from] : p.rekey().key_map()) taken.insert(from);
+    if (p.has_rekey()) {
+      for (const auto& [to, from] : p.rekey().key_map()) taken.insert(from);
+    } else if (p.has_translate()) {
+      taken = {p.translate().source_language(), p.translate().target_language()};
+    } else if (p.has_summarize()) {
+      taken = {p.summarize().article_key(), p.summarize().summary_key()};
+    } else {
+      continue;
+    }
     return std::vector<std::string>(taken.begin(), taken.end());
   }
   return {"inputs", "targets"};
+}
+
+bool HasTextStep(const TaskDefinition& def) {
+  for (const PreprocessorConfig& p : def.preprocessors()) {
+    if (p.has_rekey() || p.has_translate() || p.has_summarize()) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::string> T5LanguageName(const std::string& code) {
+  // English names as T5's translate takes them (babel's english_name of the
+  // code's first two letters), for the languages of WMT and T5's tasks.
+  static const std::map<std::string, std::string>* const kNames = new std::map<std::string, std::string>{
+      {"ar", "Arabic"},     {"bg", "Bulgarian"},  {"cs", "Czech"},    {"da", "Danish"},    {"de", "German"},
+      {"el", "Greek"},      {"en", "English"},    {"es", "Spanish"},  {"et", "Estonian"},  {"fi", "Finnish"},
+      {"fr", "French"},     {"gu", "Gujarati"},   {"hi", "Hindi"},    {"hr", "Croatian"},  {"hu", "Hungarian"},
+      {"it", "Italian"},    {"ja", "Japanese"},   {"kk", "Kazakh"},   {"km", "Khmer"},     {"ko", "Korean"},
+      {"lt", "Lithuanian"}, {"lv", "Latvian"},    {"ne", "Nepali"},   {"nl", "Dutch"},     {"pl", "Polish"},
+      {"ps", "Pashto"},     {"pt", "Portuguese"}, {"ro", "Romanian"}, {"ru", "Russian"},   {"si", "Sinhala"},
+      {"sv", "Swedish"},    {"ta", "Tamil"},      {"tr", "Turkish"},  {"uk", "Ukrainian"}, {"zh", "Chinese"},
+  };
+  auto it = kNames->find(code.substr(0, 2));
+  if (code.size() < 2 || it == kNames->end()) {
+    std::vector<std::string> known;
+    for (const auto& [c, name] : *kNames) known.push_back(c);
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec_internal::Quote(code), " is not a language code Trainyard names (T5 takes ",
+                     "the first two letters of an ISO 639-1 code): ", absl::StrJoin(known, ", ")));
+  }
+  return it->second;
 }
 
 namespace {
@@ -270,193 +307,6 @@ namespace spec_internal {
 namespace {
 
 constexpr char kTaskNameChars[] = "_.:/-";
-
-std::string Features(const std::set<std::string>& features) {
-  return features.empty() ? std::string("(none)") : absl::StrJoin(features, ", ");
-}
-
-// What the steps of a chain have made of its examples so far.
-struct ChainState {
-  std::set<std::string> features;  // the examples' features after the steps so far
-  bool token_stage = false;        // split_tokens, span_corruption or prefix_lm seen
-  bool split_seen = false;
-  std::string objective;  // "span_corruption" or "prefix_lm"
-};
-
-// Whether any of the definition's splits is plain text (.txt); splits that
-// mix plain text with example files are an error.
-bool ValidateSplitFormats(Errors* errors, const std::string& prefix, const TaskDefinition& def) {
-  bool plain = false, files = false;
-  for (const auto& [split, path] : def.splits()) (IsPlainTextPath(path) ? plain : files) = true;
-  if (plain && files) {
-    errors->Add(prefix + ".splits",
-                "mixes plain text (.txt) with example files (.jsonl, .tsv); a task's splits have the same features");
-  }
-  // TFRecord files and TFDS splits hold text; seqio's caches hold tokens.
-  std::set<std::string> kinds;
-  for (const auto& [split, path] : def.splits()) {
-    const SplitFormat format = SplitFormatOf(path);
-    kinds.insert(format == SplitFormat::kTfRecord || format == SplitFormat::kTfds ? "TFRecord or TFDS"
-                 : format == SplitFormat::kSeqioCache                             ? "seqio caches"
-                                                                                  : "other files");
-    if (format == SplitFormat::kTfds) {
-      if (absl::StatusOr<TfdsSplit> tfds = ParseTfdsSplit(path); !tfds.ok()) {
-        errors->Add(absl::StrCat(prefix, ".splits[", split, "]"), std::string(tfds.status().message()));
-      }
-    }
-    if (format == SplitFormat::kSeqioCache && path.size() == std::string(kSeqioCachePrefix).size()) {
-      errors->Add(absl::StrCat(prefix, ".splits[", split, "]"), "seqio_cache: names no directory");
-    }
-  }
-  bool tfds = false;
-  for (const auto& [split, path] : def.splits()) tfds |= SplitFormatOf(path) == SplitFormat::kTfds;
-  if (!def.tfds_data_dir().empty() && !tfds) {
-    errors->Add(prefix + ".tfds_data_dir",
-                "set, but no split is a TFDS split; name one as tfds:NAME[/CONFIG][:VERSION]:SPLIT");
-  }
-  if (kinds.size() > 1 && (kinds.count("TFRecord or TFDS") || kinds.count("seqio caches"))) {
-    errors->Add(prefix + ".splits",
-                absl::StrCat("mixes ", absl::StrJoin(kinds, " with "), "; a task's splits have the same features"));
-  }
-  return plain;
-}
-
-// A rekey step: before the token steps, a non-empty map of feature names to
-// features the examples have here. The examples leave it with the new names.
-void ValidateRekey(Errors* errors, const std::string& field, const RekeyConfig& rekey, ChainState* chain) {
-  if (chain->token_stage) {
-    errors->Add(field + ".rekey",
-                "renames text features, so it comes before split_tokens, span_corruption and prefix_lm");
-  }
-  if (rekey.key_map().empty()) {
-    errors->Add(field + ".rekey.key_map", "empty; map each new feature name to an existing feature");
-  }
-  std::set<std::string> next;
-  for (const auto& [to, from] : rekey.key_map()) {
-    if (!IsValidName(to, "_-", 64)) {
-      errors->Add(field + ".rekey.key_map", absl::StrCat(Quote(to), " is not a feature name; use [A-Za-z0-9_-]"));
-    }
-    if (!chain->features.count(from)) {
-      errors->Add(
-          absl::StrCat(field, ".rekey.key_map[", to, "]"),
-          absl::StrCat(Quote(from), " is not a feature of the examples here; they have: ", Features(chain->features)));
-    }
-    next.insert(to);
-  }
-  chain->features = std::move(next);
-}
-
-// A split_tokens step: once, before span_corruption or prefix_lm, with a
-// segment length in range.
-void ValidateSplitTokens(Errors* errors, const std::string& field, const SplitTokensConfig& split, ChainState* chain) {
-  if (chain->split_seen) errors->Add(field + ".split_tokens", "a chain splits its documents once");
-  if (!chain->objective.empty())
-    errors->Add(field + ".split_tokens", absl::StrCat("comes after ", chain->objective, "; put it before"));
-  CheckIntRange(errors, field + ".split_tokens.max_tokens_per_segment", split.max_tokens_per_segment(), 0, 1 << 20);
-  chain->split_seen = chain->token_stage = true;
-}
-
-// A span_corruption or prefix_lm step: one of them per chain. Fills in span
-// corruption's defaults and checks its parameters.
-void ValidateObjective(Errors* errors, const std::string& field, PreprocessorConfig* p, ChainState* chain) {
-  const std::string name = p->has_span_corruption() ? "span_corruption" : "prefix_lm";
-  if (!chain->objective.empty()) {
-    errors->Add(field + "." + name, absl::StrCat("the chain already has ", chain->objective,
-                                                 "; each makes inputs from the targets, one per chain"));
-  }
-  chain->objective = name;
-  chain->token_stage = true;
-  if (p->has_span_corruption()) {
-    SpanCorruptionConfig* s = p->mutable_span_corruption();
-    if (!s->has_noise_density()) s->set_noise_density(static_cast<float>(kDefaultNoiseDensity));
-    if (!s->has_mean_noise_span_length()) {
-      s->set_mean_noise_span_length(static_cast<float>(kDefaultMeanNoiseSpanLength));
-    }
-    CheckRange(errors, field + ".span_corruption.noise_density", s->noise_density(), 0, true, 1, true);
-    CheckRange(errors, field + ".span_corruption.mean_noise_span_length", s->mean_noise_span_length(), 1, false, 1000,
-               false);
-  }
-}
-
-// The features at the chain's end: `targets` for its token steps, inputs and
-// targets for the model.
-void ValidateChainFeatures(Errors* errors, const std::string& prefix, const ChainState& chain) {
-  if (chain.token_stage && !chain.features.count("targets")) {
-    errors->Add(prefix + ".preprocessors", absl::StrCat("split_tokens, span_corruption and prefix_lm work on the "
-                                                        "`targets` feature; the examples have: ",
-                                                        Features(chain.features), " (rekey one to targets)"));
-  } else if (chain.objective.empty() && (!chain.features.count("inputs") || !chain.features.count("targets"))) {
-    errors->Add(prefix + ".preprocessors",
-                absl::StrCat("the examples reach the model with ", Features(chain.features),
-                             "; they need inputs and targets: rekey them, or add span_corruption or prefix_lm to "
-                             "make inputs from the targets"));
-  }
-}
-
-// T5's rekey of plain text (its `text` becomes the targets) as the chain's
-// first step.
-void PrependPlainTextRekey(TaskDefinition* def) {
-  std::vector<PreprocessorConfig> chain(def->preprocessors().begin(), def->preprocessors().end());
-  def->clear_preprocessors();
-  (*def->add_preprocessors()->mutable_rekey()->mutable_key_map())["targets"] = "text";
-  for (PreprocessorConfig& p : chain) *def->add_preprocessors() = std::move(p);
-}
-
-// extra_ids: its default, its range, and some for span_corruption's
-// sentinels.
-void ValidateExtraIds(Errors* errors, const std::string& prefix, const std::string& objective, TaskDefinition* def) {
-  if (!def->has_extra_ids()) def->set_extra_ids(ExtraIds(*def));
-  CheckIntRange(errors, prefix + ".extra_ids", def->extra_ids(), 0, 1000);
-  if (objective == "span_corruption" && def->extra_ids() < 1) {
-    errors->Add(prefix + ".extra_ids", "0; span_corruption replaces spans by sentinel ids: give it some (T5: 100)");
-  }
-}
-
-// One definition's chain: order, parameters, and the features each step
-// sees. Fills in defaults (and T5's rekey of plain text).
-void ValidateChain(Errors* errors, const std::string& prefix, TaskDefinition* def) {
-  const bool plain = ValidateSplitFormats(errors, prefix, *def);
-  bool has_rekey = false;
-  for (const PreprocessorConfig& p : def->preprocessors()) has_rekey |= p.has_rekey();
-  // Plain text without a rekey of its own gets T5's, written into the
-  // spec after the checks (so that errors name the steps as the user
-  // numbered them).
-  const bool implicit_rekey = plain && !has_rekey;
-  ChainState chain;
-  bool tfrecord = false;
-  for (const auto& [split, path] : def->splits()) {
-    const SplitFormat format = SplitFormatOf(path);
-    tfrecord |= format == SplitFormat::kTfRecord || format == SplitFormat::kTfds || format == SplitFormat::kSeqioCache;
-  }
-  const std::vector<std::string> tfrecord_features = TfRecordFeatures(*def);
-  // TFRecord examples have the features the first rekey takes.
-  chain.features = implicit_rekey ? std::set<std::string>{"targets"}
-                   : plain        ? std::set<std::string>{"text"}
-                   : tfrecord     ? std::set<std::string>(tfrecord_features.begin(), tfrecord_features.end())
-                                  : std::set<std::string>{"inputs", "targets"};
-  for (int k = 0; k < def->preprocessors_size(); ++k) {
-    PreprocessorConfig* p = def->mutable_preprocessors(k);
-    const std::string field = absl::StrCat(prefix, ".preprocessors[", k, "]");
-    switch (p->kind_case()) {
-      case PreprocessorConfig::kRekey:
-        ValidateRekey(errors, field, p->rekey(), &chain);
-        break;
-      case PreprocessorConfig::kSplitTokens:
-        ValidateSplitTokens(errors, field, p->split_tokens(), &chain);
-        break;
-      case PreprocessorConfig::kSpanCorruption:
-      case PreprocessorConfig::kPrefixLm:
-        ValidateObjective(errors, field, p, &chain);
-        break;
-      case PreprocessorConfig::KIND_NOT_SET:
-        errors->Add(field, "set one of rekey, split_tokens, span_corruption, prefix_lm");
-        break;
-    }
-  }
-  ValidateChainFeatures(errors, prefix, chain);
-  if (implicit_rekey) PrependPlainTextRekey(def);
-  ValidateExtraIds(errors, prefix, chain.objective, def);
-}
 
 // What identifies a vocabulary in a mixture: its file (empty: the bundled
 // one) and its extra ids.

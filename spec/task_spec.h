@@ -71,8 +71,17 @@ bool IsPlainTextPath(const std::string& path);
 bool IsTfRecordPath(const std::string& path);
 
 // The features a task's TFRecord, TFDS or seqio-cache examples are read
-// with: those its first rekey takes, else inputs and targets.
+// with: those its first text step (rekey, translate, summarize) takes, else
+// inputs and targets.
 std::vector<std::string> TfRecordFeatures(const TaskDefinition& def);
+
+// Whether the chain has a text step: rekey, translate or summarize.
+bool HasTextStep(const TaskDefinition& def);
+
+// The English name T5's translate gives a language ("de" -> "German"), from
+// the code's first two letters as T5 does ("de-CH" -> "German");
+// kInvalidArgument listing the codes known.
+absl::StatusOr<std::string> T5LanguageName(const std::string& code);
 
 // How a split's value (TaskDefinition.splits) names its examples.
 enum class SplitFormat {

@@ -170,9 +170,12 @@ TEST(TaskValidationTest, ChainsAreCheckedStepByStep) {
       Validate(with_chain(tsv, "preprocessors { span_corruption { noise_density: 1.5 } }")),
       StatusIs(absl::StatusCode::kInvalidArgument,
                HasSubstr("preprocessors[0].span_corruption.noise_density: 1.5 is out of range; allowed: (0, 1)")));
-  EXPECT_THAT(Validate(with_chain(tsv, "preprocessors {}")),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("preprocessors[0]: set one of rekey, split_tokens, span_corruption, prefix_lm")));
+  EXPECT_THAT(
+      Validate(with_chain(tsv, "preprocessors {}")),
+      StatusIs(
+          absl::StatusCode::kInvalidArgument,
+          HasSubstr(
+              "preprocessors[0]: set one of rekey, translate, summarize, split_tokens, span_corruption, prefix_lm")));
   EXPECT_THAT(Validate(with_chain(txt,
                                   "preprocessors { split_tokens { max_tokens_per_segment: 100 } } "
                                   "preprocessors { prefix_lm {} }")),
@@ -186,6 +189,44 @@ constexpr char kMixtureTasks[] = R"pb(
     splits { key: "validation" value: "qa/valid.tsv" }
   }
 )pb";
+
+TEST(TaskValidationTest, TranslateAndSummarizeReadTheirFeaturesAndComeBeforeTokenSteps) {
+  auto with_chain = [](const std::string& chain) {
+    return Spec(
+        absl::StrCat(R"(task_definitions { name: "t" splits { key: "train" value: "a.tfrecord" } )", chain, " }"), "t");
+  };
+  const std::string translate = R"(preprocessors { translate { source_language: "en" target_language: "de" } })";
+  EXPECT_THAT(Validate(with_chain(translate)), IsOk());
+  EXPECT_EQ(TfRecordFeatures(with_chain(translate).task_definitions(0)), (std::vector<std::string>{"de", "en"}));
+  const std::string summarize = R"(preprocessors { summarize { article_key: "article" summary_key: "highlights" } })";
+  EXPECT_THAT(Validate(with_chain(summarize)), IsOk());
+  EXPECT_EQ(TfRecordFeatures(with_chain(summarize).task_definitions(0)),
+            (std::vector<std::string>{"article", "highlights"}));
+  EXPECT_THAT(
+      Validate(with_chain(R"(preprocessors { translate { source_language: "xx" target_language: "de" } })")),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("task_definitions[0].preprocessors[0].translate.source_language: \"xx\" is not a language "
+                         "code Trainyard names")));
+  EXPECT_THAT(Validate(with_chain(R"(preprocessors { summarize { article_key: "article" } })")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("task_definitions[0].preprocessors[0].summarize.summary_key: empty")));
+  // After a rekey, translate sees the rekeyed features only.
+  EXPECT_THAT(Validate(with_chain(R"(preprocessors { rekey { key_map { key: "en" value: "inputs" } } } )" + translate)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("preprocessors[1].translate.target_language: \"de\" is not a feature of the "
+                                 "examples here; they have: en")));
+  EXPECT_THAT(Validate(with_chain(R"(preprocessors { prefix_lm {} } )" + translate)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("preprocessors[1].translate: works on text features, so it comes before")));
+}
+
+TEST(TaskValidationTest, LanguageNamesAreT5s) {
+  EXPECT_EQ(*T5LanguageName("en"), "English");
+  EXPECT_EQ(*T5LanguageName("de"), "German");
+  EXPECT_EQ(*T5LanguageName("ro"), "Romanian");
+  EXPECT_EQ(*T5LanguageName("zh-cn"), "Chinese");  // T5 takes the first two letters
+  EXPECT_THAT(T5LanguageName("x").status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("en, es")));
+}
 
 TEST(TaskValidationTest, TfRecordSplitsHaveTheFeaturesTheirRekeyTakes) {
   EXPECT_TRUE(IsTfRecordPath("data/train.tfrecord"));

@@ -5,6 +5,8 @@
 #ifndef TRAINYARD_SPEC_TASK_VALIDATION_H_
 #define TRAINYARD_SPEC_TASK_VALIDATION_H_
 
+#include <string>
+
 #include "proto/job.pb.h"
 #include "spec/validation_util.h"
 
@@ -12,6 +14,11 @@ namespace trainyard {
 namespace spec_internal {
 
 void ValidateTasks(Errors* errors, JobSpec* spec);
+
+// One definition's preprocessing chain (task_chain.cc): order, parameters,
+// and the features each step sees. Fills in defaults (and T5's rekey of
+// plain text) and extra_ids. `prefix` names the definition in errors.
+void ValidateChain(Errors* errors, const std::string& prefix, TaskDefinition* def);
 
 }  // namespace spec_internal
 }  // namespace trainyard

@@ -144,4 +144,40 @@ checkpoint { async: false }
 EOF2
   case_check "a job trains on the TFDS split (trainyard local)" \
     "$trainyard" local "$work/tfds_job.textproto" --state-dir "$work/state4"
+
+  # T5's wmt_t2t_ende_v003, named in a T5X gin file, read from the local
+  # TFDS copy (--tfds-data-dir): the converted run trains and evaluates.
+  t5x=gin/testdata/t5x
+  if case_check "a T5X run naming wmt_t2t_ende_v003 converts (convert --from-gin --tfds-data-dir)" \
+    "$trainyard" convert --from-gin $t5x/models/t5_1_1_small.gin --from-gin $t5x/runs/pretrain.gin \
+      --gin-search-path $t5x --tfds-data-dir "$p/tfds" \
+      --gin-binding "MODEL_DIR = '$work/wmt_run'" \
+      --gin-binding "MIXTURE_OR_TASK_NAME = 'wmt_t2t_ende_v003'" \
+      --gin-binding "TASK_FEATURE_LENGTHS = {'inputs': 32, 'targets': 16}" \
+      --gin-binding "DROPOUT_RATE = 0.0" \
+      --gin-binding "USE_CACHED_TASKS = False" \
+      --gin-binding "train_eval/utils.DatasetConfig.pack = False" \
+      --gin-binding "seqio.SentencePieceVocabulary.sentencepiece_model_file = '$PWD/data/corpus/spm.model'" \
+      --gin-binding "seqio.SentencePieceVocabulary.extra_ids = 100" \
+      --gin-binding "network.T5Config.vocab_size = 512" \
+      --gin-binding "network.T5Config.emb_dim = 32" \
+      --gin-binding "network.T5Config.num_heads = 2" \
+      --gin-binding "network.T5Config.head_dim = 16" \
+      --gin-binding "network.T5Config.mlp_dim = 64" \
+      --gin-binding "network.T5Config.num_encoder_layers = 1" \
+      --gin-binding "network.T5Config.num_decoder_layers = 1" \
+      --gin-binding "network.T5Config.dtype = 'float32'" \
+      --gin-binding "BATCH_SIZE = 4" \
+      --gin-binding "TRAIN_STEPS = 3" \
+      --gin-binding "train.eval_period = 3" \
+      --gin-binding "train.eval_steps = 1" \
+      --gin-binding "utils.SaveCheckpointConfig.period = 3" \
+      --out "$work/wmt.textproto"; then
+    case_check "the spec defines the task over TFDS with T5's translate step" \
+      sh -c "grep -q 'tfds:wmt_t2t_translate/de-en:1.0.0:train' '$work/wmt.textproto' \
+        && grep -q 'source_language: \"en\"' '$work/wmt.textproto' && grep -q 'tfds_data_dir: \"$p/tfds\"' '$work/wmt.textproto'"
+    case_check "the converted run trains and evaluates on the TFDS copy" \
+      "$trainyard" local --threads 1 "$work/wmt.textproto" --state-dir "$work/state5"
+    case_check "it wrote its checkpoint at step 3" test -d "$work/wmt_run/checkpoint_3"
+  fi
 fi

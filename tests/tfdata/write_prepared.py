@@ -13,6 +13,10 @@ usage: write_prepared.py OUT_DIR
       download_and_prepare (dataset_info.json, features.json, shards)
   OUT_DIR/expected_tfds.jsonl   tfds's own reading of train[:60%] (not
       shuffled), as {"answer": ..., "question": ...}
+  OUT_DIR/tfds/wmt_t2t_translate/de-en/1.0.0/   a builder with the name,
+      config, version and features (a tfds.features.Translation of de and
+      en) of TFDS's wmt_t2t_translate, which T5's wmt_t2t_ende_v003 reads:
+      numbers in German and English words
 """
 import json
 import os
@@ -86,6 +90,29 @@ class ToyQa(tfds.core.GeneratorBasedBuilder):
             yield n, {"question": str(n), "answer": " ".join(ONES[int(d)] for d in str(n)), "id": n}
 
 
+GERMAN = "null eins zwei drei vier fünf sechs sieben acht neun".split()
+
+
+class WmtT2tTranslate(tfds.core.GeneratorBasedBuilder):
+    """Digits spelled out in German and English, as TFDS's WMT builders lay
+    out a language pair."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    BUILDER_CONFIGS = [tfds.core.BuilderConfig(name="de-en", description="German and English")]
+
+    def _info(self):
+        return tfds.core.DatasetInfo(builder=self, features=tfds.features.Translation(languages=["de", "en"]))
+
+    def _split_generators(self, dl_manager):
+        del dl_manager  # generated, nothing to download
+        return {"train": self._generate_examples(0, 64), "validation": self._generate_examples(64, 72)}
+
+    def _generate_examples(self, first, last):
+        for n in range(first, last):
+            digits = str(n)
+            yield n, {"de": " ".join(GERMAN[int(d)] for d in digits), "en": " ".join(ONES[int(d)] for d in digits)}
+
+
 def write_tfds(out):
     data_dir = os.path.join(out, "tfds")
     builder = ToyQa(data_dir=data_dir)
@@ -95,6 +122,7 @@ def write_tfds(out):
         for ex in ds.as_numpy_iterator():
             row = {"answer": ex["answer"].decode(), "question": ex["question"].decode()}
             f.write(json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n")
+    WmtT2tTranslate(data_dir=data_dir).download_and_prepare()
 
 
 def main():
