@@ -21,6 +21,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "checkpoint/msgpack.h"
+#include "checkpoint/orbax_checkpoint.h"
 #include "common/durable_file.h"
 #include "common/status_macros.h"
 
@@ -228,14 +229,27 @@ absl::StatusOr<std::string> ReadWhole(const std::string& path) {
   return s.str();
 }
 
+// Whether `dir` is a checkpoint_<step> of Orbax's format: its `state` item
+// has Orbax's PyTree metadata.
+bool IsOrbax(const std::string& dir) {
+  std::error_code ec;
+  return fs::exists(dir + "/state/_METADATA", ec);
+}
+
 // The checkpoint_<step> directory `path` names.
 absl::StatusOr<std::string> StepDir(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) return fs::path(path).parent_path().string();
   if (!fs::is_directory(path, ec)) return absl::NotFoundError(absl::StrCat(path, ": no such checkpoint directory"));
+  if (IsOrbax(path)) return path;
+  if (fs::exists(path + "/_METADATA", ec) && fs::path(path).filename() == "state") {
+    return fs::path(path).parent_path().string();  // the state item itself
+  }
   if (fs::exists(path + "/state/checkpoint", ec) || fs::exists(path + "/_METADATA", ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": an Orbax-format checkpoint (newer T5X); only T5X's msgpack + TensorStore format is read"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     ": an Orbax-format checkpoint without a state/_METADATA (Orbax's PyTree metadata); T5X's "
+                     "msgpack + TensorStore checkpoints and Orbax ones with state/_METADATA are read"));
   }
   if (fs::exists(path + "/checkpoint", ec)) return path;
   int64_t best = -1;
@@ -244,23 +258,64 @@ absl::StatusOr<std::string> StepDir(const std::string& path) {
     const std::string name = entry.path().filename().string();
     int64_t step;
     if (absl::StartsWith(name, "checkpoint_") && absl::SimpleAtoi(name.substr(11), &step) &&
-        fs::exists(entry.path() / "checkpoint", ec) && step > best) {
+        (fs::exists(entry.path() / "checkpoint", ec) || IsOrbax(entry.path().string())) && step > best) {
       best = step;
       found = entry.path().string();
     }
   }
   if (found.empty()) {
     return absl::NotFoundError(
-        absl::StrCat(path, ": neither a T5X checkpoint (no `checkpoint` file) nor a directory of checkpoint_<step>"));
+        absl::StrCat(path,
+                     ": neither a T5X checkpoint (no `checkpoint` file, no `state/_METADATA`) nor a directory of "
+                     "checkpoint_<step>"));
   }
   return found;
 }
 
+// The step, out of `state` ("step"): an integer scalar, not negative.
+absl::Status TakeStep(const std::string& file, T5xCheckpoint* out) {
+  auto it = out->state.find("step");
+  if (it == out->state.end()) return absl::OkStatus();
+  const ZarrArray& step = it->second;
+  if (step.dtype == "int32" && step.data.size() == 4) {
+    int32_t v;
+    std::memcpy(&v, step.data.data(), 4);
+    out->step = v;
+  } else if (step.dtype == "int64" && step.data.size() == 8) {
+    std::memcpy(&out->step, step.data.data(), 8);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": state/step is not an integer scalar"));
+  }
+  if (out->step < 0) return absl::InvalidArgumentError(absl::StrCat(file, ": state/step is ", out->step));
+  out->state.erase(it);
+  return absl::OkStatus();
+}
+
+// An Orbax-format checkpoint_<step>: its `state` item's target and state.
+absl::StatusOr<T5xCheckpoint> ReadOrbax(const std::string& dir) {
+  T5xCheckpoint out;
+  out.dir = dir;
+  out.file = dir + "/state/_METADATA";
+  TY_ASSIGN_OR_RETURN(auto leaves, ReadOrbaxPyTree(dir + "/state"));
+  for (auto& [path, array] : leaves) {
+    if (absl::StartsWith(path, "target/")) out.target[path.substr(7)] = std::move(array);
+    if (absl::StartsWith(path, "state/")) out.state[path.substr(6)] = std::move(array);
+  }
+  if (out.target.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(out.file, ": no target/... leaves (the parameters)"));
+  }
+  TY_RETURN_IF_ERROR(TakeStep(out.file, &out));
+  return out;
+}
+
 }  // namespace
 
-absl::StatusOr<T5xCheckpoint> ReadT5xCheckpoint(const std::string& path) {
+absl::StatusOr<T5xCheckpoint> ReadT5xCheckpoint(const std::string& given) {
+  std::string path = given;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
   absl::StatusOr<std::string> dir = StepDir(path);
   if (!dir.ok()) return dir.status();
+  if (IsOrbax(*dir)) return ReadOrbax(*dir);
   const std::string file = *dir + "/checkpoint";
   absl::StatusOr<std::string> bytes = ReadWhole(file);
   if (!bytes.ok()) return bytes.status();
@@ -272,6 +327,7 @@ absl::StatusOr<T5xCheckpoint> ReadT5xCheckpoint(const std::string& path) {
   }
   T5xCheckpoint out;
   out.dir = *dir;
+  out.file = file;
   const MsgpackValue* version = root->Find("version");
   if (version == nullptr || version->type != MsgpackValue::Type::kInt || version->integer < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -295,20 +351,7 @@ absl::StatusOr<T5xCheckpoint> ReadT5xCheckpoint(const std::string& path) {
     s = reader.Walk(*state, "", &out.state);
     if (!s.ok()) return s;
   }
-  if (auto it = out.state.find("step"); it != out.state.end()) {
-    const ZarrArray& step = it->second;
-    if (step.dtype == "int32" && step.data.size() == 4) {
-      int32_t v;
-      std::memcpy(&v, step.data.data(), 4);
-      out.step = v;
-    } else if (step.dtype == "int64" && step.data.size() == 8) {
-      std::memcpy(&out.step, step.data.data(), 8);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(file, ": state/step is not an integer scalar"));
-    }
-    if (out.step < 0) return absl::InvalidArgumentError(absl::StrCat(file, ": state/step is ", out.step));
-    out.state.erase(it);
-  }
+  TY_RETURN_IF_ERROR(TakeStep(file, &out));
   return out;
 }
 

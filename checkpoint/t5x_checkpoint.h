@@ -13,9 +13,13 @@
 //
 // Arrays inline, in zarr directories (checkpoint/zarr.h) and flax's chunked
 // inline arrays are all read; a spec's path must stay inside the checkpoint
-// directory. Orbax-format checkpoints (newer T5X: a `state/` directory or a
-// `_METADATA` file) and version-less or version 1 files are refused with the
-// reason. Errors name the file and the leaf.
+// directory. Version-less or version 1 files are refused with the reason.
+//
+// Orbax-format checkpoints (newer T5X's OrbaxCheckpointManagerInterface)
+// are read too: checkpoint_<step>/state/_METADATA and the `state` item's
+// leaves, with OCDBT or without (checkpoint/orbax_checkpoint.h), "target/..."
+// as the parameters and "state/..." as the state; a `state/` or `_METADATA`
+// without state/_METADATA is refused. Errors name the file and the leaf.
 //
 // Written as T5X's Checkpointer writes one: the leaves T5X partitions (and
 // so stores with TensorStore) as zarr arrays named by their dotted path
@@ -42,8 +46,9 @@
 namespace trainyard {
 
 struct T5xCheckpoint {
-  std::string dir;  // the checkpoint_<step> directory read
-  int version = 0;
+  std::string dir;   // the checkpoint_<step> directory read
+  std::string file;  // the file errors name: dir/checkpoint, dir/state/_METADATA
+  int version = 0;   // of the msgpack format (0 for an Orbax checkpoint)
   int64_t step = 0;  // optimizer.state.step (0 when absent)
   // Leaves by their path below optimizer/target and optimizer/state, joined
   // with '/': "encoder/layers_0/attention/query/kernel",
@@ -53,8 +58,9 @@ struct T5xCheckpoint {
   std::map<std::string, ZarrArray> state;
 };
 
-// `path`: a checkpoint_<step> directory, its `checkpoint` file, or a model
-// directory (then its newest checkpoint_<step> that has a `checkpoint` file).
+// `path`: a checkpoint_<step> directory, its `checkpoint` file or `state`
+// item, or a model directory (then its newest checkpoint_<step> that has a
+// `checkpoint` file or a state/_METADATA).
 absl::StatusOr<T5xCheckpoint> ReadT5xCheckpoint(const std::string& path);
 
 struct T5xWriteOptions {

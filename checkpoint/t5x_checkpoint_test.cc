@@ -270,10 +270,12 @@ TEST_F(ZarrTest, RefusesT5xCheckpointsItCannotTrust) {
   WriteT5x(root_ + "/absolute", 1, "/etc");
   EXPECT_THAT(ReadT5xCheckpoint(root_ + "/absolute").status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is not relative to the checkpoint directory")));
+  // Orbax's format without its PyTree metadata in state/_METADATA.
   Write(root_ + "/orbax/_METADATA", "{}");
   Write(root_ + "/orbax/checkpoint", "x");
   EXPECT_THAT(ReadT5xCheckpoint(root_ + "/orbax").status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("an Orbax-format checkpoint")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("orbax: an Orbax-format checkpoint without a state/_METADATA")));
   Pack old;
   old.Map(1).Str("target").Map(0);
   Write(root_ + "/old/checkpoint", old.out);
@@ -283,6 +285,90 @@ TEST_F(ZarrTest, RefusesT5xCheckpointsItCannotTrust) {
   EXPECT_THAT(ReadT5xCheckpoint(root_ + "/cut").status(),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("cut/checkpoint: msgpack: at byte")));
   EXPECT_THAT(ReadT5xCheckpoint(root_ + "/nothing").status(), StatusCodeIs(absl::StatusCode::kNotFound));
+}
+
+// One entry of an Orbax _METADATA's tree_metadata: the leaf's keys and
+// value type.
+std::string OrbaxLeaf(const std::vector<std::string>& keys, const std::string& type, bool skip = false) {
+  std::string tuple, key_metadata;
+  for (const std::string& k : keys) {
+    tuple += (tuple.empty() ? "'" : ", '") + k + "'";
+    key_metadata += std::string(key_metadata.empty() ? "" : ", ") + R"({"key": ")" + k + R"(", "key_type": 2})";
+  }
+  return "\"(" + tuple + ")\": {\"key_metadata\": [" + key_metadata + R"(], "value_metadata": {"value_type": ")" +
+         type + R"(", "skip_deserialize": )" + (skip ? "true" : "false") + "}}";
+}
+
+// An Orbax checkpoint_<step> without OCDBT: state/_METADATA and a zarr v2
+// directory per leaf (uncompressed, and gzip for the kernel).
+void WriteOrbax(const std::string& dir, const std::string& extra_leaf = "") {
+  const std::string item = dir + "/state";
+  std::string leaves = OrbaxLeaf({"target", "dense", "kernel"}, "jax.Array") + ", " +
+                       OrbaxLeaf({"state", "param_states", "dense", "kernel", "v_row"}, "np.ndarray") + ", " +
+                       OrbaxLeaf({"state", "step"}, "scalar") + ", " +
+                       OrbaxLeaf({"state", "param_states", "dense", "kernel", "m"}, "None");
+  if (!extra_leaf.empty()) leaves += ", " + extra_leaf;
+  Write(item + "/_METADATA",
+        R"({"tree_metadata": {)" + leaves + R"(}, "use_ocdbt": false, "use_zarr3": false, "custom_metadata": null})");
+  Write(item + "/target.dense.kernel/.zarray", R"({"zarr_format": 2, "shape": [2, 3], "chunks": [2, 3],
+      "dtype": "<f4", "compressor": {"id": "gzip", "level": 1}, "order": "C", "fill_value": null, "filters": null})");
+  Write(item + "/target.dense.kernel/0.0", Gzip(Floats({1, 2, 3, 4, 5, 6})));
+  Write(item + "/state.param_states.dense.kernel.v_row/.zarray", R"({"zarr_format": 2, "shape": [2], "chunks": [2],
+      "dtype": "<f4", "compressor": null, "order": "C", "fill_value": null, "filters": null})");
+  Write(item + "/state.param_states.dense.kernel.v_row/0", Floats({0.5f, 0.25f}));
+  Write(item + "/state.step/.zarray", R"({"zarr_format": 2, "shape": [], "chunks": [], "dtype": "<i4",
+      "compressor": null, "order": "C", "fill_value": null, "filters": null})");
+  Write(item + "/state.step/0", std::string("\x09\x00\x00\x00", 4));
+}
+
+TEST_F(ZarrTest, ReadsOrbaxCheckpoints) {
+  WriteOrbax(root_ + "/model/checkpoint_9");
+  Write(root_ + "/model/checkpoint_9/_CHECKPOINT_METADATA", "{}");
+  WriteT5x(root_ + "/model/checkpoint_3", 3);
+  // The model directory's newest checkpoint is the Orbax one.
+  absl::StatusOr<T5xCheckpoint> ckpt = ReadT5xCheckpoint(root_ + "/model");
+  ASSERT_THAT(ckpt.status(), IsOk());
+  EXPECT_EQ(ckpt->dir, root_ + "/model/checkpoint_9");
+  EXPECT_EQ(ckpt->file, root_ + "/model/checkpoint_9/state/_METADATA");
+  EXPECT_EQ(ckpt->step, 9);
+  ASSERT_EQ(ckpt->target.size(), 1u);
+  EXPECT_EQ(ckpt->target.at("dense/kernel").shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(AsFloats(ckpt->target.at("dense/kernel")), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  ASSERT_EQ(ckpt->state.size(), 1u);  // the step taken out; m is empty (None)
+  EXPECT_EQ(AsFloats(ckpt->state.at("param_states/dense/kernel/v_row")), (std::vector<float>{0.5f, 0.25f}));
+  // The same through the step directory and through the state item.
+  EXPECT_EQ(ReadT5xCheckpoint(root_ + "/model/checkpoint_9")->step, 9);
+  EXPECT_EQ(ReadT5xCheckpoint(root_ + "/model/checkpoint_9/state")->step, 9);
+}
+
+TEST_F(ZarrTest, RefusesOrbaxLeavesItCannotRead) {
+  WriteOrbax(root_ + "/text", OrbaxLeaf({"state", "note"}, "string"));
+  EXPECT_THAT(ReadT5xCheckpoint(root_ + "/text").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("text/state/_METADATA: state/note: value_type \"string\"; allowed: jax.Array")));
+  WriteOrbax(root_ + "/aggregate", OrbaxLeaf({"state", "extra"}, "np.ndarray", /*skip=*/true));
+  EXPECT_THAT(ReadT5xCheckpoint(root_ + "/aggregate").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("('state', 'extra'): kept in the checkpoint's msgpack aggregate file")));
+  WriteOrbax(root_ + "/escape", OrbaxLeaf({"state", ".."}, "np.ndarray"));
+  EXPECT_THAT(ReadT5xCheckpoint(root_ + "/escape").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("key \"..\" is not a plain name")));
+  WriteOrbax(root_ + "/missing");
+  fs::remove_all(root_ + "/missing/state/target.dense.kernel");
+  EXPECT_THAT(
+      ReadT5xCheckpoint(root_ + "/missing").status(),
+      StatusIs(absl::StatusCode::kNotFound, HasSubstr("target/dense/kernel: " + root_ +
+                                                      "/missing/state: target.dense.kernel/.zarray: cannot read")));
+  WriteOrbax(root_ + "/ocdbt");
+  std::string meta;
+  {
+    std::ifstream in(root_ + "/ocdbt/state/_METADATA");
+    meta.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  meta.replace(meta.find(R"("use_ocdbt": false)"), 18, R"("use_ocdbt": true)");
+  Write(root_ + "/ocdbt/state/_METADATA", meta);
+  EXPECT_THAT(ReadT5xCheckpoint(root_ + "/ocdbt").status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("ocdbt/state/manifest.ocdbt: missing")));
 }
 
 ZarrArray Array(const std::string& dtype, std::vector<int64_t> shape, int seed) {

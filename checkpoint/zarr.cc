@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "checkpoint/zstd.h"
 #include "common/durable_file.h"
 #include "nlohmann/json.hpp"
 
@@ -132,19 +133,16 @@ struct ArrayMetadata {
   Dtype dtype;
   std::vector<int64_t> shape;
   std::vector<int64_t> chunks;
-  bool compressed = false;
-  bool gzip = false;  // else zlib, when compressed
+  enum class Compressor { kNone, kGzip, kZlib, kZstd } compressor = Compressor::kNone;
   std::string separator;
   std::string fill;  // one element of the fill value in little-endian bytes
 };
 
-// `file`'s JSON object.
-absl::StatusOr<nlohmann::json> ReadJsonObject(const std::string& file) {
-  absl::StatusOr<std::string> text = ReadWhole(file, nullptr);
-  if (!text.ok()) return text.status();
+// `text`, the contents of `file`, as a JSON object.
+absl::StatusOr<nlohmann::json> ParseJsonObject(const std::string& file, const std::string& text) {
   nlohmann::json meta;
   try {
-    meta = nlohmann::json::parse(*text);
+    meta = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(file, ": not JSON: ", e.what()));
   }
@@ -152,17 +150,22 @@ absl::StatusOr<nlohmann::json> ReadJsonObject(const std::string& file) {
   return meta;
 }
 
-// The compressor: null (none), gzip or zlib.
+// The compressor: null (none), gzip, zlib or zstd.
 absl::Status ParseCompressor(const std::string& file, const nlohmann::json& meta, ArrayMetadata* out) {
   if (!meta.contains("compressor") || meta["compressor"].is_null()) return absl::OkStatus();
   const nlohmann::json& c = meta["compressor"];
-  const std::string id = c.is_object() ? c.value("id", std::string()) : std::string();
-  if (id != "gzip" && id != "zlib") {
+  const std::string id = c.is_object() && c.contains("id") && c["id"].is_string() ? c["id"].get<std::string>() : "";
+  using C = ArrayMetadata::Compressor;
+  if (id == "gzip") {
+    out->compressor = C::kGzip;
+  } else if (id == "zlib") {
+    out->compressor = C::kZlib;
+  } else if (id == "zstd") {
+    out->compressor = C::kZstd;
+  } else {
     return absl::InvalidArgumentError(
-        absl::StrCat(file, ": compressor ", c.dump(), " is not supported; allowed: gzip, zlib, null"));
+        absl::StrCat(file, ": compressor ", c.dump(), " is not supported; allowed: gzip, zlib, zstd, null"));
   }
-  out->gzip = id == "gzip";
-  out->compressed = true;
   return absl::OkStatus();
 }
 
@@ -243,26 +246,32 @@ absl::StatusOr<ElementCounts> CountElements(const std::string& file, const Array
 
 // The chunk stored at `path` as `chunk_elements` little-endian elements:
 // decompressed, byte-swapped from big-endian, or the fill value when the
-// file is missing.
-absl::StatusOr<std::string> ReadChunk(const std::string& path, const ArrayMetadata& meta, uint64_t chunk_elements) {
+// key is missing.
+absl::StatusOr<std::string> ReadChunk(const std::string& path, const ZarrKeyReader& read, const ArrayMetadata& meta,
+                                      uint64_t chunk_elements) {
   const uint64_t item = static_cast<uint64_t>(meta.dtype.size);
-  bool missing = false;
-  absl::StatusOr<std::string> raw = ReadWhole(path, &missing);
+  absl::StatusOr<std::optional<std::string>> raw = read(path);
   if (!raw.ok()) return raw.status();
   std::string chunk;
-  if (missing) {
+  using C = ArrayMetadata::Compressor;
+  if (!raw->has_value()) {
     chunk.resize(chunk_elements * item);
     for (uint64_t e = 0; e < chunk_elements; ++e) std::memcpy(&chunk[e * item], meta.fill.data(), item);
-  } else if (meta.compressed) {
-    absl::StatusOr<std::string> inflated = Inflate(*raw, chunk_elements * item, meta.gzip, path);
+  } else if (meta.compressor == C::kGzip || meta.compressor == C::kZlib) {
+    absl::StatusOr<std::string> inflated = Inflate(**raw, chunk_elements * item, meta.compressor == C::kGzip, path);
     if (!inflated.ok()) return inflated.status();
     chunk = std::move(*inflated);
   } else {
-    if (raw->size() != chunk_elements * item) {
-      return absl::DataLossError(
-          absl::StrCat(path, ": ", raw->size(), " bytes; an uncompressed chunk has ", chunk_elements * item));
+    if (meta.compressor == C::kZstd) {
+      absl::StatusOr<std::string> z = ZstdDecompress(**raw, chunk_elements * item, path);
+      if (!z.ok()) return z.status();
+      **raw = std::move(*z);
     }
-    chunk = std::move(*raw);
+    if ((*raw)->size() != chunk_elements * item) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": ", (*raw)->size(), " bytes; the chunk has ", chunk_elements * item));
+    }
+    chunk = std::move(**raw);
   }
   if (meta.dtype.big_endian) {
     for (uint64_t e = 0; e < chunk_elements; ++e) std::reverse(&chunk[e * item], &chunk[e * item] + item);
@@ -404,8 +413,24 @@ int ZarrDtypeSize(const std::string& dtype) {
 }
 
 absl::StatusOr<ZarrArray> ReadZarrArray(const std::string& dir, uint64_t max_bytes) {
+  return ReadZarrArrayFrom(
+      dir,
+      [](const std::string& path) -> absl::StatusOr<std::optional<std::string>> {
+        bool missing = false;
+        absl::StatusOr<std::string> raw = ReadWhole(path, &missing);
+        if (!raw.ok()) return raw.status();
+        if (missing) return std::optional<std::string>();
+        return std::optional<std::string>(std::move(*raw));
+      },
+      max_bytes);
+}
+
+absl::StatusOr<ZarrArray> ReadZarrArrayFrom(const std::string& dir, const ZarrKeyReader& read, uint64_t max_bytes) {
   const std::string file = dir + "/.zarray";
-  absl::StatusOr<nlohmann::json> json = ReadJsonObject(file);
+  absl::StatusOr<std::optional<std::string>> text = read(file);
+  if (!text.ok()) return text.status();
+  if (!text->has_value()) return absl::NotFoundError(absl::StrCat(file, ": cannot read"));
+  absl::StatusOr<nlohmann::json> json = ParseJsonObject(file, **text);
   if (!json.ok()) return json.status();
   absl::StatusOr<ArrayMetadata> meta = ParseMetadata(file, *json);
   if (!meta.ok()) return meta.status();
@@ -424,7 +449,8 @@ absl::StatusOr<ZarrArray> ReadZarrArray(const std::string& dir, uint64_t max_byt
   std::vector<int64_t> grid(rank), index(rank, 0);
   for (int d = 0; d < rank; ++d) grid[d] = (meta->shape[d] + meta->chunks[d] - 1) / meta->chunks[d];
   do {
-    absl::StatusOr<std::string> chunk = ReadChunk(dir + "/" + ChunkKey(index, meta->separator), *meta, elements->chunk);
+    absl::StatusOr<std::string> chunk =
+        ReadChunk(dir + "/" + ChunkKey(index, meta->separator), read, *meta, elements->chunk);
     if (!chunk.ok()) return chunk.status();
     ForEachRun(index, meta->shape, meta->chunks, item, stride, chunk_stride,
                [&](uint64_t in_chunk, uint64_t in_array, uint64_t bytes) {

@@ -4,7 +4,8 @@
 // its grid index ("0.1", or "0/1" with dimension_separator "/").
 //
 // Supported: dtypes <f2 <f4 <f8 bfloat16 <i4 <i8 (and their big-endian forms,
-// swapped on read), compressors gzip, zlib and none, C order, no filters.
+// swapped on read), compressors gzip, zlib, zstd (Orbax's) and none, C
+// order, no filters.
 // A missing chunk is the fill value (0 when null), as zarr defines; edge
 // chunks are stored whole and their out-of-bounds part ignored. Anything
 // else is refused naming the file and the field (kInvalidArgument); a chunk
@@ -20,6 +21,8 @@
 #define TRAINYARD_CHECKPOINT_ZARR_H_
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +42,15 @@ int ZarrDtypeSize(const std::string& dtype);
 // Reads the whole array under `dir`. Arrays larger than `max_bytes` are
 // refused (kResourceExhausted) before anything is read.
 absl::StatusOr<ZarrArray> ReadZarrArray(const std::string& dir, uint64_t max_bytes = uint64_t{1} << 40);
+
+// The value stored under a key ("<array>/.zarray", "<array>/0.0"); nullopt
+// when there is none.
+using ZarrKeyReader = std::function<absl::StatusOr<std::optional<std::string>>(const std::string& key)>;
+
+// The same, the array's keys below `name` read with `read` (files of a
+// directory, an OCDBT database's keys).
+absl::StatusOr<ZarrArray> ReadZarrArrayFrom(const std::string& name, const ZarrKeyReader& read,
+                                            uint64_t max_bytes = uint64_t{1} << 40);
 
 // T5X's chunk shape (checkpoints.py, _choose_chunk_shape): each dimension a
 // divisor of the array's, at most `target_elements` elements in all, found

@@ -5,11 +5,13 @@
 #include "checkpoint/zarr.h"
 
 #include <zlib.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -168,6 +170,41 @@ TEST(WriteZarrArrayTest, Refusals) {
   odd.dtype = "complex64";
   EXPECT_THAT(WriteZarrArray(TempDir("dtype"), odd, {4}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("complex64")));
+}
+
+// Orbax's zarr v2 arrays: zstd chunks, read through a key reader (as from
+// an OCDBT database); a chunk that is not zstd, or too long, is refused by
+// key.
+TEST(ReadZarrArrayFromTest, ZstdChunksThroughAKeyReader) {
+  std::map<std::string, std::string> kv;
+  kv["a/.zarray"] = R"({"chunks": [2], "compressor": {"id": "zstd", "level": 1}, "dimension_separator": ".",
+      "dtype": "<i4", "fill_value": null, "filters": null, "order": "C", "shape": [3], "zarr_format": 2})";
+  auto zstd = [](const std::vector<int32_t>& v) {
+    std::string out(ZSTD_compressBound(v.size() * 4), '\0');
+    out.resize(ZSTD_compress(out.data(), out.size(), v.data(), v.size() * 4, 1));
+    return out;
+  };
+  kv["a/0"] = zstd({7, -8});
+  kv["a/1"] = zstd({9, 0});  // the edge chunk, stored whole
+  const ZarrKeyReader read = [&kv](const std::string& key) -> absl::StatusOr<std::optional<std::string>> {
+    auto it = kv.find(key);
+    if (it == kv.end()) return std::optional<std::string>();
+    return std::optional<std::string>(it->second);
+  };
+  absl::StatusOr<ZarrArray> a = ReadZarrArrayFrom("a", read);
+  ASSERT_THAT(a.status(), IsOk());
+  EXPECT_EQ(a->dtype, "int32");
+  std::vector<int32_t> got(3);
+  std::memcpy(got.data(), a->data.data(), 12);
+  EXPECT_EQ(got, (std::vector<int32_t>{7, -8, 9}));
+  kv["a/1"] = "plain bytes";
+  EXPECT_THAT(ReadZarrArrayFrom("a", read).status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("a/1: not zstd-compressed data")));
+  kv["a/1"] = zstd({9, 0, 1});
+  EXPECT_THAT(ReadZarrArrayFrom("a", read).status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("a/1: decompresses to more than 8 bytes")));
+  EXPECT_THAT(ReadZarrArrayFrom("b", read).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("b/.zarray: cannot read")));
 }
 
 TEST(ChooseZarrChunksTest, AsT5xChoosesThem) {

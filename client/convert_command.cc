@@ -156,7 +156,8 @@ int RunConvert(const std::vector<std::string>& args, std::ostream& out, std::ost
       "RUN.gin --help).");
   flags.AddString("from-hf", &from_hf, "HF_DIR", "a Hugging Face T5 checkpoint directory");
   flags.AddString("from-t5x", &from_t5x, "T5X_DIR",
-                  "a T5X checkpoint_<step> directory, or a model directory (its newest)");
+                  "a T5X checkpoint_<step> directory (msgpack + TensorStore, or Orbax's with or without "
+                  "OCDBT), or a model directory (its newest)");
   flags.AddString("vocab", &vocab, "SPM_MODEL",
                   "SentencePiece model stored with the checkpoint (default: HF_DIR/spiece.model, if any)");
   flags.AddString("out", &out_dir, "CHECKPOINT_DIR", "the Trainyard checkpoint to write");

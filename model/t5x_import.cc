@@ -74,7 +74,7 @@ namespace {
 
 // The architecture from the parameters' shapes.
 absl::StatusOr<ModelConfig> InferConfig(const T5xCheckpoint& ckpt) {
-  const std::string file = ckpt.dir + "/checkpoint";
+  const std::string file = ckpt.file.empty() ? ckpt.dir + "/checkpoint" : ckpt.file;
   auto shape_of = [&](const std::string& name) -> const std::vector<int64_t>* {
     auto it = ckpt.target.find(name);
     return it == ckpt.target.end() ? nullptr : &it->second.shape;
@@ -242,7 +242,7 @@ absl::StatusOr<T5xImport> ImportT5x(const std::string& path) {
   out.dir = ckpt.dir;
   out.step = ckpt.step;
   TY_ASSIGN_OR_RETURN(out.config, InferConfig(ckpt));
-  const std::string file = ckpt.dir + "/checkpoint";
+  const std::string file = ckpt.file.empty() ? ckpt.dir + "/checkpoint" : ckpt.file;
   try {
     TY_ASSIGN_OR_RETURN(const ImportedParams params, ImportParams(ckpt, file, &out.params));
     if (!HasAdafactorState(ckpt.state)) {

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 
-targets=(//spec:jobspec_fuzzer //spec:session_request_fuzzer //common/grpc:security_fuzzer //common:http_request_fuzzer //data:source_fuzzer //checkpoint:msgpack_fuzzer)
+targets=(//spec:jobspec_fuzzer //spec:session_request_fuzzer //common/grpc:security_fuzzer //common:http_request_fuzzer //data:source_fuzzer //checkpoint:msgpack_fuzzer //checkpoint:ocdbt_fuzzer)
 
 # Seeds: real inputs of each kind.
 seed_corpus() {  # NAME DIR
@@ -35,6 +35,12 @@ seed_corpus() {  # NAME DIR
       # {"version": 3, "optimizer": {"step": ext 1 [[], "int32", 4 bytes]}}
       printf '\x82\xa7version\x03\xa9optimizer\x81\xa4step\xc7\x0e\x01\x93\x90\xa5int32\xc4\x04\x01\x00\x00\x00' >"$2/state"
       printf '\xdc\x00\x03\xcb\x3f\xf0\x00\x00\x00\x00\x00\x00\xd3\xff\xff\xff\xff\xff\xff\xff\xfe\xc0' >"$2/scalars" ;;
+    ocdbt_fuzzer)
+      # First byte odd: a manifest's body (uuid, kind 0, configuration, one
+      # data file d/root, one version); even: a leaf node's (".zarray"
+      # inline, "0" out of line in data).
+      printf '\x01\x11\x11\x11\x11\x11\x11\x11\x11\x11\x11\x11\x11\x11\x11\x11\x11\x00\x64\x80\x80\x40\x04\x00\x01\x06\x02d/root\x01\x05\x01\x00\x07\x63\x02\x7b\x0b\x00\x00\x00\x00\x00\x00\x00\x01\x00' >"$2/manifest"
+      printf '\x00\x00\x01\x04\x00data\x02\x00\x07\x01.zarray0\x02\x0b\x00\x01\x00\x28{}' >"$2/leaf" ;;
   esac
 }
 # The build log is kept aside and shown only when the build fails.

@@ -17,6 +17,8 @@ packages=(
   libopenblas0-pthread
   libsqlite3-dev libsentencepiece-dev sentencepiece
   zlib1g-dev
+  # Orbax checkpoints' zstd-compressed chunks and OCDBT files.
+  libzstd-dev
   python3
 )
 # The tests: GoogleTest, clang's sanitizer and libFuzzer runtimes, Python

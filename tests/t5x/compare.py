@@ -1,6 +1,7 @@
 """Checks a Trainyard checkpoint imported from a T5X one, tensor by tensor:
 every T5X parameter (read back with TensorStore and msgpack, as T5X reads
-it) is the Trainyard parameter of the same name in Trainyard's layout (dense
+it; from an Orbax-format checkpoint_<step>, its `state` item restored with
+Orbax's PyTreeCheckpointer) is the Trainyard parameter of the same name in Trainyard's layout (dense
 kernels [out, in]: transposed), bit for bit; every Adafactor statistic is the
 slot that keeps the same dimension of the parameter; the step is T5X's; and
 nothing else is in the checkpoint.
@@ -19,7 +20,27 @@ import tensorstore as ts
 from safetensors.numpy import load_file
 
 
+def read_orbax(item_dir):
+    import orbax.checkpoint as ocp
+
+    tree = ocp.PyTreeCheckpointer().restore(os.path.abspath(item_dir))
+    flat = {}
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{path}/{k}" if path else k)
+        elif node is not None:
+            flat[path] = np.asarray(node)
+
+    walk(tree, "")
+    return flat
+
+
 def read_t5x(step_dir):
+    if os.path.exists(os.path.join(step_dir, "state", "_METADATA")):
+        return read_orbax(os.path.join(step_dir, "state"))
+
     def ext(code, data):
         shape, dtype, raw = msgpack.unpackb(data, raw=False)
         dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)

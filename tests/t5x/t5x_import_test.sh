@@ -14,6 +14,11 @@
 #   - fine-tuning from it continues at T5X's step with its Adafactor state,
 #     and that checkpoint exported to T5X holds the fine-tuned parameters and
 #     statistics, bit for bit;
+#   - the same models in T5X's Orbax format (the `state` item of Orbax's
+#     PyTreeCheckpointHandler, with OCDBT as T5X saves it and without, zarr
+#     v2 as Orbax's default and v3),
+#     written with orbax-checkpoint and imported: every tensor and statistic
+#     as Orbax restores it, bit for bit, and the step;
 #   - broken input, and an existing T5X checkpoint to write, refused with the
 #     file named, exit 2.
 # Every check is a test case (tests/testing/cases.sh).
@@ -67,6 +72,26 @@ for variant in v1_0 v1_1; do
   case_check "$variant: transformers scores the text as trainyard does" \
     "$hf_python" tests/t5x/score_hf.py "$work/back_$variant" "$work/hf/$variant" "$vocab" \
     "$work/scores_$variant.jsonl" $bf16
+done
+
+# T5X's Orbax format: the `state` item with OCDBT (T5X's use_ocdbt=True) and
+# without (a zarr directory per leaf), zarr v2 (Orbax's default) or v3.
+for case in v1_0:ocdbt v1_0:no-ocdbt v1_1:ocdbt v1_1:no-ocdbt v1_1:ocdbt-zarr3; do
+  variant="${case%%:*}"
+  layout="${case#*:}"
+  step=1000000
+  flags=()
+  if [ "$variant" = v1_0 ]; then step=999900; flags+=(--bfloat16); fi
+  if [ "$layout" = no-ocdbt ]; then flags+=(--no-ocdbt); fi
+  if [ "$layout" = ocdbt-zarr3 ]; then flags+=(--zarr3); fi
+  name="orbax_${variant}_$layout"
+  case_check "$variant, Orbax ($layout): written as T5X's OrbaxCheckpointManagerInterface saves" \
+    env JAX_PLATFORMS=cpu "$ts_python" tests/t5x/write_orbax.py "$work/hf/$variant" "$work/$name" "$step" \
+    "${flags[@]}" || continue
+  case_check "$variant, Orbax ($layout): trainyard convert --from-t5x" \
+    "$trainyard" convert --from-t5x "$work/$name" --out "$work/ckpt_$name" || continue
+  case_check "$variant, Orbax ($layout): every tensor and statistic as Orbax restores it, bit for bit" \
+    env JAX_PLATFORMS=cpu "$ts_python" tests/t5x/compare.py "$work/$name/checkpoint_$step" "$work/ckpt_$name"
 done
 
 # Fine-tuning the T5.1.1 import (dropout on, as fine-tuning has it): the job
@@ -125,6 +150,22 @@ cp -r "$work/t5x_v1_1/checkpoint_1000000" "$work/missing"
 rm -r "$work/missing/target.decoder.decoder_norm.scale"
 expect_refusal "a missing array is refused, naming it" \
   "target.decoder.decoder_norm.scale/.zarray: cannot read" --from-t5x "$work/missing" --out "$work/never"
+cp -r "$work/orbax_v1_1_ocdbt/checkpoint_1000000" "$work/orbax_cut"
+truncate -s -1 "$work/orbax_cut/state/manifest.ocdbt"
+expect_refusal "Orbax: a truncated OCDBT manifest is refused, naming it" \
+  "orbax_cut/state/manifest.ocdbt: the header says" --from-t5x "$work/orbax_cut" --out "$work/never"
+# The merged database's B+tree nodes (state/d/): a damaged one fails its
+# CRC-32C.
+cp -r "$work/orbax_v1_1_ocdbt/checkpoint_1000000" "$work/orbax_crc"
+node_file=$(ls "$work/orbax_crc/state/d/" | head -1)
+printf 'XXXX' | dd of="$work/orbax_crc/state/d/$node_file" bs=1 seek=20 conv=notrunc status=none
+expect_refusal "Orbax: a damaged OCDBT node is refused, naming its file" \
+  "orbax_crc/state/d/$node_file (B+tree node at byte [0-9]*): CRC-32C" --from-t5x "$work/orbax_crc" --out "$work/never"
+cp -r "$work/orbax_v1_1_no-ocdbt/checkpoint_1000000" "$work/orbax_text"
+sed -i 's/"value_type": "np.ndarray"/"value_type": "string"/' "$work/orbax_text/state/_METADATA"
+expect_refusal "Orbax: a leaf that is not an array is refused with the reason" \
+  "orbax_text/state/_METADATA: .*value_type \"string\"; allowed: jax.Array" --from-t5x "$work/orbax_text" \
+  --out "$work/never"
 expect_refusal "a directory that is not a checkpoint is refused" \
   "neither a T5X checkpoint" --from-t5x "$work/hf" --out "$work/never"
 expect_refusal "--vocab is refused with --from-t5x" \
