@@ -16,6 +16,7 @@ import pathlib
 import re
 import shutil
 import tempfile
+from typing import List
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -81,7 +82,7 @@ class BuildPyWithStubs(build_py):
 class SdistWithProtos(sdist):
     """An sdist that can be built away from the repository: it carries proto/."""
 
-    def make_release_tree(self, base_dir: str, files) -> None:
+    def make_release_tree(self, base_dir: str, files: List[str]) -> None:
         super().make_release_tree(base_dir, files)
         target = pathlib.Path(base_dir, "proto")
         target.mkdir(exist_ok=True)
@@ -89,7 +90,7 @@ class SdistWithProtos(sdist):
             shutil.copyfile(proto_dir() / name, target / name)
 
 
-def runtime_requirements() -> list:
+def runtime_requirements() -> List[str]:
     """grpcio and protobuf as new as the generating grpcio-tools needs."""
     tools = importlib.metadata.version("grpcio-tools")
     protobuf = [r.split(";")[0].replace(" ", "") for r in importlib.metadata.requires("grpcio-tools") or []

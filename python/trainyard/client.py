@@ -15,10 +15,11 @@ import dataclasses
 import json
 import os
 import pathlib
-from typing import Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
 from google.protobuf import json_format, text_format
+from google.protobuf.message import Message
 
 from trainyard.proto import job_pb2, job_service_pb2, job_service_pb2_grpc
 
@@ -183,10 +184,10 @@ class JobClient:
     def __enter__(self) -> "JobClient":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def call(self, method: str, request, timeout: Optional[float] = None):
+    def call(self, method: str, request: Message, timeout: Optional[float] = None) -> Any:
         """Calls the unary JobService `method` (e.g. "GetJob") with the token;
         an error becomes Error with the call's code."""
         try:

@@ -220,7 +220,7 @@ class RemoteInteractiveModel:
     def __enter__(self) -> "RemoteInteractiveModel":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
