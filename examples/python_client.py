@@ -3,7 +3,9 @@
 
 Any language with gRPC can drive Trainyard: this client uses code generated
 from proto/job_service.proto by grpcio-tools (generated at start-up into a
-temporary directory, so nothing generated is checked in).
+temporary directory, so nothing generated is checked in). It needs no
+install; the installed client is the `trainyard` package (`pip install
+./python`, docs/python.md).
 
     pip install grpcio grpcio-tools protobuf
     python3 examples/python_client.py --coordinator 127.0.0.1:PORT \\
