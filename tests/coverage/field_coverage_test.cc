@@ -26,6 +26,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <google/protobuf/descriptor.h>
@@ -44,10 +45,12 @@
 #include "coordinator/job_driver.h"
 #include "coordinator/testing/fake_worker_client.h"
 #include "data/bundled.h"
+#include "data/tfrecord.h"
 #include "gtest/gtest.h"
 #include "job/training_job.h"
 #include "proto/job.pb.h"
 #include "proto/job_service.pb.h"
+#include "proto/tf_example.pb.h"
 #include "spec/actions.h"
 #include "spec/jobspec_validator.h"
 #include "trainer/train_checkpoint.h"
@@ -254,6 +257,21 @@ class FieldCoverageTest : public ::testing::Test {
       b << "what is " << (i * 7) % 10 << " minus zero\t" << words[(i * 7) % 10] << "\n";
       c << "say " << words[i % 10] << " twice\t" << words[i % 10] << " " << words[i % 10] << "\n";
     }
+    // One text in three languages (a TFRecord file of tf.Example), for
+    // translate and summarize.
+    std::ofstream w(*root_ + "/data/words.tfrecord", std::ios::binary);
+    const char* german[] = {"null", "eins", "zwei", "drei", "vier", "fuenf", "sechs", "sieben", "acht", "neun"};
+    const char* french[] = {"zero", "un", "deux", "trois", "quatre", "cinq", "six", "sept", "huit", "neuf"};
+    for (int i = 0; i < 64; ++i) {
+      tfexample::Example ex;
+      auto& features = *ex.mutable_features()->mutable_feature();
+      for (const auto& [name, language] :
+           {std::pair<const char*, const char**>{"en", words}, {"de", german}, {"fr", french}}) {
+        features[name].mutable_bytes_list()->add_value(absl::StrCat(language[i % 10], " ", language[i / 10 % 10]));
+      }
+      w << FrameTfRecord(ex.SerializeAsString());
+    }
+    w.close();
     source_ = new std::string(*root_ + "/source");
     // The checkpoints restore cases start from: the common spec's run.
     Outcome source = Run(Common(), "output_dir: \"" + *source_ + "\"", {});
@@ -466,6 +484,24 @@ std::string CorpusTask(const std::string& preprocessors, const std::string& extr
                                            vocabulary: "$CORPUS/spm.model"
                       )pb",
                       preprocessors, extra, "}");
+}
+// A task over words.tfrecord (features en, de, fr) with the given chain.
+std::string WordsTask(const std::string& preprocessors) {
+  return absl::StrCat(R"pb(
+                        task: "words"
+                        task_definitions { name: "words"
+                                           splits { key: "train" value: "$ROOT/data/words.tfrecord" }
+                                           splits { key: "validation" value: "$ROOT/data/words.tfrecord" }
+                      )pb",
+                      preprocessors, "}");
+}
+std::string Translate(const std::string& from, const std::string& to) {
+  return absl::StrCat(R"pb(preprocessors { translate { source_language: ")pb", from, R"pb(" target_language: ")pb", to,
+                      R"pb(" } })pb");
+}
+std::string Summarize(const std::string& article, const std::string& summary) {
+  return absl::StrCat(R"pb(preprocessors { summarize { article_key: ")pb", article, R"pb(" summary_key: ")pb", summary,
+                      R"pb(" } })pb");
 }
 std::string Mixture(const std::string& components) {
   return absl::StrCat(kQaTasks, R"pb(task: "mix"
@@ -715,6 +751,14 @@ std::vector<Case> Cases() {
               CorpusTask(R"pb(preprocessors { span_corruption { mean_noise_span_length: 1.0 } })pb")),
       Replace("task_definitions.preprocessors.prefix_lm", CorpusTask(R"pb(preprocessors { span_corruption {} })pb"),
               CorpusTask(R"pb(preprocessors { prefix_lm {} })pb")),
+      Replace("task_definitions.preprocessors.translate.source_language", WordsTask(Translate("en", "de")),
+              WordsTask(Translate("fr", "de"))),
+      Replace("task_definitions.preprocessors.translate.target_language", WordsTask(Translate("en", "de")),
+              WordsTask(Translate("en", "fr"))),
+      Replace("task_definitions.preprocessors.summarize.article_key", WordsTask(Summarize("en", "de")),
+              WordsTask(Summarize("fr", "de"))),
+      Replace("task_definitions.preprocessors.summarize.summary_key", WordsTask(Summarize("en", "de")),
+              WordsTask(Summarize("en", "fr"))),
       Refused("task_definitions.tfds_data_dir", "", QaTask(R"pb(tfds_data_dir: "/data/tfds")pb"),
               "tfds_data_dir: set, but no split is a TFDS split"),
       Replace("task_definitions.extra_ids", CorpusTask(R"pb(preprocessors { span_corruption {} })pb"),
