@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <array>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -96,7 +95,7 @@ absl::StatusOr<std::string> Unwrap(absl::string_view bytes, uint32_t magic, cons
   }
   uint32_t stored = 0;
   for (int i = 3; i >= 0; --i) stored = (stored << 8) | static_cast<uint8_t>(bytes[bytes.size() - 4 + i]);
-  const uint32_t computed = OcdbtCrc32c(bytes.substr(0, bytes.size() - 4));
+  const uint32_t computed = Crc32c(bytes.substr(0, bytes.size() - 4));
   if (stored != computed) {
     return absl::DataLossError(absl::StrCat(what, ": CRC-32C 0x", absl::Hex(computed, absl::kZeroPad8),
                                             ", the footer says 0x", absl::Hex(stored, absl::kZeroPad8)));
@@ -220,21 +219,6 @@ absl::Status SkipVersionNodes(Cursor& c) {
 }
 
 }  // namespace
-
-uint32_t OcdbtCrc32c(absl::string_view data) {
-  static const std::array<uint32_t, 256> table = [] {
-    std::array<uint32_t, 256> t{};
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-      t[i] = c;
-    }
-    return t;
-  }();
-  uint32_t crc = 0xffffffffu;
-  for (char ch : data) crc = table[(crc ^ static_cast<uint8_t>(ch)) & 0xff] ^ (crc >> 8);
-  return crc ^ 0xffffffffu;
-}
 
 std::optional<uint64_t> ReadUleb128(absl::string_view data, size_t* pos) {
   uint64_t v = 0;

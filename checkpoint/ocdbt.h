@@ -32,11 +32,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/crc32c.h"  // Crc32c: OCDBT's footers, zarr v3's crc32c codec
 
 namespace trainyard {
-
-// CRC-32C (Castagnoli), as OCDBT's footers and zarr v3's crc32c codec hold it.
-uint32_t OcdbtCrc32c(absl::string_view data);
 
 // A uleb128 at `*pos` of `data`, `*pos` moved past it; nullopt when cut
 // short or over 64 bits.

@@ -20,7 +20,7 @@ std::string Wrap(uint32_t magic, absl::string_view body) {
   out.push_back(0);  // version
   out.push_back(0);  // uncompressed
   out.append(body.data(), body.size());
-  const uint32_t crc = trainyard::OcdbtCrc32c(out);
+  const uint32_t crc = trainyard::Crc32c(out);
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
   return out;
 }

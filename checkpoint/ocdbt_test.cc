@@ -65,7 +65,7 @@ std::string Envelope(uint32_t magic, const std::string& body, uint64_t version =
   e.Le(0, 8).V(version).V(compression).S(body);
   const uint64_t length = e.out.size() + 4;
   for (int i = 0; i < 8; ++i) e.out[4 + i] = static_cast<char>((length >> (8 * i)) & 0xff);
-  return e.Le(OcdbtCrc32c(e.out), 4).out;
+  return e.Le(Crc32c(e.out), 4).out;
 }
 
 constexpr uint32_t kManifest = 0x0cdb3a2a;
@@ -103,8 +103,8 @@ TEST(OcdbtTest, Varints) {
 }
 
 TEST(OcdbtTest, Crc32cCheckValue) {
-  EXPECT_EQ(OcdbtCrc32c("123456789"), 0xe3069283u);  // CRC-32C's standard check value
-  EXPECT_EQ(OcdbtCrc32c(""), 0u);
+  EXPECT_EQ(Crc32c("123456789"), 0xe3069283u);  // CRC-32C's standard check value
+  EXPECT_EQ(Crc32c(""), 0u);
 }
 
 TEST(OcdbtTest, ManifestNamesTheNewestRoot) {

@@ -265,7 +265,7 @@ absl::Status ReadShard(const std::string& shard, const std::string& key, const M
   if (m.index_chain.crc32c) {
     uint32_t stored = 0;
     for (int i = 3; i >= 0; --i) stored = (stored << 8) | static_cast<uint8_t>(index[n * 16 + i]);
-    if (OcdbtCrc32c(absl::string_view(index).substr(0, n * 16)) != stored) {
+    if (Crc32c(absl::string_view(index).substr(0, n * 16)) != stored) {
       return absl::DataLossError(absl::StrCat(key, ": the shard index's CRC-32C does not match"));
     }
   }

@@ -75,7 +75,7 @@ std::map<std::string, std::string> Sharded() {
         "index_location": "end"}}]})";
   const std::string inner = Floats({1, 2, 4, 5});
   const std::string index = Le64(0) + Le64(inner.size()) + Le64(UINT64_MAX) + Le64(UINT64_MAX);
-  const uint32_t crc = OcdbtCrc32c(index);
+  const uint32_t crc = Crc32c(index);
   std::string crc_bytes(4, '\0');
   std::memcpy(crc_bytes.data(), &crc, 4);
   kv["s/c/0/0"] = inner + index + crc_bytes;

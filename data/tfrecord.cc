@@ -22,30 +22,8 @@
 namespace trainyard {
 namespace {
 
-constexpr uint32_t kCrc32cPolynomial = 0x82F63B78;  // reflected Castagnoli
-constexpr uint32_t kMaskDelta = 0xA282EAD8;
 constexpr size_t kHeaderBytes = 12;  // length + its CRC
 constexpr size_t kFooterBytes = 4;   // the data's CRC
-
-// Slicing-by-8 tables: table[0] is the byte-wise one; table[k][b] is byte b
-// followed by k zero bytes.
-using Crc32cTables = std::array<std::array<uint32_t, 256>, 8>;
-
-const Crc32cTables& Tables() {
-  static const Crc32cTables tables = [] {
-    Crc32cTables t{};
-    for (uint32_t b = 0; b < 256; ++b) {
-      uint32_t crc = b;
-      for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (kCrc32cPolynomial & (0u - (crc & 1)));
-      t[0][b] = crc;
-    }
-    for (uint32_t b = 0; b < 256; ++b) {
-      for (int k = 1; k < 8; ++k) t[k][b] = (t[k - 1][b] >> 8) ^ t[0][t[k - 1][b] & 0xFF];
-    }
-    return t;
-  }();
-  return tables;
-}
 
 uint32_t LoadLe32(const char* p) {
   uint32_t v;
@@ -109,29 +87,13 @@ absl::StatusOr<std::string> Gunzip(const std::string& path, const std::string& c
 
 }  // namespace
 
-uint32_t Crc32c(std::string_view data, uint32_t crc) {
-  const Crc32cTables& t = Tables();
-  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
-  size_t n = data.size();
-  crc = ~crc;
-  for (; n >= 8; p += 8, n -= 8) {
-    const uint32_t lo = crc ^ (uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24);
-    crc = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^ t[3][p[4]] ^
-          t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]];
-  }
-  for (; n > 0; ++p, --n) crc = (crc >> 8) ^ t[0][(crc ^ *p) & 0xFF];
-  return ~crc;
-}
-
-uint32_t MaskCrc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + kMaskDelta; }
-
 std::string FrameTfRecord(std::string_view data) {
   std::string out;
   out.reserve(kHeaderBytes + data.size() + kFooterBytes);
   StoreLe64(data.size(), &out);
   StoreLe32(MaskCrc32c(Crc32c(out)), &out);
   out.append(data);
-  StoreLe32(MaskCrc32c(Crc32c(data)), &out);
+  StoreLe32(MaskCrc32c(Crc32c({data.data(), data.size()})), &out);
   return out;
 }
 
@@ -203,7 +165,7 @@ absl::Status TfRecordFile::Index(const Visitor& visit) {
     }
     if (absl::Status s = ReadAt(offset + kHeaderBytes, length + kFooterBytes, &body); !s.ok()) return s;
     const std::string_view data(body.data(), length);
-    if (LoadLe32(body.data() + length) != MaskCrc32c(Crc32c(data))) {
+    if (LoadLe32(body.data() + length) != MaskCrc32c(Crc32c({data.data(), data.size()}))) {
       return Damaged(offset, "the data's CRC does not match");
     }
     if (visit) {
@@ -226,7 +188,7 @@ absl::StatusOr<std::string> TfRecordFile::Read(int64_t index) const {
     return Damaged(r.offset, "the length's CRC does not match, or the file changed while in use");
   }
   const std::string_view data(bytes.data() + kHeaderBytes, r.length);
-  if (LoadLe32(bytes.data() + kHeaderBytes + r.length) != MaskCrc32c(Crc32c(data))) {
+  if (LoadLe32(bytes.data() + kHeaderBytes + r.length) != MaskCrc32c(Crc32c({data.data(), data.size()}))) {
     return Damaged(r.offset, "the data's CRC does not match");
   }
   return std::string(data);

@@ -28,15 +28,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/crc32c.h"  // Crc32c, MaskCrc32c: TFRecord's checksums
 #include "data/source.h"
 
 namespace trainyard {
 
-// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) of `data`,
-// continuing `crc` (0 to start).
-uint32_t Crc32c(std::string_view data, uint32_t crc = 0);
-// TFRecord's masking of a CRC stored next to the data it covers.
-uint32_t MaskCrc32c(uint32_t crc);
 // One record framed as TFRecordWriter writes it.
 std::string FrameTfRecord(std::string_view data);
 

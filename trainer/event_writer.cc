@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <array>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -13,16 +12,6 @@
 
 namespace trainyard {
 namespace {
-
-std::array<uint32_t, 256> MakeTable() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t crc = i;
-    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
-    table[i] = crc;
-  }
-  return table;
-}
 
 std::string LittleEndian64(uint64_t v) {
   std::string out(8, '\0');
@@ -38,17 +27,7 @@ std::string LittleEndian32(uint32_t v) {
 
 }  // namespace
 
-uint32_t Crc32c(absl::string_view data) {
-  static const std::array<uint32_t, 256> table = MakeTable();
-  uint32_t crc = 0xFFFFFFFFu;
-  for (unsigned char c : data) crc = table[(crc ^ c) & 0xff] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
-}
-
-uint32_t MaskedCrc32c(absl::string_view data) {
-  const uint32_t crc = Crc32c(data);
-  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
+uint32_t MaskedCrc32c(absl::string_view data) { return MaskCrc32c(Crc32c(data)); }
 
 absl::Status MakeDirs(const std::string& dir) {
   std::string prefix;

@@ -21,11 +21,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/crc32c.h"
 
 namespace trainyard {
 
-// CRC32C (Castagnoli) and TFRecord's mask of it.
-uint32_t Crc32c(absl::string_view data);
+// TFRecord's masked CRC-32C of `data` (common/crc32c.h), as event files
+// frame each record's length and data.
 uint32_t MaskedCrc32c(absl::string_view data);
 
 class EventFileWriter {
