@@ -66,6 +66,14 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
                   "current directory)");
   flags.AddInt("heartbeat-timeout", &heartbeat_timeout, "SECONDS",
                "a worker silent for longer is dropped and its job fails (default 10)");
+  std::string watchdog_period = "1", watchdog_stall = "3";
+  flags.AddString("watchdog-period", &watchdog_period, "SECONDS",
+                  "how often the ranks of a running training call are probed for a stopped rank or a\n"
+                  "link cut between ranks (default 1; 0: off: only heartbeats and --collective-timeout\n"
+                  "find them)");
+  flags.AddString("watchdog-stall", &watchdog_stall, "SECONDS",
+                  "the ranks must have been blocked in a collective this long before the watchdog acts\n"
+                  "(default 3; below --heartbeat-timeout)");
   flags.AddString("log-level", &log_level, "LEVEL", "trace, debug, info, warn, error (default info)");
   AddTlsFlags(&flags, &options.tls, &options.insecure);
   flags.AddString("auth-tokens", &options.auth_tokens_file, "FILE",
@@ -95,6 +103,17 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
     err << "error: --heartbeat-timeout: " << heartbeat_timeout << "; want at least 1 second\n";
     return kExitUsage;
   }
+  double period = 0, stall = 0;
+  if (!absl::SimpleAtod(watchdog_period, &period) || !(period >= 0 && period <= 60)) {
+    err << "error: --watchdog-period: '" << watchdog_period << "'; want seconds in [0, 60]\n";
+    return kExitUsage;
+  }
+  if (!absl::SimpleAtod(watchdog_stall, &stall) || !(stall >= 1 && stall <= 3600)) {
+    err << "error: --watchdog-stall: '" << watchdog_stall << "'; want seconds in [1, 3600]\n";
+    return kExitUsage;
+  }
+  options.coordinator.watchdog.period = absl::Seconds(period);
+  options.coordinator.watchdog.stall = absl::Seconds(stall);
   if (!absl::SimpleAtod(submit_rate, &options.submit_rate) || options.submit_rate < 0) {
     err << "error: --submit-rate: '" << submit_rate << "'; want a number >= 0\n";
     return kExitUsage;

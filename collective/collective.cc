@@ -1,11 +1,50 @@
 #include "collective/collective.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace trainyard {
+
+CollectiveWatch::Waiting::Waiting(CollectiveWatch* watch) : watch_(watch) {
+  if (watch_->waiters_.fetch_add(1) == 0) watch_->last_event_ns_.store(NowNanos());
+}
+
+CollectiveWatch::Waiting::~Waiting() {
+  watch_->completed_.fetch_add(1);
+  watch_->last_event_ns_.store(NowNanos());
+  watch_->waiters_.fetch_sub(1);
+}
+
+int64_t CollectiveWatch::NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+CollectiveProgress CollectiveWatch::Progress() const {
+  CollectiveProgress p;
+  p.completed = completed_.load();
+  p.waiting = waiters_.load() > 0;
+  if (p.waiting) p.stalled = absl::Nanoseconds(std::max<int64_t>(NowNanos() - last_event_ns_.load(), 0));
+  p.aborted = aborted();
+  return p;
+}
+
+void CollectiveWatch::Abort(absl::string_view reason) {
+  {
+    MutexLock lock(&mu_);
+    if (aborted_.load()) return;
+    reason_ = std::string(reason);
+  }
+  aborted_.store(true, std::memory_order_release);
+}
+
+absl::Status CollectiveWatch::AbortedError(absl::string_view what) const {
+  MutexLock lock(&mu_);
+  return absl::AbortedError(absl::StrCat(what, ": the collective was aborted: ", reason_));
+}
 
 absl::Status CollectiveFailure(const absl::Status& s) {
   if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {

@@ -11,18 +11,74 @@
 #ifndef TRAINYARD_COLLECTIVE_COLLECTIVE_H_
 #define TRAINYARD_COLLECTIVE_COLLECTIVE_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include <torch/types.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/mutex.h"
 
 namespace trainyard {
 
 enum class ReduceOp { kSum, kMax, kMin };
+
+// How far a collective has got, as a watchdog on another thread sees it
+// (Collective::Progress).
+struct CollectiveProgress {
+  int64_t completed = 0;  // waits for an operation that ended (in any way)
+  // A caller is blocked waiting for an operation now, and no operation has
+  // ended for `stalled` (since the wait began or the last one ended,
+  // whichever is later); zero when nothing is waited for.
+  bool waiting = false;
+  absl::Duration stalled = absl::ZeroDuration();
+  bool aborted = false;
+};
+
+// The bookkeeping behind Progress and Abort, shared by the backends: each
+// blocking wait is bracketed by a Waiting, and polls aborted() at least
+// every kAbortPollInterval.
+//
+// Thread-safety: thread-safe.
+class CollectiveWatch {
+ public:
+  static constexpr absl::Duration kAbortPollInterval = absl::Milliseconds(20);
+
+  class Waiting {
+   public:
+    explicit Waiting(CollectiveWatch* watch);
+    ~Waiting();
+    Waiting(const Waiting&) = delete;
+    Waiting& operator=(const Waiting&) = delete;
+
+   private:
+    CollectiveWatch* const watch_;
+  };
+
+  CollectiveProgress Progress() const;
+  // The first reason wins.
+  void Abort(absl::string_view reason);
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  // kAborted: "<what>: the collective was aborted: <reason>".
+  absl::Status AbortedError(absl::string_view what) const;
+
+ private:
+  static int64_t NowNanos();
+  std::atomic<int64_t> waiters_{0};
+  std::atomic<int64_t> completed_{0};
+  std::atomic<int64_t> last_event_ns_{0};  // a wait began with none in progress, or one ended
+  std::atomic<bool> aborted_{false};
+  mutable Mutex mu_;
+  std::string reason_ ABSL_GUARDED_BY(mu_);
+};
 
 // A collective operation in flight (Collective::StartAllReduce).
 class CollectiveWork {
@@ -64,6 +120,19 @@ class Collective {
   // order, into `outputs` (resized to world_size).
   virtual absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) = 0;
   virtual absl::Status Barrier() = 0;
+
+  // Thread-safe, from any thread (a watchdog, an RPC): ends the operation
+  // a caller is blocked in, and every later one, with kAborted within
+  // CollectiveWatch::kAbortPollInterval, rather than at the timeout, when a
+  // peer is known to be gone or unreachable. The collective is not used
+  // again afterwards (its connections may still be busy with the aborted
+  // operation until its own timeout; the tensors it was given must not be
+  // reused for anything that matters: the trainer's gradient buckets are
+  // dropped with the group). LocalCollective never blocks: nothing to do.
+  virtual void Abort(absl::string_view reason) { (void)reason; }
+  // Thread-safe: whether a caller is blocked in an operation, and for how
+  // long nothing has completed. LocalCollective: never waiting.
+  virtual CollectiveProgress Progress() const { return {}; }
 
   // Reduce-scatter of a flat tensor: `input` (1-D, contiguous, the same size
   // and dtype on every rank) is cut into world_size() consecutive shards of

@@ -1,5 +1,6 @@
 #include "collective/fake_collective.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -31,14 +32,18 @@ absl::Status FakeGroup::Inject(int rank, int64_t op_index) {
 }
 
 absl::StatusOr<std::vector<std::vector<torch::Tensor>>> FakeGroup::Meet(int rank, int64_t op_index,
-                                                                        std::vector<torch::Tensor> mine) {
+                                                                        std::vector<torch::Tensor> mine,
+                                                                        CollectiveWatch* watch) {
+  CollectiveWatch::Waiting waiting(watch);
   std::unique_lock<std::mutex> lock(mu_);
   ops_[op_index][rank] = std::move(mine);
   arrived_.notify_all();
   const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(timeout_);
+  const auto poll = absl::ToChronoMilliseconds(CollectiveWatch::kAbortPollInterval);
   while (static_cast<int>(ops_[op_index].size()) < world_size_) {
-    if (arrived_.wait_until(lock, deadline) == std::cv_status::timeout &&
-        static_cast<int>(ops_[op_index].size()) < world_size_) {
+    if (watch->aborted()) return watch->AbortedError(absl::StrCat("fake collective operation ", op_index));
+    arrived_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + poll));
+    if (std::chrono::steady_clock::now() >= deadline && static_cast<int>(ops_[op_index].size()) < world_size_) {
       return absl::DeadlineExceededError(absl::StrCat("fake collective operation ", op_index, ": only ",
                                                       ops_[op_index].size(), " of ", world_size_,
                                                       " ranks arrived within ", absl::FormatDuration(timeout_)));
@@ -58,7 +63,7 @@ absl::Status FakeCollective::AllReduce(std::vector<torch::Tensor>& tensors, Redu
   if (absl::Status s = group_->Inject(rank_, index); !s.ok()) return s;
   std::vector<torch::Tensor> mine;
   for (const auto& t : tensors) mine.push_back(t.clone());
-  auto all = group_->Meet(rank_, index, std::move(mine));
+  auto all = group_->Meet(rank_, index, std::move(mine), &watch_);
   if (!all.ok()) return all.status();
   for (size_t i = 0; i < tensors.size(); ++i) {
     torch::Tensor acc = (*all)[0][i].clone();
@@ -79,7 +84,7 @@ absl::Status FakeCollective::Broadcast(std::vector<torch::Tensor>& tensors, int 
   if (absl::Status s = group_->Inject(rank_, index); !s.ok()) return s;
   std::vector<torch::Tensor> mine;
   for (const auto& t : tensors) mine.push_back(t.clone());
-  auto all = group_->Meet(rank_, index, std::move(mine));
+  auto all = group_->Meet(rank_, index, std::move(mine), &watch_);
   if (!all.ok()) return all.status();
   for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_((*all)[root][i]);
   return absl::OkStatus();
@@ -88,7 +93,7 @@ absl::Status FakeCollective::Broadcast(std::vector<torch::Tensor>& tensors, int 
 absl::Status FakeCollective::AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) {
   const int64_t index = next_op_++;
   if (absl::Status s = group_->Inject(rank_, index); !s.ok()) return s;
-  auto all = group_->Meet(rank_, index, {input.clone()});
+  auto all = group_->Meet(rank_, index, {input.clone()}, &watch_);
   if (!all.ok()) return all.status();
   outputs->clear();
   for (auto& v : *all) outputs->push_back(v[0]);
@@ -98,7 +103,7 @@ absl::Status FakeCollective::AllGather(const torch::Tensor& input, std::vector<t
 absl::Status FakeCollective::Barrier() {
   const int64_t index = next_op_++;
   if (absl::Status s = group_->Inject(rank_, index); !s.ok()) return s;
-  return group_->Meet(rank_, index, {}).status();
+  return group_->Meet(rank_, index, {}, &watch_).status();
 }
 
 }  // namespace trainyard

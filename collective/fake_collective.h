@@ -2,7 +2,8 @@
 // process that meet in memory (no sockets) and compute real reductions.
 // Tests can make a rank's n-th operation fail with a chosen status, or be
 // delayed, to exercise the callers' error paths; a rank that never arrives
-// makes the others return kDeadlineExceeded after the group's timeout.
+// makes the others return kDeadlineExceeded after the group's timeout, or
+// kAborted as soon as their collective is aborted.
 //
 // Thread-safety: one thread per rank; the group is shared.
 #ifndef TRAINYARD_COLLECTIVE_FAKE_COLLECTIVE_H_
@@ -38,7 +39,7 @@ class FakeGroup {
   // Deposits `rank`'s contribution to operation `op_index` and waits for
   // every rank's; returns all contributions in rank order.
   absl::StatusOr<std::vector<std::vector<torch::Tensor>>> Meet(int rank, int64_t op_index,
-                                                               std::vector<torch::Tensor> mine);
+                                                               std::vector<torch::Tensor> mine, CollectiveWatch* watch);
   // Fault injection for (rank, op_index): a status to return, or a delay.
   absl::Status Inject(int rank, int64_t op_index);
 
@@ -62,9 +63,12 @@ class FakeCollective : public Collective {
   absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) override;
   absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) override;
   absl::Status Barrier() override;
+  void Abort(absl::string_view reason) override { watch_.Abort(reason); }
+  CollectiveProgress Progress() const override { return watch_.Progress(); }
   int64_t operations() const { return next_op_; }
 
  private:
+  CollectiveWatch watch_;
   std::shared_ptr<FakeGroup> group_;
   int rank_;
   int64_t next_op_ = 0;

@@ -56,6 +56,23 @@ TEST(FakeCollectiveTest, InjectedFailureAndMissingPeerTimeout) {
   });
 }
 
+TEST(FakeCollectiveTest, AbortEndsAWaitForAMissingPeer) {
+  auto group = std::make_shared<FakeGroup>(2, absl::Seconds(60));
+  FakeCollective rank0(group, 0);
+  std::thread watchdog([&] {
+    while (rank0.Progress().stalled < absl::Milliseconds(100)) absl::SleepFor(absl::Milliseconds(5));
+    rank0.Abort("rank 1 stopped");
+  });
+  const absl::Time start = absl::Now();
+  std::vector<torch::Tensor> t = {torch::ones({1})};
+  EXPECT_THAT(rank0.AllReduce(t, ReduceOp::kSum),
+              StatusIs(absl::StatusCode::kAborted, testing::HasSubstr("the collective was aborted: rank 1 stopped")));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  watchdog.join();
+  EXPECT_EQ(rank0.Progress().completed, 1);
+  EXPECT_TRUE(rank0.Progress().aborted);
+}
+
 TEST(FakeCollectiveTest, DelayedRankStillMeets) {
   auto group = std::make_shared<FakeGroup>(2, absl::Seconds(10));
   group->DelayOperation(0, 0, absl::Milliseconds(100));

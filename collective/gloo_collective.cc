@@ -83,17 +83,45 @@ absl::Status FromTorchError(const char* what, const std::exception& e) {
   return absl::UnavailableError(absl::StrCat(what, ": ", first_line));
 }
 
-template <typename F>
-absl::Status Run(const char* what, std::chrono::milliseconds timeout, F make_work) {
-  try {
-    c10::intrusive_ptr<c10d::Work> work = make_work();
-    if (!work->wait(timeout)) {
+// Waits for `work` until `deadline`, in slices of the watch's poll
+// interval so that an abort ends the wait at once (kAborted); the timeout
+// gives kDeadlineExceeded naming `timeout`.
+absl::Status AwaitWork(const char* what, c10d::Work& work, std::chrono::steady_clock::time_point deadline,
+                       std::chrono::milliseconds timeout, CollectiveWatch& watch) {
+  CollectiveWatch::Waiting waiting(&watch);
+  const auto slice = absl::ToChronoMilliseconds(CollectiveWatch::kAbortPollInterval);
+  while (true) {
+    if (watch.aborted()) return watch.AbortedError(what);
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline)
       return absl::DeadlineExceededError(absl::StrCat(what, ": timed out after ", timeout.count(), " ms"));
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    try {
+      // c10d throws when a bounded wait ends first (older versions return
+      // false); the work's own failure throws too, once it has completed.
+      if (work.wait(std::max(std::min(left, slice), std::chrono::milliseconds(1)))) return absl::OkStatus();
+    } catch (const std::exception& e) {
+      if (!work.isCompleted()) continue;
+      try {
+        work.wait();
+        return absl::OkStatus();
+      } catch (const std::exception& failed) {
+        return FromTorchError(what, failed);
+      }
     }
-    return absl::OkStatus();
+  }
+}
+
+template <typename F>
+absl::Status Run(const char* what, std::chrono::milliseconds timeout, CollectiveWatch& watch, F make_work) {
+  if (watch.aborted()) return watch.AbortedError(what);
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = make_work();
   } catch (const std::exception& e) {
     return FromTorchError(what, e);
   }
+  return AwaitWork(what, *work, std::chrono::steady_clock::now() + timeout, timeout, watch);
 }
 
 c10d::ReduceOp ToC10d(ReduceOp op) {
@@ -102,25 +130,28 @@ c10d::ReduceOp ToC10d(ReduceOp op) {
 
 class GlooWork : public CollectiveWork {
  public:
-  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout)
-      : work_(std::move(work)), deadline_(std::chrono::steady_clock::now() + timeout) {}
+  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout,
+           std::shared_ptr<CollectiveWatch> watch)
+      : work_(std::move(work)),
+        timeout_(timeout),
+        deadline_(std::chrono::steady_clock::now() + timeout),
+        watch_(std::move(watch)) {}
   ~GlooWork() override {
     // Never leave an operation writing into a tensor its owner may free.
     if (work_) Wait().IgnoreError();
   }
   absl::Status Wait() override {
     if (!work_) return absl::FailedPreconditionError("the all-reduce was already waited for");
-    const auto left =
-        std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now()),
-                 std::chrono::milliseconds(1));
     c10::intrusive_ptr<c10d::Work> work = std::move(work_);
     work_.reset();
-    return Run("all-reduce", left, [&] { return work; });
+    return AwaitWork("all-reduce", *work, deadline_, timeout_, *watch_);
   }
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;
+  std::chrono::milliseconds timeout_;
   std::chrono::steady_clock::time_point deadline_;
+  std::shared_ptr<CollectiveWatch> watch_;
 };
 
 // The result of a task on the collective's thread.
@@ -133,23 +164,32 @@ struct TaskState {
 
 class TaskWork : public CollectiveWork {
  public:
-  explicit TaskWork(std::shared_ptr<TaskState> state) : state_(std::move(state)) {}
+  TaskWork(std::shared_ptr<TaskState> state, std::shared_ptr<CollectiveWatch> watch)
+      : state_(std::move(state)), watch_(std::move(watch)) {}
   ~TaskWork() override {
     // Never leave an operation writing into a tensor its owner may free.
     if (state_) Wait().IgnoreError();
   }
-  // The task ends by its own deadline: waiting for it is bounded.
+  // The task ends by its own deadline: waiting for it is bounded. An abort
+  // ends the wait at once (the task's transfers may go on until their
+  // deadline: its tensors are not to be used again).
   absl::Status Wait() override {
     if (!state_) return absl::FailedPreconditionError("the operation was already waited for");
     std::shared_ptr<TaskState> state = std::move(state_);
     state_.reset();
+    CollectiveWatch::Waiting waiting(watch_.get());
+    const auto poll = absl::ToChronoMilliseconds(CollectiveWatch::kAbortPollInterval);
     std::unique_lock<std::mutex> lock(state->mu);
-    state->done_cv.wait(lock, [&] { return state->done; });
+    while (!state->done) {
+      if (watch_->aborted()) return watch_->AbortedError("ring operation");
+      state->done_cv.wait_for(lock, poll);
+    }
     return state->status;
   }
 
  private:
   std::shared_ptr<TaskState> state_;
+  std::shared_ptr<CollectiveWatch> watch_;
 };
 
 }  // namespace
@@ -158,6 +198,8 @@ struct GlooCollective::Impl {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
   std::chrono::milliseconds timeout;
   int64_t bucket_bytes;
+  // Shared with the works handed out, which may outlive the collective.
+  std::shared_ptr<CollectiveWatch> watch = std::make_shared<CollectiveWatch>();
 
   // The ring operations' thread and queue (started with the first one).
   std::mutex mu;
@@ -184,7 +226,7 @@ struct GlooCollective::Impl {
       tasks.emplace_back(std::move(task), state);
     }
     wake.notify_all();
-    return std::unique_ptr<CollectiveWork>(new TaskWork(std::move(state)));
+    return std::unique_ptr<CollectiveWork>(new TaskWork(std::move(state), watch));
   }
 
   void Loop() {
@@ -197,8 +239,11 @@ struct GlooCollective::Impl {
         next = std::move(tasks.front());
         tasks.pop_front();
       }
-      // Pending operations of a collective being destroyed fail at once.
-      absl::Status status = stopping ? absl::CancelledError("the collective is shutting down") : next.first();
+      // Pending operations of a collective being destroyed or aborted fail
+      // at once.
+      absl::Status status = stopping           ? absl::CancelledError("the collective is shutting down")
+                            : watch->aborted() ? watch->AbortedError("ring operation")
+                                               : next.first();
       std::lock_guard<std::mutex> lock(next.second->mu);
       next.second->status = std::move(status);
       next.second->done = true;
@@ -215,8 +260,12 @@ struct GlooCollective::Impl {
       std::vector<torch::Tensor> o = {out}, i = {in};
       if (in.numel() > 0) received = group->recv(i, from, tag);
       if (out.numel() > 0) sent = group->send(o, to, tag);
+      // Point-to-point waits are not sliced: Gloo closes the connection
+      // when a bounded wait for a transfer ends first. An abort is seen
+      // between steps (and TaskWork::Wait returns at once).
       for (auto* work : {&sent, &received}) {
         if (!*work) continue;
+        if (watch->aborted()) return watch->AbortedError(what);
         const auto left =
             std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
                      std::chrono::milliseconds(1));
@@ -269,8 +318,13 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(int rank,
 
 GlooCollective::~GlooCollective() = default;
 
+void GlooCollective::Abort(absl::string_view reason) { impl_->watch->Abort(reason); }
+
+CollectiveProgress GlooCollective::Progress() const { return impl_->watch->Progress(); }
+
 absl::Status GlooCollective::AllReduce(std::vector<torch::Tensor>& tensors, ReduceOp op) {
   if (tensors.empty()) return absl::OkStatus();
+  if (impl_->watch->aborted()) return impl_->watch->AbortedError("all-reduce");
   c10d::AllreduceOptions options;
   options.reduceOp = ToC10d(op);
   options.timeout = impl_->timeout;
@@ -295,10 +349,7 @@ absl::Status GlooCollective::AllReduce(std::vector<torch::Tensor>& tensors, Redu
   const auto deadline = std::chrono::steady_clock::now() + impl_->timeout;
   absl::Status status;
   for (auto& work : works) {
-    const auto left =
-        std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
-                 std::chrono::milliseconds(1));
-    absl::Status s = Run("all-reduce", left, [&] { return work; });
+    absl::Status s = AwaitWork("all-reduce", *work, deadline, impl_->timeout, *impl_->watch);
     if (!s.ok() && status.ok()) status = s;
   }
   if (!status.ok()) return status;
@@ -308,12 +359,14 @@ absl::Status GlooCollective::AllReduce(std::vector<torch::Tensor>& tensors, Redu
 
 absl::StatusOr<std::unique_ptr<CollectiveWork>> GlooCollective::StartAllReduce(torch::Tensor tensor, ReduceOp op) {
   if (!tensor.is_contiguous()) return absl::InvalidArgumentError("StartAllReduce takes a contiguous tensor");
+  if (impl_->watch->aborted()) return impl_->watch->AbortedError("all-reduce");
   c10d::AllreduceOptions options;
   options.reduceOp = ToC10d(op);
   options.timeout = impl_->timeout;
   try {
     std::vector<torch::Tensor> one = {tensor.view({-1})};
-    return std::unique_ptr<CollectiveWork>(new GlooWork(impl_->group->allreduce(one, options), impl_->timeout));
+    return std::unique_ptr<CollectiveWork>(
+        new GlooWork(impl_->group->allreduce(one, options), impl_->timeout, impl_->watch));
   } catch (const std::exception& e) {
     return FromTorchError("all-reduce", e);
   }
@@ -325,7 +378,8 @@ absl::Status GlooCollective::AllGather(const torch::Tensor& input, std::vector<t
   for (int r = 0; r < world_size_; ++r) out[0].push_back(torch::empty_like(in[0]));
   c10d::AllgatherOptions options;
   options.timeout = impl_->timeout;
-  absl::Status status = Run("all-gather", impl_->timeout, [&] { return impl_->group->allgather(out, in, options); });
+  absl::Status status =
+      Run("all-gather", impl_->timeout, *impl_->watch, [&] { return impl_->group->allgather(out, in, options); });
   if (!status.ok()) return status;
   *outputs = std::move(out[0]);
   return absl::OkStatus();
@@ -341,7 +395,7 @@ absl::Status GlooCollective::Broadcast(std::vector<torch::Tensor>& tensors, int 
   absl::Status status;
   for (torch::Tensor& t : tensors) {
     std::vector<torch::Tensor> one = {t};
-    status = Run("broadcast", impl_->timeout, [&] { return impl_->group->broadcast(one, options); });
+    status = Run("broadcast", impl_->timeout, *impl_->watch, [&] { return impl_->group->broadcast(one, options); });
     if (!status.ok()) return status;
   }
   return status;
@@ -350,7 +404,7 @@ absl::Status GlooCollective::Broadcast(std::vector<torch::Tensor>& tensors, int 
 absl::Status GlooCollective::Barrier() {
   c10d::BarrierOptions options;
   options.timeout = impl_->timeout;
-  return Run("barrier", impl_->timeout, [&] { return impl_->group->barrier(options); });
+  return Run("barrier", impl_->timeout, *impl_->watch, [&] { return impl_->group->barrier(options); });
 }
 
 absl::StatusOr<std::unique_ptr<CollectiveWork>> GlooCollective::StartReduceScatter(torch::Tensor input,

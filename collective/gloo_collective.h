@@ -10,7 +10,8 @@
 // transfers with reductions.
 //
 // Every operation waits at most the timeout given at creation; a peer that
-// never arrives gives kDeadlineExceeded, a broken connection kUnavailable.
+// never arrives gives kDeadlineExceeded, a broken connection kUnavailable,
+// an Abort (from any thread) kAborted at once.
 // Thread-safety: one thread per rank.
 #ifndef TRAINYARD_COLLECTIVE_GLOO_COLLECTIVE_H_
 #define TRAINYARD_COLLECTIVE_GLOO_COLLECTIVE_H_
@@ -57,6 +58,9 @@ class GlooCollective : public Collective {
   absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) override;
   absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) override;
   absl::Status Barrier() override;
+  // Every wait polls the abort every CollectiveWatch::kAbortPollInterval.
+  void Abort(absl::string_view reason) override;
+  CollectiveProgress Progress() const override;
   // Rings over point-to-point transfers (c10d's Gloo has no reduce-scatter
   // nor uneven all-gather): W - 1 steps, each rank sending one shard to the
   // next rank while receiving one from the previous, so each sends (W-1)/W

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -115,6 +116,105 @@ TEST(GlooCollectiveTest, MissingPeerTimesOutWithinTheBound) {
         EXPECT_LT(took, absl::Seconds(15));
       },
       absl::Seconds(2));
+}
+
+// Rank 0 runs `blocked` while rank 1 never arrives; a watchdog thread sees
+// rank 0 waiting with nothing completing for 200 ms, then aborts rank 0's
+// collective. Returns `blocked`'s status and how long it took.
+template <typename F>
+std::pair<absl::Status, absl::Duration> AbortWhileBlocked(F blocked, CollectiveProgress* seen) {
+  std::atomic<bool> done{false};
+  absl::Status status;
+  absl::Duration took;
+  OnRanks(
+      2,
+      [&](int rank, Collective* c) {
+        if (rank == 1) {
+          while (!done) absl::SleepFor(absl::Milliseconds(10));
+          return;
+        }
+        EXPECT_FALSE(c->Progress().waiting);
+        std::atomic<bool> returned{false};
+        std::thread watchdog([&] {
+          while (!returned && !(c->Progress().waiting && c->Progress().stalled >= absl::Milliseconds(200))) {
+            absl::SleepFor(absl::Milliseconds(5));
+          }
+          *seen = c->Progress();
+          c->Abort("rank 1 is unreachable");
+        });
+        const absl::Time start = absl::Now();
+        status = blocked(c);
+        took = absl::Now() - start;
+        returned = true;
+        watchdog.join();
+        EXPECT_TRUE(seen->waiting) << "returned before the abort: " << status;
+        done = true;
+        // Aborted for good: later operations fail at once.
+        std::vector<torch::Tensor> t = {torch::ones({4})};
+        EXPECT_THAT(c->AllReduce(t, ReduceOp::kSum), StatusCodeIs(absl::StatusCode::kAborted));
+        EXPECT_THAT(c->StartAllReduce(torch::ones({4}), ReduceOp::kSum).status(),
+                    StatusCodeIs(absl::StatusCode::kAborted));
+        EXPECT_THAT(c->Barrier(), StatusCodeIs(absl::StatusCode::kAborted));
+        const CollectiveProgress after = c->Progress();
+        EXPECT_TRUE(after.aborted);
+        EXPECT_FALSE(after.waiting);
+        EXPECT_EQ(after.stalled, absl::ZeroDuration());
+      },
+      absl::Seconds(60));
+  return {status, took};
+}
+
+TEST(GlooCollectiveTest, AbortEndsABlockedAllReduceAtOnce) {
+  CollectiveProgress seen;
+  auto [status, took] = AbortWhileBlocked(
+      [](Collective* c) {
+        std::vector<torch::Tensor> t = {torch::ones({4})};
+        return c->AllReduce(t, ReduceOp::kSum);
+      },
+      &seen);
+  EXPECT_THAT(status, StatusCodeIs(absl::StatusCode::kAborted));
+  EXPECT_NE(status.message().find("all-reduce: the collective was aborted: rank 1 is unreachable"),
+            absl::string_view::npos)
+      << status;
+  EXPECT_TRUE(seen.waiting);
+  EXPECT_EQ(seen.completed, 0);
+  EXPECT_GE(seen.stalled, absl::Milliseconds(200));
+  // Not the 60 s timeout: the stall plus at most a few poll intervals.
+  EXPECT_LT(took, absl::Seconds(5));
+}
+
+TEST(GlooCollectiveTest, AbortEndsAStartedAllReduceAndARingOperation) {
+  CollectiveProgress seen;
+  auto [status, took] = AbortWhileBlocked(
+      [](Collective* c) {
+        absl::StatusOr<std::unique_ptr<CollectiveWork>> work = c->StartAllReduce(torch::ones({8}), ReduceOp::kSum);
+        if (!work.ok()) return work.status();
+        return (*work)->Wait();
+      },
+      &seen);
+  EXPECT_THAT(status, StatusCodeIs(absl::StatusCode::kAborted));
+  EXPECT_LT(took, absl::Seconds(5));
+  auto [ring, ring_took] = AbortWhileBlocked(
+      [](Collective* c) {
+        torch::Tensor input = torch::ones({6});
+        return c->ReduceScatter(input, {3, 3}, torch::empty({3}), ReduceOp::kSum);
+      },
+      &seen);
+  EXPECT_THAT(ring, StatusCodeIs(absl::StatusCode::kAborted));
+  EXPECT_NE(ring.message().find("rank 1 is unreachable"), absl::string_view::npos) << ring;
+  EXPECT_LT(ring_took, absl::Seconds(5));
+}
+
+TEST(GlooCollectiveTest, ProgressCountsCompletedWaits) {
+  OnRanks(2, [](int rank, Collective* c) {
+    std::vector<torch::Tensor> t = {torch::ones({4})};
+    ASSERT_THAT(c->AllReduce(t, ReduceOp::kSum), IsOk());
+    ASSERT_THAT(c->Barrier(), IsOk());
+    const CollectiveProgress p = c->Progress();
+    EXPECT_EQ(p.completed, 2) << rank;
+    EXPECT_FALSE(p.waiting);
+    EXPECT_FALSE(p.aborted);
+  });
 }
 
 TEST(GlooCollectiveTest, BadRank) {

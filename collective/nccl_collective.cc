@@ -21,7 +21,8 @@ struct NcclCollective::Impl {
   int device = 0;
   std::chrono::milliseconds timeout{60000};
   cudaEvent_t done = nullptr;
-  bool aborted = false;
+  bool aborted = false;   // the communicator was aborted (by the rank's own thread)
+  CollectiveWatch watch;  // Abort from another thread: seen by the wait loop
 };
 
 namespace {
@@ -130,15 +131,16 @@ absl::StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Create(int rank,
   return NcclError("ncclCommInitRankConfig", r);
 }
 
+void NcclCollective::Abort(absl::string_view reason) { impl_->watch.Abort(reason); }
+
+CollectiveProgress NcclCollective::Progress() const { return impl_->watch.Progress(); }
+
 NcclCollective::~NcclCollective() {
   if (impl_ == nullptr) return;
-  if (impl_->comm != nullptr) {
-    if (impl_->aborted) {
-      ncclCommAbort(impl_->comm);
-    } else {
-      ncclCommFinalize(impl_->comm);
-      ncclCommDestroy(impl_->comm);
-    }
+  // An aborted communicator was freed by its ncclCommAbort already.
+  if (impl_->comm != nullptr && !impl_->aborted) {
+    ncclCommFinalize(impl_->comm);
+    ncclCommDestroy(impl_->comm);
   }
   if (impl_->done != nullptr) cudaEventDestroy(impl_->done);
 }
@@ -149,7 +151,13 @@ namespace {
 // waits until it is done, a peer fails, or the timeout passes.
 template <typename F>
 absl::Status RunGroup(NcclCollective* self, ncclComm_t comm, cudaEvent_t done, int device,
-                      std::chrono::milliseconds timeout, bool* aborted, const char* what, F enqueue) {
+                      std::chrono::milliseconds timeout, bool* aborted, CollectiveWatch* watch, const char* what,
+                      F enqueue) {
+  if (watch->aborted()) {
+    if (comm != nullptr && !*aborted) ncclCommAbort(comm);
+    *aborted = true;
+    return watch->AbortedError(what);
+  }
   if (comm == nullptr || *aborted) return absl::FailedPreconditionError("the NCCL communicator was aborted");
   cudaStream_t stream = CurrentStream(device);
   ncclGroupStart();
@@ -159,7 +167,13 @@ absl::Status RunGroup(NcclCollective* self, ncclComm_t comm, cudaEvent_t done, i
   if (r != ncclSuccess && r != ncclInProgress) return NcclError(what, r);
   if (cudaError_t e = cudaEventRecord(done, stream); e != cudaSuccess) return CudaError("cudaEventRecord", e);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  CollectiveWatch::Waiting waiting(watch);
   while (true) {
+    if (watch->aborted()) {
+      ncclCommAbort(comm);
+      *aborted = true;
+      return watch->AbortedError(what);
+    }
     cudaError_t e = cudaEventQuery(done);
     if (e == cudaSuccess) return absl::OkStatus();
     if (e != cudaErrorNotReady) return CudaError(what, e);
@@ -221,7 +235,7 @@ absl::Status NcclCollective::AllReduce(std::vector<torch::Tensor>& originals, Re
   if (absl::Status s = Stage(originals, impl_->device, &tensors); !s.ok()) return s;
   // One group: NCCL fuses the per-tensor calls.
   absl::Status status = RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted,
-                                 "all-reduce", [&](cudaStream_t stream) {
+                                 &impl_->watch, "all-reduce", [&](cudaStream_t stream) {
                                    for (torch::Tensor& t : tensors) {
                                      ncclResult_t r =
                                          ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
@@ -241,7 +255,7 @@ absl::Status NcclCollective::Broadcast(std::vector<torch::Tensor>& originals, in
   std::vector<torch::Tensor> tensors;
   if (absl::Status s = Stage(originals, impl_->device, &tensors); !s.ok()) return s;
   absl::Status status = RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted,
-                                 "broadcast", [&](cudaStream_t stream) {
+                                 &impl_->watch, "broadcast", [&](cudaStream_t stream) {
                                    for (torch::Tensor& t : tensors) {
                                      ncclResult_t r =
                                          ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
@@ -266,7 +280,7 @@ absl::Status NcclCollective::AllGather(const torch::Tensor& input, std::vector<t
   for (int64_t d : in.sizes()) shape.push_back(d);
   torch::Tensor gathered = torch::empty(shape, in.options());
   absl::Status s = RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted,
-                            "all-gather", [&](cudaStream_t stream) {
+                            &impl_->watch, "all-gather", [&](cudaStream_t stream) {
                               ncclResult_t r =
                                   ncclAllGather(in.data_ptr(), gathered.data_ptr(), static_cast<size_t>(in.numel()),
                                                 *type, impl_->comm, stream);
@@ -301,8 +315,8 @@ absl::Status NcclCollective::ReduceScatter(torch::Tensor input, const std::vecto
   }
   torch::Tensor mine = torch::empty({largest}, input.options());
   absl::Status status =
-      RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted, "reduce-scatter",
-               [&](cudaStream_t stream) {
+      RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted, &impl_->watch,
+               "reduce-scatter", [&](cudaStream_t stream) {
                  ncclResult_t r = ncclReduceScatter(padded.data_ptr(), mine.data_ptr(), static_cast<size_t>(largest),
                                                     *type, nccl_op, impl_->comm, stream);
                  if (r != ncclSuccess && r != ncclInProgress) return NcclError("ncclReduceScatter", r);
@@ -323,7 +337,7 @@ absl::Status NcclCollective::AllGatherV(torch::Tensor input, const std::vector<i
   mine.narrow(0, 0, counts[rank_]).copy_(input);
   torch::Tensor gathered = torch::empty({largest * world_size_}, input.options());
   absl::Status status = RunGroup(this, impl_->comm, impl_->done, impl_->device, impl_->timeout, &impl_->aborted,
-                                 "all-gather", [&](cudaStream_t stream) {
+                                 &impl_->watch, "all-gather", [&](cudaStream_t stream) {
                                    ncclResult_t r =
                                        ncclAllGather(mine.data_ptr(), gathered.data_ptr(), static_cast<size_t>(largest),
                                                      *type, impl_->comm, stream);

@@ -41,6 +41,10 @@ class NcclCollective : public Collective {
   absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) override;
   absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) override;
   absl::Status Barrier() override;
+  // The rank's thread sees it in its wait loop and aborts the communicator
+  // (ncclCommAbort), as a timeout does.
+  void Abort(absl::string_view reason) override;
+  CollectiveProgress Progress() const override;
   // ncclReduceScatter / ncclAllGather take equal shards: uneven ones are
   // padded to the largest in a device buffer (tensors on this rank's device).
   absl::Status ReduceScatter(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output,

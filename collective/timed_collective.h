@@ -34,6 +34,8 @@ class TimedCollective : public Collective {
   absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) override;
   absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) override;
   absl::Status Barrier() override;
+  void Abort(absl::string_view reason) override { inner_->Abort(reason); }
+  CollectiveProgress Progress() const override { return inner_->Progress(); }
   absl::Status ReduceScatter(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output,
                              ReduceOp op) override;
   absl::Status AllGatherV(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output) override;

@@ -68,6 +68,9 @@ struct CoordinatorOptions {
   std::string output_root;  // absolute; jobs' output_dir must lie inside it
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // Training attempts' watchdog (coordinator/watchdog.h): a rank that
+  // stopped, or a link cut between ranks, found in seconds.
+  WatchdogOptions watchdog;
   absl::Duration tick = absl::Milliseconds(100);
   Clock* clock = Clock::Real();
   // Part of every worker id (see WorkerRegistry); nullopt: random per
@@ -183,7 +186,8 @@ class Coordinator : private JobDriverHost {
   void RecordProgress(const std::string& job_id, const std::function<void(JobInfo*)>& edit) override;
   void ChangeState(const std::string& job_id, JobState state, const std::string& reason,
                    const std::function<void(JobInfo*)>& edit) override;
-  std::vector<JoiningWorker> AcquireWorkers(const std::string& job_id, int n) override;
+  std::vector<JoiningWorker> AcquireWorkers(const std::string& job_id, int n,
+                                            const std::set<std::string>& exclude) override;
   void SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids) override;
   // Records a change (caller holds mu_): bumps the version, wakes watchers,
   // and persists: at once when `durable` (state changes), else soon, by the

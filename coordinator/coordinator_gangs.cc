@@ -174,6 +174,7 @@ void Coordinator::StartJobLocked(Job* job, const std::vector<std::string>& worke
   // A restart resumes from the job's own newest checkpoint.
   if (plan.restarts > 0) plan.restore_from = job->info.latest_checkpoint();
   plan.latest_checkpoint = job->info.latest_checkpoint();
+  plan.watchdog = options_.watchdog;
   for (size_t r = 0; r < worker_ids.size(); ++r) {
     absl::StatusOr<WorkerRecord> w = workers_.Get(worker_ids[r]);
     RankInfo* rank = job->info.add_ranks();
@@ -185,9 +186,11 @@ void Coordinator::StartJobLocked(Job* job, const std::vector<std::string>& worke
       rank->set_device(w->device);
       plan.clients.push_back(client_factory_(*w));
       plan.workers.push_back(DescribeWorker(w->worker_id, w->host, w->address));
+      plan.addresses.push_back(w->address);
     } else {
       plan.clients.push_back(nullptr);
       plan.workers.push_back(DescribeWorker(worker_ids[r], "", ""));
+      plan.addresses.push_back("");
     }
     plan.worker_ids.push_back(worker_ids[r]);
   }
@@ -203,7 +206,8 @@ std::string Coordinator::RankName(const Job& job, int rank) const {
   return absl::StrCat("rank ", rank, " (", DescribeWorker(r.worker_id(), r.host(), r.address()), ")");
 }
 
-std::vector<JoiningWorker> Coordinator::AcquireWorkers(const std::string& job_id, int n) {
+std::vector<JoiningWorker> Coordinator::AcquireWorkers(const std::string& job_id, int n,
+                                                       const std::set<std::string>& exclude) {
   MutexLock lock(&mu_);
   Job* job = FindLocked(job_id);
   if (shutting_down_ || job == nullptr || job->stop || n <= 0) return {};
@@ -213,6 +217,8 @@ std::vector<JoiningWorker> Coordinator::AcquireWorkers(const std::string& job_id
     if (waiting && other->sequence < job->sequence) return {};
   }
   std::vector<std::string> idle = workers_.Idle();
+  idle.erase(std::remove_if(idle.begin(), idle.end(), [&](const std::string& id) { return exclude.count(id) > 0; }),
+             idle.end());
   if (idle.empty()) return {};
   if (static_cast<int>(idle.size()) > n) idle.resize(static_cast<size_t>(n));
   if (absl::Status s = workers_.Assign(idle, job_id); !s.ok()) {
@@ -224,7 +230,8 @@ std::vector<JoiningWorker> Coordinator::AcquireWorkers(const std::string& job_id
     absl::StatusOr<WorkerRecord> w = workers_.Get(id);
     job->worker_ids.push_back(id);
     if (!w.ok()) continue;
-    out.push_back({id, std::shared_ptr<WorkerClient>(client_factory_(*w)), DescribeWorker(id, w->host, w->address)});
+    out.push_back(
+        {id, std::shared_ptr<WorkerClient>(client_factory_(*w)), DescribeWorker(id, w->host, w->address), w->address});
   }
   return out;
 }

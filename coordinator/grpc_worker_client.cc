@@ -82,6 +82,19 @@ class GrpcWorkerClient : public WorkerClient {
         [this](grpc::ClientContext* c, const AbortJobRequest* q, AbortJobResponse* r,
                std::function<void(grpc::Status)> f) { stub_->async()->AbortJob(c, q, r, std::move(f)); });
   }
+  void ProbeAsync(const ProbeRequest& request, absl::Duration deadline, Done<ProbeResponse> done) override {
+    Async<ProbeRequest, ProbeResponse>(
+        absl::ToChronoMilliseconds(deadline), request, std::move(done),
+        [this](grpc::ClientContext* c, const ProbeRequest* q, ProbeResponse* r, std::function<void(grpc::Status)> f) {
+          stub_->async()->Probe(c, q, r, std::move(f));
+        });
+  }
+  void LeaveGroupAsync(const LeaveGroupRequest& request, Done<LeaveGroupResponse> done) override {
+    Async<LeaveGroupRequest, LeaveGroupResponse>(
+        std::chrono::seconds(10), request, std::move(done),
+        [this](grpc::ClientContext* c, const LeaveGroupRequest* q, LeaveGroupResponse* r,
+               std::function<void(grpc::Status)> f) { stub_->async()->LeaveGroup(c, q, r, std::move(f)); });
+  }
   void CancelInFlight() override {
     std::lock_guard<std::mutex> lock(mu_);
     for (grpc::ClientContext* ctx : in_flight_) ctx->TryCancel();

@@ -36,7 +36,9 @@ JobDriver::JobDriver(AttemptPlan plan, JobDriverHost* host, Clock* clock)
     : plan_(std::move(plan)), host_(host), clock_(clock), latest_checkpoint_(plan_.latest_checkpoint) {
   std::vector<std::string> ids = plan_.worker_ids;
   ids.resize(plan_.clients.size());
-  SetMembers(plan_.clients, plan_.workers, std::move(ids));
+  std::vector<std::string> addresses = plan_.addresses;
+  addresses.resize(plan_.clients.size());
+  SetMembers(plan_.clients, plan_.workers, std::move(ids), std::move(addresses));
 }
 
 bool JobDriver::elastic() const { return IsElasticTraining(plan_.spec); }
@@ -49,11 +51,12 @@ std::string JobDriver::RankName(int rank) const {
 }
 
 void JobDriver::SetMembers(std::vector<std::shared_ptr<WorkerClient>> clients, std::vector<std::string> workers,
-                           std::vector<std::string> worker_ids) {
+                           std::vector<std::string> worker_ids, std::vector<std::string> addresses) {
   MutexLock lock(&mu_);
   clients_ = std::move(clients);
   workers_ = std::move(workers);
   worker_ids_ = std::move(worker_ids);
+  addresses_ = std::move(addresses);
   member_clients_.clear();
   for (size_t r = 0; r < clients_.size(); ++r) {
     if (clients_[r] && !worker_ids_[r].empty()) member_clients_[worker_ids_[r]] = clients_[r];
@@ -134,7 +137,8 @@ absl::Status JobDriver::OnAllRanks(const char* what, const StartCall<Response>& 
   bool all_ok;
   {
     MutexLock lock(&mu_);
-    while (!(calls.done() == world || calls.failed() || stop_.has_value())) changed_.Wait(&mu_);
+    absl::Time next_watch = Clock::Real()->Now() + plan_.watchdog.period;
+    while (!(calls.done() == world || calls.failed() || stop_.has_value())) WaitOrWatch(&next_watch, each != nullptr);
     if (calls.failed() && calls.done() < world && each == nullptr) {
       // Give the other ranks a moment to report: the rank whose worker is
       // gone is the root cause, not its peers' collective errors.
@@ -146,7 +150,7 @@ absl::Status JobDriver::OnAllRanks(const char* what, const StartCall<Response>& 
     // ELASTIC: the survivors answer once their collective fails (at once
     // when a peer's process died, after the collective timeout when its
     // link was cut); lost workers' calls are cancelled by WorkerLost.
-    while (each != nullptr && !(calls.done() == world || stop_.has_value())) changed_.Wait(&mu_);
+    while (each != nullptr && !(calls.done() == world || stop_.has_value())) WaitOrWatch(&next_watch, true);
     all_ok = calls.done() == world && !calls.failed();
   }
   if (!all_ok) {

@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/mutex.h"
+#include "coordinator/watchdog.h"
 #include "coordinator/worker_client.h"
 #include "proto/job_service.pb.h"
 #include "proto/worker.pb.h"
@@ -60,6 +62,8 @@ struct AttemptPlan {
   std::vector<std::shared_ptr<WorkerClient>> clients;  // rank order; nullptr: the worker left
   std::vector<std::string> workers;                    // rank order: DescribeWorker's, for messages
   std::vector<std::string> worker_ids;                 // rank order (ELASTIC: WorkerLost, joins)
+  std::vector<std::string> addresses;                  // rank order: the workers' "host:port" (the watchdog's probes)
+  WatchdogOptions watchdog;                            // training kinds only
 };
 
 // A worker given to a running ELASTIC attempt (JobDriverHost::AcquireWorkers).
@@ -67,6 +71,7 @@ struct JoiningWorker {
   std::string worker_id;
   std::shared_ptr<WorkerClient> client;
   std::string description;  // DescribeWorker's: "worker w4-b on host b, b:1234"
+  std::string address;      // "host:port"
 };
 
 // The coordinator's side: the job's record.
@@ -82,8 +87,10 @@ class JobDriverHost {
   virtual void ChangeState(const std::string& job_id, JobState state, const std::string& reason,
                            const std::function<void(JobInfo*)>& edit = nullptr) = 0;
   // fault_tolerance ELASTIC. Up to `n` idle workers, now the job's (none
-  // while an older job waits for a gang).
-  virtual std::vector<JoiningWorker> AcquireWorkers(const std::string& job_id, int n) = 0;
+  // while an older job waits for a gang), none of those in `exclude`
+  // (workers the watchdog found cut off from the job's ranks).
+  virtual std::vector<JoiningWorker> AcquireWorkers(const std::string& job_id, int n,
+                                                    const std::set<std::string>& exclude) = 0;
   // The attempt's ranks are now `worker_ids` (rank order); the job's other
   // workers (lost, or acquired and not joined) go back to the pool.
   virtual void SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids) = 0;
@@ -163,7 +170,16 @@ class JobDriver {
   absl::Status AdmitJoiners(int64_t* step);
   bool elastic() const;
   void SetMembers(std::vector<std::shared_ptr<WorkerClient>> clients, std::vector<std::string> workers,
-                  std::vector<std::string> worker_ids) ABSL_LOCKS_EXCLUDED(mu_);
+                  std::vector<std::string> worker_ids, std::vector<std::string> addresses) ABSL_LOCKS_EXCLUDED(mu_);
+  // OnAllRanks' wait for its calls: one wait on changed_; for a training
+  // job, when *next_watch passes, a probe round (Watch) first.
+  void WaitOrWatch(absl::Time* next_watch, bool elastic_chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Probes every rank (watchdog.h) and acts on the verdict: an ELASTIC
+  // chunk (`elastic_chunk`) drops the ranks (as lost, their calls
+  // cancelled, never taken back in this attempt) and aborts the others'
+  // collective (LeaveGroup), so they fail the chunk at once and regroup;
+  // anything else ends the attempt for a restart. True when it acted.
+  bool Watch(bool elastic_chunk) ABSL_LOCKS_EXCLUDED(mu_);
   // "rank R (worker ... on host ..., address)", for messages.
   std::string RankName(int rank) const;
   // Tells every rank to let go of the job; waits for every answer.
@@ -233,6 +249,7 @@ class JobDriver {
   std::vector<std::shared_ptr<WorkerClient>> clients_;
   std::vector<std::string> workers_;  // DescribeWorker's
   std::vector<std::string> worker_ids_;
+  std::vector<std::string> addresses_;
   int generation_ = 0;  // ELASTIC: of the current group
   int regroups_ = 0;
   std::string latest_checkpoint_;   // the newest durable checkpoint this attempt knows
@@ -245,6 +262,8 @@ class JobDriver {
   // ELASTIC: workers that stopped heartbeating, and why.
   std::map<std::string, std::string> lost_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<WorkerClient>> member_clients_ ABSL_GUARDED_BY(mu_);
+  // ELASTIC: workers the watchdog dropped as cut off (not taken back).
+  std::set<std::string> cut_off_;
   // On-demand checkpoints: tickets asked and served, the last result, and
   // how the attempt ended (set once Drive returns).
   int64_t checkpoints_asked_ ABSL_GUARDED_BY(mu_) = 0;

@@ -45,7 +45,7 @@ absl::StatusOr<bool> JobDriver::SurviveLostRanks(const std::vector<absl::StatusO
 absl::Status JobDriver::AdmitJoiners(int64_t* step) {
   const int want = plan_.spec.num_workers() - static_cast<int>(clients_.size());
   if (want <= 0) return absl::OkStatus();
-  std::vector<JoiningWorker> joining = host_->AcquireWorkers(plan_.job_id, want);
+  std::vector<JoiningWorker> joining = host_->AcquireWorkers(plan_.job_id, want, cut_off_);
   if (joining.empty()) return absl::OkStatus();
   std::vector<int> keep;
   for (int r = 0; r < static_cast<int>(clients_.size()); ++r) keep.push_back(r);
@@ -95,16 +95,18 @@ absl::Status JobDriver::Regroup(const std::vector<int>& keep, const std::vector<
 void JobDriver::FormGroup(const std::vector<int>& keep, const std::vector<JoiningWorker>& joining,
                           const std::string& why) {
   std::vector<std::shared_ptr<WorkerClient>> clients;
-  std::vector<std::string> workers, ids;
+  std::vector<std::string> workers, ids, addresses;
   for (int r : keep) {
     clients.push_back(clients_[r]);
     workers.push_back(workers_[r]);
     ids.push_back(worker_ids_[r]);
+    addresses.push_back(addresses_[r]);
   }
   for (const JoiningWorker& j : joining) {
     clients.push_back(j.client);
     workers.push_back(j.description);
     ids.push_back(j.worker_id);
+    addresses.push_back(j.address);
   }
   // Ranks left behind let go of the job, if they still can (a worker whose
   // link was cut, or that was taken for lost).
@@ -118,7 +120,7 @@ void JobDriver::FormGroup(const std::vector<int>& keep, const std::vector<Joinin
       c->AbortJobAsync(abort, [c](absl::Status) {});
     }
   }
-  SetMembers(std::move(clients), std::move(workers), std::move(ids));
+  SetMembers(std::move(clients), std::move(workers), std::move(ids), std::move(addresses));
   generation_++;
 }
 

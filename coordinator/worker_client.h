@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "coordinator/worker_registry.h"
 #include "proto/worker.pb.h"
 
@@ -39,6 +40,10 @@ class WorkerClient {
   virtual void OpenSessionAsync(const WorkerOpenSessionRequest& request, Done<OpenSessionResponse> done) = 0;
   virtual void RunSessionAsync(const SessionRequest& request, Done<SessionResponse> done) = 0;
   virtual void AbortJobAsync(const AbortJobRequest& request, std::function<void(absl::Status)> done) = 0;
+  // The watchdog's (coordinator/watchdog.h): ends by `deadline` at the
+  // latest (kDeadlineExceeded: a stopped or cut-off worker).
+  virtual void ProbeAsync(const ProbeRequest& request, absl::Duration deadline, Done<ProbeResponse> done) = 0;
+  virtual void LeaveGroupAsync(const LeaveGroupRequest& request, Done<LeaveGroupResponse> done) = 0;
 
   // Ends every call in progress on this client promptly with kCancelled.
   virtual void CancelInFlight() = 0;

@@ -6,10 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "collective/agreement.h"
-#include "collective/gloo_collective.h"
-#ifdef TRAINYARD_WITH_NCCL
-#include "collective/nccl_collective.h"
-#endif
 #include "common/durable_file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -19,6 +15,7 @@
 #include "job/training_job.h"
 #include "spdlog/spdlog.h"
 #include "spec/jobspec.h"
+#include "worker/reachability.h"
 
 namespace trainyard {
 
@@ -32,33 +29,23 @@ struct WorkerCore::Job {
   Mutex busy;                        // held while a call runs the job
   std::string stop_reason ABSL_GUARDED_BY(busy);
   int attempt = 0;
-  int generation = 0;  // ELASTIC: the group's (Regroup)
-  std::unique_ptr<Collective> collective;
-  std::unique_ptr<TrainingJob> training;  // declared after the collective it uses
+  int generation = 0;                      // ELASTIC: the group's (Regroup)
+  std::unique_ptr<Collective> collective;  // changed under `busy` and `group_mu` (SwapCollective)
+  std::unique_ptr<TrainingJob> training;   // declared after the collective it uses
+  // For the calls that do not take `busy` (Probe, LeaveGroup, AbortJob):
+  // the collective in use and its generation.
+  Mutex group_mu;
+  Collective* group ABSL_GUARDED_BY(group_mu) = nullptr;
+  int group_generation ABSL_GUARDED_BY(group_mu) = 0;
 };
 
-absl::StatusOr<std::unique_ptr<Collective>> WorkerCore::MakeCollective(const std::string& scope, int rank, int world) {
-  if (world == 1) return std::unique_ptr<Collective>(std::make_unique<LocalCollective>());
-  if (!options_.store_factory) return absl::FailedPreconditionError("no rendezvous store configured");
-  std::shared_ptr<Store> store = options_.store_factory(scope);
-  absl::StatusOr<std::unique_ptr<Collective>> collective;
-  if (options_.device.is_cuda()) {
-#ifdef TRAINYARD_WITH_NCCL
-    NcclOptions nccl;
-    nccl.device = options_.device.index();
-    nccl.timeout = options_.collective_timeout;
-    collective = NcclCollective::Create(rank, world, std::move(store), nccl);
-#else
-    return absl::FailedPreconditionError("a CUDA device needs a build with NCCL (--config=cuda)");
-#endif
-  } else {
-    GlooOptions gloo;
-    gloo.hostname = options_.host_address;
-    gloo.timeout = options_.collective_timeout;
-    collective = GlooCollective::Create(rank, world, std::move(store), gloo);
-  }
-  if (!collective.ok()) return CollectiveFailure(collective.status());
-  return std::move(*collective);
+std::shared_ptr<Collective> WorkerCore::SwapCollective(Job* job, std::unique_ptr<Collective> next, int generation) {
+  MutexLock lock(&job->group_mu);
+  std::shared_ptr<Collective> old(std::move(job->collective));
+  job->collective = std::move(next);
+  job->group = job->collective.get();
+  job->group_generation = generation;
+  return old;
 }
 
 namespace {
@@ -192,7 +179,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   absl::StatusOr<std::unique_ptr<Collective>> collective =
       MakeCollective(GroupScope(job->id, request.attempt(), request.generation()), rank, world);
   if (!collective.ok()) return release(collective.status());
-  job->collective = std::move(*collective);
+  SwapCollective(job.get(), std::move(*collective), request.generation());
   TrainingJobOptions options;
   options.id = job->id;
   options.device = options_.device;
@@ -232,9 +219,9 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   return response;
 }
 
-void WorkerCore::LeaveGroup(Job* job) {
+void WorkerCore::DropGroup(Job* job) {
   spdlog::warn("job {}: leaving the failed group; waiting for the coordinator to regroup the ranks", job->id);
-  std::shared_ptr<Collective> old(std::move(job->collective));
+  std::shared_ptr<Collective> old = SwapCollective(job, nullptr, job->generation);
   teardowns_.Start([old]() mutable { old.reset(); });
 }
 
@@ -261,7 +248,7 @@ absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& req
   }
   absl::StatusOr<TrainChunk> trained = training.Train(request.num_steps());
   if (!trained.ok()) {
-    if (training.elastic() && absl::IsAborted(trained.status()) && !job->stop) LeaveGroup(job.get());
+    if (training.elastic() && absl::IsAborted(trained.status()) && !job->stop) DropGroup(job.get());
     return trained.status();
   }
   TrainChunk& chunk = *trained;
@@ -339,10 +326,9 @@ absl::StatusOr<RegroupResponse> WorkerCore::Regroup(const RegroupRequest& reques
   // group's connections may wait for a lost peer until their timeout: it is
   // closed in the background.
   {
-    std::shared_ptr<Collective> old(std::move(job->collective));
+    std::shared_ptr<Collective> old = SwapCollective(job.get(), std::move(collective), request.generation());
     teardowns_.Start([old]() mutable { old.reset(); });
   }
-  job->collective = std::move(collective);
   if (!regrouped.ok()) return regrouped.status();
   job->rank = rank;
   job->world_size = world;
@@ -425,6 +411,40 @@ void WorkerCore::Preempt() {
   job_->stop = true;
 }
 
+absl::StatusOr<ProbeResponse> WorkerCore::Probe(const ProbeRequest& request) {
+  TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
+  if (!(request.connect_timeout_seconds() > 0 && request.connect_timeout_seconds() <= 60)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Probe: connect_timeout_seconds ", request.connect_timeout_seconds(), "; want (0, 60]"));
+  }
+  ProbeResponse response;
+  response.set_step(step());
+  {
+    MutexLock lock(&job->group_mu);
+    response.set_generation(job->group_generation);
+    if (job->group != nullptr) {
+      const CollectiveProgress p = job->group->Progress();
+      response.set_collective_completed(p.completed);
+      response.set_collective_waiting(p.waiting);
+      response.set_stalled_seconds(absl::ToDoubleSeconds(p.stalled));
+    }
+  }
+  const std::vector<std::string> peers(request.peers().begin(), request.peers().end());
+  for (bool r : ReachableAddresses(peers, absl::Seconds(request.connect_timeout_seconds()))) response.add_reachable(r);
+  return response;
+}
+
+absl::StatusOr<LeaveGroupResponse> WorkerCore::LeaveGroup(const LeaveGroupRequest& request) {
+  TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
+  LeaveGroupResponse response;
+  MutexLock lock(&job->group_mu);
+  if (job->group == nullptr || job->group_generation != request.generation()) return response;
+  spdlog::warn("job {}: aborting the collective of generation {}: {}", job->id, request.generation(), request.reason());
+  job->group->Abort(request.reason());
+  response.set_left(true);
+  return response;
+}
+
 absl::Status WorkerCore::AbortJob(const AbortJobRequest& request) {
   MutexLock lock(&mu_);
   if (session_ && session_->id == request.job_id()) {
@@ -437,6 +457,12 @@ absl::Status WorkerCore::AbortJob(const AbortJobRequest& request) {
   std::shared_ptr<Job> job = job_;
   job->stop = true;
   spdlog::info("job {}: tearing down ({})", job->id, request.reason());
+  {
+    // A call blocked in a collective on a lost peer ends now, not at the
+    // collective's timeout (every rank is told to abort).
+    MutexLock group(&job->group_mu);
+    if (job->group != nullptr) job->group->Abort(absl::StrCat("the job is torn down: ", request.reason()));
+  }
   teardowns_.Start([this, job, reason = request.reason()] {
     {
       MutexLock busy(&job->busy);  // the running call has seen the flag

@@ -97,7 +97,18 @@ class WorkerCore {
   // checkpoint_<step> (proto/worker.proto). kFailedPrecondition when `step`
   // is not the job's step or the job does not train.
   absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& request);
+  // Also aborts the job's collective: a call blocked in it ends at once.
   absl::Status AbortJob(const AbortJobRequest& request);
+  // The coordinator's watchdog: this rank's collective progress and which
+  // peers' addresses it reaches (worker/reachability.h); answered while a
+  // chunk runs (it does not wait for the running call).
+  // kInvalidArgument for a connect timeout outside (0, 60] s.
+  absl::StatusOr<ProbeResponse> Probe(const ProbeRequest& request);
+  // fault_tolerance ELASTIC: aborts the collective of the request's
+  // generation (left: false when the rank holds another), so the call
+  // blocked in it fails with kAborted and the rank leaves the group as
+  // after any collective failure; Regroup follows.
+  absl::StatusOr<LeaveGroupResponse> LeaveGroup(const LeaveGroupRequest& request);
 
   // Interactive sessions: an InteractiveModel on a checkpoint, held instead
   // of a job (kFailedPrecondition while either is held). job_id() reports
@@ -128,7 +139,11 @@ class WorkerCore {
   // connections to the group (in the background), so that peers blocked on
   // it fail at once instead of at the collective timeout; the job keeps its
   // state for Regroup, and other calls are refused (kAborted) until then.
-  void LeaveGroup(Job* job) ABSL_LOCKS_EXCLUDED(mu_);
+  void DropGroup(Job* job) ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes `next` the job's collective of `generation` (the caller holds
+  // job->busy) and returns the old one, to be dropped in the background (it
+  // may wait for a lost peer until its timeout).
+  static std::shared_ptr<Collective> SwapCollective(Job* job, std::unique_ptr<Collective> next, int generation);
   static absl::Status CheckInGroup(const Job& job);
   // The job's collective for `scope`: local for one rank, else NCCL on a
   // CUDA device, Gloo otherwise.

@@ -53,6 +53,15 @@ grpc::Status WorkerServiceImpl::SaveCheckpoint(grpc::ServerContext*, const SaveC
   return Reply(core_->SaveCheckpoint(*request), response);
 }
 
+grpc::Status WorkerServiceImpl::Probe(grpc::ServerContext*, const ProbeRequest* request, ProbeResponse* response) {
+  return Reply(core_->Probe(*request), response);
+}
+
+grpc::Status WorkerServiceImpl::LeaveGroup(grpc::ServerContext*, const LeaveGroupRequest* request,
+                                           LeaveGroupResponse* response) {
+  return Reply(core_->LeaveGroup(*request), response);
+}
+
 grpc::Status WorkerServiceImpl::AbortJob(grpc::ServerContext*, const AbortJobRequest* request, AbortJobResponse*) {
   return ToGrpcStatus(core_->AbortJob(*request));
 }

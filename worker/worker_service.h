@@ -21,6 +21,9 @@ class WorkerServiceImpl final : public WorkerService::Service {
   grpc::Status SaveCheckpoint(grpc::ServerContext*, const SaveCheckpointRequest* request,
                               SaveCheckpointResponse* response) override;
   grpc::Status AbortJob(grpc::ServerContext*, const AbortJobRequest* request, AbortJobResponse* response) override;
+  grpc::Status Probe(grpc::ServerContext*, const ProbeRequest* request, ProbeResponse* response) override;
+  grpc::Status LeaveGroup(grpc::ServerContext*, const LeaveGroupRequest* request,
+                          LeaveGroupResponse* response) override;
 
  private:
   WorkerCore* core_;

@@ -29,6 +29,10 @@ const char* MethodName(WorkerMethod method) {
       return "RunSession";
     case WorkerMethod::kAbortJob:
       return "AbortJob";
+    case WorkerMethod::kProbe:
+      return "Probe";
+    case WorkerMethod::kLeaveGroup:
+      return "LeaveGroup";
   }
   return "?";
 }
@@ -79,6 +83,12 @@ absl::StatusOr<SessionResponse> FakeWorker::Responder::RunSession(const SessionR
   return NoAnswer(WorkerMethod::kRunSession);
 }
 absl::Status FakeWorker::Responder::AbortJob(const AbortJobRequest&) { return NoAnswer(WorkerMethod::kAbortJob); }
+absl::StatusOr<ProbeResponse> FakeWorker::Responder::Probe(const ProbeRequest&) {
+  return NoAnswer(WorkerMethod::kProbe);
+}
+absl::StatusOr<LeaveGroupResponse> FakeWorker::Responder::LeaveGroup(const LeaveGroupRequest&) {
+  return NoAnswer(WorkerMethod::kLeaveGroup);
+}
 
 // ---------------------------------------------------------------------------
 // The client: each call becomes a Call the worker answers or holds.
@@ -119,6 +129,12 @@ class FakeWorker::Client : public WorkerClient {
     call->reply = [d](const google::protobuf::Message&) { (*d)(absl::OkStatus()); };
     call->fail = [d](absl::Status status) { (*d)(std::move(status)); };
     worker_->Start(std::move(call));
+  }
+  void ProbeAsync(const ProbeRequest& request, absl::Duration, Done<ProbeResponse> done) override {
+    Issue(WorkerMethod::kProbe, request, std::move(done), &Responder::Probe);
+  }
+  void LeaveGroupAsync(const LeaveGroupRequest& request, Done<LeaveGroupResponse> done) override {
+    Issue(WorkerMethod::kLeaveGroup, request, std::move(done), &Responder::LeaveGroup);
   }
   void CancelInFlight() override { worker_->Cancel(id_); }
 

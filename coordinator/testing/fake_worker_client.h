@@ -49,6 +49,8 @@ enum class WorkerMethod {
   kOpenSession,
   kRunSession,
   kAbortJob,
+  kProbe,
+  kLeaveGroup,
 };
 
 class FakeWorker {
@@ -68,6 +70,8 @@ class FakeWorker {
     virtual absl::StatusOr<OpenSessionResponse> OpenSession(const WorkerOpenSessionRequest& request);
     virtual absl::StatusOr<SessionResponse> RunSession(const SessionRequest& request);
     virtual absl::Status AbortJob(const AbortJobRequest& request);
+    virtual absl::StatusOr<ProbeResponse> Probe(const ProbeRequest& request);
+    virtual absl::StatusOr<LeaveGroupResponse> LeaveGroup(const LeaveGroupRequest& request);
   };
 
   struct Call;  // one call, from its start to its completion

@@ -149,7 +149,10 @@ class RecordingHost : public JobDriverHost {
     records_.push_back(absl::StrCat("ranks ", absl::StrJoin(worker_ids, ",")));
   }
   // No idle workers here: a degraded ELASTIC group goes on with its ranks.
-  std::vector<JoiningWorker> AcquireWorkers(const std::string& /*job_id*/, int /*n*/) override { return {}; }
+  std::vector<JoiningWorker> AcquireWorkers(const std::string& /*job_id*/, int /*n*/,
+                                            const std::set<std::string>& /*exclude*/) override {
+    return {};
+  }
   std::vector<std::string> records() {
     MutexLock lock(&mu_);
     return records_;

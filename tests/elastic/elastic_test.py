@@ -54,20 +54,23 @@ class ElasticTest(unittest.TestCase):
             if self.hosts:
                 self.hosts.remove()
 
-    def start(self, workers, heartbeat_timeout=10, hosts=None):
+    def start(self, workers, heartbeat_timeout=10, hosts=None, collective_timeout=5, watchdog=True):
+        extra = ("--insecure",) if hosts else ()
+        if not watchdog:
+            extra += ("--watchdog-period", "0")
         self.cluster = Cluster(self.root, heartbeat_timeout=heartbeat_timeout,
                                listen=f"{hosts.subnet}.1:0" if hosts else "127.0.0.1:0",
-                               coordinator_extra=("--insecure",) if hosts else ())
+                               coordinator_extra=extra)
         for i in range(workers):
-            self.add_worker(i)
+            self.add_worker(i, collective_timeout=collective_timeout)
         return self.cluster
 
-    def add_worker(self, i=None):
+    def add_worker(self, i=None, collective_timeout=5):
         h = self.hosts
         if h is None:
             return self.cluster.add_worker()
         return self.cluster.add_worker(listen=f"{h.addresses[i]}:0", prefix=h.prefix(i),
-                                       extra=("--collective-timeout", "5", "--insecure"))
+                                       extra=("--collective-timeout", str(collective_timeout), "--insecure"))
 
     def reference(self):
         """The uninterrupted elastic run's final checkpoint."""
@@ -199,7 +202,7 @@ class ElasticTest(unittest.TestCase):
         if reason:
             self.skipTest(f"network namespaces unavailable here ({reason}): separate hosts need root and `ip netns`")
         self.hosts = Hosts(3)
-        c = self.start(3, heartbeat_timeout=3, hosts=self.hosts)
+        c = self.start(3, heartbeat_timeout=3, hosts=self.hosts, watchdog=False)
         reference = self.reference()
         job = c.submit(self.spec, "output_dir=cut", *ELASTIC)
         self.wait_step(job, 10)
@@ -217,6 +220,58 @@ class ElasticTest(unittest.TestCase):
         self.hosts.cut(2, down=False)
         wait_for(lambda: "registered with the coordinator" in c.log(c.workers[2]).split("leaving the failed group")[-1],
                  60, "the cut-off worker to register again")
+
+    def test_a_stopped_worker_costs_seconds_not_the_collective_timeout(self):
+        """SIGSTOP of one of three workers (its process and heartbeats
+        stop; its sockets stay open, so nothing fails by itself): the
+        watchdog sees the other two blocked in the all-reduce and the
+        stopped one not answering its probe, drops it and aborts the
+        others' collective. Training goes on within 10 s of the fault
+        (measured by the regroup), not at the 60 s collective timeout."""
+        c = self.start(3)
+        reference = self.reference()
+        job = c.submit(self.spec, "output_dir=stopped", *ELASTIC)
+        self.wait_step(job, 10)
+        victim = c.workers[1]
+        stopped = time.monotonic()
+        victim.send_signal(signal.SIGSTOP)
+        try:
+            wait_for(lambda: len(self.regroup_notes()) >= 1, 60, "the regroup")
+            took = time.monotonic() - stopped
+        finally:
+            victim.send_signal(signal.SIGCONT)
+        print(f"training again {took:.1f} s after SIGSTOP")
+        s, notes = self.finish(job, "stopped", reference, regroups=1)
+        self.assertIn("did not answer the watchdog's probe", notes[0])
+        self.assertLessEqual(took, 10.0, notes[0])
+
+    def test_a_link_cut_between_two_workers_costs_seconds(self):
+        """Workers on separate hosts; packets between two of them are
+        dropped silently while both still heartbeat the coordinator. The
+        watchdog's probes find that the pair cannot reach each other and
+        drop the higher rank of the pair; it is not taken back while the
+        link stays cut. Training goes on within 10 s (collective timeout
+        60 s, heartbeats unaffected)."""
+        reason = netns_unavailable()
+        if reason:
+            self.skipTest(f"network namespaces unavailable here ({reason}): separate hosts need root and `ip netns`")
+        self.hosts = Hosts(3)
+        c = self.start(3, hosts=self.hosts, collective_timeout=60)
+        reference = self.reference()
+        job = c.submit(self.spec, "output_dir=partitioned", *ELASTIC)
+        self.wait_step(job, 10)
+        ranks = {r["address"].split(":")[0]: r["rank"] for r in c.status(job)["ranks"]}
+        pair = sorted((ranks[self.hosts.addresses[1]], ranks[self.hosts.addresses[2]]))
+        cut = time.monotonic()
+        self.hosts.partition(1, 2)
+        wait_for(lambda: len(self.regroup_notes()) >= 1, 60, "the regroup")
+        took = time.monotonic() - cut
+        print(f"training again {took:.1f} s after the link between ranks {pair} was cut")
+        s, notes = self.finish(job, "partitioned", reference, regroups=1)
+        self.assertIn(f"rank {pair[1]} and rank {pair[0]} cannot reach each other", notes[0])
+        self.assertLessEqual(took, 10.0, notes[0])
+        self.assertEqual(len(s["ranks"]), 2)
+        self.hosts.partition(1, 2, down=False)
 
 
 def main():

@@ -11,6 +11,7 @@ benchmarks under bench/ that run real processes. Each sets TRAINYARD, the
 import json
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import time
@@ -211,6 +212,15 @@ class Hosts:
 
     def cut(self, i, down=True):
         run("ip", "link", "set", self.links[i], "down" if down else "up")
+
+    def partition(self, i, j, down=True):
+        """Silently drops every packet between hosts i and j (both ways),
+        while both still reach the coordinator and the other hosts."""
+        op = "-A" if down else "-D"
+        # Tests run with a PATH without the sbin directories.
+        iptables = shutil.which("iptables", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") or "iptables"
+        for a, b in ((i, j), (j, i)):
+            run("ip", "netns", "exec", self.namespaces[a], iptables, op, "INPUT", "-s", self.addresses[b], "-j", "DROP")
 
     def remove(self):
         for ns in self.namespaces:

@@ -1,0 +1,103 @@
+// JobDriver's watchdog: while a training attempt's calls run, every rank
+// is probed each period, and a group stalled on a silent or cut-off rank
+// is acted on (coordinator/watchdog.h).
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/job_driver.h"
+#include "coordinator/watchdog.h"
+#include "spdlog/spdlog.h"
+#include "spec/jobspec.h"
+
+namespace trainyard {
+
+void JobDriver::WaitOrWatch(absl::Time* next_watch, bool elastic_chunk) {
+  if (!IsTrainingKind(plan_.spec.kind()) || plan_.watchdog.period <= absl::ZeroDuration()) {
+    changed_.Wait(&mu_);
+    return;
+  }
+  // The period is on real time, like the scheduler's tick: the injected
+  // clock (tests) times the driver's own bounded waits only.
+  if (!Clock::Real()->WaitWithDeadline(&changed_, &mu_, *next_watch)) return;
+  mu_.Unlock();
+  Watch(elastic_chunk);
+  mu_.Lock();
+  *next_watch = Clock::Real()->Now() + plan_.watchdog.period;
+}
+
+bool JobDriver::Watch(bool elastic_chunk) {
+  const int world = static_cast<int>(clients_.size());
+  struct Round {
+    Mutex mu;
+    CondVar answered;
+    int left ABSL_GUARDED_BY(mu) = 0;
+    std::vector<absl::StatusOr<ProbeResponse>> answers ABSL_GUARDED_BY(mu);
+  };
+  auto round = std::make_shared<Round>();
+  {
+    MutexLock lock(&round->mu);
+    round->left = world;
+    round->answers.assign(world, absl::UnavailableError("the worker left"));
+  }
+  const WatchdogOptions& options = plan_.watchdog;
+  for (int r = 0; r < world; ++r) {
+    ProbeRequest request;
+    request.set_job_id(plan_.job_id);
+    for (int p = 0; p < world; ++p) request.add_peers(p == r ? "" : addresses_[p]);
+    request.set_connect_timeout_seconds(absl::ToDoubleSeconds(options.probe_timeout) / 2);
+    auto done = [round, r](absl::StatusOr<ProbeResponse> answer) {
+      MutexLock lock(&round->mu);
+      round->answers[r] = std::move(answer);
+      round->left--;
+      round->answered.SignalAll();
+    };
+    if (clients_[r]) {
+      clients_[r]->ProbeAsync(request, options.probe_timeout, std::move(done));
+    } else {
+      done(absl::UnavailableError("the worker left"));
+    }
+  }
+  std::vector<absl::StatusOr<ProbeResponse>> answers;
+  {
+    MutexLock lock(&round->mu);
+    while (round->left > 0) round->answered.Wait(&round->mu);  // each call ends by its deadline
+    answers = round->answers;
+  }
+  const WatchdogVerdict verdict = Examine(answers, options.stall);
+  if (verdict.drop.empty()) return false;
+  std::vector<std::string> names;
+  for (int r : verdict.drop) names.push_back(RankName(r));
+  const std::string reason = absl::StrCat("the watchdog dropped ", absl::StrJoin(names, ", "), ": ", verdict.reason);
+  spdlog::warn("job {}: {}", plan_.job_id, reason);
+  if (!(elastic() && elastic_chunk)) {
+    Stop(FAILED, reason, /*retryable=*/true);
+    return true;
+  }
+  const std::set<int> dropped(verdict.drop.begin(), verdict.drop.end());
+  {
+    MutexLock lock(&mu_);
+    for (int r : verdict.drop) lost_[worker_ids_[r]] = absl::StrCat("dropped by the watchdog: ", verdict.reason);
+  }
+  for (int r = 0; r < world; ++r) {
+    if (!clients_[r]) continue;
+    if (dropped.count(r) > 0) {
+      cut_off_.insert(worker_ids_[r]);
+      clients_[r]->CancelInFlight();
+      continue;
+    }
+    LeaveGroupRequest leave;
+    leave.set_job_id(plan_.job_id);
+    leave.set_generation(generation_);
+    leave.set_reason(reason);
+    std::shared_ptr<WorkerClient> c = clients_[r];
+    c->LeaveGroupAsync(leave, [c](absl::StatusOr<LeaveGroupResponse>) {});
+  }
+  return true;
+}
+
+}  // namespace trainyard

@@ -1,0 +1,57 @@
+// The coordinator's watchdog over a training job's running calls: while a
+// chunk (or any fan-out of a training attempt) runs, every `period` the
+// driver probes each rank (WorkerService.Probe: its collective's progress,
+// and which other ranks' hosts it reaches by TCP). Examine decides from
+// the answers whether the group is stuck on a rank that cannot take part:
+// a stopped process (SIGSTOP, a hung host: its probe is not answered) or a
+// link cut between two ranks that both still reach the coordinator (their
+// probes say they cannot reach each other). The driver then drops those
+// ranks and aborts the others' collective (ELASTIC), or ends the attempt
+// for a restart (RESTART), instead of waiting for the heartbeat or the
+// collective timeout.
+//
+// The order of the timeouts (docs/architecture.md, "Failures"): probe
+// answer (1 s) < stall (3 s) < heartbeat timeout (10 s) < collective
+// timeout (60 s).
+#ifndef TRAINYARD_COORDINATOR_WATCHDOG_H_
+#define TRAINYARD_COORDINATOR_WATCHDOG_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/worker.pb.h"
+
+namespace trainyard {
+
+struct WatchdogOptions {
+  // How often the ranks of a running call are probed; zero: never (a silent
+  // peer is then found by heartbeats or the collective timeout).
+  absl::Duration period = absl::Seconds(1);
+  // Every rank that answers must have been blocked in a collective, with
+  // nothing completing, for at least this long.
+  absl::Duration stall = absl::Seconds(3);
+  // A probe's deadline; its TCP connection attempts get half of it.
+  absl::Duration probe_timeout = absl::Seconds(1);
+};
+
+struct WatchdogVerdict {
+  std::vector<int> drop;  // ranks to drop, ascending; empty: nothing to do
+  std::string reason;     // why, naming ranks by number
+};
+
+// `probes[r]`: rank r's answer (any error: it did not answer in time), its
+// `reachable` in rank order. The verdict: nothing unless at least one rank
+// answered and every rank that answered is blocked in a collective stalled
+// for `stall` or more (a rank that computes, or progress, means the group
+// is alive). Then the ranks that did not answer are dropped, and among the
+// others, while some pair cannot reach each other (either direction), the
+// rank with the most unreachable peers (the highest among equals). A group
+// that is stalled with every rank answering and reaching every other is
+// left to the collective's timeout (a slow transfer is not a fault).
+WatchdogVerdict Examine(const std::vector<absl::StatusOr<ProbeResponse>>& probes, absl::Duration stall);
+
+}  // namespace trainyard
+
+#endif  // TRAINYARD_COORDINATOR_WATCHDOG_H_

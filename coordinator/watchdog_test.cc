@@ -1,0 +1,76 @@
+#include "coordinator/watchdog.h"
+
+#include "gtest/gtest.h"
+
+namespace trainyard {
+namespace {
+
+// A rank's answer: blocked (or not) for `stalled` seconds; reaches the
+// ranks whose entry in `reach` is '1'.
+absl::StatusOr<ProbeResponse> Answer(bool waiting, double stalled, const std::string& reach) {
+  ProbeResponse p;
+  p.set_collective_waiting(waiting);
+  p.set_stalled_seconds(stalled);
+  for (char c : reach) p.add_reachable(c == '1');
+  return p;
+}
+
+const absl::Duration kStall = absl::Seconds(3);
+
+TEST(WatchdogTest, ASilentRankOfAStalledGroupIsDropped) {
+  const WatchdogVerdict v =
+      Examine({Answer(true, 3.5, "111"), absl::DeadlineExceededError("probe"), Answer(true, 4.0, "111")}, kStall);
+  EXPECT_EQ(v.drop, std::vector<int>({1}));
+  EXPECT_EQ(v.reason,
+            "rank 1 did not answer the watchdog's probe (the other ranks were blocked in a collective for 3.5 s)");
+}
+
+TEST(WatchdogTest, NothingWhileARankComputesOrTheStallIsShort) {
+  // Rank 2 is not in a collective: it computes (a straggler), the others
+  // wait for it.
+  EXPECT_TRUE(Examine({Answer(true, 9, "111"), absl::DeadlineExceededError("probe"), Answer(false, 0, "111")}, kStall)
+                  .drop.empty());
+  // Blocked, but not for long enough.
+  EXPECT_TRUE(Examine({Answer(true, 2.9, "11"), absl::DeadlineExceededError("probe")}, kStall).drop.empty());
+  // Nobody answered: the coordinator's own link, not the group's.
+  EXPECT_TRUE(Examine({absl::DeadlineExceededError("probe"), absl::UnavailableError("probe")}, kStall).drop.empty());
+  // Stalled, every rank answers and reaches every other: a slow transfer,
+  // left to the collective's timeout.
+  EXPECT_TRUE(
+      Examine({Answer(true, 30, "111"), Answer(true, 30, "111"), Answer(true, 30, "111")}, kStall).drop.empty());
+}
+
+TEST(WatchdogTest, ACutLinkDropsTheHigherRankOfThePair) {
+  // Ranks 1 and 3 cannot reach each other (both directions); 0 and 2 reach
+  // everyone.
+  const WatchdogVerdict v = Examine(
+      {Answer(true, 5, "1111"), Answer(true, 5, "1110"), Answer(true, 5, "1111"), Answer(true, 5, "1011")}, kStall);
+  EXPECT_EQ(v.drop, std::vector<int>({3}));
+  EXPECT_EQ(v.reason,
+            "rank 3 and rank 1 cannot reach each other (the other ranks were blocked in a collective for 5.0 s)");
+  // One direction is enough.
+  EXPECT_EQ(Examine({Answer(true, 5, "10"), Answer(true, 5, "11")}, kStall).drop, std::vector<int>({1}));
+}
+
+TEST(WatchdogTest, AHostCutOffFromSeveralGoesFirst) {
+  // Rank 0 reaches nobody; the others reach each other: only rank 0 goes.
+  const WatchdogVerdict v = Examine(
+      {Answer(true, 4, "1000"), Answer(true, 4, "0111"), Answer(true, 4, "0111"), Answer(true, 4, "0111")}, kStall);
+  EXPECT_EQ(v.drop, std::vector<int>({0}));
+  EXPECT_EQ(
+      v.reason,
+      "rank 0 and ranks 1, 2, 3 cannot reach each other (the other ranks were blocked in a collective for 4.0 s)");
+}
+
+TEST(WatchdogTest, SilentAndCutTogether) {
+  const WatchdogVerdict v = Examine(
+      {Answer(true, 4, "1101"), Answer(true, 4, "1111"), absl::DeadlineExceededError("probe"), Answer(true, 4, "0111")},
+      kStall);
+  EXPECT_EQ(v.drop, std::vector<int>({2, 3}));
+  EXPECT_EQ(v.reason,
+            "rank 2 did not answer the watchdog's probe; rank 3 and rank 0 cannot reach each other (the other ranks "
+            "were blocked in a collective for 4.0 s)");
+}
+
+}  // namespace
+}  // namespace trainyard

@@ -1,0 +1,39 @@
+// WorkerCore's collectives: local for one rank, NCCL on a CUDA device (CUDA
+// builds), Gloo otherwise.
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "collective/gloo_collective.h"
+#ifdef TRAINYARD_WITH_NCCL
+#include "collective/nccl_collective.h"
+#endif
+#include "worker/worker_core.h"
+
+namespace trainyard {
+
+absl::StatusOr<std::unique_ptr<Collective>> WorkerCore::MakeCollective(const std::string& scope, int rank, int world) {
+  if (world == 1) return std::unique_ptr<Collective>(std::make_unique<LocalCollective>());
+  if (!options_.store_factory) return absl::FailedPreconditionError("no rendezvous store configured");
+  std::shared_ptr<Store> store = options_.store_factory(scope);
+  absl::StatusOr<std::unique_ptr<Collective>> collective;
+  if (options_.device.is_cuda()) {
+#ifdef TRAINYARD_WITH_NCCL
+    NcclOptions nccl;
+    nccl.device = options_.device.index();
+    nccl.timeout = options_.collective_timeout;
+    collective = NcclCollective::Create(rank, world, std::move(store), nccl);
+#else
+    return absl::FailedPreconditionError("a CUDA device needs a build with NCCL (--config=cuda)");
+#endif
+  } else {
+    GlooOptions gloo;
+    gloo.hostname = options_.host_address;
+    gloo.timeout = options_.collective_timeout;
+    collective = GlooCollective::Create(rank, world, std::move(store), gloo);
+  }
+  if (!collective.ok()) return CollectiveFailure(collective.status());
+  return std::move(*collective);
+}
+
+}  // namespace trainyard
