@@ -7,6 +7,8 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/time/clock.h"
+
 #include "collective/store.h"
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
@@ -270,6 +272,78 @@ TEST_F(WorkerCoreTest, ADifferentNumberOfWorkersStartsTheNextEpoch) {
   // One worker had consumed part of epoch 0; two start at epoch 1.
   EXPECT_EQ(ckpt->data_states[0].substr(0, 2), "1 ");
   EXPECT_EQ(ckpt->data_states[1].substr(0, 2), "1 ");
+}
+
+TEST_F(WorkerCoreTest, AStalledChunkIsProbedAndLeavesItsGroupOnRequest) {
+  auto store = std::make_shared<InMemoryStore>();
+  WorkerCoreOptions options;
+  options.store_factory = [store](const std::string& scope) -> std::shared_ptr<Store> {
+    return std::make_shared<PrefixStore>(scope + "/", store.get());
+  };
+  WorkerCore r0(options), r1(options);
+  JobSpec spec = Spec("stall", 2);
+  spec.mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
+  ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
+  {
+    std::thread other([&] { ASSERT_THAT(Start(r1, "e", spec, "", 1, 2).status(), IsOk()); });
+    ASSERT_THAT(Start(r0, "e", spec, "", 0, 2).status(), IsOk());
+    other.join();
+  }
+  ProbeRequest probe;
+  probe.set_job_id("e");
+  probe.add_peers("");
+  probe.add_peers("");
+  probe.set_connect_timeout_seconds(0.5);
+  absl::StatusOr<ProbeResponse> idle = r0.Probe(probe);
+  ASSERT_THAT(idle.status(), IsOk());
+  EXPECT_FALSE(idle->collective_waiting());
+  EXPECT_EQ(idle->reachable_size(), 2);
+  // Rank 1 never runs the chunk: rank 0 blocks in its first collective.
+  absl::StatusOr<RunStepsResponse> ran;
+  absl::Duration took;
+  std::thread chunk([&] {
+    RunStepsRequest run;
+    run.set_job_id("e");
+    run.set_first_step(0);
+    run.set_num_steps(2);
+    const absl::Time start = absl::Now();
+    ran = r0.RunSteps(run);
+    took = absl::Now() - start;
+  });
+  absl::StatusOr<ProbeResponse> stalled;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  do {
+    absl::SleepFor(absl::Milliseconds(20));
+    stalled = r0.Probe(probe);
+    ASSERT_THAT(stalled.status(), IsOk());
+  } while (!(stalled->collective_waiting() && stalled->stalled_seconds() >= 0.3) && absl::Now() < deadline);
+  EXPECT_TRUE(stalled->collective_waiting());
+  EXPECT_EQ(stalled->generation(), 0);
+  LeaveGroupRequest leave;
+  leave.set_job_id("e");
+  leave.set_generation(1);
+  leave.set_reason("rank 1 is unreachable");
+  absl::StatusOr<LeaveGroupResponse> other_generation = r0.LeaveGroup(leave);
+  ASSERT_THAT(other_generation.status(), IsOk());
+  EXPECT_FALSE(other_generation->left());
+  leave.set_generation(0);
+  absl::StatusOr<LeaveGroupResponse> left = r0.LeaveGroup(leave);
+  ASSERT_THAT(left.status(), IsOk());
+  EXPECT_TRUE(left->left());
+  chunk.join();
+  EXPECT_THAT(ran.status(), StatusIs(absl::StatusCode::kAborted, HasSubstr("rank 1 is unreachable")));
+  EXPECT_LT(took, absl::Seconds(30));  // not the 60 s collective timeout
+  // The rank left its group: nothing to wait in, and it says so.
+  absl::StatusOr<ProbeResponse> after = r0.Probe(probe);
+  ASSERT_THAT(after.status(), IsOk());
+  EXPECT_FALSE(after->collective_waiting());
+  probe.set_connect_timeout_seconds(0);
+  EXPECT_THAT(r0.Probe(probe).status(), StatusCodeIs(absl::StatusCode::kInvalidArgument));
+  probe.set_job_id("nope");
+  probe.set_connect_timeout_seconds(1);
+  EXPECT_THAT(r0.Probe(probe).status(), StatusCodeIs(absl::StatusCode::kFailedPrecondition));
+  End(r0, "e");
+  End(r1, "e");
 }
 
 TEST_F(WorkerCoreTest, ASessionServesTheInteractiveModelAndExcludesJobs) {
