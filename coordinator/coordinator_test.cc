@@ -40,6 +40,9 @@ struct Script {
   int64_t preempt_eval_step = -1;  // Evaluate at this step reports a preemption
   // Evaluate at this step answers this (else digits_to_words/loss = 1000 / step).
   std::map<int64_t, EvaluateResponse> evaluate_at;
+  // Evaluate / SaveCheckpoint at this step fails once with this status.
+  std::map<int64_t, absl::Status> fail_eval_once;
+  std::map<int64_t, absl::Status> fail_save_once;
   int rank = -1;
   std::vector<std::string> restored;  // StartJob's restore_checkpoint, per attempt
   // StartJob reports it restored this instead of the named checkpoint, having
@@ -169,6 +172,11 @@ class ScriptedResponder : public FakeWorker::Responder {
   absl::StatusOr<SaveCheckpointResponse> SaveCheckpoint(const SaveCheckpointRequest& r) override {
     Record(absl::StrCat("save ", r.step(), r.wait() ? " wait" : ""));
     std::lock_guard<std::mutex> lock(w_->mu);
+    if (auto it = w_->fail_save_once.find(r.step()); it != w_->fail_save_once.end()) {
+      absl::Status failed = it->second;
+      w_->fail_save_once.erase(it);
+      return failed;
+    }
     SaveCheckpointResponse response;
     if (w_->rank == 0) response.set_path(absl::StrCat("ckpt_", r.step()));
     return response;
@@ -177,6 +185,11 @@ class ScriptedResponder : public FakeWorker::Responder {
     Record(absl::StrCat("eval ", r.step()));
     EvaluateResponse response;
     std::lock_guard<std::mutex> lock(w_->mu);
+    if (auto it = w_->fail_eval_once.find(r.step()); it != w_->fail_eval_once.end()) {
+      absl::Status failed = it->second;
+      w_->fail_eval_once.erase(it);
+      return failed;
+    }
     if (r.step() == w_->preempt_eval_step) {
       w_->preempt_eval_step = -1;
       response.set_preempted(true);
@@ -1478,6 +1491,61 @@ TEST_F(CoordinatorTest, ElasticAdmitsAnIdleWorkerWhichReceivesTheState) {
   ASSERT_GE(d.size(), 2u);
   EXPECT_EQ(d[0], "start 2/3 join g2");
   EXPECT_THAT(Calls("b"), ::testing::Contains("regroup 0/3 g2"));
+}
+
+// A rank lost during an evaluation or an on-demand checkpoint: the others
+// regroup and repeat that call, without a restart.
+void LoseRankIn(std::map<int64_t, absl::Status> Script::*calls, Script* lost, std::vector<Script*> peers,
+                int64_t step) {
+  (lost->*calls)[step] = absl::UnavailableError("Socket closed");
+  for (Script* w : peers) (w->*calls)[step] = absl::AbortedError("collective failed (a peer left or stalled)");
+}
+
+TEST_F(CoordinatorTest, ElasticRepeatsAnEvaluationOnTheSurvivorsAfterALoss) {
+  auto c = Make();
+  for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
+  LoseRankIn(&Script::fail_eval_once, Worker("b").get(), {Worker("a").get(), Worker("c").get()}, 40);
+  SubmitJobRequest spec = ElasticSpec(0);
+  spec.mutable_spec()->set_eval_period(40);
+  ASSERT_THAT(c->SubmitJob(spec).status(), IsOk());
+  c->Start();
+  JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.regroups(), 1);
+  ASSERT_EQ(done.ranks_size(), 2);
+  EXPECT_EQ(CallsAfterAbort("c"),
+            (std::vector<std::string>{"start 2/3", "run 0+20", "run 20+20", "eval 40", "regroup 1/2 g1", "eval 40",
+                                      "run 40+20", "run 60+20", "eval 80", "run 80+20 ckpt", "eval 100", "abort"}));
+  EXPECT_EQ(CallsAfterAbort("b").back(), "abort");
+  EXPECT_EQ(done.metrics().at("training_eval/digits_to_words/loss"), 10.0);
+}
+
+TEST_F(CoordinatorTest, ElasticRepeatsAnOnDemandCheckpointOnTheSurvivorsAfterALoss) {
+  auto c = Make();
+  for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
+  LoseRankIn(&Script::fail_save_once, Worker("a").get(), {Worker("b").get(), Worker("c").get()}, 40);
+  Fake("b")->HoldCall(WorkerMethod::kRunSteps, 2);  // the chunk to 40 waits until the request is in
+  ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
+  c->Start();
+  std::unique_ptr<FakeWorker::HeldCall> held = HeldRun("b");
+  ASSERT_NE(held, nullptr);
+  CheckpointJobRequest request;
+  request.set_job_id("test-job-1");
+  absl::StatusOr<CheckpointJobResponse> saved;
+  std::thread asker([&] { saved = c->CheckpointJob(request); });
+  const absl::Time asked = absl::Now() + absl::Seconds(10);
+  while (clock_.num_waiters() == 0 && absl::Now() < asked) absl::SleepFor(absl::Milliseconds(1));
+  held->Respond();
+  asker.join();
+  // Rank 0 (worker a) was lost: the save is written by the new rank 0.
+  ASSERT_THAT(saved.status(), IsOk());
+  EXPECT_EQ(saved->path(), "ckpt_40");
+  JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.regroups(), 1);
+  EXPECT_EQ(CallsAfterAbort("b"),
+            (std::vector<std::string>{"start 1/3", "run 0+20", "run 20+20", "save 40 wait", "regroup 0/2 g1",
+                                      "save 40 wait", "run 40+20", "run 60+20", "run 80+20 ckpt", "abort"}));
 }
 
 TEST_F(CoordinatorTest, ElasticRefusesRanksWhoseStatesDifferAfterARegroup) {

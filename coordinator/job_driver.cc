@@ -186,6 +186,22 @@ absl::Status JobDriver::OnAllRanks(const char* what, const StartCall<Response>& 
   return absl::OkStatus();
 }
 
+template <typename Response>
+absl::Status JobDriver::SurviveFailedCall(const absl::Status& failure,
+                                          const std::vector<absl::StatusOr<Response>>& each, const std::string& during,
+                                          int64_t step) {
+  if (!elastic() || each.empty()) return failure;
+  bool preempted = false;
+  const std::vector<absl::Status> statuses = Statuses(each, &preempted);
+  int64_t at = step;
+  TY_ASSIGN_OR_RETURN(bool survived, SurviveLostRanks(statuses, preempted, failure, during, &at));
+  if (!survived) return failure;
+  if (at != step) {
+    return absl::InternalError(absl::StrCat("after regrouping", during, ", the ranks are at step ", at));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> JobDriver::StartRanks() {
   const JobSpec& spec = plan_.spec;
   const int world = static_cast<int>(clients_.size());
@@ -283,16 +299,26 @@ absl::Status JobDriver::ServeCheckpointRequests(int64_t step, bool stopping) {
   }
   if (asked <= served && !stopping) return absl::OkStatus();
   std::vector<SaveCheckpointResponse> saved;
-  const absl::Status status = OnAllRanks<SaveCheckpointResponse>(
-      "SaveCheckpoint",
-      [&](int r, auto done) {
-        SaveCheckpointRequest request;
-        request.set_job_id(plan_.job_id);
-        request.set_step(step);
-        request.set_wait(true);
-        clients_[r]->SaveCheckpointAsync(request, std::move(done));
-      },
-      &saved);
+  absl::Status status;
+  // ELASTIC: a rank lost during the save is dropped, and the survivors save
+  // the step again in their new group (a half-written checkpoint is never
+  // renamed into place).
+  while (true) {
+    std::vector<absl::StatusOr<SaveCheckpointResponse>> each;
+    status = OnAllRanks<SaveCheckpointResponse>(
+        "SaveCheckpoint",
+        [&](int r, auto done) {
+          SaveCheckpointRequest request;
+          request.set_job_id(plan_.job_id);
+          request.set_step(step);
+          request.set_wait(true);
+          clients_[r]->SaveCheckpointAsync(request, std::move(done));
+        },
+        &saved, elastic() ? &each : nullptr);
+    if (status.ok()) break;
+    status = SurviveFailedCall(status, each, absl::StrCat(" during the checkpoint of step ", step), step);
+    if (!status.ok()) break;
+  }
   {
     MutexLock lock(&mu_);
     if (status.ok()) {
@@ -378,15 +404,22 @@ bool JobDriver::RunActions(ActionsByMode& actions, const std::map<ActionModeKind
 
 absl::StatusOr<bool> JobDriver::EvaluateRanks(int64_t step, ActionsByMode& actions, Ending* ending) {
   std::vector<EvaluateResponse> evaluated;
-  TY_RETURN_IF_ERROR(OnAllRanks<EvaluateResponse>(
-      "Evaluate",
-      [&](int r, auto done) {
-        EvaluateRequest request;
-        request.set_job_id(plan_.job_id);
-        request.set_step(step);
-        clients_[r]->EvaluateAsync(request, std::move(done));
-      },
-      &evaluated));
+  // ELASTIC: a rank lost during the evaluation is dropped, and the
+  // survivors evaluate the step again in their new group.
+  while (true) {
+    std::vector<absl::StatusOr<EvaluateResponse>> each;
+    const absl::Status status = OnAllRanks<EvaluateResponse>(
+        "Evaluate",
+        [&](int r, auto done) {
+          EvaluateRequest request;
+          request.set_job_id(plan_.job_id);
+          request.set_step(step);
+          clients_[r]->EvaluateAsync(request, std::move(done));
+        },
+        &evaluated, elastic() ? &each : nullptr);
+    if (status.ok()) break;
+    TY_RETURN_IF_ERROR(SurviveFailedCall(status, each, absl::StrCat(" during the evaluation of step ", step), step));
+  }
   if (evaluated[0].preempted()) {
     std::vector<bool> asked;
     for (const auto& r : evaluated) asked.push_back(r.asked_to_stop());
@@ -452,7 +485,9 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
     if (!run.ok()) {
       // ELASTIC: lost ranks are dropped and the others go on from where
       // they are (at most the failed step is computed again).
-      TY_ASSIGN_OR_RETURN(bool survived, elastic() ? SurviveLostRanks(each, run, &step) : false);
+      bool preempted = false;
+      const std::vector<absl::Status> statuses = Statuses(each, &preempted);
+      TY_ASSIGN_OR_RETURN(bool survived, elastic() ? SurviveLostRanks(statuses, preempted, run, "", &step) : false);
       if (!survived) return run;
       continue;
     }

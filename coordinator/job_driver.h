@@ -161,11 +161,33 @@ class JobDriver {
   // `kept`) and StartJob(join) on the joining ones, answers in rank order.
   void FormGroup(const std::vector<int>& keep, const std::vector<JoiningWorker>& joining, const std::string& why);
   absl::Status MeetAsGroup(int kept, std::vector<RegroupResponse>* answers);
-  // ELASTIC: after a failed RunSteps, the lost ranks are dropped and the
-  // others regroup (true); false when the failure is not a lost rank, or
-  // fewer than min_workers would be left: the attempt ends with `failure`.
-  absl::StatusOr<bool> SurviveLostRanks(const std::vector<absl::StatusOr<RunStepsResponse>>& each,
-                                        const absl::Status& failure, int64_t* step);
+  // ELASTIC: after a failed fan-out (RunSteps, Evaluate, SaveCheckpoint;
+  // `statuses` every rank's outcome), the lost ranks are dropped and the
+  // others regroup (true); false when the failure is not a lost rank, a
+  // rank was preempted, or fewer than min_workers would be left: the
+  // attempt ends with `failure`. `during` ends the recorded reason (" during
+  // the evaluation of step N").
+  absl::StatusOr<bool> SurviveLostRanks(const std::vector<absl::Status>& statuses, bool preempted,
+                                        const absl::Status& failure, const std::string& during, int64_t* step);
+  // ELASTIC, after `failure` of a fan-out at `step` outside RunSteps: OK
+  // when the lost ranks were dropped and the others regrouped at `step`
+  // (the caller repeats the call); else the failure (or the regroup's).
+  template <typename Response>
+  absl::Status SurviveFailedCall(const absl::Status& failure, const std::vector<absl::StatusOr<Response>>& each,
+                                 const std::string& during, int64_t step);
+  static bool Preempted(const RunStepsResponse& r) { return r.preempted(); }
+  static bool Preempted(const EvaluateResponse& r) { return r.preempted(); }
+  static bool Preempted(const SaveCheckpointResponse&) { return false; }
+  // Every rank's status, and whether any answered `preempted`.
+  template <typename Response>
+  static std::vector<absl::Status> Statuses(const std::vector<absl::StatusOr<Response>>& each, bool* preempted) {
+    std::vector<absl::Status> out;
+    for (const auto& r : each) {
+      out.push_back(r.status());
+      if (r.ok() && Preempted(*r)) *preempted = true;
+    }
+    return out;
+  }
   // ELASTIC: idle workers join, up to num_workers ranks.
   absl::Status AdmitJoiners(int64_t* step);
   bool elastic() const;

@@ -14,18 +14,20 @@
 
 namespace trainyard {
 
-absl::StatusOr<bool> JobDriver::SurviveLostRanks(const std::vector<absl::StatusOr<RunStepsResponse>>& each,
-                                                 const absl::Status& failure, int64_t* step) {
+absl::StatusOr<bool> JobDriver::SurviveLostRanks(const std::vector<absl::Status>& statuses, bool preempted,
+                                                 const absl::Status& failure, const std::string& during,
+                                                 int64_t* step) {
+  // A preemption and a loss at once: the restart handles both.
+  if (preempted) return false;
   std::vector<int> keep;
   std::vector<std::string> lost;
-  for (size_t r = 0; r < each.size(); ++r) {
-    const absl::StatusOr<RunStepsResponse>& result = each[r];
-    if (result.ok()) {
-      if (result->preempted()) return false;  // a preemption and a loss at once: the restart handles both
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    const absl::Status& status = statuses[r];
+    if (status.ok()) {
       keep.push_back(static_cast<int>(r));
-    } else if (Blame(result.status()) == kBlameTransport) {
-      lost.push_back(absl::StrCat(RankName(static_cast<int>(r)), ": ", result.status().message()));
-    } else if (Blame(result.status()) < kBlameOwnError) {
+    } else if (Blame(status) == kBlameTransport) {
+      lost.push_back(absl::StrCat(RankName(static_cast<int>(r)), ": ", status.message()));
+    } else if (Blame(status) < kBlameOwnError) {
       keep.push_back(static_cast<int>(r));  // its collective failed with the lost peer
     } else {
       return false;  // an error of the rank's own (divergence, NaN, a bad spec, ...)
@@ -35,10 +37,10 @@ absl::StatusOr<bool> JobDriver::SurviveLostRanks(const std::vector<absl::StatusO
   const int min_workers = std::max(plan_.spec.fault_tolerance().min_workers(), 1);
   if (static_cast<int>(keep.size()) < min_workers) {
     spdlog::warn("job {}: {} rank(s) left of {}, fewer than fault_tolerance.min_workers {}: the attempt ends ({})",
-                 plan_.job_id, keep.size(), each.size(), min_workers, failure.ToString());
+                 plan_.job_id, keep.size(), statuses.size(), min_workers, failure.ToString());
     return false;
   }
-  TY_RETURN_IF_ERROR(Regroup(keep, {}, step, absl::StrCat("lost ", absl::StrJoin(lost, "; "))));
+  TY_RETURN_IF_ERROR(Regroup(keep, {}, step, absl::StrCat("lost ", absl::StrJoin(lost, "; "), during)));
   return true;
 }
 

@@ -350,7 +350,14 @@ absl::StatusOr<EvaluateResponse> WorkerCore::Evaluate(const EvaluateRequest& req
   // A preempted rank still evaluates: it stops at the first batch, with
   // the others, into the emergency checkpoint.
   if (job->stop && !job->preempt) return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted"));
-  TY_ASSIGN_OR_RETURN(EvalOutcome eval, job->training->Evaluate());
+  absl::StatusOr<EvalOutcome> evaluated = job->training->Evaluate();
+  if (!evaluated.ok()) {
+    // ELASTIC: as after a failed chunk, the rank leaves its group and the
+    // evaluation is repeated in the next one.
+    if (job->training->elastic() && absl::IsAborted(evaluated.status()) && !job->stop) DropGroup(job.get());
+    return evaluated.status();
+  }
+  EvalOutcome& eval = *evaluated;
   EvaluateResponse response;
   if (eval.preempted) {
     response.set_preempted(true);
@@ -390,9 +397,13 @@ absl::StatusOr<SaveCheckpointResponse> WorkerCore::SaveCheckpoint(const SaveChec
     return absl::FailedPreconditionError(
         absl::StrCat("SaveCheckpoint(step ", request.step(), "): this rank is at step ", training.step()));
   }
-  TY_ASSIGN_OR_RETURN(std::string path, training.SaveCheckpoint(request.wait()));
+  absl::StatusOr<std::string> path = training.SaveCheckpoint(request.wait());
+  if (!path.ok()) {
+    if (training.elastic() && absl::IsAborted(path.status()) && !job->stop) DropGroup(job.get());
+    return path.status();
+  }
   SaveCheckpointResponse response;
-  response.set_path(path);
+  response.set_path(*path);
   return response;
 }
 

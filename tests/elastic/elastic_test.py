@@ -273,6 +273,28 @@ class ElasticTest(unittest.TestCase):
         self.assertEqual(len(s["ranks"]), 2)
         self.hosts.partition(1, 2, down=False)
 
+    def test_a_worker_lost_during_evaluation_costs_no_restart(self):
+        """SIGKILL of a worker while the ranks evaluate: the others regroup
+        and evaluate the same step again in their new group; no restart."""
+        c = self.start(3)
+        job = c.submit(self.spec, "output_dir=evaluated", *ELASTIC, "total_steps=12",
+                         "eval_period=10", "eval.num_batches=60")
+        victim = c.workers[2]
+        wait_for(lambda: "evaluating step 10" in c.log(victim), 120, "the evaluation of step 10")
+        self.kill(2)
+        s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 180)
+        notes = self.regroup_notes()
+        print("\n".join(notes))
+        self.assertEqual(s["state"], "SUCCEEDED", s["reason"])
+        self.assertEqual(s.get("restarts", 0), 0, s["reason"])
+        self.assertEqual(s.get("regroups", 0), 1, notes)
+        self.assertIn("during the evaluation of step 10;", notes[0])
+        self.assertIn("training on 2 of 3 workers from step 10", notes[0])
+        # Every rank that survived evaluated step 10 twice (the second time
+        # in the new group), and the job's metrics include the evaluation.
+        self.assertEqual(c.logs("worker-").count("evaluating step 10 "), 3 + 2)
+        self.assertTrue(any(k.startswith("training_eval/") for k in s["metrics"]), s["metrics"])
+
 
 def main():
     parser = argparse.ArgumentParser()
