@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 
 namespace trainyard {
@@ -19,6 +21,24 @@ std::string Duration(double seconds) {
 bool IsFinalState(JobState s) { return s == SUCCEEDED || s == FAILED || s == CANCELLED; }
 
 }  // namespace
+
+std::vector<std::string> GoodputLosses(const Goodput& goodput, int n) {
+  std::vector<std::pair<double, const char*>> losses = {
+      {goodput.recomputed_seconds(), "recomputed"},  {goodput.recovery_seconds(), "recovery"},
+      {goodput.checkpoint_seconds(), "checkpoints"}, {goodput.evaluation_seconds(), "evaluation"},
+      {goodput.data_wait_seconds(), "data waits"},   {goodput.queued_seconds(), "queued"},
+      {goodput.startup_seconds(), "startup"},        {goodput.other_seconds(), "other"},
+  };
+  std::stable_sort(losses.begin(), losses.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (const auto& [seconds, name] : losses) {
+    if (static_cast<int>(out.size()) == n || seconds < 0.05) break;
+    out.push_back(absl::StrFormat("%s %.1f s", name, seconds));
+  }
+  return out;
+}
+
+namespace {}  // namespace
 
 nlohmann::json JobJson(const JobInfo& job) {
   nlohmann::json j;
@@ -57,6 +77,18 @@ nlohmann::json JobJson(const JobInfo& job) {
   j["create_time_unix_ms"] = job.create_time_unix_ms();
   j["update_time_unix_ms"] = job.update_time_unix_ms();
   j["end_time_unix_ms"] = job.end_time_unix_ms();
+  const Goodput& g = job.goodput();
+  j["goodput"] = {{"ratio", g.ratio()},
+                  {"wall_seconds", g.wall_seconds()},
+                  {"productive_seconds", g.productive_seconds()},
+                  {"recomputed_seconds", g.recomputed_seconds()},
+                  {"recovery_seconds", g.recovery_seconds()},
+                  {"checkpoint_seconds", g.checkpoint_seconds()},
+                  {"evaluation_seconds", g.evaluation_seconds()},
+                  {"data_wait_seconds", g.data_wait_seconds()},
+                  {"queued_seconds", g.queued_seconds()},
+                  {"startup_seconds", g.startup_seconds()},
+                  {"other_seconds", g.other_seconds()}};
   return j;
 }
 
@@ -70,6 +102,13 @@ std::string FormatJob(const JobInfo& job) {
   }
   absl::StrAppend(&out, "  output: ", job.spec().output_dir(), "\n");
   if (!job.latest_checkpoint().empty()) absl::StrAppend(&out, "  checkpoint: ", job.latest_checkpoint(), "\n");
+  if (const Goodput& g = job.goodput(); g.wall_seconds() > 0) {
+    const std::vector<std::string> losses = GoodputLosses(g, 3);
+    absl::StrAppend(&out,
+                    absl::StrFormat("  goodput: %.1f %% (%.1f s productive of %.1f s)", 100 * g.ratio(),
+                                    g.productive_seconds(), g.wall_seconds()),
+                    losses.empty() ? "" : absl::StrCat("; largest losses: ", absl::StrJoin(losses, ", ")), "\n");
+  }
   if (!job.checkpoint_failure().empty()) {
     absl::StrAppend(&out, "  checkpoint failing: ", job.checkpoint_failure(), "\n");
   }

@@ -28,6 +28,10 @@ std::string FormatJob(const JobInfo& job);
 // exceed the fastest rank's by more than 20 %.
 std::vector<int> Stragglers(const JobInfo& job);
 
+// Goodput's buckets other than productive, largest first, as
+// "recovery 4.1 s" (at most `n`, none under 0.05 s).
+std::vector<std::string> GoodputLosses(const Goodput& goodput, int n);
+
 // "[#####-----] 120/300  4.1 steps/s  ETA 0:44  loss 1.234"; rate < 0 when
 // not known yet.
 std::string ProgressLine(const JobInfo& job, double steps_per_second);

@@ -4,6 +4,7 @@
 
 #include <array>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace trainyard {
@@ -57,6 +58,22 @@ TEST(StragglersTest, WallTimeWhenComputeIsNotReported) {
   EXPECT_TRUE(Stragglers(Ranks({{0.5, 0, 0}, {0.59, 0, 0}})).empty());
   // Before any chunk finished: nothing known, nothing flagged.
   EXPECT_TRUE(Stragglers(Ranks({{0, 0, 0}, {0, 0, 0}})).empty());
+}
+
+TEST(GoodputTest, StatusShowsTheRatioAndTheLargestLosses) {
+  JobInfo job = Ranks({});
+  Goodput* g = job.mutable_goodput();
+  g->set_wall_seconds(100);
+  g->set_productive_seconds(90);
+  g->set_recovery_seconds(6);
+  g->set_checkpoint_seconds(3);
+  g->set_queued_seconds(1);
+  g->set_other_seconds(0.01);
+  g->set_ratio(0.9);
+  EXPECT_EQ(GoodputLosses(*g, 2), (std::vector<std::string>{"recovery 6.0 s", "checkpoints 3.0 s"}));
+  EXPECT_THAT(FormatJob(job), ::testing::HasSubstr("  goodput: 90.0 % (90.0 s productive of 100.0 s); largest "
+                                                   "losses: recovery 6.0 s, checkpoints 3.0 s, queued 1.0 s\n"));
+  EXPECT_DOUBLE_EQ(JobJson(job)["goodput"]["recovery_seconds"].get<double>(), 6.0);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "coordinator/attempt_policy.h"
+#include "coordinator/goodput.h"
 #include "spdlog/spdlog.h"
 #include "spec/jobspec_validator.h"
 #include "spec/overrides.h"
@@ -78,7 +79,33 @@ void Coordinator::DefineMetrics() {
   Gauge* jobs = r->AddGauge("trainyard_jobs", "Jobs known to the coordinator, by state.");
   Gauge* workers = r->AddGauge("trainyard_workers", "Registered workers, by state.");
   Gauge* sessions = r->AddGauge("trainyard_sessions", "Open interactive sessions.");
-  r->OnScrape([this, jobs, workers, sessions] {
+  Gauge* goodput = r->AddGauge("trainyard_job_goodput_ratio",
+                               "Productive share of the wall time of each job not yet ended (JobInfo.goodput).");
+  Gauge* seconds = r->AddGauge("trainyard_job_time_seconds",
+                               "Wall time of each job not yet ended, by where it went (JobInfo.goodput).");
+  r->OnScrape([this, jobs, workers, sessions, goodput, seconds] {
+    goodput->Clear();
+    seconds->Clear();
+    {
+      MutexLock lock(&mu_);
+      for (const auto& [id, job] : jobs_) {
+        if (IsFinal(job->info.state())) continue;
+        const Goodput g = ViewLocked(*job).goodput();
+        goodput->Set(g.ratio(), {{"job", id}});
+        for (const auto& [bucket, value] :
+             std::vector<std::pair<const char*, double>>{{"productive", g.productive_seconds()},
+                                                         {"recomputed", g.recomputed_seconds()},
+                                                         {"recovery", g.recovery_seconds()},
+                                                         {"checkpoint", g.checkpoint_seconds()},
+                                                         {"evaluation", g.evaluation_seconds()},
+                                                         {"data_wait", g.data_wait_seconds()},
+                                                         {"queued", g.queued_seconds()},
+                                                         {"startup", g.startup_seconds()},
+                                                         {"other", g.other_seconds()}}) {
+          seconds->Set(value, {{"job", id}, {"kind", bucket}});
+        }
+      }
+    }
     std::map<std::string, int> by_state;
     for (int s = JobState_MIN; s <= JobState_MAX; ++s) {
       if (JobState_IsValid(s) && s != JOB_STATE_UNSPECIFIED) by_state[JobState_Name(static_cast<JobState>(s))] = 0;
@@ -234,6 +261,17 @@ void Coordinator::PersisterLoop() {
 void Coordinator::SetStateLocked(Job* job, JobState state, const std::string& reason) {
   const JobState before = job->info.state();
   if (state != before) {
+    // Goodput: a wait for a gang is queueing before the first attempt and
+    // a fault's cost after one.
+    if (before == PENDING || before == RESTARTING) {
+      const double waited = absl::ToDoubleSeconds(options_.clock->Now() - job->queued_since);
+      Goodput* g = job->info.mutable_goodput();
+      if (before == PENDING) {
+        g->set_queued_seconds(g->queued_seconds() + waited);
+      } else {
+        g->set_recovery_seconds(g->recovery_seconds() + waited);
+      }
+    }
     if (state == PENDING || state == RESTARTING) job->queued_since = options_.clock->Now();
     if (metrics_.submitted != nullptr) {
       if (state == RUNNING) {
@@ -370,7 +408,25 @@ absl::StatusOr<JobInfo> Coordinator::GetJob(const std::string& job_id) {
   MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return UnknownJob(job_id);
-  return it->second->info;
+  return ViewLocked(*it->second);
+}
+
+JobInfo Coordinator::ViewLocked(const Job& job) const {
+  JobInfo info = job.info;
+  // A wait for a gang still going on counts up to now.
+  const JobState state = info.state();
+  if (state == PENDING || state == RESTARTING) {
+    const double waited = absl::ToDoubleSeconds(options_.clock->Now() - job.queued_since);
+    Goodput* g = info.mutable_goodput();
+    if (state == PENDING) {
+      g->set_queued_seconds(g->queued_seconds() + waited);
+    } else {
+      g->set_recovery_seconds(g->recovery_seconds() + waited);
+    }
+  }
+  FinishGoodput(info.create_time_unix_ms(), info.end_time_unix_ms(), UnixMillis(options_.clock),
+                info.mutable_goodput());
+  return info;
 }
 
 absl::StatusOr<ListJobsResponse> Coordinator::ListJobs(const ListJobsRequest& request) {
@@ -400,7 +456,7 @@ absl::StatusOr<ListJobsResponse> Coordinator::ListJobs(const ListJobsRequest& re
       response.set_next_page_token(absl::StrCat(last_sequence));
       break;
     }
-    *response.add_jobs() = job->info;
+    *response.add_jobs() = ViewLocked(*job);
     last_sequence = it->first;
   }
   return response;
@@ -427,7 +483,7 @@ absl::StatusOr<JobInfo> Coordinator::CancelJob(const std::string& job_id, const 
     } else {
       StopLocked(job, CANCELLED, why, /*retryable=*/false);
     }
-    info = job->info;
+    info = ViewLocked(*job);
   }
   spdlog::info("job {}: cancel requested", job_id);
   return info;
@@ -495,7 +551,7 @@ absl::StatusOr<JobInfo> Coordinator::WaitForChange(const std::string& job_id, in
   const Job* job = FindLocked(job_id);
   if (job == nullptr) return UnknownJob(job_id);
   *version = job->version;
-  return job->info;
+  return ViewLocked(*job);
 }
 
 }  // namespace trainyard

@@ -195,6 +195,9 @@ class Coordinator : private JobDriverHost {
   // never waits for an fsync).
   void UpdateLocked(Job* job, bool durable = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersisterLoop();
+  // The job's record as clients see it: goodput's wall time, rest and
+  // ratio filled in as of now.
+  JobInfo ViewLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetStateLocked(Job* job, JobState state, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes the finished jobs past the retention policy (caller holds mu_);
   // their records leave jobs.db on the persister's next pass. A job whose

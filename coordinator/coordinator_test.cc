@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/metrics.h"
 #include "common/testing/status_matchers.h"
 #include "coordinator/testing/fake_worker_client.h"
 #include "gtest/gtest.h"
@@ -1491,6 +1492,32 @@ TEST_F(CoordinatorTest, ElasticAdmitsAnIdleWorkerWhichReceivesTheState) {
   ASSERT_GE(d.size(), 2u);
   EXPECT_EQ(d[0], "start 2/3 join g2");
   EXPECT_THAT(Calls("b"), ::testing::Contains("regroup 0/3 g2"));
+}
+
+TEST_F(CoordinatorTest, GoodputAccountsTheWaitForAGangAndIsExported) {
+  MetricsRegistry registry;
+  options_.metrics = &registry;
+  auto c = Make();
+  c->Start();
+  const std::string id = c->SubmitJob(Spec(1, 60))->job_id();
+  clock_.AdvanceTime(absl::Seconds(30));  // no worker yet: queued
+  JobInfo pending = *c->GetJob(id);
+  EXPECT_DOUBLE_EQ(pending.goodput().queued_seconds(), 30);
+  EXPECT_DOUBLE_EQ(pending.goodput().wall_seconds(), 30);
+  EXPECT_DOUBLE_EQ(pending.goodput().ratio(), 0);
+  const std::string text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("trainyard_job_goodput_ratio{job=\"test-job-1\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("trainyard_job_time_seconds{job=\"test-job-1\",kind=\"queued\"} 30\n"));
+  AddWorker(c.get(), "a");
+  JobInfo done = WaitForState(c.get(), id, SUCCEEDED);
+  // The job's steps took no time on the injected clock: all of its wall
+  // time was the wait.
+  EXPECT_DOUBLE_EQ(done.goodput().queued_seconds(), 30);
+  EXPECT_DOUBLE_EQ(done.goodput().wall_seconds(), 30);
+  EXPECT_DOUBLE_EQ(done.goodput().other_seconds(), 0);
+  EXPECT_EQ(done.goodput().trained_to_step(), 60);
+  // Ended jobs leave the per-job series.
+  EXPECT_THAT(registry.Render(), Not(HasSubstr("job=\"test-job-1\"")));
 }
 
 // A rank lost during an evaluation or an on-demand checkpoint: the others

@@ -203,6 +203,7 @@ absl::Status JobDriver::SurviveFailedCall(const absl::Status& failure,
 }
 
 absl::StatusOr<int64_t> JobDriver::StartRanks() {
+  const absl::Time start = clock_->Now();
   const JobSpec& spec = plan_.spec;
   const int world = static_cast<int>(clients_.size());
   for (const auto& c : clients_) {
@@ -238,9 +239,17 @@ absl::StatusOr<int64_t> JobDriver::StartRanks() {
       !first.restored_checkpoint().empty() &&
       std::filesystem::path(first.restored_checkpoint()).parent_path() == std::filesystem::path(spec.output_dir());
   if (own || first.passed_over_size() > 0) latest_checkpoint_ = first.restored_checkpoint();
+  // The first attempt's start, or a restart's (a fault's cost).
+  const double seconds = absl::ToDoubleSeconds(clock_->Now() - start);
   host_->ChangeState(plan_.job_id, RUNNING, note, [&](JobInfo* info) {
     info->set_step(step);
     info->set_latest_checkpoint(latest_checkpoint_);
+    Goodput* g = info->mutable_goodput();
+    if (plan_.restarts == 0) {
+      g->set_startup_seconds(g->startup_seconds() + seconds);
+    } else {
+      g->set_recovery_seconds(g->recovery_seconds() + seconds);
+    }
   });
   return step;
 }
@@ -268,18 +277,6 @@ absl::Status JobDriver::InferOnEveryRank(int64_t after_step, std::vector<InferRe
       inferred);
 }
 
-int64_t JobDriver::RecordInference(int64_t step, const std::vector<InferResponse>& inferred) {
-  int64_t examples = 0;
-  for (const InferResponse& r : inferred) examples += r.examples();
-  host_->RecordProgress(plan_.job_id, [&](JobInfo* info) {
-    info->mutable_metrics()->clear();
-    for (const auto& [k, v] : inferred[0].metrics()) (*info->mutable_metrics())[k] = v;
-    info->set_metrics_step(step);
-    info->set_step(step);
-  });
-  return examples;
-}
-
 absl::Status JobDriver::PauseUnlessStopped(absl::Duration d) {
   const absl::Time deadline = clock_->Now() + d;
   MutexLock lock(&mu_);
@@ -298,6 +295,7 @@ absl::Status JobDriver::ServeCheckpointRequests(int64_t step, bool stopping) {
     served = checkpoints_served_;
   }
   if (asked <= served && !stopping) return absl::OkStatus();
+  const absl::Time start = clock_->Now();
   std::vector<SaveCheckpointResponse> saved;
   absl::Status status;
   // ELASTIC: a rank lost during the save is dropped, and the survivors save
@@ -329,66 +327,13 @@ absl::Status JobDriver::ServeCheckpointRequests(int64_t step, bool stopping) {
     checkpoints_served_ = asked;
   }
   changed_.SignalAll();
+  Spent(&Goodput::checkpoint_seconds, &Goodput::set_checkpoint_seconds, start);
   TY_RETURN_IF_ERROR(status);
   latest_checkpoint_ = saved[0].path();
   spdlog::info("job {}: checkpoint {} written {}", plan_.job_id, latest_checkpoint_,
                stopping ? "before the job stops" : "on request");
   host_->RecordProgress(plan_.job_id, [&](JobInfo* info) { info->set_latest_checkpoint(latest_checkpoint_); });
   return absl::OkStatus();
-}
-
-void JobDriver::RecordChunk(int64_t step, const std::vector<RunStepsResponse>& ran) {
-  const int world = static_cast<int>(ran.size());
-  if (!ran[0].checkpoint().empty()) latest_checkpoint_ = ran[0].checkpoint();
-  std::string checkpoint_failure;
-  for (int r = 0; r < world && checkpoint_failure.empty(); ++r) {
-    if (!ran[r].checkpoint_failure().empty()) {
-      checkpoint_failure = absl::StrCat("rank ", r, ": ", ran[r].checkpoint_failure());
-    }
-  }
-  if (checkpoint_failure != checkpoint_failure_) {
-    if (checkpoint_failure.empty()) {
-      spdlog::info("job {}: checkpoints are written again ({})", plan_.job_id, latest_checkpoint_);
-    } else {
-      spdlog::error("job {}: a checkpoint write failed, training goes on from {}: {}", plan_.job_id,
-                    latest_checkpoint_.empty() ? "no checkpoint" : latest_checkpoint_, checkpoint_failure);
-    }
-    checkpoint_failure_ = checkpoint_failure;
-  }
-  host_->RecordProgress(plan_.job_id, [&](JobInfo* info) {
-    info->set_checkpoint_failure(checkpoint_failure_);
-    info->set_step(step);
-    info->mutable_metrics()->clear();
-    for (const auto& [k, v] : ran[0].metrics()) (*info->mutable_metrics())[k] = v;
-    info->set_metrics_step(step);
-    info->set_latest_checkpoint(latest_checkpoint_);
-    for (int r = 0; r < world && r < info->ranks_size(); ++r) {
-      RankInfo* rank = info->mutable_ranks(r);
-      rank->set_last_step_seconds(ran[r].seconds_per_step());
-      rank->set_last_compute_seconds(ran[r].compute_seconds_per_step());
-      rank->set_last_collective_seconds(ran[r].collective_seconds_per_step());
-    }
-  });
-}
-
-void JobDriver::RecordPreemption(const std::vector<bool>& asked, int64_t last_step, const std::string& checkpoint,
-                                 const google::protobuf::Map<std::string, double>& metrics, const std::string& during,
-                                 Ending* ending) {
-  // A worker was asked to stop: every rank stopped after the same step and
-  // rank 0 wrote the emergency checkpoint.
-  const int world = static_cast<int>(asked.size());
-  int r = 0;
-  while (r < world && !asked[r]) ++r;
-  if (r == world) r = 0;
-  if (!checkpoint.empty()) latest_checkpoint_ = checkpoint;
-  host_->RecordProgress(plan_.job_id, [&](JobInfo* info) {
-    info->set_step(last_step);
-    info->set_latest_checkpoint(latest_checkpoint_);
-    for (const auto& [k, v] : metrics) (*info->mutable_metrics())[k] = v;
-  });
-  *ending->state = PREEMPTED;
-  *ending->reason = absl::StrCat(RankName(r), " was asked to stop; emergency checkpoint at step ", last_step, during,
-                                 checkpoint.empty() ? "" : ": " + checkpoint);
 }
 
 bool JobDriver::RunActions(ActionsByMode& actions, const std::map<ActionModeKind, MetricsByTask>& metrics, int64_t step,
@@ -403,6 +348,7 @@ bool JobDriver::RunActions(ActionsByMode& actions, const std::map<ActionModeKind
 }
 
 absl::StatusOr<bool> JobDriver::EvaluateRanks(int64_t step, ActionsByMode& actions, Ending* ending) {
+  const absl::Time start = clock_->Now();
   std::vector<EvaluateResponse> evaluated;
   // ELASTIC: a rank lost during the evaluation is dropped, and the
   // survivors evaluate the step again in their new group.
@@ -420,6 +366,7 @@ absl::StatusOr<bool> JobDriver::EvaluateRanks(int64_t step, ActionsByMode& actio
     if (status.ok()) break;
     TY_RETURN_IF_ERROR(SurviveFailedCall(status, each, absl::StrCat(" during the evaluation of step ", step), step));
   }
+  Spent(&Goodput::evaluation_seconds, &Goodput::set_evaluation_seconds, start);
   if (evaluated[0].preempted()) {
     std::vector<bool> asked;
     for (const auto& r : evaluated) asked.push_back(r.asked_to_stop());
@@ -471,6 +418,7 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
     const bool save = last || AtBoundary(step + n, spec.checkpoint_period());
     std::vector<RunStepsResponse> ran;
     std::vector<absl::StatusOr<RunStepsResponse>> each;
+    const absl::Time chunk_start = clock_->Now();
     const absl::Status run = OnAllRanks<RunStepsResponse>(
         "RunSteps",
         [&](int r, auto done) {
@@ -483,14 +431,18 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
         },
         &ran, elastic() ? &each : nullptr);
     if (!run.ok()) {
+      const int64_t first = step;
+      const absl::Time failed = clock_->Now();
       // ELASTIC: lost ranks are dropped and the others go on from where
       // they are (at most the failed step is computed again).
       bool preempted = false;
       const std::vector<absl::Status> statuses = Statuses(each, &preempted);
       TY_ASSIGN_OR_RETURN(bool survived, elastic() ? SurviveLostRanks(statuses, preempted, run, "", &step) : false);
+      AccountFailedChunk(first, survived ? step - first : -1, absl::ToDoubleSeconds(failed - chunk_start));
       if (!survived) return run;
       continue;
     }
+    AccountChunk(step, ran[0].preempted() ? ran[0].last_step() - step : n, ran[0], chunk_start);
     if (ran[0].preempted()) {
       std::vector<bool> asked;
       for (const auto& r : ran) asked.push_back(r.asked_to_stop());

@@ -262,6 +262,18 @@ class JobDriver {
   // the job ends (a preemption, or an action).
   absl::StatusOr<bool> EvaluateRanks(int64_t step, ActionsByMode& actions, Ending* ending);
   std::optional<StopRequest> stop_request() ABSL_LOCKS_EXCLUDED(mu_);
+  // Goodput (proto/job_service.proto): the seconds since `start` added to
+  // the bucket of the job's record that `get`/`set` name.
+  void Spent(double (Goodput::*get)() const, void (Goodput::*set)(double), absl::Time start);
+  // A chunk from `first_step` that completed `steps` steps, started at
+  // `start` (coordinator/goodput.h, AccountChunk, with rank 0's timings).
+  void AccountChunk(int64_t first_step, int64_t steps, const RunStepsResponse& rank0, absl::Time start);
+  // A chunk from `first_step` that failed after `seconds`: ELASTIC kept
+  // `kept` steps of it (the regroup's step less first_step); -1 when the
+  // attempt ends (all of it is lost work). The kept steps at the last
+  // chunk's pace are training, one step more is lost, the rest is the wait
+  // until the fault was found (recovery).
+  void AccountFailedChunk(int64_t first_step, int64_t kept, double seconds);
 
   const AttemptPlan plan_;
   JobDriverHost* const host_;
@@ -277,6 +289,7 @@ class JobDriver {
   std::string latest_checkpoint_;   // the newest durable checkpoint this attempt knows
   int64_t trained_to_ = 0;          // the step the training ended at (Drive returned OK)
   std::string checkpoint_failure_;  // as last reported to the job's record
+  double seconds_per_step_ = 0;     // the last chunk's (goodput)
 
   Mutex mu_;
   CondVar changed_;  // every rank answered or one failed, or a stop was requested

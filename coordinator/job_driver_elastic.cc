@@ -59,6 +59,7 @@ absl::Status JobDriver::AdmitJoiners(int64_t* step) {
 absl::Status JobDriver::Regroup(const std::vector<int>& keep, const std::vector<JoiningWorker>& joining, int64_t* step,
                                 const std::string& why) {
   const auto start = absl::Now();
+  const absl::Time recovery_start = clock_->Now();  // goodput: on the driver's clock
   FormGroup(keep, joining, why);
   const int world = static_cast<int>(clients_.size());
   spdlog::warn("job {}: {}; regrouping {} rank(s) (generation {})", plan_.job_id, why, world, generation_);
@@ -76,6 +77,7 @@ absl::Status JobDriver::Regroup(const std::vector<int>& keep, const std::vector<
   *step = answers[0].step();
   regroups_++;
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  Spent(&Goodput::recovery_seconds, &Goodput::set_recovery_seconds, recovery_start);
   const int source = answers[0].source_rank();
   const std::string transfer =
       source < 0 ? "every rank held the same state"

@@ -421,6 +421,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
   allreduce_seconds_ = 0;
   update_seconds_ = 0;
   gather_seconds_ = 0;
+  double data_seconds = 0;  // waiting for the iterator's batches
   train_metrics_->StartDurationTimer();
   const auto chunk_start = std::chrono::steady_clock::now();
   const double blocked_before = timer_->blocked_seconds();
@@ -431,7 +432,9 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
     // next step's all-reduce.
     TY_ASSIGN_OR_RETURN(bool stop, StopAgreed());
     if (stop) return PreemptionError(step);
+    const auto fetch_start = std::chrono::steady_clock::now();
     absl::StatusOr<T5Batch> batch = batches->Next();
+    data_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - fetch_start).count();
     if (absl::IsOutOfRange(batch.status())) {
       return absl::FailedPreconditionError(absl::StrCat("the batch iterator ended at step ", step));
     }
@@ -473,6 +476,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
   const double steps = static_cast<double>(std::max<int64_t>(num_steps, 1));
   summary["timing/allreduce_seconds_per_step"] = allreduce_seconds_ / steps;
   summary["timing/optimizer_seconds_per_step"] = update_seconds_ / steps;
+  summary["timing/data_seconds_per_step"] = data_seconds / steps;  // this rank waiting for batches
   if (sharded_) summary["timing/allgather_seconds_per_step"] = gather_seconds_ / steps;
   summary["timing/compute_seconds_per_step"] = timing.compute_seconds / steps;
   summary["timing/collective_seconds_per_step"] = timing.collective_seconds / steps;

@@ -244,6 +244,18 @@ class ElasticTest(unittest.TestCase):
         s, notes = self.finish(job, "stopped", reference, regroups=1)
         self.assertIn("did not answer the watchdog's probe", notes[0])
         self.assertLessEqual(took, 10.0, notes[0])
+        # Goodput: the wait until the watchdog acted (at least its 3 s
+        # stall) and the regroup are recovery, the step in progress is
+        # recomputed, and every second of the wall time is in one bucket.
+        g = s["goodput"]
+        print("goodput:", {k: round(v, 3) for k, v in g.items()})
+        self.assertGreaterEqual(g["recovery_seconds"], 3.0)
+        self.assertGreater(g["recomputed_seconds"], 0)
+        self.assertGreater(g["productive_seconds"], 0)
+        self.assertGreater(g["ratio"], 0)
+        self.assertLess(g["ratio"], 1)
+        buckets = sum(v for k, v in g.items() if k not in ("wall_seconds", "ratio"))
+        self.assertAlmostEqual(buckets, g["wall_seconds"], delta=1e-3)
 
     def test_a_link_cut_between_two_workers_costs_seconds(self):
         """Workers on separate hosts; packets between two of them are
