@@ -442,15 +442,17 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
       if (!survived) return run;
       continue;
     }
-    AccountChunk(step, ran[0].preempted() ? ran[0].last_step() - step : n, ran[0], chunk_start);
+    const std::function<void(Goodput*)> account =
+        ChunkGoodput(step, ran[0].preempted() ? ran[0].last_step() - step : n, ran[0], chunk_start);
     if (ran[0].preempted()) {
       std::vector<bool> asked;
       for (const auto& r : ran) asked.push_back(r.asked_to_stop());
       RecordPreemption(asked, ran[0].last_step(), ran[0].checkpoint(), ran[0].metrics(), "", &ending);
+      host_->RecordProgress(plan_.job_id, [&](JobInfo* info) { account(info->mutable_goodput()); });
       return absl::OkStatus();
     }
     step += n;
-    RecordChunk(step, ran);
+    RecordChunk(step, ran, account);
     MetricsByTask train;
     train["train"] = std::map<std::string, double>(ran[0].metrics().begin(), ran[0].metrics().end());
     bool ended = RunActions(actions, {{ActionModeKind::kTrain, train}}, step, &ending);

@@ -245,7 +245,9 @@ class JobDriver {
   absl::Status ServeCheckpointRequests(int64_t step, bool stopping = false);
   // A chunk's results in the job's record: step, metrics, checkpoint (and a
   // failed write, logged when it changes), every rank's timings.
-  void RecordChunk(int64_t step, const std::vector<RunStepsResponse>& ran);
+  // `account`: the chunk's goodput (ChunkGoodput), in the same update.
+  void RecordChunk(int64_t step, const std::vector<RunStepsResponse>& ran,
+                   const std::function<void(Goodput*)>& account);
   // A worker was asked to stop: every rank stopped after `last_step` and
   // rank 0 wrote `checkpoint`; the job ends PREEMPTED naming the worker.
   void RecordPreemption(const std::vector<bool>& asked, int64_t last_step, const std::string& checkpoint,
@@ -265,9 +267,11 @@ class JobDriver {
   // Goodput (proto/job_service.proto): the seconds since `start` added to
   // the bucket of the job's record that `get`/`set` name.
   void Spent(double (Goodput::*get)() const, void (Goodput::*set)(double), absl::Time start);
-  // A chunk from `first_step` that completed `steps` steps, started at
-  // `start` (coordinator/goodput.h, AccountChunk, with rank 0's timings).
-  void AccountChunk(int64_t first_step, int64_t steps, const RunStepsResponse& rank0, absl::Time start);
+  // The goodput edit of a chunk from `first_step` that completed `steps`
+  // steps, started at `start` (coordinator/goodput.h, AccountChunk, with
+  // rank 0's timings).
+  std::function<void(Goodput*)> ChunkGoodput(int64_t first_step, int64_t steps, const RunStepsResponse& rank0,
+                                             absl::Time start);
   // A chunk from `first_step` that failed after `seconds`: ELASTIC kept
   // `kept` steps of it (the regroup's step less first_step); -1 when the
   // attempt ends (all of it is lost work). The kept steps at the last

@@ -1,6 +1,7 @@
 // JobDriver's entries in the job's record: a chunk's results, a
 // preemption, an inference's metrics, and the goodput's buckets.
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,8 @@ void JobDriver::Spent(double (Goodput::*get)() const, void (Goodput::*set)(doubl
   });
 }
 
-void JobDriver::AccountChunk(int64_t first_step, int64_t steps, const RunStepsResponse& rank0, absl::Time start) {
+std::function<void(Goodput*)> JobDriver::ChunkGoodput(int64_t first_step, int64_t steps, const RunStepsResponse& rank0,
+                                                      absl::Time start) {
   const double seconds = absl::ToDoubleSeconds(clock_->Now() - start);
   auto metric = [&](const char* name) {
     auto it = rank0.metrics().find(name);
@@ -29,9 +31,7 @@ void JobDriver::AccountChunk(int64_t first_step, int64_t steps, const RunStepsRe
   const double data_wait = metric("timing/data_seconds_per_step") * static_cast<double>(steps);
   const double checkpoint = metric("timing/checkpoint_stall_seconds");
   if (steps > 0) seconds_per_step_ = seconds / static_cast<double>(steps);
-  host_->RecordProgress(plan_.job_id, [&](JobInfo* info) {
-    trainyard::AccountChunk(first_step, steps, seconds, data_wait, checkpoint, info->mutable_goodput());
-  });
+  return [=](Goodput* goodput) { AccountChunk(first_step, steps, seconds, data_wait, checkpoint, goodput); };
 }
 
 void JobDriver::AccountFailedChunk(int64_t first_step, int64_t kept, double seconds) {
@@ -43,13 +43,14 @@ void JobDriver::AccountFailedChunk(int64_t first_step, int64_t kept, double seco
   const double detection = seconds - trained - lost;
   host_->RecordProgress(plan_.job_id, [&](JobInfo* info) {
     Goodput* g = info->mutable_goodput();
-    if (kept > 0) trainyard::AccountChunk(first_step, kept, trained, 0, 0, g);
+    if (kept > 0) AccountChunk(first_step, kept, trained, 0, 0, g);
     g->set_recomputed_seconds(g->recomputed_seconds() + lost);
     g->set_recovery_seconds(g->recovery_seconds() + detection);
   });
 }
 
-void JobDriver::RecordChunk(int64_t step, const std::vector<RunStepsResponse>& ran) {
+void JobDriver::RecordChunk(int64_t step, const std::vector<RunStepsResponse>& ran,
+                            const std::function<void(Goodput*)>& account) {
   const int world = static_cast<int>(ran.size());
   if (!ran[0].checkpoint().empty()) latest_checkpoint_ = ran[0].checkpoint();
   std::string checkpoint_failure;
@@ -68,6 +69,7 @@ void JobDriver::RecordChunk(int64_t step, const std::vector<RunStepsResponse>& r
     checkpoint_failure_ = checkpoint_failure;
   }
   host_->RecordProgress(plan_.job_id, [&](JobInfo* info) {
+    account(info->mutable_goodput());
     info->set_checkpoint_failure(checkpoint_failure_);
     info->set_step(step);
     info->mutable_metrics()->clear();

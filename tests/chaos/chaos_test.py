@@ -251,7 +251,11 @@ class ChaosTest(unittest.TestCase):
         self.hosts.cut(host)
         self.cut = True  # restored once the job has failed over
         self.after.append(lambda: self.hosts.cut(host, down=False))
-        return [(f", {self.on_host[host].listening}) stopped heartbeating",)]
+        # Its heartbeats stop, and its rank no longer answers the
+        # watchdog's probes: whichever the coordinator sees first.
+        address = self.on_host[host].listening
+        return [(f", {address}) stopped heartbeating",),
+                (f", {address}): rank", "did not answer the watchdog's probe")]
 
     def disk_full(self, job):
         """A background checkpoint write that fails leaves training going and
