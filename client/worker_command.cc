@@ -17,6 +17,7 @@ int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostr
   WorkerServerOptions options;
   std::string log_level = "info";
   int collective_timeout = 60;
+  int orphan_timeout = 300;
   int threads = 0;
   FlagSet flags("worker --coordinator HOST:PORT [--listen HOST:PORT] [--device cpu]",
                 "Runs a worker: registers with the coordinator, heartbeats, and runs the\n"
@@ -31,6 +32,9 @@ int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostr
                "compute threads (ATen and the BLAS; default: every core, for one worker per host)");
   flags.AddInt("collective-timeout", &collective_timeout, "SECONDS",
                "a collective operation waits at most this long for its peers (default 60)");
+  flags.AddInt("orphan-timeout", &orphan_timeout, "SECONDS",
+               "how long the held job outlives an unreachable coordinator, for a restarted one to\n"
+               "adopt it (default 300)");
   flags.AddString("log-level", &log_level, "LEVEL", "trace, debug, info, warn, error (default info)");
   std::string peak_tflops;
   flags.AddString("peak-tflops", &peak_tflops, "X",
@@ -50,6 +54,10 @@ int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostr
     err << "error: --collective-timeout: " << collective_timeout << "; want at least 1 second\n";
     return kExitUsage;
   }
+  if (orphan_timeout < 1) {
+    err << "error: --orphan-timeout: " << orphan_timeout << "; want at least 1 second\n";
+    return kExitUsage;
+  }
   if (threads < 0 || threads > 1024) {
     err << "error: --threads: " << threads << "; allowed 1..1024 (0: every core)\n";
     return kExitUsage;
@@ -64,6 +72,7 @@ int RunWorker(const std::vector<std::string>& args, std::ostream& out, std::ostr
   }
   if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   options.collective_timeout = absl::Seconds(collective_timeout);
+  options.orphan_timeout = absl::Seconds(orphan_timeout);
   if (absl::optional<int> code = SetUpLogging(log_level, err)) return *code;
   at::set_num_threads(threads);
   SetBlasThreads(threads);

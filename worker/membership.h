@@ -1,8 +1,11 @@
 // A worker's membership of the coordinator's pool: it registers, then
-// heartbeats with the job it holds and its step; when the coordinator
+// heartbeats with the job it holds and its step. When the coordinator
 // answers that it no longer knows the worker (it was silent for too long,
-// or the coordinator restarted), whatever job the worker held is over: the
-// job is aborted and the worker registers again. The coordinator is reached
+// or the coordinator restarted), the worker registers again saying which
+// job (and attempt) it holds and the id it had: a coordinator that
+// restarted adopts the job (keep_held_job), else the job is aborted. A
+// coordinator unreachable for longer than `orphan_timeout` ends the held
+// job too. The coordinator is reached
 // through CoordinatorLink (gRPC in worker/server.cc; fakes in tests), so
 // the protocol is free of gRPC and tested on its own.
 //
@@ -40,8 +43,12 @@ struct MembershipOptions {
   // The job this worker holds ("" none) and its step, read at each beat.
   std::function<std::string()> held_job;
   std::function<int64_t()> step;
+  std::function<int()> held_attempt;
   // Aborts the held job `job` with `reason` (the coordinator forgot it).
   std::function<void(const std::string& job, const std::string& reason)> abort;
+  // How long a held job outlives an unreachable coordinator (the time a
+  // restarted coordinator has to come back and adopt it).
+  absl::Duration orphan_timeout = absl::Minutes(5);
   // Between beats until the coordinator says otherwise.
   absl::Duration interval = absl::Seconds(1);
   // An unreachable coordinator is logged at most this often.
@@ -52,11 +59,13 @@ struct MembershipOptions {
 class Membership {
  public:
   // `link` is not owned and outlives this.
-  Membership(CoordinatorLink* link, MembershipOptions options) : link_(link), options_(std::move(options)) {}
+  Membership(CoordinatorLink* link, MembershipOptions options)
+      : link_(link), options_(std::move(options)), last_contact_(options_.clock->Now()) {}
 
   // One round: registers while the worker has no id, else heartbeats. A
-  // heartbeat answered with `reregister` aborts the held job and forgets the
-  // id, so the next round registers again at once. Returns how long to wait
+  // heartbeat answered with `reregister` forgets the id, so the next round
+  // registers again at once, with the held job; the held job is aborted
+  // unless the registration's answer keeps it. Returns how long to wait
   // before the next round (the coordinator's heartbeat interval, at least
   // 50 ms; 0 after a reregister).
   absl::Duration Beat();
@@ -70,6 +79,9 @@ class Membership {
   CoordinatorLink* link_;
   const MembershipOptions options_;
   std::string worker_id_;
+  std::string previous_worker_id_;  // before a reregister
+  absl::Time last_contact_;         // the last answer from the coordinator
+  std::string orphaned_;            // the job aborted for an unreachable coordinator
   absl::Duration interval_ = options_.interval;
   absl::Status last_status_;
   absl::Time last_warning_ = absl::InfinitePast();

@@ -1,6 +1,6 @@
 // The membership protocol against a fake coordinator link: registration,
-// heartbeats with the held job and step, and the reregister that ends the
-// held job.
+// heartbeats with the held job and step, the reregister after which a held
+// job is kept only if the coordinator adopts it, and the orphan timeout.
 #include "worker/membership.h"
 
 #include <gtest/gtest.h>
@@ -88,21 +88,79 @@ TEST_F(MembershipTest, RegistersThenHeartbeatsWithTheHeldJobAndStep) {
   EXPECT_TRUE(aborted.empty());
 }
 
-TEST_F(MembershipTest, AReregisterEndsTheHeldJobAndRegistersAgainAtOnce) {
+TEST_F(MembershipTest, AReregisterRegistersAgainAtOnceAndEndsAHeldJobNotAdopted) {
   link.register_answers.push_back(Registered("w1", 100));
   link.register_answers.push_back(Registered("w2", 100));
   HeartbeatResponse forgot;
   forgot.set_reregister(true);
   link.heartbeat_answers.push_back(forgot);
-  Membership m(&link, Options());
+  MembershipOptions o = Options();
+  o.held_attempt = [] { return 2; };
+  Membership m(&link, o);
   m.Beat();
   job = "job-7";
   EXPECT_EQ(m.Beat(), absl::ZeroDuration());
   EXPECT_EQ(m.worker_id(), "");
-  EXPECT_EQ(aborted, (std::vector<std::string>{"job-7: the coordinator dropped this worker"}));
+  EXPECT_TRUE(aborted.empty());  // the registration's answer decides
   m.Beat();
   EXPECT_EQ(m.worker_id(), "w2");
-  EXPECT_EQ(link.registered.size(), 2u);
+  ASSERT_EQ(link.registered.size(), 2u);
+  EXPECT_EQ(link.registered[1].held_job_id(), "job-7");
+  EXPECT_EQ(link.registered[1].previous_worker_id(), "w1");
+  EXPECT_EQ(link.registered[1].held_attempt(), 2);
+  EXPECT_EQ(aborted, (std::vector<std::string>{"job-7: the coordinator dropped this worker"}));
+}
+
+TEST_F(MembershipTest, ARestartedCoordinatorThatAdoptsTheHeldJobKeepsIt) {
+  link.register_answers.push_back(Registered("w1", 100));
+  RegisterWorkerResponse adopted = Registered("w1.b", 100);
+  adopted.set_keep_held_job(true);
+  link.register_answers.push_back(adopted);
+  HeartbeatResponse forgot;
+  forgot.set_reregister(true);
+  link.heartbeat_answers.push_back(absl::UnavailableError("the coordinator is down"));
+  link.heartbeat_answers.push_back(forgot);
+  Membership m(&link, Options());
+  m.Beat();
+  job = "job-7";
+  m.Beat();
+  EXPECT_EQ(m.worker_id(), "w1");  // kept while the coordinator is away
+  EXPECT_EQ(m.Beat(), absl::ZeroDuration());
+  m.Beat();
+  EXPECT_EQ(m.worker_id(), "w1.b");
+  EXPECT_EQ(link.registered.back().previous_worker_id(), "w1");
+  EXPECT_TRUE(aborted.empty());
+  // Heartbeats go on with the job.
+  m.Beat();
+  EXPECT_EQ(link.heartbeats.back().job_id(), "job-7");
+  EXPECT_EQ(link.heartbeats.back().worker_id(), "w1.b");
+}
+
+TEST_F(MembershipTest, ACoordinatorGoneLongerThanTheOrphanTimeoutEndsTheHeldJobOnce) {
+  link.register_answers.push_back(Registered("w1", 100));
+  MembershipOptions o = Options();
+  o.orphan_timeout = absl::Minutes(5);
+  Membership m(&link, o);
+  m.Beat();
+  job = "job-7";
+  for (int i = 0; i < 4; ++i) link.heartbeat_answers.push_back(absl::UnavailableError("gone"));
+  clock.AdvanceTime(absl::Minutes(4));
+  m.Beat();
+  EXPECT_TRUE(aborted.empty());
+  clock.AdvanceTime(absl::Minutes(1) + absl::Seconds(1));
+  m.Beat();
+  EXPECT_EQ(aborted, (std::vector<std::string>{"job-7: the coordinator was unreachable for more than 5m"}));
+  m.Beat();  // still tearing down: not aborted twice
+  EXPECT_EQ(aborted.size(), 1u);
+  // The coordinator comes back and forgets the worker: the job is not
+  // aborted again at the registration either.
+  HeartbeatResponse forgot;
+  forgot.set_reregister(true);
+  link.heartbeat_answers.clear();
+  link.heartbeat_answers.push_back(forgot);
+  m.Beat();
+  m.Beat();
+  EXPECT_EQ(aborted.size(), 1u);
 }
 
 TEST_F(MembershipTest, AnUnreachableCoordinatorIsRetriedAtTheSameInterval) {

@@ -1,5 +1,7 @@
 #include "worker/server.h"
 
+#include <functional>
+
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <unistd.h>
@@ -59,8 +61,9 @@ class GrpcCoordinatorLink : public CoordinatorLink {
 };
 
 // What this worker tells the coordinator: its host, address and device,
-// and `core`'s job and step; the job is aborted when the coordinator forgot
-// the worker.
+// and `core`'s job, attempt and step; the job is aborted when the
+// coordinator forgot the worker and does not adopt the job, or stays
+// unreachable for longer than the orphan timeout.
 MembershipOptions MembershipOf(WorkerCore* core, const WorkerServerOptions& options, const std::string& address) {
   MembershipOptions m;
   m.coordinator = options.coordinator;
@@ -70,6 +73,8 @@ MembershipOptions MembershipOf(WorkerCore* core, const WorkerServerOptions& opti
   m.pid = static_cast<int32_t>(getpid());
   m.held_job = [core] { return core->job_id(); };
   m.step = [core] { return core->step(); };
+  m.held_attempt = [core] { return core->attempt(); };
+  m.orphan_timeout = options.orphan_timeout;
   m.abort = [core](const std::string& job, const std::string& reason) {
     AbortJobRequest abort;
     abort.set_job_id(job);
@@ -83,8 +88,11 @@ MembershipOptions MembershipOf(WorkerCore* core, const WorkerServerOptions& opti
 // period): the job's ranks stop after the current step and rank 0 writes an
 // emergency checkpoint; the coordinator then tears the job down here, within
 // `grace`, or the job is aborted. The server keeps serving meanwhile (the
-// RunSteps reply, AbortJob).
-void HandBackHeldJob(WorkerCore* core, absl::Duration grace) {
+// RunSteps reply, AbortJob). `driven` (asked every second) says whether a
+// coordinator still drives the job: when none does (it is gone, or
+// stopping too and leaving its jobs to the next one), nothing will tear
+// the job down, and it is aborted at once.
+void HandBackHeldJob(WorkerCore* core, absl::Duration grace, const std::function<bool()>& driven) {
   const std::string held = core->job_id();
   if (held.empty()) {
     spdlog::info("worker: signal received, stopping");
@@ -94,13 +102,25 @@ void HandBackHeldJob(WorkerCore* core, absl::Duration grace) {
   const absl::Time start = absl::Now();
   core->Preempt();
   const absl::Time deadline = start + grace;
-  while (!core->job_id().empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  absl::Time next_check = start + absl::Seconds(1);
+  bool orphaned = false;
+  while (!core->job_id().empty() && absl::Now() < deadline && !orphaned) {
+    absl::SleepFor(absl::Milliseconds(20));
+    if (absl::Now() >= next_check) {
+      orphaned = !driven();
+      next_check = absl::Now() + absl::Seconds(1);
+    }
+  }
   if (core->job_id().empty()) {
     spdlog::info("worker: job {} handed back {:.2f} s after the signal", held,
                  absl::ToDoubleSeconds(absl::Now() - start));
     return;
   }
-  spdlog::error("worker: job {} still held after {}; stopping anyway", held, absl::FormatDuration(grace));
+  if (orphaned) {
+    spdlog::warn("worker: no coordinator drives job {} any more; stopping it now", held);
+  } else {
+    spdlog::error("worker: job {} still held after {}; stopping anyway", held, absl::FormatDuration(grace));
+  }
   AbortJobRequest abort;
   abort.set_job_id(held);
   abort.set_reason("the worker is stopping");
@@ -173,7 +193,18 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
   GrpcCoordinatorLink link(channel);
   Membership membership(&link, MembershipOf(&core, options, address));
   while (!signals->AnyReceived()) signals->Wait(membership.Beat());
-  HandBackHeldJob(&core, options.preemption_grace);
+  // While it hands its job back: does the coordinator still know this
+  // worker (a heartbeat)?
+  auto driven = [&] {
+    HeartbeatRequest beat;
+    beat.set_worker_id(membership.worker_id());
+    beat.set_job_id(core.job_id());
+    beat.set_step(core.step());
+    beat.set_preemption_requested(true);
+    absl::StatusOr<HeartbeatResponse> answer = link.Heartbeat(beat);
+    return answer.ok() && !answer->reregister() && !membership.worker_id().empty();
+  };
+  HandBackHeldJob(&core, options.preemption_grace, driven);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
   return absl::OkStatus();

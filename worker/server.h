@@ -27,6 +27,9 @@ struct WorkerServerOptions {
   // (TrainingJobOptions::peak_flops).
   double peak_flops = 0;
   absl::Duration collective_timeout = absl::Seconds(60);
+  // How long the held job outlives an unreachable coordinator
+  // (MembershipOptions::orphan_timeout).
+  absl::Duration orphan_timeout = absl::Minutes(5);
   // On SIGTERM, how long to wait for the job's emergency checkpoint and
   // teardown before stopping anyway (keep it under Kubernetes'
   // terminationGracePeriodSeconds).

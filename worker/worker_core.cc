@@ -15,29 +15,9 @@
 #include "job/training_job.h"
 #include "spdlog/spdlog.h"
 #include "spec/jobspec.h"
-#include "worker/reachability.h"
+#include "worker/worker_core_job.h"
 
 namespace trainyard {
-
-struct WorkerCore::Job {
-  std::string id;
-  JobSpec spec;
-  int rank = 0;
-  int world_size = 1;
-  std::atomic<bool> stop{false};     // the trainer's stop request (abort or preemption)
-  std::atomic<bool> preempt{false};  // this worker was asked to stop: checkpoint first
-  Mutex busy;                        // held while a call runs the job
-  std::string stop_reason ABSL_GUARDED_BY(busy);
-  int attempt = 0;
-  int generation = 0;                      // ELASTIC: the group's (Regroup)
-  std::unique_ptr<Collective> collective;  // changed under `busy` and `group_mu` (SwapCollective)
-  std::unique_ptr<TrainingJob> training;   // declared after the collective it uses
-  // For the calls that do not take `busy` (Probe, LeaveGroup, AbortJob):
-  // the collective in use and its generation.
-  Mutex group_mu;
-  Collective* group ABSL_GUARDED_BY(group_mu) = nullptr;
-  int group_generation ABSL_GUARDED_BY(group_mu) = 0;
-};
 
 std::shared_ptr<Collective> WorkerCore::SwapCollective(Job* job, std::unique_ptr<Collective> next, int generation) {
   MutexLock lock(&job->group_mu);
@@ -120,6 +100,11 @@ std::string WorkerCore::job_id() const {
   MutexLock lock(&mu_);
   if (session_) return session_->id;
   return job_ ? job_->id : "";
+}
+
+int WorkerCore::attempt() const {
+  MutexLock lock(&mu_);
+  return job_ ? job_->attempt : 0;
 }
 
 int64_t WorkerCore::step() const {
@@ -293,6 +278,8 @@ absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& req
     response.set_checkpoint(training.last_written_checkpoint());
   }
   response.set_checkpoint_failure(training.checkpoint_failure());
+  job->last_chunk = response;  // for Adopt: this answer may never arrive
+  job->last_chunk_first_step = request.first_step();
   return response;
 }
 
@@ -420,40 +407,6 @@ void WorkerCore::Preempt() {
   spdlog::warn("job {}: this worker is asked to stop; stopping after the current step", job_->id);
   job_->preempt = true;
   job_->stop = true;
-}
-
-absl::StatusOr<ProbeResponse> WorkerCore::Probe(const ProbeRequest& request) {
-  TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
-  if (!(request.connect_timeout_seconds() > 0 && request.connect_timeout_seconds() <= 60)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Probe: connect_timeout_seconds ", request.connect_timeout_seconds(), "; want (0, 60]"));
-  }
-  ProbeResponse response;
-  response.set_step(step());
-  {
-    MutexLock lock(&job->group_mu);
-    response.set_generation(job->group_generation);
-    if (job->group != nullptr) {
-      const CollectiveProgress p = job->group->Progress();
-      response.set_collective_completed(p.completed);
-      response.set_collective_waiting(p.waiting);
-      response.set_stalled_seconds(absl::ToDoubleSeconds(p.stalled));
-    }
-  }
-  const std::vector<std::string> peers(request.peers().begin(), request.peers().end());
-  for (bool r : ReachableAddresses(peers, absl::Seconds(request.connect_timeout_seconds()))) response.add_reachable(r);
-  return response;
-}
-
-absl::StatusOr<LeaveGroupResponse> WorkerCore::LeaveGroup(const LeaveGroupRequest& request) {
-  TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
-  LeaveGroupResponse response;
-  MutexLock lock(&job->group_mu);
-  if (job->group == nullptr || job->group_generation != request.generation()) return response;
-  spdlog::warn("job {}: aborting the collective of generation {}: {}", job->id, request.generation(), request.reason());
-  job->group->Abort(request.reason());
-  response.set_left(true);
-  return response;
 }
 
 absl::Status WorkerCore::AbortJob(const AbortJobRequest& request) {

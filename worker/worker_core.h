@@ -109,6 +109,12 @@ class WorkerCore {
   // blocked in it fails with kAborted and the rank leaves the group as
   // after any collective failure; Regroup follows.
   absl::StatusOr<LeaveGroupResponse> LeaveGroup(const LeaveGroupRequest& request);
+  // A coordinator that restarted takes over the running attempt: once the
+  // call in flight (the old coordinator's) has ended, this rank's place,
+  // step and last chunk's answer. kFailedPrecondition for another attempt
+  // or a job that does not train; kAborted for a job aborted or a rank out
+  // of its group.
+  absl::StatusOr<AdoptResponse> Adopt(const AdoptRequest& request);
 
   // Interactive sessions: an InteractiveModel on a checkpoint, held instead
   // of a job (kFailedPrecondition while either is held). job_id() reports
@@ -121,8 +127,10 @@ class WorkerCore {
   // it, and RunSteps reports `preempted`. Returns at once.
   void Preempt();
 
-  // The job held ("" = none) and its last completed step, for heartbeats.
+  // The job held ("" = none), its attempt and its last completed step, for
+  // heartbeats and registration.
   std::string job_id() const;
+  int attempt() const;
   int64_t step() const;
   // Background threads (teardowns) not yet joined: those still running and
   // those that ended since the last one started.

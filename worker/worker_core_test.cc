@@ -121,6 +121,44 @@ TEST_F(WorkerCoreTest, ResumingFromACheckpointIsExact) {
   End(core, "c");
 }
 
+TEST_F(WorkerCoreTest, AdoptReportsThePlaceStepAndLastChunkOfTheRunningAttempt) {
+  WorkerCore core(WorkerCoreOptions{});
+  ASSERT_THAT(Start(core, "a", Spec("a")).status(), IsOk());
+  AdoptRequest adopt;
+  adopt.set_job_id("a");
+  absl::StatusOr<AdoptResponse> before = core.Adopt(adopt);
+  ASSERT_THAT(before.status(), IsOk());
+  EXPECT_EQ(before->step(), 0);
+  EXPECT_FALSE(before->has_last_chunk());
+  RunStepsRequest run;
+  run.set_job_id("a");
+  run.set_first_step(0);
+  run.set_num_steps(3);
+  absl::StatusOr<RunStepsResponse> ran = core.RunSteps(run);
+  ASSERT_THAT(ran.status(), IsOk());
+  run.set_first_step(3);
+  run.set_num_steps(2);
+  ran = core.RunSteps(run);
+  ASSERT_THAT(ran.status(), IsOk());
+  absl::StatusOr<AdoptResponse> after = core.Adopt(adopt);
+  ASSERT_THAT(after.status(), IsOk());
+  EXPECT_EQ(after->rank(), 0);
+  EXPECT_EQ(after->world_size(), 1);
+  EXPECT_EQ(after->generation(), 0);
+  EXPECT_EQ(after->step(), 5);
+  EXPECT_EQ(after->last_chunk_first_step(), 3);
+  EXPECT_EQ(after->last_chunk().last_step(), 5);
+  EXPECT_EQ(after->last_chunk().metrics().at("loss"), ran->metrics().at("loss"));
+  EXPECT_EQ(core.attempt(), 0);
+  adopt.set_attempt(1);
+  EXPECT_THAT(core.Adopt(adopt).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("Adopt: job a runs attempt 0 here, not 1")));
+  adopt.set_job_id("b");
+  EXPECT_THAT(core.Adopt(adopt).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("this worker does not hold job 'b'")));
+  End(core, "a");
+}
+
 TEST_F(WorkerCoreTest, RestoreOptions) {
   WorkerCore core(WorkerCoreOptions{});
   ASSERT_THAT(Start(core, "a", Spec("a")).status(), IsOk());

@@ -62,6 +62,10 @@ grpc::Status WorkerServiceImpl::LeaveGroup(grpc::ServerContext*, const LeaveGrou
   return Reply(core_->LeaveGroup(*request), response);
 }
 
+grpc::Status WorkerServiceImpl::Adopt(grpc::ServerContext*, const AdoptRequest* request, AdoptResponse* response) {
+  return Reply(core_->Adopt(*request), response);
+}
+
 grpc::Status WorkerServiceImpl::AbortJob(grpc::ServerContext*, const AbortJobRequest* request, AbortJobResponse*) {
   return ToGrpcStatus(core_->AbortJob(*request));
 }

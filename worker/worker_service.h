@@ -24,6 +24,7 @@ class WorkerServiceImpl final : public WorkerService::Service {
   grpc::Status Probe(grpc::ServerContext*, const ProbeRequest* request, ProbeResponse* response) override;
   grpc::Status LeaveGroup(grpc::ServerContext*, const LeaveGroupRequest* request,
                           LeaveGroupResponse* response) override;
+  grpc::Status Adopt(grpc::ServerContext*, const AdoptRequest* request, AdoptResponse* response) override;
 
  private:
   WorkerCore* core_;

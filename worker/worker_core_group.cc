@@ -1,0 +1,79 @@
+// WorkerCore's calls about a job's group rather than its work: the
+// watchdog's Probe, LeaveGroup, and Adopt by a coordinator that restarted.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "worker/reachability.h"
+#include "worker/worker_core.h"
+#include "worker/worker_core_job.h"
+
+namespace trainyard {
+
+absl::StatusOr<ProbeResponse> WorkerCore::Probe(const ProbeRequest& request) {
+  TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
+  if (!(request.connect_timeout_seconds() > 0 && request.connect_timeout_seconds() <= 60)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Probe: connect_timeout_seconds ", request.connect_timeout_seconds(), "; want (0, 60]"));
+  }
+  ProbeResponse response;
+  response.set_step(step());
+  {
+    MutexLock lock(&job->group_mu);
+    response.set_generation(job->group_generation);
+    if (job->group != nullptr) {
+      const CollectiveProgress p = job->group->Progress();
+      response.set_collective_completed(p.completed);
+      response.set_collective_waiting(p.waiting);
+      response.set_stalled_seconds(absl::ToDoubleSeconds(p.stalled));
+    }
+  }
+  const std::vector<std::string> peers(request.peers().begin(), request.peers().end());
+  for (bool r : ReachableAddresses(peers, absl::Seconds(request.connect_timeout_seconds()))) response.add_reachable(r);
+  return response;
+}
+
+absl::StatusOr<LeaveGroupResponse> WorkerCore::LeaveGroup(const LeaveGroupRequest& request) {
+  TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
+  LeaveGroupResponse response;
+  MutexLock lock(&job->group_mu);
+  if (job->group == nullptr || job->group_generation != request.generation()) return response;
+  spdlog::warn("job {}: aborting the collective of generation {}: {}", job->id, request.generation(), request.reason());
+  job->group->Abort(request.reason());
+  response.set_left(true);
+  return response;
+}
+
+absl::StatusOr<AdoptResponse> WorkerCore::Adopt(const AdoptRequest& request) {
+  TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
+  if (request.attempt() != job->attempt) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Adopt: job ", job->id, " runs attempt ", job->attempt, " here, not ", request.attempt()));
+  }
+  MutexLock busy(&job->busy);  // the call the old coordinator started ends first
+  // A preempted rank answers (its last chunk says so, or its next one
+  // stops at once); an aborted one does not.
+  if (job->stop && !job->preempt) {
+    return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted: ", job->stop_reason));
+  }
+  TY_RETURN_IF_ERROR(CheckInGroup(*job));
+  if (job->training == nullptr || job->training->trainer() == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("Adopt: job ", job->id, " does not train"));
+  }
+  AdoptResponse response;
+  response.set_rank(job->rank);
+  response.set_world_size(job->world_size);
+  response.set_generation(job->generation);
+  response.set_step(job->training->step());
+  if (job->last_chunk) {
+    *response.mutable_last_chunk() = *job->last_chunk;
+    response.set_last_chunk_first_step(job->last_chunk_first_step);
+  }
+  spdlog::info("job {}: adopted by a restarted coordinator at step {} (rank {} of {})", job->id, response.step(),
+               job->rank, job->world_size);
+  return response;
+}
+
+}  // namespace trainyard
