@@ -17,6 +17,32 @@ namespace trainyard {
 namespace {
 
 // --keep-finished-jobs and --keep-finished-for, checked, into `options`.
+// --heartbeat-timeout, --adopt-grace, --watchdog-period, --watchdog-stall.
+absl::Status SetTimes(int heartbeat_timeout, int adopt_grace, const std::string& watchdog_period,
+                      const std::string& watchdog_stall, CoordinatorOptions* options) {
+  if (heartbeat_timeout < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--heartbeat-timeout: ", heartbeat_timeout, "; want at least 1 second"));
+  }
+  if (adopt_grace < 0 || adopt_grace > 3600) {
+    return absl::InvalidArgumentError(absl::StrCat("--adopt-grace: ", adopt_grace, "; want seconds in [0, 3600]"));
+  }
+  double period = 0, stall = 0;
+  if (!absl::SimpleAtod(watchdog_period, &period) || !(period >= 0 && period <= 60)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--watchdog-period: '", watchdog_period, "'; want seconds in [0, 60]"));
+  }
+  if (!absl::SimpleAtod(watchdog_stall, &stall) || !(stall >= 1 && stall <= 3600)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--watchdog-stall: '", watchdog_stall, "'; want seconds in [1, 3600]"));
+  }
+  options->heartbeat_timeout = absl::Seconds(heartbeat_timeout);
+  options->adopt_grace = absl::Seconds(adopt_grace);
+  options->watchdog.period = absl::Seconds(period);
+  options->watchdog.stall = absl::Seconds(stall);
+  return absl::OkStatus();
+}
+
 absl::Status SetRetention(int keep_finished_jobs, const std::string& keep_finished_for, CoordinatorOptions* options) {
   if (keep_finished_jobs < 0) {
     return absl::InvalidArgumentError(
@@ -54,6 +80,7 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
   CoordinatorServerOptions options;
   std::string output_root, log_level = "info";
   int heartbeat_timeout = 10;
+  int adopt_grace = 30;
   FlagSet flags("coordinator --listen HOST:PORT --state-dir DIR [--output-root DIR]",
                 "Runs the coordinator: the public JobService and the workers' internal\n"
                 "service on one port. Port 0 lets the OS choose; the first line on stdout\n"
@@ -74,6 +101,10 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
   flags.AddString("watchdog-stall", &watchdog_stall, "SECONDS",
                   "the ranks must have been blocked in a collective this long before the watchdog acts\n"
                   "(default 3; below --heartbeat-timeout)");
+  flags.AddInt("adopt-grace", &adopt_grace, "SECONDS",
+               "after a restart, how long to wait for the ranks of each job that was running to\n"
+               "register again and take the job over where they are (default 30; 0: restart such\n"
+               "jobs from their newest checkpoint at once)");
   flags.AddString("log-level", &log_level, "LEVEL", "trace, debug, info, warn, error (default info)");
   AddTlsFlags(&flags, &options.tls, &options.insecure);
   flags.AddString("auth-tokens", &options.auth_tokens_file, "FILE",
@@ -99,21 +130,11 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
     err << "error: want: trainyard coordinator --listen HOST:PORT --state-dir DIR\n";
     return kExitUsage;
   }
-  if (heartbeat_timeout < 1) {
-    err << "error: --heartbeat-timeout: " << heartbeat_timeout << "; want at least 1 second\n";
+  if (absl::Status s = SetTimes(heartbeat_timeout, adopt_grace, watchdog_period, watchdog_stall, &options.coordinator);
+      !s.ok()) {
+    err << "error: " << s.message() << "\n";
     return kExitUsage;
   }
-  double period = 0, stall = 0;
-  if (!absl::SimpleAtod(watchdog_period, &period) || !(period >= 0 && period <= 60)) {
-    err << "error: --watchdog-period: '" << watchdog_period << "'; want seconds in [0, 60]\n";
-    return kExitUsage;
-  }
-  if (!absl::SimpleAtod(watchdog_stall, &stall) || !(stall >= 1 && stall <= 3600)) {
-    err << "error: --watchdog-stall: '" << watchdog_stall << "'; want seconds in [1, 3600]\n";
-    return kExitUsage;
-  }
-  options.coordinator.watchdog.period = absl::Seconds(period);
-  options.coordinator.watchdog.stall = absl::Seconds(stall);
   if (!absl::SimpleAtod(submit_rate, &options.submit_rate) || options.submit_rate < 0) {
     err << "error: --submit-rate: '" << submit_rate << "'; want a number >= 0\n";
     return kExitUsage;
@@ -130,7 +151,6 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
     return kExitUsage;
   }
   options.coordinator.output_root = *root;
-  options.coordinator.heartbeat_timeout = absl::Seconds(heartbeat_timeout);
   options.coordinator.heartbeat_interval = absl::Seconds(1);
   absl::Status status = ServeCoordinator(options, out);
   if (!status.ok()) {

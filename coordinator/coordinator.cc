@@ -138,9 +138,12 @@ absl::Status Coordinator::Load() {
     job->queued_since = options_.clock->Now();
     next_sequence_ = std::max(next_sequence_, r.sequence + 1);
     const JobState state = job->info.state();
-    if (!IsFinal(state) && state != PENDING && state != RESTARTING) {
-      // Its workers were driven by the previous coordinator: resume the job
-      // from its newest checkpoint on a new gang, if restarts are left.
+    if (!IsFinal(state) && state != PENDING && state != RESTARTING && AwaitAdoptionLocked(job.get())) {
+      TY_RETURN_IF_ERROR(db_->Put(job->info, job->sequence));
+    } else if (!IsFinal(state) && state != PENDING && state != RESTARTING) {
+      // Its workers were driven by the previous coordinator (and it cannot
+      // be adopted): resume the job from its newest checkpoint on a new
+      // gang, if restarts are left.
       // max_restarts is normalised: set, default 3.
       const NextAttempt next =
           AfterRetryableEnd(absl::StrCat("the coordinator restarted while the job was ", JobState_Name(state)),
@@ -188,6 +191,7 @@ void Coordinator::Shutdown() {
   changed_.SignalAll();
   if (scheduler_.joinable()) scheduler_.join();
   for (std::thread& t : drivers) t.join();
+  farewells_.JoinAll();
   sessions_.Shutdown();
   if (persister_.joinable()) persister_.join();
   // Progress recorded after the persister's last pass (or without one).
@@ -475,9 +479,11 @@ absl::StatusOr<JobInfo> Coordinator::CancelJob(const std::string& job_id, const 
           absl::StrCat("job '", job_id, "' already ended: ", JobState_Name(job->info.state())));
     }
     const std::string why = reason.empty() ? "cancelled by the user" : absl::StrCat("cancelled: ", reason);
-    if (job->info.state() == PENDING || job->info.state() == RESTARTING) {
+    if (job->info.state() == PENDING || job->info.state() == RESTARTING || job->adoption) {
       // No attempt runs (a RESTARTING job's last one is over or tearing
-      // down): final at once, never scheduled again.
+      // down; the ranks of one waiting for adoption let go): final at once,
+      // never scheduled again.
+      if (job->adoption) EndAdoptionLocked(job);
       job->stop = true;
       SetStateLocked(job, CANCELLED, why);
     } else {

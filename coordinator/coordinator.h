@@ -43,6 +43,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -50,6 +51,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "collective/store.h"
+#include "common/background_threads.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/mutex.h"
@@ -72,6 +74,13 @@ struct CoordinatorOptions {
   // stopped, or a link cut between ranks, found in seconds.
   WatchdogOptions watchdog;
   absl::Duration tick = absl::Milliseconds(100);
+  // A coordinator that restarts with the same state directory waits this
+  // long for the ranks of each training job that was RUNNING to register
+  // again holding it (their workers keep it through the outage) and
+  // adopts them: the job goes on from where they are, with no restart.
+  // Past it (a rank did not come back), the job restarts from its newest
+  // checkpoint. 0: always restart.
+  absl::Duration adopt_grace = absl::Seconds(30);
   Clock* clock = Clock::Real();
   // Part of every worker id (see WorkerRegistry); nullopt: random per
   // process.
@@ -101,7 +110,9 @@ class Coordinator : private JobDriverHost {
   // Stops scheduling, cancels running jobs' calls, aborts their workers
   // (best effort), joins every thread. Jobs that were running stay RUNNING
   // in the store; the next coordinator restarts them from their newest
-  // checkpoint while restarts are left (Load). Idempotent.
+  // checkpoint while restarts are left (Load). Idempotent. (A coordinator
+  // that dies instead leaves the workers holding their jobs: the next one
+  // adopts them, see adopt_grace.)
   void Shutdown();
 
   // One scheduling pass (what the scheduler thread does every tick).
@@ -158,6 +169,14 @@ class Coordinator : private JobDriverHost {
     std::thread driver;                  // runs `attempt`
     bool driver_done = false;            // the driver returned; Tick joins it
     absl::Time queued_since;             // entered PENDING or RESTARTING (scheduling delay)
+    // A RUNNING training job the previous coordinator drove, waiting for
+    // its ranks' workers to register again (adopt_grace).
+    struct Adoption {
+      absl::Time deadline;
+      absl::Time down_since;                // the record's last update before the outage
+      std::vector<std::string> worker_ids;  // by rank; "" until it registered
+    };
+    std::optional<Adoption> adoption;
   };
 
   Coordinator(CoordinatorOptions options, WorkerClientFactory factory, std::unique_ptr<JobStore> db);
@@ -177,6 +196,25 @@ class Coordinator : private JobDriverHost {
   absl::Status Load() ABSL_LOCKS_EXCLUDED(mu_);
   void SchedulerLoop();
   void StartJobLocked(Job* job, const std::vector<std::string>& worker_ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An attempt of the job on these workers (rank order); the job's ranks
+  // and worker_ids set to them.
+  AttemptPlan PlanAttemptLocked(Job* job, const std::vector<std::string>& worker_ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ---- Adoption after a restart (coordinator_adopt.cc) ----
+  // Load: a RUNNING training job waits for its ranks (true), unless
+  // adoption is off or its record names no ranks.
+  bool AwaitAdoptionLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job and rank a registering worker holds, when it is a rank of a
+  // job waiting for adoption (same attempt, the id the record names);
+  // else {nullptr, -1}.
+  std::pair<Job*, int> AdoptionSlotLocked(const RegisterWorkerRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker `worker_id` is the job's rank; once every rank is back, the
+  // attempt is adopted (a driver with AttemptPlan::adopt).
+  void AdoptRankLocked(Job* job, int rank, const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tick: jobs whose ranks did not all come back in time restart.
+  void ExpireAdoptionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job is no longer waiting: the workers that came back let go of it.
+  void EndAdoptionLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job of that id; nullptr if there is none (or no longer: retention).
   Job* FindLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The driver thread of an attempt: runs it, then returns the gang to the
@@ -243,6 +281,8 @@ class Coordinator : private JobDriverHost {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);  // to persist
   SessionManager sessions_;
+  // AbortJob to the workers of a job that was not adopted after all.
+  BackgroundThreads farewells_;
   std::thread scheduler_;
   std::thread persister_;
   struct Metrics {

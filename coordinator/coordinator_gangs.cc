@@ -47,11 +47,16 @@ void Coordinator::Tick() {
     if (job->driver_done && job->driver.joinable()) finished.push_back(std::move(job->driver));
   }
   RetainLocked();
+  ExpireAdoptionsLocked();
   for (const WorkerRecord& w : lost) {
     if (w.job_id.empty()) continue;
     auto it = jobs_.find(w.job_id);
     if (it == jobs_.end() || IsFinal(it->second->info.state())) continue;
     Job* job = it->second.get();
+    if (job->adoption) {  // it may register again before the grace ends
+      std::replace(job->adoption->worker_ids.begin(), job->adoption->worker_ids.end(), w.worker_id, std::string());
+      continue;
+    }
     const auto rank = std::find(job->worker_ids.begin(), job->worker_ids.end(), w.worker_id);
     if (rank == job->worker_ids.end()) continue;
     const std::string why = absl::StrCat(RankName(*job, static_cast<int>(rank - job->worker_ids.begin())),
@@ -163,6 +168,16 @@ void Coordinator::StartJobLocked(Job* job, const std::vector<std::string>& worke
     spdlog::warn("job {}: cannot assign its gang: {}", job->info.job_id(), s.ToString());
     return;
   }
+  AttemptPlan plan = PlanAttemptLocked(job, worker_ids);
+  // A restart resumes from the job's own newest checkpoint.
+  if (plan.restarts > 0) plan.restore_from = job->info.latest_checkpoint();
+  SetStateLocked(job, STARTING, "");
+  spdlog::info("job {}: starting on {} worker(s)", job->info.job_id(), worker_ids.size());
+  job->attempt = std::make_shared<JobDriver>(std::move(plan), static_cast<JobDriverHost*>(this), options_.clock);
+  job->driver = std::thread([this, job] { Drive(job); });
+}
+
+AttemptPlan Coordinator::PlanAttemptLocked(Job* job, const std::vector<std::string>& worker_ids) {
   job->worker_ids = worker_ids;
   job->stop = false;
   job->driver_done = false;
@@ -171,8 +186,6 @@ void Coordinator::StartJobLocked(Job* job, const std::vector<std::string>& worke
   plan.job_id = job->info.job_id();
   plan.spec = job->info.spec();
   plan.restarts = job->info.restarts();
-  // A restart resumes from the job's own newest checkpoint.
-  if (plan.restarts > 0) plan.restore_from = job->info.latest_checkpoint();
   plan.latest_checkpoint = job->info.latest_checkpoint();
   plan.watchdog = options_.watchdog;
   for (size_t r = 0; r < worker_ids.size(); ++r) {
@@ -194,10 +207,7 @@ void Coordinator::StartJobLocked(Job* job, const std::vector<std::string>& worke
     }
     plan.worker_ids.push_back(worker_ids[r]);
   }
-  SetStateLocked(job, STARTING, "");
-  spdlog::info("job {}: starting on {} worker(s)", job->info.job_id(), worker_ids.size());
-  job->attempt = std::make_shared<JobDriver>(std::move(plan), static_cast<JobDriverHost*>(this), options_.clock);
-  job->driver = std::thread([this, job] { Drive(job); });
+  return plan;
 }
 
 std::string Coordinator::RankName(const Job& job, int rank) const {
@@ -262,13 +272,21 @@ void Coordinator::SetRanks(const std::string& job_id, const std::vector<std::str
 }
 
 absl::StatusOr<RegisterWorkerResponse> Coordinator::RegisterWorker(const RegisterWorkerRequest& request) {
+  MutexLock lock(&mu_);
+  // A rank of a job the previous coordinator drove keeps it (BUSY).
+  const auto [adopting, rank] = AdoptionSlotLocked(request);
   TY_ASSIGN_OR_RETURN(std::string id, workers_.Register(request.host(), request.address(), request.device(),
-                                                        request.pid(), request.held_job_id()));
-  spdlog::info("worker {} registered: host {}, {}, device {}", id, request.host(), request.address(),
-               request.device().empty() ? "cpu" : request.device());
+                                                        request.pid(), request.held_job_id(), adopting != nullptr));
+  spdlog::info("worker {} registered: host {}, {}, device {}{}", id, request.host(), request.address(),
+               request.device().empty() ? "cpu" : request.device(),
+               request.held_job_id().empty() ? "" : absl::StrCat(", holding job ", request.held_job_id()));
   RegisterWorkerResponse response;
   response.set_worker_id(id);
   response.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  if (adopting != nullptr) {
+    response.set_keep_held_job(true);
+    AdoptRankLocked(adopting, rank, id);
+  }
   changed_.SignalAll();
   return response;
 }

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <type_traits>
 
@@ -57,6 +58,10 @@ struct Script {
   // restore ALL: the checkpoint steps Infer finds (ascending); empty for
   // a job that restores one.
   std::vector<int64_t> checkpoints;
+  int world = 0;  // StartJob's world size (Adopt reports it)
+  // Adopt reports this as the last chunk answered, from this first step.
+  std::optional<RunStepsResponse> last_chunk;
+  int64_t last_chunk_first_step = 0;
 };
 
 class ScriptedResponder : public FakeWorker::Responder {
@@ -76,6 +81,7 @@ class ScriptedResponder : public FakeWorker::Responder {
     }
     w_->restored.push_back(r.restore_checkpoint());
     w_->rank = r.rank();
+    w_->world = r.world_size();
     StartJobResponse response;
     // A restart resumes at the checkpoint's step ("ckpt_<step>").
     std::string restored = r.restore_checkpoint();
@@ -216,6 +222,19 @@ class ScriptedResponder : public FakeWorker::Responder {
     Record("abort");
     return absl::OkStatus();
   }
+  absl::StatusOr<AdoptResponse> Adopt(const AdoptRequest& r) override {
+    Record(absl::StrCat("adopt attempt ", r.attempt()));
+    std::lock_guard<std::mutex> lock(w_->mu);
+    AdoptResponse response;
+    response.set_rank(w_->rank);
+    response.set_world_size(w_->world);
+    response.set_step(w_->step);
+    if (w_->last_chunk) {
+      *response.mutable_last_chunk() = *w_->last_chunk;
+      response.set_last_chunk_first_step(w_->last_chunk_first_step);
+    }
+    return response;
+  }
 
  private:
   void Record(std::string call) {
@@ -248,19 +267,58 @@ class CoordinatorTest : public ::testing::Test {
     return std::move(*c);
   }
 
+  // A fake worker `name` (listening at `name`), whose script the caller
+  // fills in before it registers.
+  std::shared_ptr<Script> NewWorker(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    workers_[name] = std::make_shared<Script>();
+    fakes_[name] = std::make_shared<FakeWorker>(std::make_shared<ScriptedResponder>(workers_[name]));
+    all_fakes_.push_back(fakes_[name]);
+    return workers_[name];
+  }
   // Registers a fake worker; returns its id.
   std::string AddWorker(Coordinator* c, const std::string& name, int64_t step = 0) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      workers_[name] = std::make_shared<Script>();
-      workers_[name]->step = step;
-      fakes_[name] = std::make_shared<FakeWorker>(std::make_shared<ScriptedResponder>(workers_[name]));
-      all_fakes_.push_back(fakes_[name]);
-    }
+    NewWorker(name)->step = step;
     RegisterWorkerRequest r;
     r.set_host(name);
     r.set_address(name);
     return c->RegisterWorker(r)->worker_id();
+  }
+  // A 2-worker job (workers "a" and "b", ids w1-a and w2-b) RUNNING when
+  // its coordinator shuts down; returns its id.
+  std::string RunningWhenTheCoordinatorStops() {
+    auto c = Make();
+    AddWorker(c.get(), "a");
+    AddWorker(c.get(), "b");
+    Fake("a")->Hold(WorkerMethod::kRunSteps);
+    Fake("b")->Hold(WorkerMethod::kRunSteps);
+    const std::string job = c->SubmitJob(Spec(2, 100))->job_id();
+    c->Tick();
+    WaitForState(c.get(), job, RUNNING);
+    c->Shutdown();
+    return job;
+  }
+
+  // A worker of a job the previous coordinator ran registers with this one
+  // holding the job (a fresh fake and script under the same name, at
+  // `rank` of `world` at `step`); returns the answer.
+  RegisterWorkerResponse Reregister(Coordinator* c, const std::string& name, const std::string& job,
+                                    const std::string& previous_id, int attempt, int rank, int world, int64_t step,
+                                    std::optional<RunStepsResponse> last_chunk = std::nullopt) {
+    std::shared_ptr<Script> w = NewWorker(name);
+    w->last_chunk = std::move(last_chunk);
+    w->step = step;
+    w->rank = rank;
+    w->world = world;
+    RegisterWorkerRequest r;
+    r.set_host(name);
+    r.set_address(name);
+    r.set_held_job_id(job);
+    r.set_previous_worker_id(previous_id);
+    r.set_held_attempt(attempt);
+    absl::StatusOr<RegisterWorkerResponse> response = c->RegisterWorker(r);
+    EXPECT_THAT(response.status(), IsOk());
+    return response.ok() ? *response : RegisterWorkerResponse();
   }
   std::shared_ptr<Script> Worker(const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -1093,16 +1151,82 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorKnowsEveryJob) {
   EXPECT_EQ(c->GetJob(pending)->state(), PENDING);
   EXPECT_EQ(c->GetJob(done)->state(), CANCELLED);
   EXPECT_EQ(c->GetJob(done)->reason(), "cancelled: not needed");
-  // The running job resumes on a new gang (from its newest checkpoint).
+  // The running job waits for its rank to come back; when it does not,
+  // the job resumes on a new gang (from its newest checkpoint).
+  EXPECT_EQ(c->GetJob(running)->state(), RUNNING);
+  EXPECT_EQ(c->GetJob(running)->reason(),
+            "the coordinator restarted; waiting up to 30s for the 1 rank(s) of attempt 0 to come back");
+  clock_.AdvanceTime(absl::Seconds(30));
+  c->Tick();
   EXPECT_EQ(c->GetJob(running)->state(), RESTARTING);
   EXPECT_EQ(c->GetJob(running)->restarts(), 1);
-  EXPECT_THAT(c->GetJob(running)->reason(),
-              HasSubstr("the coordinator restarted while the job was RUNNING; restart 1 of 3 from scratch"));
+  EXPECT_EQ(c->GetJob(running)->reason(),
+            "the coordinator restarted while the job was RUNNING and 1 of its 1 rank(s) did not come back within 30s "
+            "(rank 0 (worker w1-a on host a, a)); restart 1 of 3 from scratch");
   // New ids continue after the old ones.
   EXPECT_EQ(c->SubmitJob(Spec(1, 10))->job_id(), "test-job-4");
   ListJobsRequest only_pending;
   only_pending.add_states(PENDING);
   EXPECT_EQ(c->ListJobs(only_pending)->jobs_size(), 2);
+}
+
+TEST_F(CoordinatorTest, ARestartedCoordinatorAdoptsTheRunningJobWhenItsRanksComeBack) {
+  const std::string job = RunningWhenTheCoordinatorStops();
+  // The ranks were left running (not told to abort).
+  EXPECT_EQ(Calls("a"), (std::vector<std::string>{"start 0/2"}));
+  clock_.AdvanceTime(absl::Seconds(12));  // the outage
+  auto c = Make();
+  EXPECT_EQ(c->GetJob(job)->state(), RUNNING);
+  // The ranks finished the chunk 0+20 meanwhile; its answer never arrived.
+  // A worker holding another attempt, or naming an id the record does not
+  // have, is not adopted.
+  EXPECT_FALSE(Reregister(c.get(), "x", job, "w1-a", 1, 0, 2, 20).keep_held_job());
+  EXPECT_FALSE(Reregister(c.get(), "y", job, "w9-y", 0, 0, 2, 20).keep_held_job());
+  RunStepsResponse chunk;
+  chunk.set_last_step(20);
+  (*chunk.mutable_metrics())["loss"] = 5;
+  chunk.set_seconds_per_step(0.25);
+  EXPECT_TRUE(Reregister(c.get(), "b", job, "w2-b", 0, 1, 2, 20, chunk).keep_held_job());
+  EXPECT_EQ(c->GetJob(job)->ranks(1).worker_id(), "w3-b");  // the record names the new id at once
+  EXPECT_EQ(c->GetJob(job)->state(), RUNNING);
+  // Rank 0 comes back last: the attempt is adopted.
+  EXPECT_TRUE(Reregister(c.get(), "a", job, "w1-a", 0, 0, 2, 20, chunk).keep_held_job());
+  const JobInfo done = WaitForState(c.get(), job, SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.step(), 100);
+  EXPECT_EQ(CallsAfterAbort("a"), (std::vector<std::string>{"adopt attempt 0", "run 20+20", "run 40+20", "run 60+20",
+                                                            "run 80+20 ckpt", "abort"}));
+  EXPECT_EQ(CallsAfterAbort("b")[0], "adopt attempt 0");
+  // The 20 steps trained during the outage are productive; the rest of the
+  // 12 s outage is recovery.
+  EXPECT_DOUBLE_EQ(done.goodput().productive_seconds(), 5.0);
+  EXPECT_NEAR(done.goodput().recovery_seconds(), 7.0, 1e-3);
+}
+
+TEST_F(CoordinatorTest, AJobWhoseRanksDoNotAllComeBackRestartsAndTheOnesBackLetGo) {
+  const std::string job = RunningWhenTheCoordinatorStops();
+  auto c = Make();
+  EXPECT_TRUE(Reregister(c.get(), "a", job, "w1-a", 0, 0, 2, 20).keep_held_job());
+  HeartbeatRequest beat;
+  beat.set_worker_id("w1-a");  // this coordinator's id for it (no instance part in these tests)
+  beat.set_job_id(job);
+  for (int i = 0; i < 29; ++i) {
+    clock_.AdvanceTime(absl::Seconds(1));
+    ASSERT_FALSE(c->Heartbeat(beat)->reregister());
+    c->Tick();
+  }
+  EXPECT_EQ(c->GetJob(job)->state(), RUNNING);
+  clock_.AdvanceTime(absl::Seconds(1));
+  c->Tick();
+  const JobInfo info = *c->GetJob(job);
+  EXPECT_EQ(info.state(), RESTARTING);
+  EXPECT_EQ(info.restarts(), 1);
+  EXPECT_EQ(info.reason(),
+            "the coordinator restarted while the job was RUNNING and 1 of its 2 rank(s) did not come back within 30s "
+            "(rank 1 (worker w2-b on host b, b)); restart 1 of 3 from scratch");
+  EXPECT_EQ(CallsAfterAbort("a"), (std::vector<std::string>{"abort"}));
+  // It drains: a new gang only once it reports it let go.
+  EXPECT_EQ(c->workers()->Get("w1-a")->state, WorkerRecord::State::kDraining);
 }
 
 TEST_F(CoordinatorTest, WaitForChangeWakesOnChangesAndTimesOut) {

@@ -95,6 +95,14 @@ class GrpcWorkerClient : public WorkerClient {
         [this](grpc::ClientContext* c, const LeaveGroupRequest* q, LeaveGroupResponse* r,
                std::function<void(grpc::Status)> f) { stub_->async()->LeaveGroup(c, q, r, std::move(f)); });
   }
+  // Waits for the chunk the old coordinator started: as long as RunSteps may.
+  void AdoptAsync(const AdoptRequest& request, Done<AdoptResponse> done) override {
+    Async<AdoptRequest, AdoptResponse>(
+        std::chrono::hours(24), request, std::move(done),
+        [this](grpc::ClientContext* c, const AdoptRequest* q, AdoptResponse* r, std::function<void(grpc::Status)> f) {
+          stub_->async()->Adopt(c, q, r, std::move(f));
+        });
+  }
   void CancelInFlight() override {
     std::lock_guard<std::mutex> lock(mu_);
     for (grpc::ClientContext* ctx : in_flight_) ctx->TryCancel();

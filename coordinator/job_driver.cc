@@ -395,12 +395,15 @@ absl::StatusOr<bool> JobDriver::EvaluateRanks(int64_t step, ActionsByMode& actio
 absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) {
   const JobSpec& spec = plan_.spec;
   Ending ending{final_state, final_reason};
-  TY_ASSIGN_OR_RETURN(int64_t step, StartRanks());
+  TY_ASSIGN_OR_RETURN(int64_t step, plan_.adopt ? AdoptRanks(&ending) : StartRanks());
+  if (*final_state == PREEMPTED) return absl::OkStatus();  // adopted as it stopped
+  started_ = true;
   if (!IsTrainingKind(spec.kind())) {
     if (spec.restore().mode() == RestoreConfig::ALL) return RunEveryCheckpoint(final_reason);
     return RunInference(step, final_reason);
   }
-  spdlog::info("job {}: running from step {} to {}", plan_.job_id, step, spec.total_steps());
+  spdlog::info("job {}: {} from step {} to {}", plan_.job_id, plan_.adopt ? "adopted; training on" : "running", step,
+               spec.total_steps());
   TY_ASSIGN_OR_RETURN(ActionsByMode actions, CreateActions(spec));
   ChunkPeriods periods;
   periods.total_steps = spec.total_steps();
@@ -516,6 +519,12 @@ void JobDriver::Run() {
     }
     host_->ChangeState(job_id, final_state, final_reason, edit);
   }
+  if (shutting_down && started_ && IsTrainingKind(plan_.spec.kind())) {
+    // The ranks keep the job for the next coordinator to adopt (or until
+    // their --orphan-timeout).
+    spdlog::info("job {}: left running on its ranks for the next coordinator to adopt", job_id);
+    return;
+  }
   spdlog::info("job {}: {} {}", job_id, shutting_down ? "left as it is:" : JobState_Name(final_state), final_reason);
   // Tear the job down on every rank (also after success: the workers free
   // the model and close the collective).
@@ -554,9 +563,13 @@ void JobDriver::AbortEveryRank(const AbortJobRequest& abort) {
   while (aborts->left > 0) aborts->answered.Wait(&aborts->mu);
 }
 
-// The ELASTIC regroup (job_driver_elastic.cc) fans out too.
+// The ELASTIC regroup (job_driver_elastic.cc) and an adoption
+// (job_driver_adopt.cc) fan out too.
 template absl::Status JobDriver::OnAllRanks<RegroupResponse>(const char*, const StartCall<RegroupResponse>&,
                                                              std::vector<RegroupResponse>*,
                                                              std::vector<absl::StatusOr<RegroupResponse>>*);
+template absl::Status JobDriver::OnAllRanks<AdoptResponse>(const char*, const StartCall<AdoptResponse>&,
+                                                           std::vector<AdoptResponse>*,
+                                                           std::vector<absl::StatusOr<AdoptResponse>>*);
 
 }  // namespace trainyard

@@ -64,6 +64,11 @@ struct AttemptPlan {
   std::vector<std::string> worker_ids;                 // rank order (ELASTIC: WorkerLost, joins)
   std::vector<std::string> addresses;                  // rank order: the workers' "host:port" (the watchdog's probes)
   WatchdogOptions watchdog;                            // training kinds only
+  // A coordinator that restarted takes the running attempt over (Adopt on
+  // every rank) instead of starting it: the ranks keep their state.
+  bool adopt = false;
+  int64_t recorded_step = 0;    // adopt: the job's metrics_step, the last chunk it recorded
+  double adoption_seconds = 0;  // adopt: from the outage to the ranks' return (goodput's recovery)
 };
 
 // A worker given to a running ELASTIC attempt (JobDriverHost::AcquireWorkers).
@@ -106,8 +111,9 @@ class JobDriver {
   JobDriver(AttemptPlan plan, JobDriverHost* host, Clock* clock = Clock::Real());
 
   // Runs the attempt to its end (see above) and tears it down on every rank.
-  // After a ShutDown the job's state is left as it is: the next coordinator
-  // restarts it from its newest checkpoint.
+  // After a ShutDown the job's state is left as it is, and a training
+  // attempt that started is left running on its ranks: the next
+  // coordinator adopts it (or restarts it from its newest checkpoint).
   void Run();
 
   // Ends the attempt at the next opportunity (calls in flight are
@@ -219,6 +225,12 @@ class JobDriver {
   // StartJob on every rank; records what they restored (the job's newest
   // checkpoint, what was passed over) and RUNNING. The step they start at.
   absl::StatusOr<int64_t> StartRanks();
+  // plan.adopt: Adopt on every rank (each answers once the call the old
+  // coordinator started has ended); the ranks must agree on their places,
+  // step and group. Records the chunk whose answer never reached the old
+  // coordinator, and RUNNING. The step they are at; a chunk that ended in a
+  // preemption meanwhile sets the ending (PREEMPTED) instead.
+  absl::StatusOr<int64_t> AdoptRanks(Ending* ending);
   // EVALUATION and INFERENCE: Infer on every rank; the metrics recorded,
   // *final_reason says what was decoded where.
   absl::Status RunInference(int64_t step, std::string* final_reason);
@@ -288,7 +300,8 @@ class JobDriver {
   std::vector<std::string> workers_;  // DescribeWorker's
   std::vector<std::string> worker_ids_;
   std::vector<std::string> addresses_;
-  int generation_ = 0;  // ELASTIC: of the current group
+  int generation_ = 0;    // ELASTIC: of the current group
+  bool started_ = false;  // every rank started (or was adopted)
   int regroups_ = 0;
   std::string latest_checkpoint_;   // the newest durable checkpoint this attempt knows
   int64_t trained_to_ = 0;          // the step the training ended at (Drive returned OK)

@@ -44,6 +44,8 @@ class WorkerClient {
   // latest (kDeadlineExceeded: a stopped or cut-off worker).
   virtual void ProbeAsync(const ProbeRequest& request, absl::Duration deadline, Done<ProbeResponse> done) = 0;
   virtual void LeaveGroupAsync(const LeaveGroupRequest& request, Done<LeaveGroupResponse> done) = 0;
+  // A restarted coordinator takes over a running attempt (WorkerService.Adopt).
+  virtual void AdoptAsync(const AdoptRequest& request, Done<AdoptResponse> done) = 0;
 
   // Ends every call in progress on this client promptly with kCancelled.
   virtual void CancelInFlight() = 0;

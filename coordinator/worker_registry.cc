@@ -24,7 +24,7 @@ const char* WorkerStateName(WorkerRecord::State state) {
 
 absl::StatusOr<std::string> WorkerRegistry::Register(const std::string& host, const std::string& address,
                                                      const std::string& device, int32_t pid,
-                                                     const std::string& held_job_id) {
+                                                     const std::string& held_job_id, bool keep_job) {
   if (address.empty()) return absl::InvalidArgumentError("RegisterWorker.address: empty; expected HOST:PORT");
   MutexLock lock(&mu_);
   WorkerRecord record;
@@ -37,7 +37,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const std::string& host, co
   record.pid = pid;
   record.last_heartbeat = clock_->Now();
   if (!held_job_id.empty()) {
-    record.state = WorkerRecord::State::kDraining;
+    record.state = keep_job ? WorkerRecord::State::kBusy : WorkerRecord::State::kDraining;
     record.job_id = held_job_id;
   }
   const std::string id = record.worker_id;

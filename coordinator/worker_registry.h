@@ -56,10 +56,12 @@ class WorkerRegistry {
 
   // A new id for every registration (a restarted worker is a new worker):
   // "w<n>-<host>", with ".<instance>" appended when there is one.
-  // A worker that still holds a job (`held_job_id`) starts DRAINING.
-  // kInvalidArgument naming the field for an empty address.
+  // A worker that still holds a job (`held_job_id`) starts DRAINING, or
+  // BUSY with it when the job goes on there (`keep_job`: a job adopted
+  // after a coordinator restart). kInvalidArgument naming the field for an
+  // empty address.
   absl::StatusOr<std::string> Register(const std::string& host, const std::string& address, const std::string& device,
-                                       int32_t pid, const std::string& held_job_id = "");
+                                       int32_t pid, const std::string& held_job_id = "", bool keep_job = false);
   // kNotFound for an unknown (or expired) worker: it must register again.
   // `job_id` is the job the worker holds ("" = none); an idle worker that
   // reports one is DRAINING until it reports none.

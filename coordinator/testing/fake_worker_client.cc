@@ -33,6 +33,8 @@ const char* MethodName(WorkerMethod method) {
       return "Probe";
     case WorkerMethod::kLeaveGroup:
       return "LeaveGroup";
+    case WorkerMethod::kAdopt:
+      return "Adopt";
   }
   return "?";
 }
@@ -89,6 +91,9 @@ absl::StatusOr<ProbeResponse> FakeWorker::Responder::Probe(const ProbeRequest&) 
 absl::StatusOr<LeaveGroupResponse> FakeWorker::Responder::LeaveGroup(const LeaveGroupRequest&) {
   return NoAnswer(WorkerMethod::kLeaveGroup);
 }
+absl::StatusOr<AdoptResponse> FakeWorker::Responder::Adopt(const AdoptRequest&) {
+  return NoAnswer(WorkerMethod::kAdopt);
+}
 
 // ---------------------------------------------------------------------------
 // The client: each call becomes a Call the worker answers or holds.
@@ -135,6 +140,9 @@ class FakeWorker::Client : public WorkerClient {
   }
   void LeaveGroupAsync(const LeaveGroupRequest& request, Done<LeaveGroupResponse> done) override {
     Issue(WorkerMethod::kLeaveGroup, request, std::move(done), &Responder::LeaveGroup);
+  }
+  void AdoptAsync(const AdoptRequest& request, Done<AdoptResponse> done) override {
+    Issue(WorkerMethod::kAdopt, request, std::move(done), &Responder::Adopt);
   }
   void CancelInFlight() override { worker_->Cancel(id_); }
 

@@ -51,6 +51,7 @@ enum class WorkerMethod {
   kAbortJob,
   kProbe,
   kLeaveGroup,
+  kAdopt,
 };
 
 class FakeWorker {
@@ -72,6 +73,7 @@ class FakeWorker {
     virtual absl::Status AbortJob(const AbortJobRequest& request);
     virtual absl::StatusOr<ProbeResponse> Probe(const ProbeRequest& request);
     virtual absl::StatusOr<LeaveGroupResponse> LeaveGroup(const LeaveGroupRequest& request);
+    virtual absl::StatusOr<AdoptResponse> Adopt(const AdoptRequest& request);
   };
 
   struct Call;  // one call, from its start to its completion

@@ -6,7 +6,9 @@ the system claims to survive:
                        on the same host
   worker_sigterm       a worker preempted (emergency checkpoint); replaced
   coordinator_sigkill  the coordinator killed and started again on the same
-                       address and state directory
+                       address and state directory: it adopts the running
+                       job from its workers (no restart); paired with
+                       another fault, the job restarts
   link_cut             a worker's link cut until the job fails over, then
                        restored (the worker rejoins)
   disk_full            the output disk (a small tmpfs) filled so that the
@@ -57,6 +59,7 @@ PAIRABLE = ("worker_sigkill", "worker_sigterm", "coordinator_sigkill", "link_cut
 HOSTS = 3
 HEARTBEAT_TIMEOUT = 3
 COLLECTIVE_TIMEOUT = 8
+ADOPT_GRACE = 8  # a rank killed or cut off with the coordinator: the restart comes this much later
 CHECKPOINT_PERIOD = 10
 CONFIG = {"seed": 1, "faults": 10, "report": None}
 
@@ -206,7 +209,7 @@ class ChaosTest(unittest.TestCase):
         c.coordinator = c._start(f"coordinator-{self.coordinators}", [
             system_harness.TRAINYARD, "coordinator", "--listen", c.address, "--state-dir",
             os.path.join(self.root, "state"), "--output-root", self.root, "--heartbeat-timeout",
-            str(HEARTBEAT_TIMEOUT), "--insecure"])
+            str(HEARTBEAT_TIMEOUT), "--adopt-grace", str(ADOPT_GRACE), "--insecure"])
 
     def coordinator_log(self):
         return self.cluster.logs("coordinator")
@@ -237,7 +240,7 @@ class ChaosTest(unittest.TestCase):
         self.after.append(replace)
         return [(f", {victim.listening}) was asked to stop; emergency checkpoint at step",)]
 
-    def coordinator_sigkill(self, job):
+    def coordinator_sigkill(self, job, alone=True):
         c = self.cluster
         c.coordinator.send_signal(signal.SIGKILL)
         c.coordinator.wait(timeout=10)
@@ -245,6 +248,17 @@ class ChaosTest(unittest.TestCase):
         # Nothing queued is lost across the restart.
         listed = {j["job_id"]: j["state"] for j in json.loads(c.cli("list", "--json").stdout)}
         self.assertEqual(listed.get(self.queued), "PENDING", listed)
+        if alone:
+            # Its ranks come back holding the job: adopted, not restarted.
+            def adopted():
+                with open(c.coordinator.log) as f:
+                    return f"job {job}: adopted at step" in f.read()
+            wait_for(adopted, 60, "the new coordinator to adopt the job")
+            s = c.status(job)
+            self.assertEqual(s["restarts"], self.restarts, s["reason"])
+            self.record["adopted"] = True
+            return None
+        # With another fault a rank may not come back: then a restart.
         return [("the coordinator restarted while the job was",)]
 
     def link_cut(self, job, host):
@@ -325,7 +339,8 @@ class ChaosTest(unittest.TestCase):
     def double(self, job, faults):
         names = []
         for kind, host in faults:
-            names += self.coordinator_sigkill(job) if kind == "coordinator_sigkill" else getattr(self, kind)(job, host)
+            names += (self.coordinator_sigkill(job, alone=False) if kind == "coordinator_sigkill"
+                      else getattr(self, kind)(job, host))
         return names
 
     # The soak.

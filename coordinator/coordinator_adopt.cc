@@ -1,0 +1,143 @@
+// The Coordinator's adoption of running jobs after a restart: the workers
+// of a training job that was RUNNING keep it through the outage (their
+// --orphan-timeout); when the coordinator comes back with the same state
+// directory, each registers again saying which job, attempt and previous
+// worker id it holds. Once every rank of the attempt is back, a driver
+// takes the attempt over where the ranks are (JobDriver::AdoptRanks): no
+// restart, no step lost. A rank that does not come back within
+// adopt_grace makes the job restart from its newest checkpoint, as before.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/attempt_policy.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/fan_out.h"
+#include "spdlog/spdlog.h"
+#include "spec/jobspec.h"
+
+namespace trainyard {
+
+bool Coordinator::AwaitAdoptionLocked(Job* job) {
+  const JobInfo& info = job->info;
+  if (options_.adopt_grace <= absl::ZeroDuration() || info.state() != RUNNING || !IsTrainingKind(info.spec().kind()) ||
+      info.ranks_size() == 0) {
+    return false;
+  }
+  for (const RankInfo& r : info.ranks()) {
+    if (r.worker_id().empty()) return false;
+  }
+  Job::Adoption adoption;
+  adoption.deadline = options_.clock->Now() + options_.adopt_grace;
+  adoption.down_since = absl::FromUnixMillis(info.update_time_unix_ms());
+  adoption.worker_ids.assign(static_cast<size_t>(info.ranks_size()), "");
+  job->adoption = std::move(adoption);
+  job->info.set_reason(absl::StrCat("the coordinator restarted; waiting up to ",
+                                    absl::FormatDuration(options_.adopt_grace), " for the ", info.ranks_size(),
+                                    " rank(s) of attempt ", info.restarts(), " to come back"));
+  spdlog::info("job {}: {}", job->id, job->info.reason());
+  return true;
+}
+
+std::pair<Coordinator::Job*, int> Coordinator::AdoptionSlotLocked(const RegisterWorkerRequest& request) {
+  if (request.held_job_id().empty() || request.previous_worker_id().empty()) return {nullptr, -1};
+  Job* job = FindLocked(request.held_job_id());
+  if (job == nullptr || !job->adoption || job->stop || request.held_attempt() != job->info.restarts()) {
+    return {nullptr, -1};
+  }
+  for (int r = 0; r < job->info.ranks_size(); ++r) {
+    if (job->info.ranks(r).worker_id() == request.previous_worker_id() &&
+        job->adoption->worker_ids[static_cast<size_t>(r)].empty()) {
+      return {job, r};
+    }
+  }
+  return {nullptr, -1};
+}
+
+void Coordinator::AdoptRankLocked(Job* job, int rank, const std::string& worker_id) {
+  job->adoption->worker_ids[static_cast<size_t>(rank)] = worker_id;
+  // The record names the rank's new id at once (a coordinator that
+  // restarts again matches the id the worker has now).
+  RankInfo* info = job->info.mutable_ranks(rank);
+  info->set_worker_id(worker_id);
+  if (absl::StatusOr<WorkerRecord> w = workers_.Get(worker_id); w.ok()) {
+    info->set_host(w->host);
+    info->set_address(w->address);
+  }
+  const std::vector<std::string> ids = job->adoption->worker_ids;
+  const auto back = std::count_if(ids.begin(), ids.end(), [](const std::string& id) { return !id.empty(); });
+  spdlog::info("job {}: rank {} is back ({} of {})", job->id, rank, back, ids.size());
+  if (back < static_cast<int64_t>(ids.size())) {
+    UpdateLocked(job, /*durable=*/false);
+    return;
+  }
+  const absl::Time now = options_.clock->Now();
+  const double outage = absl::ToDoubleSeconds(now - std::min(job->adoption->down_since, now));
+  job->adoption.reset();
+  AttemptPlan plan = PlanAttemptLocked(job, ids);
+  plan.adopt = true;
+  plan.recorded_step = job->info.metrics_step();
+  plan.adoption_seconds = outage;
+  job->info.set_reason(absl::StrCat("adopting its ", ids.size(), " rank(s) after a coordinator restart"));
+  UpdateLocked(job);
+  job->attempt = std::make_shared<JobDriver>(std::move(plan), static_cast<JobDriverHost*>(this), options_.clock);
+  job->driver = std::thread([this, job] { Drive(job); });
+}
+
+void Coordinator::ExpireAdoptionsLocked() {
+  const absl::Time now = options_.clock->Now();
+  for (auto& [id, job] : jobs_) {
+    if (!job->adoption || now < job->adoption->deadline) continue;
+    const std::vector<std::string>& ids = job->adoption->worker_ids;
+    std::vector<int> missing;
+    for (size_t r = 0; r < ids.size(); ++r) {
+      if (ids[r].empty()) missing.push_back(static_cast<int>(r));
+    }
+    const std::string why =
+        absl::StrCat("the coordinator restarted while the job was RUNNING and ", missing.size(), " of its ", ids.size(),
+                     " rank(s) did not come back within ", absl::FormatDuration(options_.adopt_grace), " (",
+                     RankName(*job, missing.front()), ")");
+    EndAdoptionLocked(job.get());
+    // max_restarts is normalised: set, default 3.
+    const NextAttempt next =
+        AfterRetryableEnd(why, job->info.restarts(), job->info.spec().max_restarts(), job->info.latest_checkpoint());
+    job->info.set_restarts(next.restarts);
+    job->info.clear_ranks();
+    spdlog::warn("job {}: {} {}", job->id, JobState_Name(next.state), next.reason);
+    SetStateLocked(job.get(), next.state, next.reason);
+  }
+}
+
+void Coordinator::EndAdoptionLocked(Job* job) {
+  std::vector<std::string> back;
+  for (const std::string& id : job->adoption->worker_ids) {
+    if (!id.empty()) back.push_back(id);
+  }
+  job->adoption.reset();
+  std::vector<std::shared_ptr<WorkerClient>> clients;
+  for (const std::string& id : back) {
+    if (absl::StatusOr<WorkerRecord> w = workers_.Get(id); w.ok()) clients.emplace_back(client_factory_(*w));
+  }
+  // In the background: the workers report at their heartbeats when they
+  // let go (DRAINING until then).
+  farewells_.Start([clients, job_id = job->id] {
+    AbortJobRequest abort;
+    abort.set_job_id(job_id);
+    abort.set_reason("the restarted coordinator did not adopt the job");
+    std::vector<absl::StatusOr<bool>> told =
+        CallEveryRank<bool>(static_cast<int>(clients.size()), [&](int rank, WorkerClient::Done<bool> done) {
+          clients[rank]->AbortJobAsync(abort, [done = std::move(done)](absl::Status s) {
+            done(s.ok() ? absl::StatusOr<bool>(true) : absl::StatusOr<bool>(s));
+          });
+        });
+    for (const absl::StatusOr<bool>& t : told) {
+      if (!t.ok()) spdlog::warn("job {}: a worker did not confirm it let go: {}", job_id, t.status().ToString());
+    }
+  });
+  workers_.Release(back);
+}
+
+}  // namespace trainyard
