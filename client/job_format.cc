@@ -88,7 +88,8 @@ nlohmann::json JobJson(const JobInfo& job) {
                   {"data_wait_seconds", g.data_wait_seconds()},
                   {"queued_seconds", g.queued_seconds()},
                   {"startup_seconds", g.startup_seconds()},
-                  {"other_seconds", g.other_seconds()}};
+                  {"other_seconds", g.other_seconds()},
+                  {"recomputed_steps", g.recomputed_steps()}};
   return j;
 }
 

@@ -1557,6 +1557,7 @@ TEST_F(CoordinatorTest, ElasticDropsALostRankAndGoesOnWithoutARestart) {
   EXPECT_EQ(done.restarts(), 0);
   EXPECT_EQ(done.regroups(), 1);
   EXPECT_EQ(done.step(), 100);
+  EXPECT_EQ(done.goodput().recomputed_steps(), 1);  // the step the chunk from 40 was in
   ASSERT_EQ(done.ranks_size(), 2);
   EXPECT_EQ(done.ranks(0).host(), "a");
   EXPECT_EQ(done.ranks(1).host(), "c");

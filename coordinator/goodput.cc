@@ -15,6 +15,7 @@ void AccountChunk(int64_t first_step, int64_t steps, double seconds, double data
   const double share = static_cast<double>(fresh) / static_cast<double>(steps);
   goodput->set_productive_seconds(goodput->productive_seconds() + compute * share);
   goodput->set_recomputed_seconds(goodput->recomputed_seconds() + compute * (1 - share));
+  goodput->set_recomputed_steps(goodput->recomputed_steps() + steps - fresh);
   goodput->set_data_wait_seconds(goodput->data_wait_seconds() + data_wait);
   goodput->set_checkpoint_seconds(goodput->checkpoint_seconds() + checkpoint);
   goodput->set_trained_to_step(std::max(goodput->trained_to_step(), end));

@@ -13,8 +13,8 @@ namespace trainyard {
 // A chunk of `steps` steps from `first_step` that took `seconds` of wall
 // time, of which rank 0 waited `data_wait` for batches and `checkpoint`
 // for the chunk's checkpoint: steps above trained_to_step are productive,
-// the others recomputed (each step an equal share of the compute time);
-// trained_to_step advances.
+// the others recomputed (each step an equal share of the compute time, and
+// counted in recomputed_steps); trained_to_step advances.
 void AccountChunk(int64_t first_step, int64_t steps, double seconds, double data_wait, double checkpoint,
                   Goodput* goodput);
 

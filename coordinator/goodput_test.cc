@@ -14,10 +14,12 @@ TEST(GoodputTest, ChunksPastTheFurthestStepAreProductiveTheOthersRecomputed) {
   EXPECT_DOUBLE_EQ(g.data_wait_seconds(), 1.0);
   EXPECT_DOUBLE_EQ(g.checkpoint_seconds(), 2.0);
   EXPECT_EQ(g.trained_to_step(), 10);
+  EXPECT_EQ(g.recomputed_steps(), 0);
   // A restart resumed from step 6: steps 6..10 again, then 10..12 new.
   AccountChunk(6, 6, 6.0, 0.0, 0.0, &g);
   EXPECT_DOUBLE_EQ(g.productive_seconds(), 7.0 + 2.0);
   EXPECT_DOUBLE_EQ(g.recomputed_seconds(), 4.0);
+  EXPECT_EQ(g.recomputed_steps(), 4);
   EXPECT_EQ(g.trained_to_step(), 12);
   // Waits larger than the chunk are capped by it.
   AccountChunk(12, 2, 1.0, 5.0, 5.0, &g);

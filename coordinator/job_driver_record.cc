@@ -44,6 +44,10 @@ void JobDriver::AccountFailedChunk(int64_t first_step, int64_t kept, double seco
   host_->RecordProgress(plan_.job_id, [&](JobInfo* info) {
     Goodput* g = info->mutable_goodput();
     if (kept > 0) AccountChunk(first_step, kept, trained, 0, 0, g);
+    // The steps this chunk had done that will be trained again: the one in
+    // progress (ELASTIC), or as far as rank 0's heartbeats said.
+    const int64_t redone = kept >= 0 ? 1 : std::max<int64_t>(info->step() - first_step, 0);
+    g->set_recomputed_steps(g->recomputed_steps() + redone);
     g->set_recomputed_seconds(g->recomputed_seconds() + lost);
     g->set_recovery_seconds(g->recovery_seconds() + detection);
   });

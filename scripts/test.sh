@@ -36,7 +36,8 @@
 #   scripts/test.sh --long
 # runs all of that, then the long versions of what CI runs short: fuzz
 # campaigns of TRAINYARD_LONG_FUZZ_SECONDS (600) per target, the chaos soak
-# (tests/chaos/soak.sh, 40 faults), the control plane at scale
+# (tests/chaos/soak.sh, 40 faults), goodput under a failure rate
+# (tests/chaos/rate.sh, 3000 steps per mode), the control plane at scale
 # (bench/scale/run.sh, 1032 workers) and both images built as users build
 # them (deploy/image_test.sh --long: -c opt from source, and the CUDA image).
 #
@@ -235,6 +236,7 @@ if [ "$long" -eq 1 ]; then
   run_step "long: fuzz campaigns (${TRAINYARD_LONG_FUZZ_SECONDS:-600} s per target)" \
     scripts/fuzz.sh "${TRAINYARD_LONG_FUZZ_SECONDS:-600}"
   run_step "long: chaos soak (tests/chaos/soak.sh)" tests/chaos/soak.sh
+  run_step "long: goodput under a failure rate (tests/chaos/rate.sh)" tests/chaos/rate.sh
   run_step "long: the control plane at scale (bench/scale/run.sh)" bench/scale/run.sh
   image_step "long: both images as users build them (deploy/image_test.sh --long)" --long
 fi
