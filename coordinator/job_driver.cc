@@ -317,6 +317,15 @@ absl::Status JobDriver::ServeCheckpointRequests(int64_t step, bool stopping) {
     status = SurviveFailedCall(status, each, absl::StrCat(" during the checkpoint of step ", step), step);
     if (!status.ok()) break;
   }
+  if (status.ok()) {
+    // In the record before the callers waiting for it are woken (they may
+    // read the job's latest_checkpoint at once).
+    latest_checkpoint_ = saved[0].path();
+    spdlog::info("job {}: checkpoint {} written {}", plan_.job_id, latest_checkpoint_,
+                 stopping ? "before the job stops" : "on request");
+    host_->RecordProgress(plan_.job_id, [&](JobInfo* info) { info->set_latest_checkpoint(latest_checkpoint_); });
+  }
+  Spent(&Goodput::checkpoint_seconds, &Goodput::set_checkpoint_seconds, start);
   {
     MutexLock lock(&mu_);
     if (status.ok()) {
@@ -327,13 +336,7 @@ absl::Status JobDriver::ServeCheckpointRequests(int64_t step, bool stopping) {
     checkpoints_served_ = asked;
   }
   changed_.SignalAll();
-  Spent(&Goodput::checkpoint_seconds, &Goodput::set_checkpoint_seconds, start);
-  TY_RETURN_IF_ERROR(status);
-  latest_checkpoint_ = saved[0].path();
-  spdlog::info("job {}: checkpoint {} written {}", plan_.job_id, latest_checkpoint_,
-               stopping ? "before the job stops" : "on request");
-  host_->RecordProgress(plan_.job_id, [&](JobInfo* info) { info->set_latest_checkpoint(latest_checkpoint_); });
-  return absl::OkStatus();
+  return status;
 }
 
 bool JobDriver::RunActions(ActionsByMode& actions, const std::map<ActionModeKind, MetricsByTask>& metrics, int64_t step,

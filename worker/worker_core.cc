@@ -207,7 +207,10 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
 void WorkerCore::DropGroup(Job* job) {
   spdlog::warn("job {}: leaving the failed group; waiting for the coordinator to regroup the ranks", job->id);
   std::shared_ptr<Collective> old = SwapCollective(job, nullptr, job->generation);
-  teardowns_.Start([old]() mutable { old.reset(); });
+  // Moved, not copied: the thread must hold the last reference, or closing
+  // the group (which may wait for a lost peer until the collective's
+  // timeout) happens here when the thread is done first.
+  teardowns_.Start([old = std::move(old)]() mutable { old.reset(); });
 }
 
 absl::Status WorkerCore::CheckInGroup(const Job& job) {
@@ -314,7 +317,7 @@ absl::StatusOr<RegroupResponse> WorkerCore::Regroup(const RegroupRequest& reques
   // closed in the background.
   {
     std::shared_ptr<Collective> old = SwapCollective(job.get(), std::move(collective), request.generation());
-    teardowns_.Start([old]() mutable { old.reset(); });
+    teardowns_.Start([old = std::move(old)]() mutable { old.reset(); });  // moved: see DropGroup
   }
   if (!regrouped.ok()) return regrouped.status();
   job->rank = rank;
