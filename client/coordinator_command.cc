@@ -43,6 +43,15 @@ absl::Status SetTimes(int heartbeat_timeout, int adopt_grace, const std::string&
   return absl::OkStatus();
 }
 
+// --submit-rate: per client and second, bursts of twice that.
+absl::Status SetSubmitRate(const std::string& submit_rate, CoordinatorServerOptions* options) {
+  if (!absl::SimpleAtod(submit_rate, &options->submit_rate) || options->submit_rate < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--submit-rate: '", submit_rate, "'; want a number >= 0"));
+  }
+  options->submit_burst = std::max(1.0, 2 * options->submit_rate);
+  return absl::OkStatus();
+}
+
 absl::Status SetRetention(int keep_finished_jobs, const std::string& keep_finished_for, CoordinatorOptions* options) {
   if (keep_finished_jobs < 0) {
     return absl::InvalidArgumentError(
@@ -130,19 +139,14 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
     err << "error: want: trainyard coordinator --listen HOST:PORT --state-dir DIR\n";
     return kExitUsage;
   }
-  if (absl::Status s = SetTimes(heartbeat_timeout, adopt_grace, watchdog_period, watchdog_stall, &options.coordinator);
-      !s.ok()) {
-    err << "error: " << s.message() << "\n";
-    return kExitUsage;
-  }
-  if (!absl::SimpleAtod(submit_rate, &options.submit_rate) || options.submit_rate < 0) {
-    err << "error: --submit-rate: '" << submit_rate << "'; want a number >= 0\n";
-    return kExitUsage;
-  }
-  options.submit_burst = std::max(1.0, 2 * options.submit_rate);
-  if (absl::Status s = SetRetention(keep_finished_jobs, keep_finished_for, &options.coordinator); !s.ok()) {
-    err << "error: " << s.message() << "\n";
-    return kExitUsage;
+  for (const absl::Status& s :
+       {SetTimes(heartbeat_timeout, adopt_grace, watchdog_period, watchdog_stall, &options.coordinator),
+        SetSubmitRate(submit_rate, &options),
+        SetRetention(keep_finished_jobs, keep_finished_for, &options.coordinator)}) {
+    if (!s.ok()) {
+      err << "error: " << s.message() << "\n";
+      return kExitUsage;
+    }
   }
   if (absl::optional<int> code = SetUpLogging(log_level, err)) return *code;
   absl::StatusOr<std::string> root = AbsoluteOutputRoot(output_root);

@@ -408,11 +408,7 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
   spdlog::info("job {}: {} from step {} to {}", plan_.job_id, plan_.adopt ? "adopted; training on" : "running", step,
                spec.total_steps());
   TY_ASSIGN_OR_RETURN(ActionsByMode actions, CreateActions(spec));
-  ChunkPeriods periods;
-  periods.total_steps = spec.total_steps();
-  periods.summary_period = spec.summary_period();
-  periods.eval_period = spec.eval_period();
-  periods.checkpoint_period = spec.checkpoint_period();
+  const ChunkPeriods periods{spec.total_steps(), spec.summary_period(), spec.eval_period(), spec.checkpoint_period()};
   while (step < spec.total_steps()) {
     // ELASTIC: idle workers fill the ranks lost earlier.
     if (elastic() && static_cast<int>(clients_.size()) < spec.num_workers()) TY_RETURN_IF_ERROR(AdmitJoiners(&step));
