@@ -360,6 +360,11 @@ void Coordinator::Drive(Job* job) {
   job->driver_done = true;
 }
 
+Goodput Coordinator::GoodputNow(const std::string& job_id) {
+  absl::StatusOr<JobInfo> info = GetJob(job_id);
+  return info.ok() ? info->goodput() : Goodput();
+}
+
 void Coordinator::RecordProgress(const std::string& job_id, const std::function<void(JobInfo*)>& edit) {
   MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);

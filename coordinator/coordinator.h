@@ -222,6 +222,7 @@ class Coordinator : private JobDriverHost {
   void Drive(Job* job);
   // JobDriverHost.
   void RecordProgress(const std::string& job_id, const std::function<void(JobInfo*)>& edit) override;
+  Goodput GoodputNow(const std::string& job_id) override;
   void ChangeState(const std::string& job_id, JobState state, const std::string& reason,
                    const std::function<void(JobInfo*)>& edit) override;
   std::vector<JoiningWorker> AcquireWorkers(const std::string& job_id, int n,

@@ -53,8 +53,12 @@ struct Script {
   // RunSteps ending at this step reports this checkpoint_failure.
   std::map<int64_t, std::string> checkpoint_failure_at;
   bool fail_once = false;  // fail_step fails only the first time
-  int64_t step = 0;        // the last chunk's end (Regroup reports it)
-  uint64_t digest = 7;     // Regroup's and a join's state digest
+  // The failing RunSteps trained its steps first (a loss during the chunk's
+  // own checkpoint): Regroup then reports the chunk's end.
+  bool fail_after_steps = false;
+  std::vector<Goodput> goodputs;  // the RunSteps requests' goodput (rank 0's only)
+  int64_t step = 0;               // the last chunk's end (Regroup reports it)
+  uint64_t digest = 7;            // Regroup's and a join's state digest
   // restore ALL: the checkpoint steps Infer finds (ascending); empty for
   // a job that restores one.
   std::vector<int64_t> checkpoints;
@@ -96,8 +100,10 @@ class ScriptedResponder : public FakeWorker::Responder {
   absl::StatusOr<RunStepsResponse> RunSteps(const RunStepsRequest& r) override {
     Record(absl::StrCat("run ", r.first_step(), "+", r.num_steps(), r.save_checkpoint() ? " ckpt" : ""));
     std::lock_guard<std::mutex> lock(w_->mu);
+    if (r.has_goodput()) w_->goodputs.push_back(r.goodput());
     if (r.first_step() == w_->fail_step) {
       if (w_->fail_once) w_->fail_step = -1;
+      if (w_->fail_after_steps) w_->step = r.first_step() + r.num_steps();
       return w_->fail_run_at_step;
     }
     if (r.first_step() == w_->preempt_step) {
@@ -328,6 +334,11 @@ class CoordinatorTest : public ::testing::Test {
   FakeWorker* Fake(const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
     return fakes_.at(name).get();
+  }
+  std::vector<Goodput> Goodputs(const std::string& name) {
+    auto w = Worker(name);
+    std::lock_guard<std::mutex> lock(w->mu);
+    return w->goodputs;
   }
   std::vector<std::string> Calls(const std::string& name) {
     auto w = Worker(name);
@@ -845,6 +856,7 @@ TEST_F(CoordinatorTest, SessionsHoldAWorkerUntilClosedOrIdle) {
 class ProgressOnlyHost : public JobDriverHost {
  public:
   void RecordProgress(const std::string&, const std::function<void(JobInfo*)>&) override {}
+  Goodput GoodputNow(const std::string&) override { return Goodput(); }
   void ChangeState(const std::string&, JobState, const std::string&, const std::function<void(JobInfo*)>&) override {}
 };
 static_assert(std::is_abstract_v<ProgressOnlyHost>,
@@ -1641,6 +1653,14 @@ TEST_F(CoordinatorTest, GoodputAccountsTheWaitForAGangAndIsExported) {
   EXPECT_DOUBLE_EQ(done.goodput().wall_seconds(), 30);
   EXPECT_DOUBLE_EQ(done.goodput().other_seconds(), 0);
   EXPECT_EQ(done.goodput().trained_to_step(), 60);
+  // Rank 0 was told the goodput so far with each chunk (for TensorBoard).
+  std::vector<Goodput> told = Goodputs("a");
+  ASSERT_EQ(told.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(told[i].trained_to_step(), 20 * i) << i;
+    EXPECT_DOUBLE_EQ(told[i].queued_seconds(), 30) << i;
+    EXPECT_DOUBLE_EQ(told[i].wall_seconds(), 30) << i;
+  }
   // Ended jobs leave the per-job series.
   EXPECT_THAT(registry.Render(), Not(HasSubstr("job=\"test-job-1\"")));
 }
@@ -1669,6 +1689,8 @@ TEST_F(CoordinatorTest, ElasticRepeatsAnEvaluationOnTheSurvivorsAfterALoss) {
             (std::vector<std::string>{"start 2/3", "run 0+20", "run 20+20", "eval 40", "regroup 1/2 g1", "eval 40",
                                       "run 40+20", "run 60+20", "eval 80", "run 80+20 ckpt", "eval 100", "abort"}));
   EXPECT_EQ(CallsAfterAbort("b").back(), "abort");
+  EXPECT_EQ(Goodputs("a").size(), 5u);  // rank 0 throughout: told with every chunk
+  EXPECT_TRUE(Goodputs("c").empty());
   EXPECT_EQ(done.metrics().at("training_eval/digits_to_words/loss"), 10.0);
 }
 
@@ -1698,6 +1720,28 @@ TEST_F(CoordinatorTest, ElasticRepeatsAnOnDemandCheckpointOnTheSurvivorsAfterALo
   EXPECT_EQ(CallsAfterAbort("b"),
             (std::vector<std::string>{"start 1/3", "run 0+20", "run 20+20", "save 40 wait", "regroup 0/2 g1",
                                       "save 40 wait", "run 40+20", "run 60+20", "run 80+20 ckpt", "abort"}));
+}
+
+// A rank lost while the last chunk's checkpoint is written (the others had
+// trained every step): the survivors write it and run the final evaluation.
+TEST_F(CoordinatorTest, ElasticWritesTheChunksCheckpointOnTheSurvivorsAfterALossDuringIt) {
+  auto c = Make();
+  for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
+  LoseRankAt(Worker("a").get(), {Worker("b").get(), Worker("c").get()}, 80);
+  for (const char* n : {"b", "c"}) Worker(n)->fail_after_steps = true;
+  SubmitJobRequest spec = ElasticSpec(0);
+  spec.mutable_spec()->set_eval_period(1000);  // only at the end
+  ASSERT_THAT(c->SubmitJob(spec).status(), IsOk());
+  c->Start();
+  JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.regroups(), 1);
+  EXPECT_EQ(done.step(), 100);
+  EXPECT_EQ(done.latest_checkpoint(), "ckpt_100");  // written by the new rank 0 (worker b)
+  EXPECT_EQ(done.goodput().recomputed_steps(), 0);
+  EXPECT_EQ(CallsAfterAbort("b"),
+            (std::vector<std::string>{"start 1/3", "run 0+20", "run 20+20", "run 40+20", "run 60+20", "run 80+20 ckpt",
+                                      "regroup 0/2 g1", "save 100 wait", "eval 100", "abort"}));
 }
 
 TEST_F(CoordinatorTest, ElasticRefusesRanksWhoseStatesDifferAfterARegroup) {

@@ -287,14 +287,14 @@ absl::Status JobDriver::PauseUnlessStopped(absl::Duration d) {
   return absl::OkStatus();
 }
 
-absl::Status JobDriver::ServeCheckpointRequests(int64_t step, bool stopping) {
+absl::Status JobDriver::ServeCheckpointRequests(int64_t step, SaveFor why) {
   int64_t asked, served;
   {
     MutexLock lock(&mu_);
     asked = checkpoints_asked_;
     served = checkpoints_served_;
   }
-  if (asked <= served && !stopping) return absl::OkStatus();
+  if (asked <= served && why == SaveFor::kRequests) return absl::OkStatus();
   const absl::Time start = clock_->Now();
   std::vector<SaveCheckpointResponse> saved;
   absl::Status status;
@@ -322,7 +322,9 @@ absl::Status JobDriver::ServeCheckpointRequests(int64_t step, bool stopping) {
     // read the job's latest_checkpoint at once).
     latest_checkpoint_ = saved[0].path();
     spdlog::info("job {}: checkpoint {} written {}", plan_.job_id, latest_checkpoint_,
-                 stopping ? "before the job stops" : "on request");
+                 why == SaveFor::kStopping ? "before the job stops"
+                 : why == SaveFor::kChunk  ? "by the ranks left after a loss during the chunk's own save"
+                                           : "on request");
     host_->RecordProgress(plan_.job_id, [&](JobInfo* info) { info->set_latest_checkpoint(latest_checkpoint_); });
   }
   Spent(&Goodput::checkpoint_seconds, &Goodput::set_checkpoint_seconds, start);
@@ -421,6 +423,7 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
     std::vector<RunStepsResponse> ran;
     std::vector<absl::StatusOr<RunStepsResponse>> each;
     const absl::Time chunk_start = clock_->Now();
+    const Goodput goodput = host_->GoodputNow(plan_.job_id);  // rank 0 writes it to TensorBoard
     const absl::Status run = OnAllRanks<RunStepsResponse>(
         "RunSteps",
         [&](int r, auto done) {
@@ -429,19 +432,16 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
           request.set_first_step(step);
           request.set_num_steps(n);
           request.set_save_checkpoint(save);
+          if (r == 0) *request.mutable_goodput() = goodput;
           clients_[r]->RunStepsAsync(request, std::move(done));
         },
         &ran, elastic() ? &each : nullptr);
     if (!run.ok()) {
-      const int64_t first = step;
-      const absl::Time failed = clock_->Now();
       // ELASTIC: lost ranks are dropped and the others go on from where
       // they are (at most the failed step is computed again).
-      bool preempted = false;
-      const std::vector<absl::Status> statuses = Statuses(each, &preempted);
-      TY_ASSIGN_OR_RETURN(bool survived, elastic() ? SurviveLostRanks(statuses, preempted, run, "", &step) : false);
-      AccountFailedChunk(first, survived ? step - first : -1, absl::ToDoubleSeconds(failed - chunk_start));
-      if (!survived) return run;
+      TY_ASSIGN_OR_RETURN(
+          bool ended, SurviveFailedChunk({run, std::move(each), chunk_start, n, save, last}, actions, &ending, &step));
+      if (ended) break;
       continue;
     }
     const std::function<void(Goodput*)> account =
@@ -466,7 +466,7 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
     // chunk's own checkpoint is durable here already (written synchronously
     // and no rank's write failed).
     const bool durable = save && (last || !spec.checkpoint().async()) && checkpoint_failure_.empty();
-    if (ending.stopped_early && !durable) TY_RETURN_IF_ERROR(ServeCheckpointRequests(step, /*stopping=*/true));
+    if (ending.stopped_early && !durable) TY_RETURN_IF_ERROR(ServeCheckpointRequests(step, SaveFor::kStopping));
     break;
   }
   trained_to_ = step;

@@ -87,6 +87,8 @@ class JobDriverHost {
   // under the coordinator's lock, visible to watchers at once, persisted
   // within a second.
   virtual void RecordProgress(const std::string& job_id, const std::function<void(JobInfo*)>& edit) = 0;
+  // The job's goodput as its record reads now (GetJob's: wall time to now).
+  virtual Goodput GoodputNow(const std::string& job_id) = 0;
   // A state change, after `edit` (if any): written to the job store before
   // it is visible.
   virtual void ChangeState(const std::string& job_id, JobState state, const std::string& reason,
@@ -250,11 +252,14 @@ class JobDriver {
   // Waits `d`; kAborted with the stop's reason as soon as the attempt is
   // stopped.
   absl::Status PauseUnlessStopped(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu_);
+  // Why ServeCheckpointRequests saves: on-demand requests only (none asked:
+  // no save), or always: the job stops early at the step, or the chunk's
+  // own save was cut short by a lost rank (FinishChunkOnSurvivors).
+  enum class SaveFor { kRequests, kStopping, kChunk };
   // On-demand checkpoints asked since the last chunk: one save on every
-  // rank serves them all (CheckpointNow's callers are woken). `stopping`:
-  // the job stops early at `step`, and the save is made even if none was
-  // asked.
-  absl::Status ServeCheckpointRequests(int64_t step, bool stopping = false);
+  // rank serves them all (CheckpointNow's callers are woken); with kStopping
+  // or kChunk, the save is made even if none was asked.
+  absl::Status ServeCheckpointRequests(int64_t step, SaveFor why = SaveFor::kRequests);
   // A chunk's results in the job's record: step, metrics, checkpoint (and a
   // failed write, logged when it changes), every rank's timings.
   // `account`: the chunk's goodput (ChunkGoodput), in the same update.
@@ -275,6 +280,22 @@ class JobDriver {
   // actions (ACTION_TRAIN_EVAL's and ACTION_INFER_EVAL's) run; true when
   // the job ends (a preemption, or an action).
   absl::StatusOr<bool> EvaluateRanks(int64_t step, ActionsByMode& actions, Ending* ending);
+  // A chunk of `n` steps from *step that failed (`run`; `each` every rank's
+  // answer): ELASTIC drops the lost ranks and regroups the others (*step:
+  // where they are), else `run` is returned. When the survivors had trained
+  // every step (the loss came during the chunk's own checkpoint), they do
+  // what the chunk still owed: its checkpoint (`save`) and the evaluation
+  // due at its end. True when that evaluation ended the job.
+  struct FailedChunk {
+    absl::Status run;
+    std::vector<absl::StatusOr<RunStepsResponse>> each;
+    absl::Time start;
+    int64_t n = 0;
+    bool save = false;
+    bool last = false;
+  };
+  absl::StatusOr<bool> SurviveFailedChunk(const FailedChunk& chunk, ActionsByMode& actions, Ending* ending,
+                                          int64_t* step);
   std::optional<StopRequest> stop_request() ABSL_LOCKS_EXCLUDED(mu_);
   // Goodput (proto/job_service.proto): the seconds since `start` added to
   // the bucket of the job's record that `get`/`set` name.
@@ -284,12 +305,12 @@ class JobDriver {
   // rank 0's timings).
   std::function<void(Goodput*)> ChunkGoodput(int64_t first_step, int64_t steps, const RunStepsResponse& rank0,
                                              absl::Time start);
-  // A chunk from `first_step` that failed after `seconds`: ELASTIC kept
-  // `kept` steps of it (the regroup's step less first_step); -1 when the
-  // attempt ends (all of it is lost work). The kept steps at the last
-  // chunk's pace are training, one step more is lost, the rest is the wait
-  // until the fault was found (recovery).
-  void AccountFailedChunk(int64_t first_step, int64_t kept, double seconds);
+  // A chunk of `steps` from `first_step` that failed after `seconds`:
+  // ELASTIC kept `kept` steps of it (the regroup's step less first_step);
+  // -1 when the attempt ends (all of it is lost work). The kept steps at the
+  // last chunk's pace are training, one step more is lost unless all were
+  // kept, the rest is the wait until the fault was found (recovery).
+  void AccountFailedChunk(int64_t first_step, int64_t steps, int64_t kept, double seconds);
 
   const AttemptPlan plan_;
   JobDriverHost* const host_;

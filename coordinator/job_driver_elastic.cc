@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "coordinator/job_driver.h"
 #include "coordinator/rank_blame.h"
+#include "coordinator/scheduler.h"
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
@@ -42,6 +43,28 @@ absl::StatusOr<bool> JobDriver::SurviveLostRanks(const std::vector<absl::Status>
   }
   TY_RETURN_IF_ERROR(Regroup(keep, {}, step, absl::StrCat("lost ", absl::StrJoin(lost, "; "), during)));
   return true;
+}
+
+absl::StatusOr<bool> JobDriver::SurviveFailedChunk(const FailedChunk& chunk, ActionsByMode& actions, Ending* ending,
+                                                   int64_t* step) {
+  const int64_t first = *step;
+  const absl::Time failed = clock_->Now();
+  bool preempted = false;
+  const std::vector<absl::Status> statuses = Statuses(chunk.each, &preempted);
+  TY_ASSIGN_OR_RETURN(bool survived, elastic() ? SurviveLostRanks(statuses, preempted, chunk.run, "", step) : false);
+  AccountFailedChunk(first, chunk.n, survived ? *step - first : -1, absl::ToDoubleSeconds(failed - chunk.start));
+  if (!survived) return chunk.run;
+  if (*step != first + chunk.n) return false;  // the next chunk trains the rest
+  // Every step was trained; the loss came after them, while the chunk's
+  // checkpoint was written (whose answers are lost with the call).
+  if (chunk.save) TY_RETURN_IF_ERROR(ServeCheckpointRequests(*step, SaveFor::kChunk));
+  const JobSpec& spec = plan_.spec;
+  if (spec.eval_period() <= 0 || !(AtBoundary(*step, spec.eval_period()) || chunk.last)) return false;
+  TY_ASSIGN_OR_RETURN(bool ended, EvaluateRanks(*step, actions, ending));
+  if (ended && ending->stopped_early && !chunk.save) {
+    TY_RETURN_IF_ERROR(ServeCheckpointRequests(*step, SaveFor::kStopping));
+  }
+  return ended;
 }
 
 absl::Status JobDriver::AdmitJoiners(int64_t* step) {

@@ -34,19 +34,20 @@ std::function<void(Goodput*)> JobDriver::ChunkGoodput(int64_t first_step, int64_
   return [=](Goodput* goodput) { AccountChunk(first_step, steps, seconds, data_wait, checkpoint, goodput); };
 }
 
-void JobDriver::AccountFailedChunk(int64_t first_step, int64_t kept, double seconds) {
+void JobDriver::AccountFailedChunk(int64_t first_step, int64_t steps, int64_t kept, double seconds) {
   // The steps the survivors kept, at the last chunk's pace, are training;
-  // the step in progress is lost; the rest was the wait for the fault to
-  // be found.
+  // the step in progress (if they had not trained every step) is lost; the
+  // rest was the wait for the fault to be found.
+  const bool partway = kept >= 0 && kept < steps;
   const double trained = kept > 0 ? std::min(seconds, static_cast<double>(kept) * seconds_per_step_) : 0.0;
-  const double lost = kept >= 0 ? std::min(seconds - trained, seconds_per_step_) : seconds;
+  const double lost = kept < 0 ? seconds : partway ? std::min(seconds - trained, seconds_per_step_) : 0.0;
   const double detection = seconds - trained - lost;
   host_->RecordProgress(plan_.job_id, [&](JobInfo* info) {
     Goodput* g = info->mutable_goodput();
     if (kept > 0) AccountChunk(first_step, kept, trained, 0, 0, g);
     // The steps this chunk had done that will be trained again: the one in
     // progress (ELASTIC), or as far as rank 0's heartbeats said.
-    const int64_t redone = kept >= 0 ? 1 : std::max<int64_t>(info->step() - first_step, 0);
+    const int64_t redone = kept >= 0 ? (partway ? 1 : 0) : std::max<int64_t>(info->step() - first_step, 0);
     g->set_recomputed_steps(g->recomputed_steps() + redone);
     g->set_recomputed_seconds(g->recomputed_seconds() + lost);
     g->set_recovery_seconds(g->recovery_seconds() + detection);

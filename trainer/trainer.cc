@@ -384,6 +384,10 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGradsAndGather(int64
   return metrics;
 }
 
+void Trainer::WriteTrainScalars(int64_t step, const std::map<std::string, double>& scalars) {
+  train_metrics_->WriteScalars(step, scalars);
+}
+
 absl::StatusOr<std::map<std::string, double>> Trainer::Train(BatchIterator* batches, int64_t num_steps) {
   TY_RETURN_IF_ERROR(gatherer_setup_);
   if (gatherer_ == nullptr) return TrainSteps(batches, num_steps);

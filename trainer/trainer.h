@@ -173,6 +173,9 @@ class Trainer {
   // timing/compute_seconds_per_step_{min,median,max} and
   // timing/slowest_compute_rank are over all ranks (one small all-gather).
   absl::StatusOr<std::map<std::string, double>> Train(BatchIterator* batches, int64_t num_steps);
+  // Rank 0: `scalars` to the train summary's event file at `step` (figures
+  // from outside the trainer, e.g. the job's goodput); others: nothing.
+  void WriteTrainScalars(int64_t step, const std::map<std::string, double>& scalars);
 
   // Evaluates every named iterator to its end; returns metrics by task name
   // and writes them under training_eval/<name>. The ranks' i-th batches

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "collective/agreement.h"
@@ -10,6 +11,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "evaluation/metric_fns.h"
+#include "google/protobuf/descriptor.h"
 #include "interactive/interactive_model.h"
 #include "job/infer_eval.h"
 #include "job/training_job.h"
@@ -29,6 +31,20 @@ std::shared_ptr<Collective> WorkerCore::SwapCollective(Job* job, std::unique_ptr
 }
 
 namespace {
+
+// Every field of `g` as a TensorBoard scalar "goodput/<field>".
+std::map<std::string, double> GoodputScalars(const Goodput& g) {
+  using google::protobuf::FieldDescriptor;
+  std::map<std::string, double> out;
+  const google::protobuf::Descriptor* d = g.GetDescriptor();
+  const google::protobuf::Reflection* r = g.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    out["goodput/" + f->name()] =
+        f->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE ? r->GetDouble(g, f) : static_cast<double>(r->GetInt64(g, f));
+  }
+  return out;
+}
 
 // The rendezvous scope of an attempt's group: "<job>/<attempt>", and
 // "<job>/<attempt>/g<generation>" for an ELASTIC job's later groups.
@@ -233,6 +249,9 @@ absl::StatusOr<RunStepsResponse> WorkerCore::RunSteps(const RunStepsRequest& req
   if (training.trainer() != nullptr && (request.first_step() != training.step() || request.num_steps() <= 0)) {
     return absl::FailedPreconditionError(absl::StrCat("RunSteps(", request.first_step(), ", ", request.num_steps(),
                                                       "): this rank is at step ", training.step()));
+  }
+  if (request.has_goodput() && training.trainer() != nullptr) {
+    training.trainer()->WriteTrainScalars(request.first_step(), GoodputScalars(request.goodput()));
   }
   absl::StatusOr<TrainChunk> trained = training.Train(request.num_steps());
   if (!trained.ok()) {

@@ -125,6 +125,7 @@ std::string Num(double v) { return absl::StrFormat("%.17g", v); }
 // The coordinator's side: every progress record, as text.
 class RecordingHost : public JobDriverHost {
  public:
+  Goodput GoodputNow(const std::string& /*job_id*/) override { return Goodput(); }
   void RecordProgress(const std::string& /*job_id*/, const std::function<void(JobInfo*)>& edit) override {
     MutexLock lock(&mu_);
     edit(&info_);

@@ -82,6 +82,22 @@ class SystemTest(unittest.TestCase):
         self.assertEqual(len(glob.glob(os.path.join(out, "train", "events.out.tfevents.*"))), 1)
         self.assertEqual(len(glob.glob(os.path.join(out, "training_eval", "digits_to_words", "events.*"))), 1)
         self.assertEqual(sorted(os.listdir(out)), ["checkpoint_20", "config.textproto", "train", "training_eval"])
+        # The job's goodput so far, as TensorBoard reads it, at each chunk's
+        # first step: the start first, then the first chunk's training.
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        events = EventAccumulator(os.path.join(out, "train"))
+        events.Reload()
+        goodput = {t: [(e.step, e.value) for e in events.Scalars(t)] for t in events.Tags()["scalars"]
+                   if t.startswith("goodput/")}
+        self.assertEqual([s for s, _ in goodput["goodput/trained_to_step"]], [0, 10])
+        self.assertEqual([v for _, v in goodput["goodput/trained_to_step"]], [0, 10])
+        (_, productive0), (_, productive10) = goodput["goodput/productive_seconds"]
+        self.assertEqual(productive0, 0)
+        self.assertGreater(productive10, 0)
+        self.assertGreater(goodput["goodput/startup_seconds"][0][1], 0)
+        walls = [v for _, v in goodput["goodput/wall_seconds"]]
+        self.assertLess(walls[0], walls[1])
+        self.assertTrue(all(0 <= v < 1 for _, v in goodput["goodput/ratio"]), goodput["goodput/ratio"])
         listed = json.loads(c.cli("list", "--json").stdout)
         self.assertEqual([j["job_id"] for j in listed], ["sys-1"])
         human = c.cli("status", job).stdout
