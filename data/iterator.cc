@@ -105,7 +105,13 @@ absl::StatusOr<ConvertedBatch> TaskIterator::Next() {
       ConvertedBatch batch = converter_.ConvertToRows(candidates, options_.rows, &consumed);
       // Full (some examples left over), or nothing more to add: done.
       if (consumed < candidates.size() || loaded_ >= shard) {
-        for (size_t i = 0; i < consumed; ++i) buffer_.pop_front();
+        last_ids_ = BatchIds{static_cast<int64_t>(consumed), 0};
+        for (size_t i = 0; i < consumed; ++i) {
+          const Buffered& b = buffer_.front();
+          const int64_t index = order_[static_cast<size_t>(b.position * options_.world_size + options_.rank)];
+          last_ids_.digest += ExampleIdDigest(epoch_, index, b.segment);
+          buffer_.pop_front();
+        }
         if (buffer_.empty()) {
           position_ = loaded_;
           segment_ = 0;
@@ -120,6 +126,14 @@ absl::StatusOr<ConvertedBatch> TaskIterator::Next() {
     if (!options_.repeat) return absl::OutOfRangeError(absl::StrCat("end of epoch ", epoch_));
     StartEpoch(epoch_ + 1);
   }
+}
+
+uint64_t ExampleIdDigest(int64_t epoch, int64_t index, int64_t segment) {
+  // Chained SplitMix64 rounds: a bijection of each part, mixed with the
+  // previous, so (1, 2, 0) and (2, 1, 0) hash apart.
+  uint64_t h = SplitMix64(static_cast<uint64_t>(epoch));
+  h = SplitMix64(h ^ static_cast<uint64_t>(index));
+  return SplitMix64(h ^ (static_cast<uint64_t>(segment) << 1 | 1));
 }
 
 std::string TaskIterator::State() const { return FormatIteratorState({epoch_, position_, segment_}); }

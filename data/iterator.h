@@ -14,6 +14,12 @@
 // Restore() returns to it, so a resumed job sees exactly the batches it
 // would have seen.
 //
+// Every batch also names what it holds (LastBatchIds): how many example
+// segments it took and an order-independent digest of their ids (epoch,
+// index in the split, segment), so that two runs can be compared step by
+// step without their tokens: a step of W ranks holds the sum of its ranks'
+// digests.
+//
 // Thread-safety: one thread drives an iterator.
 #ifndef TRAINYARD_DATA_ITERATOR_H_
 #define TRAINYARD_DATA_ITERATOR_H_
@@ -32,6 +38,18 @@
 #include "data/task.h"
 
 namespace trainyard {
+
+// The ids of the example segments in a batch: their count and the sum
+// (mod 2^64) of ExampleIdDigest over them. A sum, so the digest of the
+// union of disjoint batches is the sum of theirs, whatever the order.
+struct BatchIds {
+  int64_t examples = 0;
+  uint64_t digest = 0;
+};
+
+// A 64-bit hash of one example segment's id: segment `segment` of the
+// example at `index` of the split, in epoch `epoch`.
+uint64_t ExampleIdDigest(int64_t epoch, int64_t index, int64_t segment);
 
 struct IteratorOptions {
   std::string split = "train";
@@ -52,6 +70,9 @@ class TaskIterator {
 
   // The next batch; kOutOfRange at the end of a non-repeating iterator.
   absl::StatusOr<ConvertedBatch> Next();
+  // The ids of the segments the last batch of Next() took (zero before the
+  // first).
+  const BatchIds& last_batch_ids() const { return last_ids_; }
 
   // The position of the next unconsumed example (FormatIteratorState).
   std::string State() const;
@@ -98,6 +119,7 @@ class TaskIterator {
   int64_t skip_at_ = -1;
   int64_t skip_segments_ = 0;
   int64_t dropped_ = 0;
+  BatchIds last_ids_;
 };
 
 // An iterator's position, as State() writes it and checkpoints record it

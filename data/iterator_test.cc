@@ -195,6 +195,62 @@ TEST(TaskIteratorTest, OrderDependsOnSeedAndEpoch) {
   EXPECT_NE(first_rows(1, 0), first_rows(1, 1));
 }
 
+// The ids of a batch: the sum of ExampleIdDigest over its rows' examples
+// (the numbers task's input is the example's index), and over the ranks of
+// any world size the same as one rank's batch of the global size.
+TEST(TaskIteratorTest, BatchIdsNameTheGlobalBatchWhateverTheWorldSize) {
+  const Task task = NumbersTask(60);
+  auto iterator = [&](int rank, int world_size) {
+    IteratorOptions options;
+    options.rows = 6 / world_size;
+    options.inputs_length = 8;
+    options.targets_length = 16;
+    options.pack = false;
+    options.seed = 3;
+    options.rank = rank;
+    options.world_size = world_size;
+    return std::move(TaskIterator::Create(task, options)).value();
+  };
+  std::unique_ptr<TaskIterator> one = iterator(0, 1);
+  std::vector<std::vector<std::unique_ptr<TaskIterator>>> groups(2);
+  for (int r = 0; r < 2; ++r) groups[0].push_back(iterator(r, 2));
+  for (int r = 0; r < 3; ++r) groups[1].push_back(iterator(r, 3));
+  std::set<uint64_t> digests;
+  for (int step = 0; step < 14; ++step) {  // 10 batches per epoch: crosses into epoch 1
+    const ConvertedBatch batch = *one->Next();
+    uint64_t expected = 0;
+    for (int64_t r = 0; r < batch.rows; ++r) {
+      std::vector<int> ids(batch.encoder_input_tokens.begin() + r * 8, batch.encoder_input_tokens.begin() + r * 8 + 8);
+      expected += ExampleIdDigest(step / 10, std::stoll(*task.vocabulary->Decode(ids)), 0);
+    }
+    EXPECT_EQ(one->last_batch_ids().examples, 6) << step;
+    EXPECT_EQ(one->last_batch_ids().digest, expected) << step;
+    digests.insert(expected);
+    for (auto& group : groups) {
+      BatchIds sum;
+      for (auto& it : group) {
+        ASSERT_TRUE(it->Next().ok());
+        sum.examples += it->last_batch_ids().examples;
+        sum.digest += it->last_batch_ids().digest;
+      }
+      EXPECT_EQ(sum.examples, 6) << step;
+      EXPECT_EQ(sum.digest, expected) << step << " on " << group.size() << " ranks";
+    }
+  }
+  EXPECT_EQ(digests.size(), 14u);
+  // A restored iterator names its next batch as the original did.
+  const std::string state = one->State();
+  ASSERT_TRUE(one->Next().ok());
+  const BatchIds next = one->last_batch_ids();
+  std::unique_ptr<TaskIterator> again = iterator(0, 1);
+  ASSERT_THAT(again->Restore(state), IsOk());
+  ASSERT_TRUE(again->Next().ok());
+  EXPECT_EQ(again->last_batch_ids().digest, next.digest);
+  // Every part of the id counts, in its place.
+  EXPECT_NE(ExampleIdDigest(1, 2, 0), ExampleIdDigest(2, 1, 0));
+  EXPECT_NE(ExampleIdDigest(0, 5, 0), ExampleIdDigest(0, 5, 1));
+}
+
 TEST(MixtureTest, RatesAreHonouredAndComponentsKeepTheirPreprocessors) {
   TaskRegistry registry;
   Task small = NumbersTask(100);

@@ -33,13 +33,16 @@ absl::StatusOr<T5Batch> RewindableBatches::Next() {
   before_ = base_->task_iterator()->State();
   ++taken_;
   absl::StatusOr<T5Batch> batch = base_->Next();
+  if (batch.ok()) ledger_.Add(job_->trainer->step() + 1, base_->task_iterator()->last_batch_ids());
   if (!batch.ok() || !job_->elastic()) return batch;
   const int64_t b = batch->batch_size(), w = job_->world_size(), r = job_->rank();
   return batch->Slice(r * b / w, (r + 1) * b / w - r * b / w);
 }
 
 absl::Status RewindableBatches::PutBackLast() {
-  return before_.empty() ? absl::OkStatus() : base_->task_iterator()->Restore(before_);
+  if (before_.empty()) return absl::OkStatus();
+  ledger_.DropAfter(job_->trainer->step());
+  return base_->task_iterator()->Restore(before_);
 }
 
 JobComponents::JobComponents(JobSpec spec_in, Collective* collective_in, TrainingJobOptions options_in)

@@ -19,6 +19,7 @@
 #include "collective/timed_collective.h"
 #include "data/iterator.h"
 #include "data/task.h"
+#include "job/data_ledger.h"
 #include "job/shard_plan.h"
 #include "model/encoder_decoder_model.h"
 #include "proto/job.pb.h"
@@ -93,6 +94,8 @@ class RewindableBatches : public BatchIterator {
   absl::StatusOr<T5Batch> Next() override;
   std::map<std::string, double> TakeDataMetrics() override { return base_->TakeDataMetrics(); }
   absl::Status PutBackLast();
+  // The ids of the batches taken (data_ledger.h), by the step they train.
+  DataLedger* ledger() { return &ledger_; }
   // Batches taken since the last ResetTaken.
   int64_t taken() const { return taken_; }
   void ResetTaken() { taken_ = 0; }
@@ -102,6 +105,7 @@ class RewindableBatches : public BatchIterator {
   const JobComponents* job_;
   std::string before_;
   int64_t taken_ = 0;
+  DataLedger ledger_;
 };
 
 struct JobComponents {

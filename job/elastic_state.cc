@@ -79,6 +79,7 @@ absl::StatusOr<RegroupOutcome> RegroupState(JobComponents* job, Collective* coll
       out.source_rank = static_cast<int>(std::find(steps.begin(), steps.end(), furthest) - steps.begin());
       const auto t0 = std::chrono::steady_clock::now();
       TY_RETURN_IF_ERROR(BroadcastState(job, out.source_rank, &out));
+      TY_RETURN_IF_ERROR(CollectiveFailure(job->batches->ledger()->ShareFrom(job->collective, out.source_rank)));
       out.transfer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     out.step = job->trainer->step();

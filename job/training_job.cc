@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "collective/agreement.h"
 #include "common/status_macros.h"
+#include "job/data_ledger.h"
 #include "job/job_internal.h"
 #include "spdlog/spdlog.h"
 
@@ -92,6 +93,7 @@ absl::StatusOr<TrainChunk> TrainingJob::Train(int64_t num_steps) {
           TY_RETURN_IF_ERROR(batches->PutBackLast());
           spdlog::warn("job {}: step {} failed part way; its batch was put back", id(), trainer->step());
         }
+        batches->ledger()->DropAfter(trainer->step());  // ELASTIC keeps the rest for the next chunk
         return CollectiveFailure(summary.status());
       }
       // Stopped between microbatches: the abandoned step's batch goes back.
@@ -99,17 +101,35 @@ absl::StatusOr<TrainChunk> TrainingJob::Train(int64_t num_steps) {
       TY_ASSIGN_OR_RETURN(chunk.emergency_checkpoint, checkpoints_.WriteEmergency(abandoned, &chunk.emergency_seconds));
       chunk.preempted = true;
       chunk.asked_to_stop = Raised(parts_->options.preempted);
+      TY_RETURN_IF_ERROR(RecordLedger());
       return chunk;
     }
     chunk.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     chunk.summary = std::move(*summary);
     chunk.compute_seconds = trainer->last_chunk_timing().compute_seconds;
     chunk.collective_seconds = trainer->last_chunk_timing().collective_seconds;
+    TY_RETURN_IF_ERROR(RecordLedger());
     TY_RETURN_IF_ERROR(CheckReplicasAgree());
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("step ", trainer->step(), ": ", e.what()));
   }
   return chunk;
+}
+
+absl::Status TrainingJob::RecordLedger() {
+  DataLedger* ledger = parts_->batches->ledger();
+  ledger->DropAfter(parts_->trainer->step());
+  absl::StatusOr<std::vector<LedgerEntry>> global = ledger->TakeGlobal(parts_->collective, elastic());
+  TY_RETURN_IF_ERROR(CollectiveFailure(global.status()));
+  if (rank() != 0) return absl::OkStatus();
+  // The ledger is a record, not training state: a failed write (a full
+  // disk) is logged and training goes on; its lines are kept for the next
+  // chunk's write.
+  if (absl::Status s = ledger->Write(LedgerPath(spec().output_dir()), *global); !s.ok()) {
+    spdlog::warn("job {} rank 0: {} step(s) wait to be written to the data ledger: {}", id(), ledger->unwritten(),
+                 s.ToString());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status TrainingJob::CheckReplicasAgree() {

@@ -93,7 +93,8 @@ class TrainingJob {
 
   // Runs `num_steps` train steps from step() on the data shard, then checks
   // that every rank holds identical parameters (kInternal naming the
-  // parameter that diverged). A collective failure is kAborted ("a peer
+  // parameter that diverged). Rank 0 appends the steps' batches to the data
+  // ledger (data_ledger.h). A collective failure is kAborted ("a peer
   // left or stalled"). A stop agreed by the ranks returns preempted with
   // the emergency checkpoint when any rank was preempted, kAborted when it
   // was an abort.
@@ -187,6 +188,10 @@ class TrainingJob {
   // After a chunk: kInternal naming the parameter when the ranks' replicas
   // differ (nothing to compare when PARAMETERS shards them).
   absl::Status CheckReplicasAgree();
+  // After a chunk's steps (a preempted one's too): the ranks combine their
+  // data-ledger entries and rank 0 appends them to the data ledger
+  // (data_ledger.h).
+  absl::Status RecordLedger();
 
   std::unique_ptr<JobComponents> parts_;
   JobCheckpoints checkpoints_;

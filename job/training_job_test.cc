@@ -22,6 +22,7 @@
 #include "common/torch/device.h"
 #include "data/bundled.h"
 #include "gtest/gtest.h"
+#include "job/data_ledger.h"
 #include "model/weights.h"
 #include "nlohmann/json.hpp"
 #include "spec/jobspec_validator.h"
@@ -204,6 +205,10 @@ TEST_F(TrainingJobTest, APreemptionOnOneRankStopsEveryRankAtTheSameStepWithOneEm
   EXPECT_EQ(saved->step, 3);
   EXPECT_EQ(saved->data_states.size(), 2u);  // every rank's data position
   EXPECT_EQ(ListCheckpoints(spec.output_dir()).size(), 1u);
+  absl::StatusOr<std::vector<LedgerEntry>> ledger = ReadLedger(LedgerPath(spec.output_dir()));
+  ASSERT_THAT(ledger.status(), IsOk());
+  ASSERT_EQ(ledger->size(), 3u);  // the preempted chunk trained none
+  EXPECT_EQ(ledger->back().step, 3);
 }
 
 TEST_F(TrainingJobTest, AStopWithoutAPreemptionIsAnAbortOnEveryRank) {
@@ -292,6 +297,19 @@ TEST_F(TrainingJobTest, ARestartAgreesOnTheStepAndResumesExactly) {
     ASSERT_EQ(straight[r].size(), resumed[r].size());
     for (size_t i = 0; i < straight[r].size(); ++i) EXPECT_TRUE(torch::equal(straight[r][i], resumed[r][i])) << i;
   }
+  // The data ledger: steps 1..4, then 3 and 4 again on the same examples.
+  absl::StatusOr<std::vector<LedgerEntry>> ledger = ReadLedger(LedgerPath(spec.output_dir()));
+  ASSERT_THAT(ledger.status(), IsOk());
+  ASSERT_EQ(ledger->size(), 6u);
+  std::set<uint64_t> digests;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ((*ledger)[i].step, i + 1);
+    EXPECT_GE((*ledger)[i].examples, 4);  // 2 ranks x 2 rows, packed
+    digests.insert((*ledger)[i].digest);
+  }
+  EXPECT_EQ(digests.size(), 4u);
+  EXPECT_EQ((*ledger)[4], (*ledger)[2]);
+  EXPECT_EQ((*ledger)[5], (*ledger)[3]);
 }
 
 TEST_F(TrainingJobTest, DivergedParametersAreCaughtOnEveryRankNamingTheParameter) {
@@ -563,6 +581,14 @@ TEST_F(TrainingJobTest, ElasticRanksRegroupAndAFreshRankReceivesTheStateBitForBi
   ASSERT_THAT(alone.status(), IsOk());
   ASSERT_THAT((*alone)->Restore("").status(), IsOk());
   ASSERT_THAT((*alone)->Train(7).status(), IsOk());
+  // ... on the same examples, step by step: the data ledgers are equal
+  // (written by the rank 0 of each group in turn).
+  absl::StatusOr<std::vector<LedgerEntry>> elastic = ReadLedger(LedgerPath(spec.output_dir()));
+  absl::StatusOr<std::vector<LedgerEntry>> straight = ReadLedger(LedgerPath(one.output_dir()));
+  ASSERT_THAT(elastic.status(), IsOk());
+  ASSERT_THAT(straight.status(), IsOk());
+  ASSERT_EQ(straight->size(), 7u);
+  EXPECT_EQ(*elastic, *straight);
   size_t i = 0;
   double worst = 0;
   for (const auto& p : (*alone)->model()->parameters()) {

@@ -48,7 +48,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "testing"))
 import junit  # noqa: E402  (tests/testing: each test a case in $XML_OUTPUT_FILE)
 import system_harness  # noqa: E402
-from system_harness import SPEC, Cluster, Hosts, netns_unavailable, wait_for  # noqa: E402
+from system_harness import SPEC, Cluster, Hosts, assert_same_data, netns_unavailable, wait_for  # noqa: E402
 
 import numpy as np  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
@@ -413,6 +413,8 @@ class ChaosTest(unittest.TestCase):
             self.assertEqual(sorted(a), sorted(b))
             for k in a:
                 self.assertTrue(np.array_equal(a[k], b[k]), f"{name}: {k} differs")
+        # ... on the same examples at every step, none skipped.
+        assert_same_data(self, os.path.join(self.out, "reference"), os.path.join(self.out, "chaos"), steps)
         # Every damaged checkpoint was passed over by a restart, by name.
         coordinator_log = self.coordinator_log()
         for damaged in self.passed_over:

@@ -45,7 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "testing"))
 import junit  # noqa: E402  (tests/testing: each test a case in $XML_OUTPUT_FILE)
 import system_harness  # noqa: E402
-from system_harness import SPEC, Cluster, Hosts, netns_unavailable, wait_for  # noqa: E402
+from system_harness import SPEC, Cluster, Hosts, assert_same_data, netns_unavailable, wait_for  # noqa: E402
 
 import numpy as np  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
@@ -242,6 +242,10 @@ class RateTest(unittest.TestCase):
                     if mode == "RESTART":
                         self.assertTrue(np.array_equal(a, b), f"{mode}: {name}: {k} differs")
                     worst = max(worst, float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))))
+            # Whatever the state's rounding: every step trained on the
+            # uninterrupted run's examples, none skipped.
+            repeated = assert_same_data(self, os.path.join(self.root, "out-reference"),
+                                        os.path.join(self.root, f"out-{mode.lower()}"), CONFIG["steps"])
             if CONFIG["steps"] <= COMPARED_STEPS:
                 self.assertLessEqual(worst, TOLERANCE, f"{mode}: the final state is {worst} from the reference")
             g = done["goodput"]
@@ -256,6 +260,7 @@ class RateTest(unittest.TestCase):
                 "reference_goodput": round(ref["goodput"]["ratio"], 4),
                 "steps_recomputed": g["recomputed_steps"],
                 "steps_lost_per_fault": round(g["recomputed_steps"] / max(len(injected), 1), 2),
+                "ledger_steps_trained_again": repeated,
                 "largest_difference": worst,
                 "final_loss": done["metrics"].get("loss"), "reference_final_loss": ref["metrics"].get("loss"),
                 "seconds": {k.replace("_seconds", ""): round(v, 2) for k, v in g.items()

@@ -16,7 +16,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
 import junit  # noqa: E402  (tests/testing: each test a case in $XML_OUTPUT_FILE)
 import system_harness  # noqa: E402
-from system_harness import SPEC, Cluster, Hosts, netns_unavailable, wait_for  # noqa: E402
+from system_harness import SPEC, Cluster, Hosts, assert_same_data, netns_unavailable, wait_for  # noqa: E402
 
 import numpy as np  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
@@ -93,7 +93,9 @@ class ElasticTest(unittest.TestCase):
                     worst = max(worst, float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0)))
                 else:
                     self.assertTrue(np.array_equal(a, b), f"{part}: {k}")
-        print(f"{out}: largest difference from the uninterrupted run {worst:.3g}")
+        repeated = assert_same_data(self, os.path.join(self.root, "reference"), os.path.join(self.root, out), 30)
+        print(f"{out}: largest difference from the uninterrupted run {worst:.3g}; the same examples at every step "
+              f"({repeated} step(s) trained again)")
         self.assertLess(worst, TOLERANCE, f"{out}: the final state is {worst:.3g} from the uninterrupted run's")
         return worst
 

@@ -14,7 +14,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
 import junit  # noqa: E402  (tests/testing: each test a case in $XML_OUTPUT_FILE)
 import system_harness  # noqa: E402
-from system_harness import SPEC, Cluster, wait_for  # noqa: E402
+from system_harness import SPEC, Cluster, assert_same_data, wait_for  # noqa: E402
 
 import numpy as np  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
@@ -70,6 +70,7 @@ class FaultsTest(unittest.TestCase):
             self.assertEqual(sorted(a[name]), sorted(b[name]))
             for k in a[name]:
                 self.assertTrue(np.array_equal(a[name][k], b[name][k]), f"{out}: {name}: {k} differs")
+        assert_same_data(self, os.path.dirname(reference), os.path.join(self.root, out), 30)
 
     def test_sigkill_a_random_worker_at_a_random_step(self):
         c = self.cluster

@@ -81,7 +81,8 @@ class SystemTest(unittest.TestCase):
         # Rank 0 alone writes TensorBoard events: one file per writer.
         self.assertEqual(len(glob.glob(os.path.join(out, "train", "events.out.tfevents.*"))), 1)
         self.assertEqual(len(glob.glob(os.path.join(out, "training_eval", "digits_to_words", "events.*"))), 1)
-        self.assertEqual(sorted(os.listdir(out)), ["checkpoint_20", "config.textproto", "train", "training_eval"])
+        self.assertEqual(sorted(os.listdir(out)),
+                         ["checkpoint_20", "config.textproto", "data_ledger.jsonl", "train", "training_eval"])
         # The job's goodput so far, as TensorBoard reads it, at each chunk's
         # first step: the start first, then the first chunk's training.
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

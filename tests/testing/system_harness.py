@@ -249,6 +249,29 @@ def samples(text):
     return out
 
 
+def read_ledger(out_dir):
+    """[(step, examples, digest)] of the data ledger a job wrote into
+    out_dir (job/data_ledger.h), in file order."""
+    with open(os.path.join(out_dir, "data_ledger.jsonl")) as f:
+        return [(e["step"], e["examples"], e["digest"]) for e in map(json.loads, f)]
+
+
+def assert_same_data(test, reference_dir, out_dir, steps):
+    """Every step 1..steps of the run in out_dir trained on the examples the
+    uninterrupted run in reference_dir trained that step on: each ledger
+    line (a step trained again after a fault too) equals the reference's
+    for its step, every step appears, and the reference names each step
+    once. Returns how many lines repeat a step."""
+    ref = read_ledger(reference_dir)
+    test.assertEqual([e[0] for e in ref], list(range(1, steps + 1)), f"{reference_dir}: one line per step")
+    by_step = {e[0]: e for e in ref}
+    got = read_ledger(out_dir)
+    for e in got:
+        test.assertEqual(e, by_step.get(e[0]), f"{out_dir}: step {e[0]} trained on other examples")
+    test.assertEqual(sorted({e[0] for e in got}), list(range(1, steps + 1)), f"{out_dir}: steps missing")
+    return len(got) - steps
+
+
 def netns_unavailable():
     if os.geteuid() != 0:
         return "not root"
