@@ -127,14 +127,8 @@ void Coordinator::EndAdoptionLocked(Job* job) {
     AbortJobRequest abort;
     abort.set_job_id(job_id);
     abort.set_reason("the restarted coordinator did not adopt the job");
-    std::vector<absl::StatusOr<bool>> told =
-        CallEveryRank<bool>(static_cast<int>(clients.size()), [&](int rank, WorkerClient::Done<bool> done) {
-          clients[rank]->AbortJobAsync(abort, [done = std::move(done)](absl::Status s) {
-            done(s.ok() ? absl::StatusOr<bool>(true) : absl::StatusOr<bool>(s));
-          });
-        });
-    for (const absl::StatusOr<bool>& t : told) {
-      if (!t.ok()) spdlog::warn("job {}: a worker did not confirm it let go: {}", job_id, t.status().ToString());
+    for (const absl::Status& told : AbortOnEveryWorker(clients, abort)) {
+      if (!told.ok()) spdlog::warn("job {}: a worker did not confirm it let go: {}", job_id, told.ToString());
     }
   });
   workers_.Release(back);

@@ -123,6 +123,28 @@ std::vector<absl::StatusOr<Response>> CallEveryRank(int world, Start start) {
   return calls.TakeResults();
 }
 
+// The one way the coordinator tells a gang's workers to let go of a job or
+// a session: AbortJob(`abort`) on every client at once (a null client, a
+// rank already gone, is skipped: OK), every answer awaited (each call has
+// its client's deadline); the statuses in client order.
+inline std::vector<absl::Status> AbortOnEveryWorker(const std::vector<std::shared_ptr<WorkerClient>>& clients,
+                                                    const AbortJobRequest& abort) {
+  std::vector<absl::StatusOr<bool>> told =
+      CallEveryRank<bool>(static_cast<int>(clients.size()), [&](int rank, WorkerClient::Done<bool> done) {
+        if (clients[rank] == nullptr) {
+          done(true);
+          return;
+        }
+        clients[rank]->AbortJobAsync(abort, [done = std::move(done)](absl::Status s) {
+          done(s.ok() ? absl::StatusOr<bool>(true) : absl::StatusOr<bool>(s));
+        });
+      });
+  std::vector<absl::Status> out;
+  out.reserve(told.size());
+  for (const absl::StatusOr<bool>& t : told) out.push_back(t.status());
+  return out;
+}
+
 }  // namespace trainyard
 
 #endif  // TRAINYARD_COORDINATOR_FAN_OUT_H_

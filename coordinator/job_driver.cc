@@ -536,30 +536,9 @@ void JobDriver::Run() {
 }
 
 void JobDriver::AbortEveryRank(const AbortJobRequest& abort) {
-  // Asynchronously to every rank at once; waits for every answer (or the
-  // call's 10 s deadline).
-  struct Aborts {
-    Mutex mu;
-    CondVar answered;
-    size_t left ABSL_GUARDED_BY(mu) = 0;
-  };
-  auto aborts = std::make_shared<Aborts>();
-  size_t started = 0;
-  for (auto& c : clients_) started += c != nullptr;
-  {
-    MutexLock lock(&aborts->mu);
-    aborts->left = started;
-  }
-  for (auto& c : clients_) {
-    if (!c) continue;
-    c->AbortJobAsync(abort, [aborts](absl::Status) {
-      MutexLock lock(&aborts->mu);
-      aborts->left--;
-      aborts->answered.SignalAll();
-    });
-  }
-  MutexLock lock(&aborts->mu);
-  while (aborts->left > 0) aborts->answered.Wait(&aborts->mu);
+  // The answers only say the worker let go; one that did not answer is
+  // taken back by the registry when its heartbeats say so.
+  (void)AbortOnEveryWorker(clients_, abort);
 }
 
 // The ELASTIC regroup (job_driver_elastic.cc) and an adoption

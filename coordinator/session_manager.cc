@@ -209,16 +209,11 @@ void SessionManager::CloseLocked(std::string session_id, const std::string& why)
     AbortJobRequest abort;
     abort.set_job_id(session.id);
     abort.set_reason(absl::StrCat("the session is closed: ", why));
-    std::vector<absl::StatusOr<bool>> closed =
-        CallEveryRank<bool>(static_cast<int>(session.clients.size()), [&](int rank, WorkerClient::Done<bool> done) {
-          session.clients[rank]->AbortJobAsync(abort, [done = std::move(done)](absl::Status s) {
-            done(s.ok() ? absl::StatusOr<bool>(true) : absl::StatusOr<bool>(s));
-          });
-        });
+    const std::vector<absl::Status> closed = AbortOnEveryWorker(session.clients, abort);
     for (size_t rank = 0; rank < closed.size(); ++rank) {
       if (!closed[rank].ok()) {
         spdlog::warn("session {}: worker {} did not confirm the close: {}", session.id, session.worker_ids[rank],
-                     closed[rank].status().ToString());
+                     closed[rank].ToString());
       }
     }
   });
