@@ -104,6 +104,10 @@ class Collective {
   virtual ~Collective() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
+  // The collective the training state is sharded over
+  // (data_parallel.sharding): this one, or with HSDP the rank's shard group
+  // (hybrid_collective.h). Owned by this.
+  virtual Collective* sharding_group() { return this; }
   // In place: every tensor becomes the reduction over ranks.
   virtual absl::Status AllReduce(std::vector<torch::Tensor>& tensors, ReduceOp op) = 0;
   // Starts an in-place all-reduce of one contiguous tensor and returns

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "collective/gloo_collective.h"
+#include "collective/hybrid_collective.h"
 
 namespace trainyard {
 
@@ -27,6 +28,20 @@ void OnFakeRanks(int world, const RankBody& body, absl::Duration timeout,
   if (faults) faults(group.get());
   OnThreads(world, [&](int r) {
     FakeCollective collective(group, r);
+    body(r, &collective);
+  });
+}
+
+void OnFakeHybridRanks(int world, int group_size, const RankBody& body, absl::Duration timeout) {
+  auto whole = std::make_shared<FakeGroup>(world, timeout);
+  std::vector<std::shared_ptr<FakeGroup>> groups, replicas;
+  for (int g = 0; g < world / group_size; ++g) groups.push_back(std::make_shared<FakeGroup>(group_size, timeout));
+  for (int i = 0; i < group_size; ++i) replicas.push_back(std::make_shared<FakeGroup>(world / group_size, timeout));
+  OnThreads(world, [&](int r) {
+    const HybridPlace p = *PlaceInHybrid(r, world, group_size);
+    HybridCollective collective(std::make_unique<FakeCollective>(whole, r),
+                                std::make_unique<FakeCollective>(groups[p.group], p.group_rank),
+                                std::make_unique<FakeCollective>(replicas[p.replica_set], p.replica_rank));
     body(r, &collective);
   });
 }

@@ -18,6 +18,11 @@ using RankBody = std::function<void(int rank, Collective* collective)>;
 void OnFakeRanks(int world, const RankBody& body, absl::Duration timeout = absl::Seconds(30),
                  const std::function<void(FakeGroup*)>& faults = nullptr);
 
+// `body` on `world` ranks, each given a HybridCollective
+// (hybrid_collective.h) of shard groups of `group_size` ranks, all three of
+// its collectives over FakeGroups.
+void OnFakeHybridRanks(int world, int group_size, const RankBody& body, absl::Duration timeout = absl::Seconds(30));
+
 // `body` on `world` ranks of a Gloo group over loopback (an in-process
 // store). A rank whose group cannot be made fails the test (ADD_FAILURE)
 // and does not run `body`.

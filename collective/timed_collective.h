@@ -23,6 +23,9 @@ class TimedCollective : public Collective {
  public:
   // `inner` is not owned and must outlive this.
   explicit TimedCollective(Collective* inner) : inner_(inner) {}
+  // Counting into `shared`'s counter: the time blocked in either is one
+  // figure (a job's collective and its shard group under HSDP).
+  TimedCollective(Collective* inner, const TimedCollective& shared) : inner_(inner), blocked_ns_(shared.blocked_ns_) {}
 
   // Seconds blocked in this collective's operations since it was made.
   double blocked_seconds() const { return static_cast<double>(blocked_ns_->load()) * 1e-9; }

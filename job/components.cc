@@ -49,7 +49,11 @@ JobComponents::JobComponents(JobSpec spec_in, Collective* collective_in, Trainin
     : spec(std::move(spec_in)),
       options(std::move(options_in)),
       collective(collective_in),
-      timed(std::make_unique<TimedCollective>(collective_in)) {}
+      timed(std::make_unique<TimedCollective>(collective_in)) {
+  if (collective_in->sharding_group() != collective_in) {
+    timed_shards = std::make_unique<TimedCollective>(collective_in->sharding_group(), *timed);
+  }
+}
 
 JobComponents::~JobComponents() { trainer.reset(); }
 
@@ -78,7 +82,7 @@ absl::Status JobComponents::BuildTrainer() {
   t.overlap_allreduce = !dp.has_overlap_allreduce() || dp.overlap_allreduce();
   if (dp.bucket_mb() > 0) t.allreduce_bucket_bytes = static_cast<int64_t>(dp.bucket_mb()) << 20;
   t.shard_gradients = dp.sharding() == DataParallelConfig::GRADIENTS || dp.sharding() == DataParallelConfig::PARAMETERS;
-  t.shard_parameters = dp.sharding() == DataParallelConfig::PARAMETERS && world_size() > 1;
+  t.shard_parameters = dp.sharding() == DataParallelConfig::PARAMETERS && sharding()->world_size() > 1;
   t.overlap_allgather = dp.overlap_allgather();
   t.loss = LossOptions::FromConfig(spec.loss());
   t.seed = static_cast<uint64_t>(spec.seed());
@@ -96,6 +100,7 @@ absl::Status JobComponents::BuildTrainer() {
   if (rank() == 0 && trainer == nullptr) spdlog::info("job {}: {}", id(), peaks.note);
   t.preemption_requested = options.stop;
   t.collective_timer = timed.get();
+  if (timed_shards) t.sharding_collective = timed_shards.get();
   trainer = std::make_unique<Trainer>(model.get(), optimizer.get(), std::move(lr), timed.get(), t);
   train_warmed_up = eval_warmed_up = false;
   return absl::OkStatus();
@@ -139,6 +144,8 @@ absl::Status JobComponents::MoveTo(Collective* next) {
   for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
   collective = next;
   timed = std::make_unique<TimedCollective>(next);
+  timed_shards.reset();
+  if (next->sharding_group() != next) timed_shards = std::make_unique<TimedCollective>(next->sharding_group(), *timed);
   return BuildTrainer();
 }
 
@@ -236,11 +243,11 @@ absl::Status AssembleOptimizer(JobComponents* job) {
   NamedTensors params;
   for (const auto& p : job->model->named_parameters()) params.emplace_back(p.key(), p.value());
   const DataParallelConfig& dp = job->spec.data_parallel();
-  if (dp.sharding() != DataParallelConfig::NONE && job->world_size() > 1) {
+  if (dp.sharding() != DataParallelConfig::NONE && job->sharding()->world_size() > 1) {
     // The parameters' all-gather goes in rounds of a bucket per rank.
     const int64_t round = (static_cast<int64_t>(std::max(dp.bucket_mb(), 1)) << 20) / 4;
     TY_ASSIGN_OR_RETURN(job->optimizer,
-                        ShardedOptimizer::Create(job->spec.optimizer(), params, job->timed.get(), round));
+                        ShardedOptimizer::Create(job->spec.optimizer(), params, job->sharding(), round));
   } else {
     TY_ASSIGN_OR_RETURN(job->optimizer, CreateOptimizer(job->spec.optimizer(), params));
   }
@@ -272,15 +279,15 @@ absl::StatusOr<std::unique_ptr<JobComponents>> AssembleComponents(const JobSpec&
     model_options.device = job->options.device;
     model_options.compute_dtype = ComputeDtype(spec);
     model_options.init_seed = static_cast<uint64_t>(spec.seed());
-    const int world = job->world_size();
-    if (job->trains() && world > 1 && spec.data_parallel().sharding() == DataParallelConfig::PARAMETERS) {
+    const int shards = job->sharding()->world_size();
+    if (job->trains() && shards > 1 && spec.data_parallel().sharding() == DataParallelConfig::PARAMETERS) {
       // The plan over a model of shapes only; on the CPU this rank then
       // builds only the parameters it owns (the others are released as
       // they are drawn).
       T5 shapes(config, torch::kMeta);
       NamedTensors meta;
       for (const auto& p : shapes->named_parameters()) meta.emplace_back(p.key(), p.value());
-      job->shards = ShardPlan::Make(meta, world, job->rank());
+      job->shards = ShardPlan::Make(meta, shards, job->sharding()->rank());
       if (job->options.device.is_cpu()) model_options.hold_parameter = job->shards.OwnFilter();
     }
     TY_ASSIGN_OR_RETURN(job->model, EncoderDecoderModel::Create(config, model_options));

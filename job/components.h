@@ -151,6 +151,11 @@ struct JobComponents {
   // `collective`, timing the trainer's and the optimizer's waits (a train
   // chunk's compute and collective seconds).
   std::unique_ptr<TimedCollective> timed;
+  // HSDP (data_parallel.shard_group_size): collective->sharding_group(),
+  // timed into the same counter; null otherwise.
+  std::unique_ptr<TimedCollective> timed_shards;
+  // What the sharded state is sharded over: timed_shards, else timed.
+  Collective* sharding() const { return timed_shards ? timed_shards.get() : timed.get(); }
   std::unique_ptr<TaskRegistry> registry = std::make_unique<TaskRegistry>();
   // The vocabulary the model's token ids are in (PlanVocabulary): the
   // restored checkpoint's, else the task's. Every checkpoint the job writes

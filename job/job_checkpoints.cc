@@ -289,8 +289,12 @@ absl::StatusOr<std::string> JobCheckpoints::Save(bool wait) {
   const bool shards = !job_->optimizer->shard_bounds().empty();
   std::map<std::string, torch::Tensor> optimizer_state;
   std::string token;
+  // HSDP: the first shard group writes its G shards; the other groups hold
+  // the same ones.
+  const int shard = job_->sharding()->rank(), num_shards = job_->sharding()->world_size();
   if (shards) {
     TY_ASSIGN_OR_RETURN(token, SaveToken());
+    if (rank != shard) return std::string();
     optimizer_state = job_->optimizer->State();
   } else {
     TY_ASSIGN_OR_RETURN(optimizer_state, job_->optimizer->GatherState());
@@ -331,10 +335,10 @@ absl::StatusOr<std::string> JobCheckpoints::Save(bool wait) {
     snapshot.vocabulary_extra_ids = job_->vocabulary->extra_ids();
   }
   if (shards) {
-    snapshot.shard = rank;
-    snapshot.num_shards = world;
+    snapshot.shard = shard;
+    snapshot.num_shards = num_shards;
     snapshot.token = token;
-    if (own_params) snapshot.param_shards = world;
+    if (own_params) snapshot.param_shards = num_shards;
   }
   const torch::ScalarType dtype = spec.checkpoint().save_dtype() == BFLOAT16 ? torch::kBFloat16 : torch::kFloat;
   last_save_started_ = dir;

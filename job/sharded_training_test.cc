@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "collective/fake_collective.h"
 #include "collective/gloo_collective.h"
+#include "collective/hybrid_collective.h"
 #include "common/testing/status_matchers.h"
 #include "gtest/gtest.h"
 #include "job/training_job.h"
@@ -71,6 +72,7 @@ struct Config {
   bool overlap_allgather = true;  // with sharding
   bool evaluate = false;          // after the steps: eval and inference metrics
   bool warm_up = true;            // TrainingJobOptions::warm_up
+  int group_size = 0;             // data_parallel.shard_group_size (HSDP, fake collectives)
 };
 
 class ShardedTrainingTest : public ::testing::Test {
@@ -98,6 +100,7 @@ class ShardedTrainingTest : public ::testing::Test {
     spec.set_output_dir(out);
     spec.mutable_checkpoint()->set_async(false);
     spec.mutable_data_parallel()->set_sharding(s.sharding);
+    spec.mutable_data_parallel()->set_shard_group_size(s.group_size);
     spec.mutable_data_parallel()->set_overlap_allreduce(s.overlap);
     if (s.sharding != DataParallelConfig::NONE)
       spec.mutable_data_parallel()->set_overlap_allgather(s.overlap_allgather);
@@ -135,6 +138,13 @@ class ShardedTrainingTest : public ::testing::Test {
     run.peak_gathered.assign(s.world, -1);
     run.gathered_after_eval.assign(s.world, -1);
     auto group = std::make_shared<FakeGroup>(s.world, absl::Seconds(60));
+    std::vector<std::shared_ptr<FakeGroup>> shard_groups, replica_sets;
+    for (int g = 0; s.group_size > 0 && g < s.world / s.group_size; ++g) {
+      shard_groups.push_back(std::make_shared<FakeGroup>(s.group_size, absl::Seconds(60)));
+    }
+    for (int i = 0; i < s.group_size; ++i) {
+      replica_sets.push_back(std::make_shared<FakeGroup>(s.world / s.group_size, absl::Seconds(60)));
+    }
     std::shared_ptr<Store> store = GlooCollective::NewInProcessStore();
     std::vector<std::thread> threads;
     for (int r = 0; r < s.world; ++r) {
@@ -146,6 +156,12 @@ class ShardedTrainingTest : public ::testing::Test {
           auto gloo = GlooCollective::Create(r, s.world, store, options);
           ASSERT_THAT(gloo.status(), IsOk());
           collective = std::move(*gloo);
+        } else if (s.group_size > 0) {
+          const HybridPlace p = *PlaceInHybrid(r, s.world, s.group_size);
+          collective = std::make_unique<HybridCollective>(
+              std::make_unique<FakeCollective>(group, r),
+              std::make_unique<FakeCollective>(shard_groups[p.group], p.group_rank),
+              std::make_unique<FakeCollective>(replica_sets[p.replica_set], p.replica_rank));
         } else {
           collective = std::make_unique<FakeCollective>(group, r);
         }
@@ -530,6 +546,52 @@ TEST_F(ShardedTrainingTest, ShardedCheckpointsRestoreAnywhereAndResumeBitForBit)
   const Result whole = Train(straight, "straight");
   ExpectSame(whole.params, resumed.params, "resumed parameters");
   ExpectSame(whole.optimizer, resumed.optimizer, "resumed optimizer state");
+}
+
+// HSDP (shard_group_size 2 of 4 ranks): every sharding mode trains what
+// sharding over all 4 ranks trains (the gradients summed in another order:
+// within 1e-4), each rank holding half of the sharded state rather than a
+// quarter, the same halves in both groups; the first group writes the
+// checkpoint (2 shards), which 2 unsharded ranks restore as it was.
+TEST_F(ShardedTrainingTest, HybridShardingTrainsWhatShardingOverEveryRankTrains) {
+  for (auto mode : {DataParallelConfig::OPTIMIZER, DataParallelConfig::GRADIENTS, DataParallelConfig::PARAMETERS}) {
+    const std::string what = DataParallelConfig::Sharding_Name(mode);
+    Config every{4, mode};
+    every.microbatches = 1;  // 3 rows per rank
+    every.steps = 10;
+    Config hybrid = every;
+    hybrid.group_size = 2;
+    hybrid.save = true;
+    const Result a = Train(every, "every-" + what);
+    const Result b = Train(hybrid, "hybrid-" + what);
+    double worst = 0;
+    for (const auto& [k, t] : a.params) worst = std::max(worst, (t - b.params.at(k)).abs().max().item<double>());
+    for (const auto& [k, t] : a.optimizer) {
+      if (t.is_floating_point()) worst = std::max(worst, (t - b.optimizer.at(k)).abs().max().item<double>());
+    }
+    EXPECT_LT(worst, 1e-4) << what;
+    std::cout << what << ": HSDP against sharding over every rank, largest difference " << worst << "\n";
+    const int64_t whole =
+        a.local_state_elements[0] + a.local_state_elements[1] + a.local_state_elements[2] + a.local_state_elements[3];
+    EXPECT_EQ(b.local_state_elements[0] + b.local_state_elements[1], whole) << what;
+    EXPECT_EQ(b.local_state_elements[2], b.local_state_elements[0]) << what;
+    EXPECT_EQ(b.local_state_elements[3], b.local_state_elements[1]) << what;
+    if (mode == DataParallelConfig::PARAMETERS) {
+      // Other ranks own about half the parameters in a group of 2, three
+      // quarters among 4.
+      EXPECT_GT(b.others[0], 0) << what;
+      EXPECT_LT(b.others[0], a.others[0]) << what;
+    }
+    ASSERT_FALSE(b.checkpoint.empty()) << what;
+    EXPECT_TRUE(std::filesystem::exists(b.checkpoint + "/optimizer-00001-of-00002.safetensors")) << what;
+    EXPECT_FALSE(std::filesystem::exists(b.checkpoint + "/optimizer-00002-of-00004.safetensors")) << what;
+    Config other{2, DataParallelConfig::NONE};
+    other.steps = 0;
+    other.restore = b.checkpoint;
+    const Result restored = Train(other, "restored-" + what);
+    ExpectSame(b.optimizer, restored.optimizer, what + ": restored");
+    ExpectSame(b.params, restored.params, what + ": restored parameters");
+  }
 }
 
 // The optimizer alone, with all-gathers in many small rounds: the same

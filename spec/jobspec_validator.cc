@@ -402,6 +402,20 @@ void ValidateDataParallel(Errors* errors, JobSpec* spec) {
                   "update, and each rank holds only its shard; use GRADIENTS for weight metrics");
     }
   }
+  if (dp->shard_group_size() != 0) {
+    const int workers = std::max(spec->num_workers(), 1);
+    if (dp->sharding() == DataParallelConfig::NONE) {
+      errors->Add("data_parallel.shard_group_size",
+                  absl::StrCat(dp->shard_group_size(),
+                               " with sharding NONE, where nothing is sharded; it applies to "
+                               "OPTIMIZER, GRADIENTS and PARAMETERS"));
+    } else if (dp->shard_group_size() < 2 || workers % dp->shard_group_size() != 0) {
+      errors->Add("data_parallel.shard_group_size",
+                  absl::StrCat(dp->shard_group_size(), " does not divide num_workers ", workers,
+                               " into groups of 2 or more; allowed: a divisor of num_workers from 2 (or 0: one "
+                               "group of every worker)"));
+    }
+  }
   if (dp->sharding() == DataParallelConfig::NONE) {
     if (dp->has_overlap_allgather()) {
       errors->Add("data_parallel.overlap_allgather",

@@ -82,6 +82,27 @@ TEST(ValidatorTest, BucketSizeIsBounded) {
   EXPECT_FALSE(spec.data_parallel().overlap_allreduce());
 }
 
+TEST(ValidatorTest, ShardGroupsDivideTheWorkersAndNeedSharding) {
+  JobSpec spec = Minimal();
+  spec.set_num_workers(4);
+  spec.set_batch_size(8);
+  spec.mutable_data_parallel()->set_shard_group_size(2);
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("data_parallel.shard_group_size: 2 with sharding NONE")));
+  spec.mutable_data_parallel()->set_sharding(DataParallelConfig::PARAMETERS);
+  ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
+  EXPECT_EQ(spec.data_parallel().shard_group_size(), 2);
+  for (int bad : {1, 3, -2}) {
+    spec.mutable_data_parallel()->set_shard_group_size(bad);
+    EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr(absl::StrCat("data_parallel.shard_group_size: ", bad,
+                                                                " does not divide num_workers 4 into groups of 2"))))
+        << bad;
+  }
+  spec.mutable_data_parallel()->set_shard_group_size(4);  // one group: plain sharding
+  EXPECT_THAT(Validate(spec), IsOk());
+}
+
 TEST(ValidatorTest, OverlapAllgatherOnlyWithSharding) {
   JobSpec none = Minimal();
   ASSERT_THAT(ValidateAndNormalize(&none), IsOk());

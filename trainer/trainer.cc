@@ -127,6 +127,7 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
     collective_ = own_timer_.get();
     timer_ = own_timer_.get();
   }
+  shards_ = options_.sharding_collective != nullptr ? options_.sharding_collective : collective_;
   for (const auto& item : model_->named_parameters()) params_.emplace_back(item.key(), item.value());
   if (!params_.empty()) device_ = params_[0].second.device();
   train_metrics_ =
@@ -143,15 +144,15 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
     std::vector<torch::Tensor> tensors;
     for (const auto& [name, p] : params_) tensors.push_back(p);
     const bool keep_only_shard = options_.shard_gradients && !shards.empty();
-    reducer_ = std::make_unique<GradientReducer>(std::move(tensors), collective_, options_.allreduce_bucket_bytes,
-                                                 shards, keep_only_shard);
+    reducer_ = std::make_unique<GradientReducer>(std::move(tensors), shards.empty() ? collective_ : shards_,
+                                                 options_.allreduce_bucket_bytes, shards, keep_only_shard);
   }
   if (options_.shard_parameters) {
     // Refused here rather than run unsharded: the memory a user planned
     // for would not hold.
     std::string missing;
     if (!sharded_) missing = "a sharded optimizer";
-    if (collective_->world_size() < 2) missing = "more than one rank";
+    if (shards_->world_size() < 2) missing = "more than one rank";
     if (reducer_ == nullptr || !reducer_->keeps_only_shard()) missing = "shard_gradients";
     if (model_->ParameterUnits().empty()) missing = "a model that announces its parameter units";
     if (options_.compute_weight_metrics) missing = "no weight metrics (they read every parameter at once)";
@@ -160,7 +161,7 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
     }
   }
   const bool gather_units =
-      sharded_ && options_.overlap_allgather && !options_.compute_weight_metrics && collective_->world_size() > 1;
+      sharded_ && options_.overlap_allgather && !options_.compute_weight_metrics && shards_->world_size() > 1;
   if (gatherer_setup_.ok() && (gather_units || options_.shard_parameters)) {
     std::vector<std::vector<size_t>> units = model_->ParameterUnits();
     if (!units.empty()) {
@@ -169,7 +170,7 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
       // unit's (the embedding, the logits) only for its gather.
       const int64_t keep = 4 * options_.allreduce_bucket_bytes / static_cast<int64_t>(params_[0].second.element_size());
       absl::StatusOr<std::unique_ptr<ParameterGatherer>> gatherer = ParameterGatherer::Create(
-          params_, std::move(units), shards, collective_, /*prefetch=*/2, options_.shard_parameters, keep);
+          params_, std::move(units), shards, shards_, /*prefetch=*/2, options_.shard_parameters, keep);
       if (gatherer.ok()) {
         gatherer_ = std::move(*gatherer);
         Model::UnitHooks hooks;

@@ -135,6 +135,10 @@ struct TrainerOptions {
   // counted. Null: the Trainer wraps its collective in a timer of its own
   // (an optimizer's operations then count as compute).
   const TimedCollective* collective_timer = nullptr;
+  // The collective the sharded state's parts (gradient reducer, parameter
+  // gatherer) use: the shard group with HSDP (collective/hybrid_collective.h,
+  // also the sharded optimizer's). Null: the Trainer's collective.
+  Collective* sharding_collective = nullptr;
 };
 
 // T5X's PreemptionError: the status Train returns when preemption was
@@ -270,6 +274,7 @@ class Trainer {
   Optimizer* optimizer_;
   LearningRateCallable learning_rate_;
   Collective* collective_;  // through own_timer_ when options_ has no timer
+  Collective* shards_;      // options_.sharding_collective, else collective_
   TrainerOptions options_;
   std::unique_ptr<TimedCollective> own_timer_;
   const TimedCollective* timer_ = nullptr;

@@ -178,7 +178,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
     return release(absl::InvalidArgumentError("StartJob: join needs a job with fault_tolerance ELASTIC"));
   }
   absl::StatusOr<std::unique_ptr<Collective>> collective =
-      MakeCollective(GroupScope(job->id, request.attempt(), request.generation()), rank, world);
+      MakeJobCollective(GroupScope(job->id, request.attempt(), request.generation()), rank, world, spec);
   if (!collective.ok()) return release(collective.status());
   SwapCollective(job.get(), std::move(*collective), request.generation());
   TrainingJobOptions options;

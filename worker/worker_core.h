@@ -156,6 +156,12 @@ class WorkerCore {
   // The job's collective for `scope`: local for one rank, else NCCL on a
   // CUDA device, Gloo otherwise.
   absl::StatusOr<std::unique_ptr<Collective>> MakeCollective(const std::string& scope, int rank, int world);
+  // A training job's collective: MakeCollective, and with
+  // data_parallel.shard_group_size G (HSDP) a HybridCollective holding also
+  // the rank's shard group and replica set (scopes "<scope>/shard-group-N"
+  // and "<scope>/replica-set-N").
+  absl::StatusOr<std::unique_ptr<Collective>> MakeJobCollective(const std::string& scope, int rank, int world,
+                                                                const JobSpec& spec);
 
   WorkerCoreOptions options_;
   mutable Mutex mu_;

@@ -4,7 +4,10 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "collective/gloo_collective.h"
+#include "collective/hybrid_collective.h"
+#include "common/status_macros.h"
 #ifdef TRAINYARD_WITH_NCCL
 #include "collective/nccl_collective.h"
 #endif
@@ -34,6 +37,20 @@ absl::StatusOr<std::unique_ptr<Collective>> WorkerCore::MakeCollective(const std
   }
   if (!collective.ok()) return CollectiveFailure(collective.status());
   return std::move(*collective);
+}
+
+absl::StatusOr<std::unique_ptr<Collective>> WorkerCore::MakeJobCollective(const std::string& scope, int rank, int world,
+                                                                          const JobSpec& spec) {
+  TY_ASSIGN_OR_RETURN(std::unique_ptr<Collective> whole, MakeCollective(scope, rank, world));
+  const int g = spec.data_parallel().shard_group_size();
+  if (g == 0 || g == world || spec.data_parallel().sharding() == DataParallelConfig::NONE) return whole;
+  TY_ASSIGN_OR_RETURN(HybridPlace p, PlaceInHybrid(rank, world, g));
+  TY_ASSIGN_OR_RETURN(std::unique_ptr<Collective> group,
+                      MakeCollective(absl::StrCat(scope, "/shard-group-", p.group), p.group_rank, g));
+  TY_ASSIGN_OR_RETURN(std::unique_ptr<Collective> replicas,
+                      MakeCollective(absl::StrCat(scope, "/replica-set-", p.replica_set), p.replica_rank, world / g));
+  return std::unique_ptr<Collective>(
+      std::make_unique<HybridCollective>(std::move(whole), std::move(group), std::move(replicas)));
 }
 
 }  // namespace trainyard

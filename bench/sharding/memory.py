@@ -14,12 +14,20 @@ builds and restores only its own parameters.
 Activations, LibTorch and the process itself come on top: the difference
 NONE - mode is what to compare with the analytic saving.
 
-Prints one JSON line per run, then one with the savings.
+With --group-size G (HSDP, data_parallel.shard_group_size) each sharded
+mode runs again sharded within groups of G workers ("OPTIMIZER/G2"): the
+state is divided by G instead of W; analytic figures for both.
+
+Prints one JSON line per run (with the job's steps per second from its last
+summary: on one machine the workers share its cores, so compare the modes
+with each other, not with a cluster), then one with the savings.
 usage: memory.py --trainyard BIN [--preset t5_1_1_small] [--workers 2] [--optimizer adamw|adafactor] [--steps 3]
+                 [--group-size G]
 """
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -37,7 +45,7 @@ checkpoint_period: 0
 checkpoint {{ async: false }}
 optimizer {{ {optimizer} {{}} }}
 learning_rate {{ factors: "constant" base_learning_rate: 0.001 }}
-data_parallel {{ sharding: {sharding} }}
+data_parallel {{ sharding: {sharding}{group} }}
 output_dir: "{out}"
 """
 
@@ -77,14 +85,18 @@ def worker_hwm(pid):
     return None
 
 
-def run(args, sharding, work):
-    out = os.path.join(work, f"out-{sharding}")
-    spec = os.path.join(work, f"{sharding}.textproto")
+def run(args, mode, work):
+    """Worker peaks (MiB, largest first) and the last summary's steps per
+    second of one run; `mode` is a sharding, or "SHARDING/G<size>"."""
+    sharding, _, group = mode.partition("/G")
+    name = mode.replace("/", "-")
+    out = os.path.join(work, f"out-{name}")
+    spec = os.path.join(work, f"{name}.textproto")
     with open(spec, "w") as f:
         f.write(SPEC.format(preset=args.preset, batch=2 * args.workers, steps=args.steps, optimizer=args.optimizer,
-                            sharding=sharding, out=out))
+                            sharding=sharding, group=f" shard_group_size: {group}" if group else "", out=out))
     proc = subprocess.Popen([args.trainyard, "local", spec, "--workers", str(args.workers), "--state-dir",
-                             os.path.join(work, f"state-{sharding}")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                             os.path.join(work, f"state-{name}")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     peaks = {}
     while proc.poll() is None:
         for pid in descendants(proc.pid):
@@ -95,8 +107,9 @@ def run(args, sharding, work):
     log = proc.stdout.read().decode(errors="replace")
     if proc.returncode != 0:
         sys.stderr.write(log)
-        raise SystemExit(f"trainyard local exited {proc.returncode} ({sharding})")
-    return sorted(peaks.values(), reverse=True)
+        raise SystemExit(f"trainyard local exited {proc.returncode} ({mode})")
+    rate = re.findall(r"timing/steps_per_second\s+([0-9.e+-]+)", log)
+    return sorted(peaks.values(), reverse=True), float(rate[-1]) if rate else None
 
 
 
@@ -108,36 +121,44 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--optimizer", default="adamw", choices=["adamw", "adafactor"])
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--group-size", type=int, default=0, help="also each sharded mode in groups of this many")
     args = ap.parse_args()
     info = json.loads(subprocess.run([args.trainyard, "model-info", "--preset", args.preset, "--json"],
                                      capture_output=True, text=True, check=True).stdout)
     params = int(info["num_params"])
     mib = 1024.0 * 1024.0
-    modes = ("NONE", "OPTIMIZER", "GRADIENTS", "PARAMETERS")
+    sharded = ("OPTIMIZER", "GRADIENTS", "PARAMETERS")
+    modes = ("NONE",) + sharded
+    if args.group_size:
+        modes += tuple(f"{m}/G{args.group_size}" for m in sharded)
     with tempfile.TemporaryDirectory() as work:
         results = {}
-        for sharding in modes:
-            peaks = run(args, sharding, work)
-            results[sharding] = peaks
+        for mode in modes:
+            peaks, rate = run(args, mode, work)
+            results[mode] = peaks
             print(json.dumps({"preset": args.preset, "optimizer": args.optimizer, "workers": args.workers,
-                              "sharding": sharding, "worker_peak_rss_mib": [round(p, 1) for p in peaks]}))
+                              "sharding": mode, "worker_peak_rss_mib": [round(p, 1) for p in peaks],
+                              "steps_per_second": rate}), flush=True)
     state = 8 * params if args.optimizer == "adamw" else None
-    split = 1 - 1 / args.workers
     line = {"preset": args.preset, "optimizer": args.optimizer, "workers": args.workers, "parameters": params}
-    for sharding in modes[1:]:
+    for mode in modes[1:]:
         # Workers by peak, largest first (rank 0, which writes the
         # checkpoint, first): NONE's minus the mode's.
-        line[f"measured_saving_mib_by_worker_{sharding}"] = [
-            round(a - b, 1) for a, b in zip(results["NONE"], results[sharding])]
-    grads = 4 * params * split - 2 * 4 * mib
-    if state is not None:
-        line["analytic_state_mib"] = round(state / mib, 1)
-        line["analytic_saving_mib_per_worker_OPTIMIZER"] = round(state * split / mib, 1)
-        line["analytic_saving_mib_per_worker_GRADIENTS"] = round((state * split + grads) / mib, 1)
-        line["analytic_saving_mib_per_worker_PARAMETERS_at_most"] = round(
-            (state * split + grads + 4 * params * split) / mib, 1)
-    else:
-        line["analytic_gradient_saving_mib_per_worker_GRADIENTS"] = round(grads / mib, 1)
+        line[f"measured_saving_mib_by_worker_{mode}"] = [
+            round(a - b, 1) for a, b in zip(results["NONE"], results[mode])]
+    for ranks, suffix in ((args.workers, ""), (args.group_size, f"/G{args.group_size}")):
+        if not ranks:
+            continue
+        split = 1 - 1 / ranks
+        grads = 4 * params * split - 2 * 4 * mib
+        if state is not None:
+            line["analytic_state_mib"] = round(state / mib, 1)
+            line[f"analytic_saving_mib_per_worker_OPTIMIZER{suffix}"] = round(state * split / mib, 1)
+            line[f"analytic_saving_mib_per_worker_GRADIENTS{suffix}"] = round((state * split + grads) / mib, 1)
+            line[f"analytic_saving_mib_per_worker_PARAMETERS{suffix}_at_most"] = round(
+                (state * split + grads + 4 * params * split) / mib, 1)
+        else:
+            line[f"analytic_gradient_saving_mib_per_worker_GRADIENTS{suffix}"] = round(grads / mib, 1)
     print(json.dumps(line))
 
 

@@ -23,6 +23,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -39,6 +40,7 @@
 #include "absl/strings/str_replace.h"
 #include "collective/collective.h"
 #include "collective/fake_collective.h"
+#include "collective/ranks_on_threads.h"
 #include "collective/store.h"
 #include "common/mutex.h"
 #include "common/testing/status_matchers.h"
@@ -771,6 +773,7 @@ std::vector<Case> Cases() {
       Check("data_parallel.bucket_mb"),
       Check("data_parallel.sharding"),
       Check("data_parallel.overlap_allgather"),
+      Check("data_parallel.shard_group_size"),
       Replace("mixture_definitions.name",
               absl::StrCat(Mixture(R"pb(tasks { name: "digits_to_words" rate: 1 }
                                         tasks { name: "qa" rate: 3 })pb"),
@@ -1202,6 +1205,47 @@ TEST_F(FieldCoverageTest, ShardingSplitsTheOptimizerStateOverTheRanks) {
   EXPECT_LT(sharded[0], none[0]);
   EXPECT_LT(sharded[1], none[0]);
   EXPECT_EQ(sharded[0] + sharded[1], none[0]);
+}
+
+// shard_group_size 2 of 4 ranks (HSDP): each rank holds half the optimizer
+// state instead of a quarter, the same halves in both groups (what it
+// trains: //job:sharded_training_test).
+TEST_F(FieldCoverageTest, ShardGroupSizeShardsTheStateWithinGroups) {
+  auto state_per_rank = [&](int group_size) {
+    JobSpec spec =
+        TwoRankSpec("data_parallel { sharding: OPTIMIZER }", *root_ + "/groups" + std::to_string(group_size));
+    spec.set_num_workers(4);
+    spec.set_batch_size(8);
+    spec.mutable_data_parallel()->set_shard_group_size(group_size);
+    EXPECT_THAT(ValidateAndNormalize(&spec), IsOk());
+    std::mutex mu;
+    std::vector<int64_t> elements(4, 0);
+    const RankBody body = [&](int r, Collective* collective) {
+      TrainingJobOptions options;
+      options.id = "cov";
+      options.peak_flops = 1e12;
+      absl::StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(spec, collective, options);
+      ASSERT_THAT(job.status(), IsOk());
+      int64_t mine = 0;
+      for (const auto& [k, t] : (*job)->optimizer()->State()) {
+        if (k != "step") mine += t.numel();
+      }
+      (*job)->Close();
+      std::lock_guard<std::mutex> lock(mu);
+      elements[r] = mine;
+    };
+    if (group_size > 0) {
+      OnFakeHybridRanks(4, group_size, body);
+    } else {
+      OnFakeRanks(4, body);
+    }
+    return elements;
+  };
+  const std::vector<int64_t> every = state_per_rank(0), groups = state_per_rank(2);
+  EXPECT_EQ(groups[0] + groups[1], every[0] + every[1] + every[2] + every[3]);
+  EXPECT_EQ(groups[2], groups[0]);
+  EXPECT_EQ(groups[3], groups[1]);
+  EXPECT_GT(groups[0], every[0]);
 }
 
 }  // namespace
