@@ -293,12 +293,14 @@ absl::StatusOr<RegisterWorkerResponse> Coordinator::RegisterWorker(const Registe
 
 absl::StatusOr<HeartbeatResponse> Coordinator::Heartbeat(const HeartbeatRequest& request) {
   HeartbeatResponse response;
-  absl::Status s = workers_.Heartbeat(request.worker_id(), request.job_id());
+  bool let_go = false;
+  absl::Status s = workers_.Heartbeat(request.worker_id(), request.job_id(), &let_go);
   if (absl::IsNotFound(s)) {
     response.set_reregister(true);
     return response;
   }
   TY_RETURN_IF_ERROR(s);
+  response.set_let_go(let_go);
   if (!request.job_id().empty()) {
     MutexLock lock(&mu_);
     auto it = jobs_.find(request.job_id());

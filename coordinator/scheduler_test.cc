@@ -66,9 +66,13 @@ TEST(WorkerRegistryTest, HeartbeatExpiryAndDraining) {
   ASSERT_THAT(registry.Assign({*a}, "job-1"), IsOk());
   EXPECT_THAT(registry.Assign({*a, *b}, "job-2"), StatusCodeIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(registry.Idle(), ElementsAre(*b));
+  bool let_go = false;
+  ASSERT_THAT(registry.Heartbeat(*a, "job-1", &let_go), IsOk());
+  EXPECT_FALSE(let_go);  // its job
   registry.Release({*a});
   EXPECT_EQ(registry.Get(*a)->state, WorkerRecord::State::kDraining);
-  ASSERT_THAT(registry.Heartbeat(*a, "job-1"), IsOk());  // still tearing down
+  ASSERT_THAT(registry.Heartbeat(*a, "job-1", &let_go), IsOk());  // still tearing down
+  EXPECT_TRUE(let_go);                                            // no longer its job: told again to let go
   EXPECT_THAT(registry.Idle(), ElementsAre(*b));
   ASSERT_THAT(registry.Heartbeat(*a, ""), IsOk());
   EXPECT_THAT(registry.Idle(), ElementsAre(*a, *b));
@@ -89,7 +93,8 @@ TEST(WorkerRegistryTest, HeartbeatExpiryAndDraining) {
   // not handed a new one until it lets go.
   auto c = registry.Register("hostC", "10.0.0.3:5000", "cpu", 13, "old-job");
   EXPECT_EQ(registry.Get(*c)->state, WorkerRecord::State::kDraining);
-  ASSERT_THAT(registry.Heartbeat(*a, "stale-job"), IsOk());
+  ASSERT_THAT(registry.Heartbeat(*a, "stale-job", &let_go), IsOk());
+  EXPECT_TRUE(let_go);
   EXPECT_TRUE(registry.Idle().empty());
   ASSERT_THAT(registry.Heartbeat(*c, ""), IsOk());
   ASSERT_THAT(registry.Heartbeat(*a, ""), IsOk());

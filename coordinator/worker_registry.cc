@@ -45,11 +45,14 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const std::string& host, co
   return id;
 }
 
-absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id, const std::string& job_id) {
+absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id, const std::string& job_id, bool* let_go) {
   MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", worker_id));
   it->second.last_heartbeat = clock_->Now();
+  if (let_go != nullptr) {
+    *let_go = !job_id.empty() && (it->second.state != WorkerRecord::State::kBusy || it->second.job_id != job_id);
+  }
   if (it->second.state == WorkerRecord::State::kDraining && job_id.empty()) {
     it->second.state = WorkerRecord::State::kIdle;
     it->second.job_id.clear();

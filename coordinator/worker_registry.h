@@ -64,8 +64,10 @@ class WorkerRegistry {
                                        int32_t pid, const std::string& held_job_id = "", bool keep_job = false);
   // kNotFound for an unknown (or expired) worker: it must register again.
   // `job_id` is the job the worker holds ("" = none); an idle worker that
-  // reports one is DRAINING until it reports none.
-  absl::Status Heartbeat(const std::string& worker_id, const std::string& job_id);
+  // reports one is DRAINING until it reports none. *let_go (optional): the
+  // worker holds a job that is not its assignment (it is DRAINING, or BUSY
+  // with another), which it should abort.
+  absl::Status Heartbeat(const std::string& worker_id, const std::string& job_id, bool* let_go = nullptr);
 
   // Idle workers in registration order.
   std::vector<std::string> Idle() const;

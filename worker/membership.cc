@@ -7,6 +7,17 @@
 
 namespace trainyard {
 
+bool Membership::StillDriven() {
+  if (worker_id_.empty()) return false;
+  HeartbeatRequest beat;
+  beat.set_worker_id(worker_id_);
+  beat.set_job_id(options_.held_job ? options_.held_job() : std::string());
+  beat.set_step(options_.step ? options_.step() : 0);
+  beat.set_preemption_requested(true);
+  absl::StatusOr<HeartbeatResponse> answer = link_->Heartbeat(beat);
+  return answer.ok() && !answer->reregister();
+}
+
 absl::Duration Membership::Beat() {
   const std::string held = options_.held_job ? options_.held_job() : std::string();
   if (worker_id_.empty()) {
@@ -52,6 +63,11 @@ absl::Duration Membership::Beat() {
       previous_worker_id_ = worker_id_;
       worker_id_.clear();
       return absl::ZeroDuration();
+    }
+    if (response.ok() && response->let_go() && !held.empty() && held != let_go_ && options_.abort) {
+      spdlog::warn("the coordinator no longer counts this worker among the ranks of job {}; letting go of it", held);
+      options_.abort(held, "the coordinator no longer counts this worker among the job's ranks");
+      let_go_ = held;
     }
   }
   // A coordinator gone for too long: no one will drive the held job again.

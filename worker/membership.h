@@ -4,8 +4,9 @@
 // or the coordinator restarted), the worker registers again saying which
 // job (and attempt) it holds and the id it had: a coordinator that
 // restarted adopts the job (keep_held_job), else the job is aborted. A
-// coordinator unreachable for longer than `orphan_timeout` ends the held
-// job too. The coordinator is reached
+// heartbeat answered `let_go` (the worker holds a job that is no longer its
+// own, the coordinator's AbortJob having been lost) aborts it too, and so
+// does a coordinator unreachable for longer than `orphan_timeout`. The coordinator is reached
 // through CoordinatorLink (gRPC in worker/server.cc; fakes in tests), so
 // the protocol is free of gRPC and tested on its own.
 //
@@ -70,6 +71,13 @@ class Membership {
   // 50 ms; 0 after a reregister).
   absl::Duration Beat();
 
+  // While the worker hands its held job back (it is stopping): one
+  // heartbeat that says a preemption was asked, on the caller's thread in
+  // place of Beat. True when a coordinator still knows this worker and so
+  // drives its job (it answered, without `reregister`); false unregistered,
+  // unanswered or forgotten: nothing will tear the job down.
+  bool StillDriven();
+
   // The id the coordinator gave this worker; "" while unregistered.
   const std::string& worker_id() const { return worker_id_; }
   // The last round's outcome (an unreachable coordinator's error).
@@ -82,6 +90,7 @@ class Membership {
   std::string previous_worker_id_;  // before a reregister
   absl::Time last_contact_;         // the last answer from the coordinator
   std::string orphaned_;            // the job aborted for an unreachable coordinator
+  std::string let_go_;              // the job aborted on the coordinator's `let_go`
   absl::Duration interval_ = options_.interval;
   absl::Status last_status_;
   absl::Time last_warning_ = absl::InfinitePast();

@@ -179,5 +179,48 @@ TEST_F(MembershipTest, AnUnreachableCoordinatorIsRetriedAtTheSameInterval) {
   EXPECT_EQ(m.last_status().code(), absl::StatusCode::kUnavailable);
 }
 
+// A stopping worker asks, with a heartbeat saying it was preempted,
+// whether a coordinator still drives its job.
+TEST_F(MembershipTest, StillDrivenAsksWithAPreemptionHeartbeat) {
+  Membership m(&link, Options());
+  EXPECT_FALSE(m.StillDriven());  // unregistered: nobody to ask
+  EXPECT_TRUE(link.heartbeats.empty());
+  link.register_answers.push_back(Registered("w1", 1000));
+  m.Beat();
+  job = "j";
+  step = 12;
+  EXPECT_TRUE(m.StillDriven());
+  ASSERT_EQ(link.heartbeats.size(), 1u);
+  EXPECT_EQ(link.heartbeats[0].worker_id(), "w1");
+  EXPECT_EQ(link.heartbeats[0].job_id(), "j");
+  EXPECT_EQ(link.heartbeats[0].step(), 12);
+  EXPECT_TRUE(link.heartbeats[0].preemption_requested());
+  HeartbeatResponse forgotten;
+  forgotten.set_reregister(true);
+  link.heartbeat_answers.push_back(forgotten);
+  EXPECT_FALSE(m.StillDriven());
+  link.heartbeat_answers.push_back(absl::UnavailableError("coordinator gone"));
+  EXPECT_FALSE(m.StillDriven());
+  EXPECT_TRUE(aborted.empty());  // asking changes nothing
+}
+
+// A job the coordinator no longer counts this worker in (its AbortJob was
+// lost to a cut link) is let go when a heartbeat's answer says so, once.
+TEST_F(MembershipTest, LetsGoOfAJobTheCoordinatorNoLongerCountsItIn) {
+  link.register_answers.push_back(Registered("w1", 1000));
+  Membership m(&link, Options());
+  m.Beat();
+  job = "dropped";
+  HeartbeatResponse let_go;
+  let_go.set_let_go(true);
+  link.heartbeat_answers.push_back(let_go);
+  link.heartbeat_answers.push_back(let_go);
+  m.Beat();
+  m.Beat();  // still tearing it down: not aborted twice
+  ASSERT_EQ(aborted.size(), 1u);
+  EXPECT_EQ(aborted[0], "dropped: the coordinator no longer counts this worker among the job's ranks");
+  EXPECT_EQ(m.worker_id(), "w1");  // still registered
+}
+
 }  // namespace
 }  // namespace trainyard

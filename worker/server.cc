@@ -193,18 +193,8 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
   GrpcCoordinatorLink link(channel);
   Membership membership(&link, MembershipOf(&core, options, address));
   while (!signals->AnyReceived()) signals->Wait(membership.Beat());
-  // While it hands its job back: does the coordinator still know this
-  // worker (a heartbeat)?
-  auto driven = [&] {
-    HeartbeatRequest beat;
-    beat.set_worker_id(membership.worker_id());
-    beat.set_job_id(core.job_id());
-    beat.set_step(core.step());
-    beat.set_preemption_requested(true);
-    absl::StatusOr<HeartbeatResponse> answer = link.Heartbeat(beat);
-    return answer.ok() && !answer->reregister() && !membership.worker_id().empty();
-  };
-  HandBackHeldJob(&core, options.preemption_grace, driven);
+  // While it hands its job back: does a coordinator still drive it?
+  HandBackHeldJob(&core, options.preemption_grace, [&membership] { return membership.StillDriven(); });
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server->Wait();
   return absl::OkStatus();
