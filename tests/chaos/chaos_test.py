@@ -187,8 +187,7 @@ class ChaosTest(unittest.TestCase):
 
     def start(self):
         self.cluster = Cluster(self.root, heartbeat_timeout=HEARTBEAT_TIMEOUT, listen=f"{self.hosts.subnet}.1:0",
-                               coordinator_extra=("--insecure",))
-        self.coordinators = 1
+                               coordinator_extra=("--adopt-grace", str(ADOPT_GRACE), "--insecure"))
         self.started = 0
         self.on_host = [None] * HOSTS
         for i in range(HOSTS):
@@ -202,14 +201,6 @@ class ChaosTest(unittest.TestCase):
                          f"{self.hosts.addresses[host]}:0", "--collective-timeout", str(COLLECTIVE_TIMEOUT),
                          "--insecure"], self.hosts.prefix(host))
         self.on_host[host] = proc
-
-    def restart_coordinator(self):
-        c = self.cluster
-        self.coordinators += 1
-        c.coordinator = c._start(f"coordinator-{self.coordinators}", [
-            system_harness.TRAINYARD, "coordinator", "--listen", c.address, "--state-dir",
-            os.path.join(self.root, "state"), "--output-root", self.root, "--heartbeat-timeout",
-            str(HEARTBEAT_TIMEOUT), "--adopt-grace", str(ADOPT_GRACE), "--insecure"])
 
     def coordinator_log(self):
         return self.cluster.logs("coordinator")
@@ -242,9 +233,7 @@ class ChaosTest(unittest.TestCase):
 
     def coordinator_sigkill(self, job, alone=True):
         c = self.cluster
-        c.coordinator.send_signal(signal.SIGKILL)
-        c.coordinator.wait(timeout=10)
-        self.restart_coordinator()
+        c.restart_coordinator(signal.SIGKILL)
         # Nothing queued is lost across the restart.
         listed = {j["job_id"]: j["state"] for j in json.loads(c.cli("list", "--json").stdout)}
         self.assertEqual(listed.get(self.queued), "PENDING", listed)

@@ -97,7 +97,6 @@ class RateTest(unittest.TestCase):
             f.write(SPEC)
         self.hosts = Hosts(HOSTS)
         self.cluster = None
-        self.coordinators = 1
         self.started = 0
 
     def tearDown(self):
@@ -108,9 +107,6 @@ class RateTest(unittest.TestCase):
             self.hosts.remove()
 
     # The cluster.
-
-    def coordinator_flags(self):
-        return ("--heartbeat-timeout", str(HEARTBEAT_TIMEOUT), "--adopt-grace", str(ADOPT_GRACE), "--insecure")
 
     def start(self):
         self.cluster = Cluster(self.root, heartbeat_timeout=HEARTBEAT_TIMEOUT, listen=f"{self.hosts.subnet}.1:0",
@@ -187,13 +183,7 @@ class RateTest(unittest.TestCase):
             self.hosts.cut(host, down=False)
 
     def coordinator_sigkill(self, job, host, before):
-        c = self.cluster
-        c.coordinator.send_signal(signal.SIGKILL)
-        c.coordinator.wait(timeout=10)
-        self.coordinators += 1
-        c.coordinator = c._start(f"coordinator-{self.coordinators}", [
-            system_harness.TRAINYARD, "coordinator", "--listen", c.address, "--state-dir",
-            os.path.join(self.root, "state"), "--output-root", self.root, *self.coordinator_flags()])
+        self.cluster.restart_coordinator(signal.SIGKILL)
 
     # A run.
 

@@ -53,14 +53,16 @@ class Cluster:
     def __init__(self, root, heartbeat_timeout=10, listen="127.0.0.1:0", coordinator_extra=(), env=None):
         self.root = root
         self.procs = []
-        self.coordinator_extra = tuple(coordinator_extra)
+        self.coordinator_extra = ("--heartbeat-timeout", str(heartbeat_timeout), *coordinator_extra)
         self.env = dict(os.environ, **(env or {}))  # the CLI's (TLS, token)
-        self.coordinator = self._start(
-            "coordinator", [TRAINYARD, "coordinator", "--listen", listen, "--state-dir",
-                            os.path.join(root, "state"), "--output-root", root,
-                            "--heartbeat-timeout", str(heartbeat_timeout), *self.coordinator_extra])
+        self.coordinator = self._start("coordinator", self._coordinator_argv(listen))
+        self.coordinators = 1
         self.address = self.coordinator.listening
         self.workers = []
+
+    def _coordinator_argv(self, listen):
+        return [TRAINYARD, "coordinator", "--listen", listen, "--state-dir", os.path.join(self.root, "state"),
+                "--output-root", self.root, *self.coordinator_extra]
 
     def _start(self, name, argv, prefix=()):
         log = open(os.path.join(self.root, f"{name}.log"), "w")
@@ -83,16 +85,16 @@ class Cluster:
             proc.metrics = line[len("metrics on "):]
         return proc
 
-    def restart_coordinator(self):
-        """SIGTERM to the coordinator, then a new one on the same address and
-        state directory (workers keep their --coordinator)."""
+    def restart_coordinator(self, sig=signal.SIGTERM):
+        """`sig` to the coordinator (SIGTERM: it must exit 0; SIGKILL), then a
+        new one with the same flags on the same address and state directory
+        (workers keep their --coordinator); logs coordinator-2, -3, ..."""
         old = self.coordinator
-        old.send_signal(signal.SIGTERM)
-        assert old.wait(timeout=30) == 0, f"the coordinator exited {old.returncode}"
-        self.coordinator = self._start(
-            "coordinator-2", [TRAINYARD, "coordinator", "--listen", self.address, "--state-dir",
-                              os.path.join(self.root, "state"), "--output-root", self.root,
-                              *self.coordinator_extra])
+        old.send_signal(sig)
+        code = old.wait(timeout=30)
+        assert sig != signal.SIGTERM or code == 0, f"the coordinator exited {code} after SIGTERM"
+        self.coordinators += 1
+        self.coordinator = self._start(f"coordinator-{self.coordinators}", self._coordinator_argv(self.address))
         return self.coordinator
 
     def add_worker(self, listen="127.0.0.1:0", prefix=(), coordinator=None, extra=()):
