@@ -108,6 +108,10 @@ class Collective {
   // (data_parallel.sharding): this one, or with HSDP the rank's shard group
   // (hybrid_collective.h). Owned by this.
   virtual Collective* sharding_group() { return this; }
+  // With HSDP, the ranks holding the same shard as this one in every shard
+  // group (its replica set, rank = group index); null otherwise. Owned by
+  // this.
+  virtual Collective* replica_set() { return nullptr; }
   // In place: every tensor becomes the reduction over ranks.
   virtual absl::Status AllReduce(std::vector<torch::Tensor>& tensors, ReduceOp op) = 0;
   // Starts an in-place all-reduce of one contiguous tensor and returns

@@ -95,6 +95,7 @@ class HybridCollective : public Collective {
                    std::unique_ptr<Collective> replicas);
 
   Collective* sharding_group() override { return &sharding_; }
+  Collective* replica_set() override { return replicas_.get(); }
 
   int rank() const override { return world_->rank(); }
   int world_size() const override { return world_->world_size(); }

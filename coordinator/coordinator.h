@@ -225,7 +225,7 @@ class Coordinator : private JobDriverHost {
   Goodput GoodputNow(const std::string& job_id) override;
   void ChangeState(const std::string& job_id, JobState state, const std::string& reason,
                    const std::function<void(JobInfo*)>& edit) override;
-  std::vector<JoiningWorker> AcquireWorkers(const std::string& job_id, int n,
+  std::vector<JoiningWorker> AcquireWorkers(const std::string& job_id, int n, int unit,
                                             const std::set<std::string>& exclude) override;
   void SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids) override;
   // Records a change (caller holds mu_): bumps the version, wakes watchers,

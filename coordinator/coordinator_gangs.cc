@@ -216,7 +216,7 @@ std::string Coordinator::RankName(const Job& job, int rank) const {
   return absl::StrCat("rank ", rank, " (", DescribeWorker(r.worker_id(), r.host(), r.address()), ")");
 }
 
-std::vector<JoiningWorker> Coordinator::AcquireWorkers(const std::string& job_id, int n,
+std::vector<JoiningWorker> Coordinator::AcquireWorkers(const std::string& job_id, int n, int unit,
                                                        const std::set<std::string>& exclude) {
   MutexLock lock(&mu_);
   Job* job = FindLocked(job_id);
@@ -229,8 +229,10 @@ std::vector<JoiningWorker> Coordinator::AcquireWorkers(const std::string& job_id
   std::vector<std::string> idle = workers_.Idle();
   idle.erase(std::remove_if(idle.begin(), idle.end(), [&](const std::string& id) { return exclude.count(id) > 0; }),
              idle.end());
-  if (idle.empty()) return {};
-  if (static_cast<int>(idle.size()) > n) idle.resize(static_cast<size_t>(n));
+  n = std::min(n, static_cast<int>(idle.size()));
+  n -= n % std::max(unit, 1);
+  if (n <= 0) return {};
+  idle.resize(static_cast<size_t>(n));
   if (absl::Status s = workers_.Assign(idle, job_id); !s.ok()) {
     spdlog::warn("job {}: cannot take idle workers: {}", job_id, s.ToString());
     return {};

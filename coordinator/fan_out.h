@@ -53,6 +53,13 @@ class RankCalls {
     MutexLock lock(&state_->mu);
     return state_->failed;
   }
+  // Per rank, in rank order: whether its call has answered.
+  std::vector<bool> Answered() const {
+    MutexLock lock(&state_->mu);
+    std::vector<bool> out;
+    for (const auto& r : state_->results) out.push_back(r.has_value());
+    return out;
+  }
   // Blocks until every call has ended (its answer recorded and `wake`
   // returned), or until `deadline`: false then.
   bool WaitAll(absl::Time deadline = absl::InfiniteFuture()) {

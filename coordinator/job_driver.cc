@@ -150,7 +150,9 @@ absl::Status JobDriver::OnAllRanks(const char* what, const StartCall<Response>& 
     // ELASTIC: the survivors answer once their collective fails (at once
     // when a peer's process died, after the collective timeout when its
     // link was cut); lost workers' calls are cancelled by WorkerLost.
-    while (each != nullptr && !(calls.done() == world || stop_.has_value())) WaitOrWatch(&next_watch, true);
+    while (each != nullptr && !(calls.done() == world || stop_.has_value())) {
+      WaitOrWatch(&next_watch, true, calls.Answered());
+    }
     all_ok = calls.done() == world && !calls.failed();
   }
   if (!all_ok) {

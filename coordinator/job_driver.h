@@ -93,10 +93,11 @@ class JobDriverHost {
   // it is visible.
   virtual void ChangeState(const std::string& job_id, JobState state, const std::string& reason,
                            const std::function<void(JobInfo*)>& edit = nullptr) = 0;
-  // fault_tolerance ELASTIC. Up to `n` idle workers, now the job's (none
+  // fault_tolerance ELASTIC. Up to `n` idle workers, a multiple of `unit`
+  // of them (hybrid sharding: whole shard groups), now the job's (none
   // while an older job waits for a gang), none of those in `exclude`
   // (workers the watchdog found cut off from the job's ranks).
-  virtual std::vector<JoiningWorker> AcquireWorkers(const std::string& job_id, int n,
+  virtual std::vector<JoiningWorker> AcquireWorkers(const std::string& job_id, int n, int unit,
                                                     const std::set<std::string>& exclude) = 0;
   // The attempt's ranks are now `worker_ids` (rank order); the job's other
   // workers (lost, or acquired and not joined) go back to the pool.
@@ -202,14 +203,20 @@ class JobDriver {
   void SetMembers(std::vector<std::shared_ptr<WorkerClient>> clients, std::vector<std::string> workers,
                   std::vector<std::string> worker_ids, std::vector<std::string> addresses) ABSL_LOCKS_EXCLUDED(mu_);
   // OnAllRanks' wait for its calls: one wait on changed_; for a training
-  // job, when *next_watch passes, a probe round (Watch) first.
-  void WaitOrWatch(absl::Time* next_watch, bool elastic_chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // job, when *next_watch passes, a probe round (Watch) first. `answered`:
+  // after a call failed, which ranks' calls have answered.
+  void WaitOrWatch(absl::Time* next_watch, bool elastic_chunk, const std::vector<bool>& answered = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Probes every rank (watchdog.h) and acts on the verdict: an ELASTIC
   // chunk (`elastic_chunk`) drops the ranks (as lost, their calls
   // cancelled, never taken back in this attempt) and aborts the others'
   // collective (LeaveGroup), so they fail the chunk at once and regroup;
-  // anything else ends the attempt for a restart. True when it acted.
-  bool Watch(bool elastic_chunk) ABSL_LOCKS_EXCLUDED(mu_);
+  // anything else ends the attempt for a restart. With `answered` (a call
+  // failed), ranks still blocked on ranks that answered have their
+  // collective aborted (BlockedOnAnsweredRanks). True when it acted.
+  bool Watch(bool elastic_chunk, const std::vector<bool>& answered) ABSL_LOCKS_EXCLUDED(mu_);
+  // LeaveGroup to each of `ranks`, not waiting for the answers.
+  void LeaveGroups(const std::vector<int>& ranks, const std::string& reason);
   // "rank R (worker ... on host ..., address)", for messages.
   std::string RankName(int rank) const;
   // Tells every rank to let go of the job; waits for every answer.

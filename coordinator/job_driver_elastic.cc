@@ -1,6 +1,7 @@
 // JobDriver's fault_tolerance ELASTIC part: a lost rank is dropped and the
 // others regroup; idle workers join and receive the state; after a regroup
 // every rank must hold the same state, bit for bit.
+#include <map>
 #include <set>
 #include <utility>
 
@@ -14,6 +15,27 @@
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
+
+namespace {
+
+// Hybrid sharding (data_parallel.shard_group_size below the ranks): ranks
+// leave and join in whole shard groups of this size; 1 otherwise.
+int GroupUnit(const JobSpec& spec) {
+  const int g = spec.data_parallel().shard_group_size();
+  return spec.data_parallel().sharding() != DataParallelConfig::NONE && g > 0 ? g : 1;
+}
+
+// Of `keep` (ascending), the ranks whose whole shard group of `unit` is
+// kept; the others are added to `dropped`.
+std::vector<int> WholeGroups(const std::vector<int>& keep, int unit, std::vector<int>* dropped) {
+  std::map<int, int> kept;  // per group
+  for (int r : keep) kept[r / unit]++;
+  std::vector<int> out;
+  for (int r : keep) (kept[r / unit] == unit ? out : *dropped).push_back(r);
+  return out;
+}
+
+}  // namespace
 
 absl::StatusOr<bool> JobDriver::SurviveLostRanks(const std::vector<absl::Status>& statuses, bool preempted,
                                                  const absl::Status& failure, const std::string& during,
@@ -35,6 +57,11 @@ absl::StatusOr<bool> JobDriver::SurviveLostRanks(const std::vector<absl::Status>
     }
   }
   if (lost.empty()) return false;
+  // A shard group without one of its ranks lacks a shard: it leaves whole
+  // (the other groups hold the same shards).
+  std::vector<int> dropped;
+  keep = WholeGroups(keep, GroupUnit(plan_.spec), &dropped);
+  for (int r : dropped) lost.push_back(absl::StrCat(RankName(r), ": its shard group lost a rank"));
   const int min_workers = std::max(plan_.spec.fault_tolerance().min_workers(), 1);
   if (static_cast<int>(keep.size()) < min_workers) {
     spdlog::warn("job {}: {} rank(s) left of {}, fewer than fault_tolerance.min_workers {}: the attempt ends ({})",
@@ -70,7 +97,7 @@ absl::StatusOr<bool> JobDriver::SurviveFailedChunk(const FailedChunk& chunk, Act
 absl::Status JobDriver::AdmitJoiners(int64_t* step) {
   const int want = plan_.spec.num_workers() - static_cast<int>(clients_.size());
   if (want <= 0) return absl::OkStatus();
-  std::vector<JoiningWorker> joining = host_->AcquireWorkers(plan_.job_id, want, cut_off_);
+  std::vector<JoiningWorker> joining = host_->AcquireWorkers(plan_.job_id, want, GroupUnit(plan_.spec), cut_off_);
   if (joining.empty()) return absl::OkStatus();
   std::vector<int> keep;
   for (int r = 0; r < static_cast<int>(clients_.size()); ++r) keep.push_back(r);
@@ -88,13 +115,16 @@ absl::Status JobDriver::Regroup(const std::vector<int>& keep, const std::vector<
   spdlog::warn("job {}: {}; regrouping {} rank(s) (generation {})", plan_.job_id, why, world, generation_);
   std::vector<RegroupResponse> answers;
   TY_RETURN_IF_ERROR(MeetAsGroup(static_cast<int>(keep.size()), &answers));
-  // Every rank must now hold the same state, bit for bit.
+  // Every rank must now hold the same state, bit for bit (hybrid
+  // sharding: the same as the ranks holding its shard in the other groups).
+  const int unit = GroupUnit(plan_.spec);
   for (int r = 1; r < world; ++r) {
-    if (answers[r].step() != answers[0].step() || answers[r].state_digest() != answers[0].state_digest()) {
+    const int peer = r % unit;
+    if (answers[r].step() != answers[0].step() || answers[r].state_digest() != answers[peer].state_digest()) {
       return absl::InternalError(absl::StrCat("after regrouping, ", RankName(r), " holds step ", answers[r].step(),
-                                              " with state digest ", absl::Hex(answers[r].state_digest()),
-                                              ", rank 0 step ", answers[0].step(), " with ",
-                                              absl::Hex(answers[0].state_digest())));
+                                              " with state digest ", absl::Hex(answers[r].state_digest()), ", ",
+                                              RankName(peer), " step ", answers[peer].step(), " with ",
+                                              absl::Hex(answers[peer].state_digest())));
     }
   }
   *step = answers[0].step();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/job_driver.h"
 #include "coordinator/watchdog.h"
@@ -16,7 +17,7 @@
 
 namespace trainyard {
 
-void JobDriver::WaitOrWatch(absl::Time* next_watch, bool elastic_chunk) {
+void JobDriver::WaitOrWatch(absl::Time* next_watch, bool elastic_chunk, const std::vector<bool>& answered) {
   if (!IsTrainingKind(plan_.spec.kind()) || plan_.watchdog.period <= absl::ZeroDuration()) {
     changed_.Wait(&mu_);
     return;
@@ -25,12 +26,12 @@ void JobDriver::WaitOrWatch(absl::Time* next_watch, bool elastic_chunk) {
   // clock (tests) times the driver's own bounded waits only.
   if (!Clock::Real()->WaitWithDeadline(&changed_, &mu_, *next_watch)) return;
   mu_.Unlock();
-  Watch(elastic_chunk);
+  Watch(elastic_chunk, answered);
   mu_.Lock();
   *next_watch = Clock::Real()->Now() + plan_.watchdog.period;
 }
 
-bool JobDriver::Watch(bool elastic_chunk) {
+bool JobDriver::Watch(bool elastic_chunk, const std::vector<bool>& answered) {
   const int world = static_cast<int>(clients_.size());
   struct Round {
     Mutex mu;
@@ -68,6 +69,17 @@ bool JobDriver::Watch(bool elastic_chunk) {
     while (round->left > 0) round->answered.Wait(&round->mu);  // each call ends by its deadline
     answers = round->answers;
   }
+  if (std::vector<int> blocked = BlockedOnAnsweredRanks(answers, answered, options.stall);
+      !answered.empty() && !blocked.empty()) {
+    std::vector<std::string> names;
+    for (int r : blocked) names.push_back(RankName(r));
+    const std::string reason = absl::StrCat(
+        "the watchdog aborted the collective of ", absl::StrJoin(names, ", "), ": blocked for ",
+        absl::StrFormat("%.1f", answers[blocked[0]]->stalled_seconds()), " s on ranks whose calls have ended");
+    spdlog::warn("job {}: {}", plan_.job_id, reason);
+    LeaveGroups(blocked, reason);
+    return true;
+  }
   const WatchdogVerdict verdict = Examine(answers, options.stall);
   if (verdict.drop.empty()) return false;
   std::vector<std::string> names;
@@ -83,6 +95,7 @@ bool JobDriver::Watch(bool elastic_chunk) {
     MutexLock lock(&mu_);
     for (int r : verdict.drop) lost_[worker_ids_[r]] = absl::StrCat("dropped by the watchdog: ", verdict.reason);
   }
+  std::vector<int> others;
   for (int r = 0; r < world; ++r) {
     if (!clients_[r]) continue;
     if (dropped.count(r) > 0) {
@@ -90,6 +103,15 @@ bool JobDriver::Watch(bool elastic_chunk) {
       clients_[r]->CancelInFlight();
       continue;
     }
+    others.push_back(r);
+  }
+  LeaveGroups(others, reason);
+  return true;
+}
+
+void JobDriver::LeaveGroups(const std::vector<int>& ranks, const std::string& reason) {
+  for (int r : ranks) {
+    if (!clients_[r]) continue;
     LeaveGroupRequest leave;
     leave.set_job_id(plan_.job_id);
     leave.set_generation(generation_);
@@ -97,7 +119,6 @@ bool JobDriver::Watch(bool elastic_chunk) {
     std::shared_ptr<WorkerClient> c = clients_[r];
     c->LeaveGroupAsync(leave, [c](absl::StatusOr<LeaveGroupResponse>) {});
   }
-  return true;
 }
 
 }  // namespace trainyard

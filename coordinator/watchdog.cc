@@ -71,4 +71,18 @@ WatchdogVerdict Examine(const std::vector<absl::StatusOr<ProbeResponse>>& probes
   return verdict;
 }
 
+std::vector<int> BlockedOnAnsweredRanks(const std::vector<absl::StatusOr<ProbeResponse>>& probes,
+                                        const std::vector<bool>& answered, absl::Duration stall) {
+  std::vector<int> blocked;
+  for (int r = 0; r < static_cast<int>(probes.size()); ++r) {
+    if (r < static_cast<int>(answered.size()) && answered[r]) continue;
+    if (!probes[r].ok() || !probes[r]->collective_waiting() || absl::Seconds(probes[r]->stalled_seconds()) < stall) {
+      return {};
+    }
+    blocked.push_back(r);
+  }
+  if (blocked.size() == probes.size()) return {};  // nobody has left
+  return blocked;
+}
+
 }  // namespace trainyard

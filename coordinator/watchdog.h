@@ -52,6 +52,17 @@ struct WatchdogVerdict {
 // left to the collective's timeout (a slow transfer is not a fault).
 WatchdogVerdict Examine(const std::vector<absl::StatusOr<ProbeResponse>>& probes, absl::Duration stall);
 
+// After some ranks' calls have answered (`answered[r]`), one with a
+// failure: the ranks still in theirs, when every one of them answered the
+// probe blocked in a collective stalled for `stall` or more. They wait for
+// ranks that have left the operation (a rank whose step failed on an error
+// of its own keeps its connections open, so its peers would wait for the
+// collective timeout), and their collective is to be aborted. Empty
+// otherwise (one of them computes, progresses or did not answer: Examine's
+// case).
+std::vector<int> BlockedOnAnsweredRanks(const std::vector<absl::StatusOr<ProbeResponse>>& probes,
+                                        const std::vector<bool>& answered, absl::Duration stall);
+
 }  // namespace trainyard
 
 #endif  // TRAINYARD_COORDINATOR_WATCHDOG_H_

@@ -40,6 +40,28 @@ TEST(WatchdogTest, NothingWhileARankComputesOrTheStallIsShort) {
       Examine({Answer(true, 30, "111"), Answer(true, 30, "111"), Answer(true, 30, "111")}, kStall).drop.empty());
 }
 
+// Ranks 1 and 3 answered their calls (one failed on an error of its own,
+// its connections still open); ranks 0 and 2, blocked for 4 s, wait for
+// them.
+TEST(WatchdogTest, RanksBlockedOnRanksWhoseCallsEndedAreAborted) {
+  const std::vector<bool> answered = {false, true, false, true};
+  const std::vector<absl::StatusOr<ProbeResponse>> stalled = {Answer(true, 4, "1111"), Answer(false, 0, "1111"),
+                                                              Answer(true, 3.5, "1111"),
+                                                              absl::UnavailableError("the worker is gone")};
+  EXPECT_EQ(BlockedOnAnsweredRanks(stalled, answered, kStall), std::vector<int>({0, 2}));
+  // One of them computes, or its stall is short, or it did not answer:
+  // nothing.
+  for (const absl::StatusOr<ProbeResponse>& rank2 :
+       {absl::StatusOr<ProbeResponse>(Answer(false, 0, "1111")), absl::StatusOr<ProbeResponse>(Answer(true, 2, "1111")),
+        absl::StatusOr<ProbeResponse>(absl::DeadlineExceededError("probe"))}) {
+    std::vector<absl::StatusOr<ProbeResponse>> probes = stalled;
+    probes[2] = rank2;
+    EXPECT_TRUE(BlockedOnAnsweredRanks(probes, answered, kStall).empty());
+  }
+  // Every call still running: Examine's case.
+  EXPECT_TRUE(BlockedOnAnsweredRanks({Answer(true, 9, "11"), Answer(true, 9, "11")}, {false, false}, kStall).empty());
+}
+
 TEST(WatchdogTest, ACutLinkDropsTheHigherRankOfThePair) {
   // Ranks 1 and 3 cannot reach each other (both directions); 0 and 2 reach
   // everyone.

@@ -101,6 +101,12 @@ absl::Status JobComponents::BuildTrainer() {
   t.preemption_requested = options.stop;
   t.collective_timer = timed.get();
   if (timed_shards) t.sharding_collective = timed_shards.get();
+  // ELASTIC with hybrid sharding: a step updates every group or none
+  // (RegroupState then finds each shard at one step in every group).
+  t.agree_before_update = elastic() && timed_shards != nullptr;
+  // The old trainer goes first: a parameter gatherer's hooks on the model
+  // are removed with it.
+  trainer.reset();
   trainer = std::make_unique<Trainer>(model.get(), optimizer.get(), std::move(lr), timed.get(), t);
   train_warmed_up = eval_warmed_up = false;
   return absl::OkStatus();
@@ -146,6 +152,9 @@ absl::Status JobComponents::MoveTo(Collective* next) {
   timed = std::make_unique<TimedCollective>(next);
   timed_shards.reset();
   if (next->sharding_group() != next) timed_shards = std::make_unique<TimedCollective>(next->sharding_group(), *timed);
+  // A sharded optimizer exchanges its shards in the new group (hybrid
+  // sharding: this rank's new shard group, where it has the same place).
+  TY_RETURN_IF_ERROR(optimizer->MoveTo(sharding()));
   return BuildTrainer();
 }
 

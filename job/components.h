@@ -132,8 +132,9 @@ struct JobComponents {
   absl::Status WarmUpTrain();
   absl::Status WarmUpEval();
   // ELASTIC: moves to `next` (a new group): the trainer, which belongs to
-  // the old group, is closed and rebuilt, and gradients of a step left half
-  // done are dropped.
+  // the old group, is closed and rebuilt, gradients of a step left half
+  // done are dropped, and a sharded optimizer exchanges in `next`'s shard
+  // group (kFailedPrecondition when this rank's place in it changed).
   absl::Status MoveTo(Collective* next);
   // The vocabulary for the model restored from `checkpoint` ("" for none):
   // ChooseVocabulary between it and the task's (the owner's without task

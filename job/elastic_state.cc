@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "collective/flat_buckets.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -30,28 +31,88 @@ absl::StatusOr<std::vector<int64_t>> GatherSteps(const JobComponents& job, bool 
   return out;
 }
 
-// Broadcasts the parameters, the optimizer state (with its step) and the
-// data position from `source`, and applies them on every other rank.
-absl::Status BroadcastState(JobComponents* job, int source, RegroupOutcome* out) {
-  torch::NoGradGuard no_grad;
-  std::map<std::string, torch::Tensor> state = job->optimizer->State();  // the slots themselves, and the step
-  TaskIterator* it = job->train_batches->task_iterator();
-  torch::Tensor position = DataPositionTensor(*it);
-  std::vector<torch::Tensor> tensors;
-  for (const auto& p : job->model->parameters()) tensors.push_back(p.detach());
-  for (auto& [name, t] : state) tensors.push_back(t);
-  tensors.push_back(position);
+// The parameters this rank holds (PARAMETERS sharding: its own; the
+// others' hold no memory between steps), in the model's order.
+std::vector<torch::Tensor> HeldParameters(const JobComponents& job) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : job.model->named_parameters()) {
+    if (job.shards.Owns(p.key())) out.push_back(p.value().detach());
+  }
+  return out;
+}
+
+// Broadcasts `tensors` from `source` of `collective` in flat buckets,
+// in place on every other rank.
+absl::Status BroadcastTensors(Collective* collective, const std::vector<torch::Tensor>& tensors, int source,
+                              RegroupOutcome* out) {
   for (const FlatBucket& bucket : PackFlatBuckets(tensors, kBroadcastBucketBytes)) {
     std::vector<torch::Tensor> one = {bucket.flat};
-    TY_RETURN_IF_ERROR(CollectiveFailure(job->collective->Broadcast(one, source)));
+    TY_RETURN_IF_ERROR(CollectiveFailure(collective->Broadcast(one, source)));
     UnpackFlatBucket(bucket);
     out->sent_bytes += static_cast<int64_t>(bucket.flat.nbytes());
   }
-  if (job->rank() == source) return absl::OkStatus();
+  return absl::OkStatus();
+}
+
+// Broadcasts the parameters (as this rank holds them) and the optimizer
+// state (with its step) from `source` of `collective`, and the data
+// position from `position_source` of the job's collective; applies them on
+// every other rank.
+absl::Status BroadcastState(JobComponents* job, Collective* collective, int source, int position_source,
+                            RegroupOutcome* out) {
+  torch::NoGradGuard no_grad;
+  std::map<std::string, torch::Tensor> state = job->optimizer->State();  // the slots themselves, and the step
+  std::vector<torch::Tensor> tensors = HeldParameters(*job);
+  for (auto& [name, t] : state) tensors.push_back(t);
+  const bool receives = source >= 0 && collective->rank() != source;
+  if (collective == job->collective) {
+    source = position_source;  // one broadcast of everything
+  } else {
+    if (source >= 0) TY_RETURN_IF_ERROR(BroadcastTensors(collective, tensors, source, out));
+    tensors.clear();
+  }
+  TaskIterator* it = job->train_batches->task_iterator();
+  torch::Tensor position = DataPositionTensor(*it);
+  tensors.push_back(position);
+  TY_RETURN_IF_ERROR(BroadcastTensors(job->collective, tensors, position_source, out));
+  if (job->rank() != position_source) TY_RETURN_IF_ERROR(it->Restore(DataPositionState(position)));
+  if (collective != job->collective && job->optimizer->shard_bounds().size() > 2 && !job->shards.sharded()) {
+    // OPTIMIZER, GRADIENTS: each rank's own shard of the parameters is now
+    // current (another's may not be, on a rank whose last step's gather
+    // failed): gathered again in the new shard group.
+    TY_RETURN_IF_ERROR(CollectiveFailure(job->optimizer->Synchronize()));
+  }
+  if (!receives) return absl::OkStatus();
   TY_RETURN_IF_ERROR(job->optimizer->LoadState(state));
-  TY_RETURN_IF_ERROR(it->Restore(DataPositionState(position)));
   // The trainer reads its step from the optimizer when it is made.
   return job->BuildTrainer();
+}
+
+// Hybrid sharding: the rank of its replica set (the ranks holding its
+// shard, one per shard group) whose state the set takes: the lowest at
+// `furthest`; -1 when every one is there. kFailedPrecondition when some
+// set has none there (checked for every set, so every rank fails alike).
+absl::StatusOr<int> ReplicaSource(const std::vector<int64_t>& steps, int64_t furthest, int group_size, int rank) {
+  const int world = static_cast<int>(steps.size());
+  int mine = -1;
+  for (int set = 0; set < group_size; ++set) {
+    int source = -1, behind = 0;
+    std::vector<std::string> held;
+    for (int g = 0; g * group_size + set < world; ++g) {
+      const int64_t step = steps[static_cast<size_t>(g * group_size + set)];
+      if (step == furthest && source < 0) source = g;
+      if (step != furthest) ++behind;
+      held.push_back(absl::StrCat(step));
+    }
+    if (source < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("shard ", set, " of the hybrid-sharded state is at step(s) ", absl::StrJoin(held, ", "),
+                       " in the surviving shard groups, none at step ", furthest,
+                       " where the others are (a step left done in some groups only); the attempt restarts"));
+    }
+    if (set == rank % group_size) mine = behind > 0 ? source : -1;
+  }
+  return mine;
 }
 
 }  // namespace
@@ -78,7 +139,16 @@ absl::StatusOr<RegroupOutcome> RegroupState(JobComponents* job, Collective* coll
     if (differ) {
       out.source_rank = static_cast<int>(std::find(steps.begin(), steps.end(), furthest) - steps.begin());
       const auto t0 = std::chrono::steady_clock::now();
-      TY_RETURN_IF_ERROR(BroadcastState(job, out.source_rank, &out));
+      if (job->spec.data_parallel().sharding() == DataParallelConfig::NONE) {
+        TY_RETURN_IF_ERROR(BroadcastState(job, job->collective, out.source_rank, out.source_rank, &out));
+      } else {
+        // Each shard from a rank of its replica set that holds it at the
+        // furthest step.
+        const int group_size = job->collective->sharding_group()->world_size();
+        TY_ASSIGN_OR_RETURN(const int source, ReplicaSource(steps, furthest, group_size, job->rank()));
+        // (One group left: no replicas, and no rank may be behind.)
+        TY_RETURN_IF_ERROR(BroadcastState(job, job->collective->replica_set(), source, out.source_rank, &out));
+      }
       TY_RETURN_IF_ERROR(CollectiveFailure(job->batches->ledger()->ShareFrom(job->collective, out.source_rank)));
       out.transfer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
@@ -115,7 +185,7 @@ uint64_t StateDigest(const JobComponents& job) {
     for (; i < n; ++i) mix(bytes[i]);
     mix(n);
   };
-  for (const auto& p : job.model->parameters()) add(p);
+  for (const torch::Tensor& p : HeldParameters(job)) add(p);
   if (job.optimizer) {
     for (const auto& [name, t] : job.optimizer->State()) add(t);
   }

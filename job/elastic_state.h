@@ -27,8 +27,9 @@ struct RegroupOutcome {
 // flat buckets (collective/flat_buckets.h).
 absl::StatusOr<RegroupOutcome> RegroupState(JobComponents* job, Collective* collective, bool fresh);
 
-// A hash of the parameters, optimizer state, step and data position: equal
-// on two ranks exactly when their training states are bit for bit equal
+// A hash of the parameters (PARAMETERS sharding: this rank's), optimizer
+// state (sharded: this rank's shard), step and data position: equal on two
+// ranks exactly when the training states they hold are bit for bit equal
 // (but for hash collisions).
 uint64_t StateDigest(const JobComponents& job);
 

@@ -103,6 +103,28 @@ TEST(ValidatorTest, ShardGroupsDivideTheWorkersAndNeedSharding) {
   EXPECT_THAT(Validate(spec), IsOk());
 }
 
+TEST(ValidatorTest, ElasticShardingNeedsTwoOrMoreShardGroups) {
+  JobSpec spec = Minimal();
+  spec.set_num_workers(4);
+  spec.set_batch_size(8);
+  spec.mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
+  spec.mutable_data_parallel()->set_sharding(DataParallelConfig::PARAMETERS);
+  EXPECT_THAT(Validate(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("fault_tolerance.mode: ELASTIC with data_parallel.sharding PARAMETERS over every "
+                                 "worker: a lost rank's shard of the state would exist on no other rank")));
+  spec.mutable_data_parallel()->set_shard_group_size(4);
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("ELASTIC with data_parallel.sharding PARAMETERS over 4 workers")));
+  spec.mutable_data_parallel()->set_shard_group_size(2);
+  ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
+  EXPECT_EQ(spec.fault_tolerance().min_workers(), 2);  // one whole group
+  spec.mutable_fault_tolerance()->set_min_workers(3);
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("fault_tolerance.min_workers: 3 is not a multiple of "
+                                                 "data_parallel.shard_group_size 2")));
+}
+
 TEST(ValidatorTest, OverlapAllgatherOnlyWithSharding) {
   JobSpec none = Minimal();
   ASSERT_THAT(ValidateAndNormalize(&none), IsOk());

@@ -30,6 +30,8 @@
 
 namespace trainyard {
 
+class Collective;  // collective/collective.h (MoveTo)
+
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 class Optimizer {
@@ -74,6 +76,12 @@ class Optimizer {
   // nullptr: compute them from the gradients.
   virtual const std::vector<double>* gradient_squares() const { return nullptr; }
   virtual void set_gradient_squares_wanted(bool) {}
+  // ELASTIC: the ranks regrouped, and a sharded optimizer exchanges on
+  // `next` from now on (not owned; outlives the optimizer or the next
+  // MoveTo). Its shards stay where they are: kFailedPrecondition unless
+  // this rank has the same rank among the same number as before. Others
+  // exchange nothing: OK.
+  virtual absl::Status MoveTo(Collective* /*next*/) { return absl::OkStatus(); }
 
  protected:
   int64_t step_ = 0;

@@ -123,6 +123,7 @@ absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const
     s->slots_.push_back(std::move(layout));
     if (r == collective->rank()) s->local_ = std::move(opt);
   }
+  s->local_rank_ = collective->rank();
   return s;
 }
 
@@ -146,6 +147,20 @@ void ShardedOptimizer::Apply(const std::vector<torch::Tensor>& grads, double lea
   }
   local_->Apply(mine, learning_rate);
   step_ = local_->step();
+}
+
+absl::Status ShardedOptimizer::MoveTo(Collective* next) {
+  // (The previous collective may be gone: its place is in bounds_ and
+  // local_rank_.)
+  const int world = static_cast<int>(bounds_.size()) - 1;
+  if (next->rank() != local_rank_ || next->world_size() != world) {
+    return absl::FailedPreconditionError(absl::StrCat("sharded optimizer: moving from rank ", local_rank_, " of ",
+                                                      world, " to rank ", next->rank(), " of ", next->world_size(),
+                                                      " would move the shards; a regroup keeps every shard in place"));
+  }
+  collective_ = next;
+  apply_error_ = absl::OkStatus();
+  return absl::OkStatus();
 }
 
 bool ShardedOptimizer::ReduceSquares(const std::vector<torch::Tensor>& grads) {

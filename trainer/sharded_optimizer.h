@@ -75,6 +75,7 @@ class ShardedOptimizer : public Optimizer {
   std::vector<size_t> shard_bounds() const override { return bounds_; }
   const std::vector<double>* gradient_squares() const override { return &squares_; }
   void set_gradient_squares_wanted(bool on) override { squares_wanted_ = on; }
+  absl::Status MoveTo(Collective* next) override;
 
   // Parameters [begin, end) of the model's list are this rank's.
   size_t shard_begin() const { return bounds_[collective_->rank()]; }
@@ -93,6 +94,7 @@ class ShardedOptimizer : public Optimizer {
   double max_grad_norm_ = 0;
   int64_t round_elements_ = 1 << 20;
   Collective* collective_ = nullptr;
+  int local_rank_ = 0;  // collective_->rank() when made: local_'s shard
   // Every rank's slots, in its local optimizer's State() order: names and
   // shapes (the same on every rank), for GatherState.
   struct SlotLayout {

@@ -17,8 +17,6 @@ namespace {
 
 constexpr char kPreemptionPayload[] = "type.trainyard/preemption";
 
-double Rms(const torch::Tensor& t) { return t.to(torch::kDouble).pow(2).mean().sqrt().item<double>(); }
-
 constexpr char kCurrentLearningRate[] = "learning_rate/current";
 
 // The scalars ApplyGrads gives each step (the learning rate, the weight
@@ -84,35 +82,6 @@ absl::Status PreemptionError(int64_t step) {
 }
 
 bool IsPreemptionError(const absl::Status& status) { return status.GetPayload(kPreemptionPayload).has_value(); }
-
-std::map<std::string, double> WeightMetricsComputer::ComputeMetrics(const std::vector<double>& grad_squares,
-                                                                    const NamedTensors& old_params,
-                                                                    const NamedTensors& new_params) const {
-  std::map<std::string, double> out;
-  double grad_sq = 0;
-  for (size_t i = 0; i < new_params.size(); ++i) {
-    const std::string& name = new_params[i].first;
-    const torch::Tensor& p = new_params[i].second;
-    const torch::Tensor& old = old_params[i].second;
-    const torch::Tensor update = p - old;
-    out["weight_rms/" + name] = Rms(p);
-    out["weight_max/" + name] = p.abs().max().item<double>();
-    out["weight_gradient_rms/" + name] = p.numel() > 0 ? std::sqrt(grad_squares[i] / p.numel()) : 0.0;
-    out["weight_update_rms/" + name] = Rms(update);
-    // T5X's: the update over the old value element by element, then the
-    // rms. Where an old value is 0 the ratio is undefined (T5X's division
-    // makes the whole metric inf or NaN): those elements are left out, and
-    // a parameter that was 0 everywhere gets 0.
-    const torch::Tensor defined = old != 0;
-    const int64_t n = defined.sum().item<int64_t>();
-    out["weight_update_divided_by_weight_rms/" + name] =
-        n > 0 ? Rms(update.masked_select(defined).to(torch::kDouble) / old.masked_select(defined).to(torch::kDouble))
-              : 0.0;
-    grad_sq += grad_squares[i];
-  }
-  out["weight_gradient_norm"] = std::sqrt(grad_sq);
-  return out;
-}
 
 Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learning_rate, Collective* collective,
                  TrainerOptions options)
@@ -285,9 +254,16 @@ absl::StatusOr<Metrics> Trainer::AccumulateGradsMicrobatched(const T5Batch& batc
     if (options_.overlap_allreduce && reducer_ != nullptr && (i == last || each)) reducer_->Arm();
     try {
       out->loss.backward();
-    } catch (const c10::Error& e) {
+    } catch (const std::exception& e) {
+      // A parameter gatherer's hook that failed to gather (PARAMETERS)
+      // throws its own exception type through autograd: the gatherer's
+      // status, a collective failure, is the step's.
+      const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+      const absl::Status status = ForwardError(
+          torch_error != nullptr ? TorchErrorStatus("backward", *torch_error)  // out of memory: kResourceExhausted
+                                 : absl::InternalError(absl::StrCat("backward: ", e.what())));
       ClearGrads();
-      return TorchErrorStatus("backward", e);  // device out of memory: kResourceExhausted
+      return status;
     }
     if (each) {
       const auto reduce_start = std::chrono::steady_clock::now();
@@ -330,6 +306,12 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGradsAndGather(int64
     for (auto& [name, p] : params_) grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
   }
   if (reducer_ == nullptr) TY_RETURN_IF_ERROR(collective_->AllReduce(grads, ReduceOp::kSum));
+  if (options_.agree_before_update) {
+    if (absl::Status s = AgreeToUpdate(); !s.ok()) {
+      DropReducedGrads();
+      return s;
+    }
+  }
   allreduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
   const double lr = learning_rate_(step);
   NamedTensors old_params;
@@ -342,8 +324,42 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGradsAndGather(int64
   }
   const auto update_start = std::chrono::steady_clock::now();
   optimizer_->Apply(grads, lr);
+  update_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - update_start).count();
+  if (absl::Status s = SynchronizeUpdate(defer_gather); !s.ok()) {
+    DropReducedGrads();
+    return s;
+  }
+  std::map<std::string, double> metrics = {{"learning_rate", lr}, {kCurrentLearningRate, lr}};
+  if (options_.compute_weight_metrics) {
+    // A sharded optimizer summed every parameter's norm over the ranks (this
+    // rank holds only its own shard's reduced gradients).
+    if (sharded_) grad_squares = *optimizer_->gradient_squares();
+    for (const auto& [k, v] : WeightMetricsComputer().ComputeMetrics(grad_squares, old_params, params_)) {
+      metrics[k] = v;
+    }
+  }
+  DropReducedGrads();
+  return metrics;
+}
+
+void Trainer::DropReducedGrads() {
+  if (reducer_ != nullptr) {
+    reducer_->ZeroGrads();
+  } else {
+    for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
+  }
+}
+
+absl::Status Trainer::AgreeToUpdate() {
+  // Every rank's gradients are reduced before any rank changes its state:
+  // a rank that fails here (a peer lost) has updated nothing, and a rank
+  // that passes knows that every other rank reached this point too.
+  std::vector<torch::Tensor> reached = {torch::ones({1}, torch::kFloat)};
+  return collective_->AllReduce(reached, ReduceOp::kSum);
+}
+
+absl::Status Trainer::SynchronizeUpdate(bool defer_gather) {
   const auto gather_start = std::chrono::steady_clock::now();
-  update_seconds_ += std::chrono::duration<double>(gather_start - update_start).count();
   // A sharded optimizer updated this rank's shard: the ranks exchange them,
   // unit by unit during the next forward pass with a gatherer.
   absl::Status synchronized;
@@ -360,29 +376,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGradsAndGather(int64
   if (sharded_) {
     gather_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - gather_start).count();
   }
-  if (absl::Status s = synchronized; !s.ok()) {
-    if (reducer_ != nullptr) {
-      reducer_->ZeroGrads();
-    } else {
-      for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
-    }
-    return s;
-  }
-  std::map<std::string, double> metrics = {{"learning_rate", lr}, {kCurrentLearningRate, lr}};
-  if (options_.compute_weight_metrics) {
-    // A sharded optimizer summed every parameter's norm over the ranks (this
-    // rank holds only its own shard's reduced gradients).
-    if (sharded_) grad_squares = *optimizer_->gradient_squares();
-    for (const auto& [k, v] : WeightMetricsComputer().ComputeMetrics(grad_squares, old_params, params_)) {
-      metrics[k] = v;
-    }
-  }
-  if (reducer_ != nullptr) {
-    reducer_->ZeroGrads();
-  } else {
-    for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
-  }
-  return metrics;
+  return synchronized;
 }
 
 void Trainer::WriteTrainScalars(int64_t step, const std::map<std::string, double>& scalars) {

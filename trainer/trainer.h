@@ -139,6 +139,13 @@ struct TrainerOptions {
   // gatherer) use: the shard group with HSDP (collective/hybrid_collective.h,
   // also the sharded optimizer's). Null: the Trainer's collective.
   Collective* sharding_collective = nullptr;
+  // Before each update, one more all-reduce over every rank (AgreeToUpdate),
+  // after every gradient is reduced: a step either updates no rank's state
+  // or (but for a peer lost within that one all-reduce) every rank's that
+  // survives it. ELASTIC with hybrid sharding sets it: a step left half
+  // done across shard groups would leave a shard at two steps, with no
+  // copy of its newer state elsewhere.
+  bool agree_before_update = false;
 };
 
 // T5X's PreemptionError: the status Train returns when preemption was
@@ -264,6 +271,13 @@ class Trainer {
   // ApplyGrads; with `defer_gather` and a gatherer, the other ranks'
   // parameters are left to the next forward pass (ParameterGatherer).
   absl::StatusOr<std::map<std::string, double>> ApplyGradsAndGather(int64_t step, bool defer_gather);
+  // TrainerOptions::agree_before_update's all-reduce.
+  absl::Status AgreeToUpdate();
+  // After the update: a sharded optimizer's shards exchanged (started only,
+  // with `defer_gather` and a gatherer), or its error.
+  absl::Status SynchronizeUpdate(bool defer_gather);
+  // The reduced gradients go (after an update, or a failure before it).
+  void DropReducedGrads();
   // A failed forward pass's status: the gatherer's, when it failed in it.
   absl::Status ForwardError(const absl::Status& status) const;
   // Every rank's compute seconds per step into the summary: min, median,

@@ -322,8 +322,9 @@ absl::StatusOr<RegroupResponse> WorkerCore::Regroup(const RegroupRequest& reques
         "Regroup: rank ", rank, " of ", world, ", attempt ", request.attempt(), ", generation ", request.generation(),
         " (this rank: attempt ", job->attempt, ", generation ", job->generation, ")"));
   }
-  TY_ASSIGN_OR_RETURN(std::unique_ptr<Collective> collective,
-                      MakeCollective(GroupScope(job->id, job->attempt, request.generation()), rank, world));
+  TY_ASSIGN_OR_RETURN(
+      std::unique_ptr<Collective> collective,
+      MakeJobCollective(GroupScope(job->id, job->attempt, request.generation()), rank, world, job->spec));
   SetLogJob(job->id, rank);
   // Workers joining the group (StartJob with `join`) say first whether
   // they could build the job; this rank has it already.

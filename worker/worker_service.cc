@@ -1,6 +1,9 @@
 #include "worker/worker_service.h"
 
+#include <utility>
+
 #include "common/grpc/status.h"
+#include "spdlog/spdlog.h"
 
 namespace trainyard {
 namespace {
@@ -21,7 +24,12 @@ grpc::Status WorkerServiceImpl::StartJob(grpc::ServerContext*, const StartJobReq
 
 grpc::Status WorkerServiceImpl::RunSteps(grpc::ServerContext*, const RunStepsRequest* request,
                                          RunStepsResponse* response) {
-  return Reply(core_->RunSteps(*request), response);
+  absl::StatusOr<RunStepsResponse> ran = core_->RunSteps(*request);
+  if (!ran.ok()) {
+    spdlog::warn("job {}: RunSteps({}, {}) failed: {}", request->job_id(), request->first_step(), request->num_steps(),
+                 ran.status().ToString());
+  }
+  return Reply(std::move(ran), response);
 }
 
 grpc::Status WorkerServiceImpl::Regroup(grpc::ServerContext*, const RegroupRequest* request,

@@ -152,7 +152,7 @@ class RecordingHost : public JobDriverHost {
     records_.push_back(absl::StrCat("ranks ", absl::StrJoin(worker_ids, ",")));
   }
   // No idle workers here: a degraded ELASTIC group goes on with its ranks.
-  std::vector<JoiningWorker> AcquireWorkers(const std::string& /*job_id*/, int /*n*/,
+  std::vector<JoiningWorker> AcquireWorkers(const std::string& /*job_id*/, int /*n*/, int /*unit*/,
                                             const std::set<std::string>& /*exclude*/) override {
     return {};
   }

@@ -32,8 +32,20 @@ ELASTIC = ("num_workers=3", "batch_size=12", "total_steps=30", "summary_period=5
 TOLERANCE = 1e-4
 
 
+# Hybrid sharding: PARAMETERS within shard groups of 2 of 4 workers.
+HYBRID = (*ELASTIC, "num_workers=4", "data_parallel.sharding=PARAMETERS", "data_parallel.shard_group_size=2")
+
+
 def load_state(checkpoint):
-    return {name: load_file(os.path.join(checkpoint, f"{name}.safetensors")) for name in ("params", "optimizer")}
+    """params and optimizer, each merged from its shard files if sharded."""
+    state = {}
+    for name in ("params", "optimizer"):
+        files = sorted(f for f in os.listdir(checkpoint)
+                       if f == f"{name}.safetensors" or (f.startswith(f"{name}-") and f.endswith(".safetensors")))
+        state[name] = {}
+        for f in files:
+            state[name].update(load_file(os.path.join(checkpoint, f)))
+    return state
 
 
 class ElasticTest(unittest.TestCase):
@@ -72,10 +84,10 @@ class ElasticTest(unittest.TestCase):
         return self.cluster.add_worker(listen=f"{h.addresses[i]}:0", prefix=h.prefix(i),
                                        extra=("--collective-timeout", str(collective_timeout), "--insecure"))
 
-    def reference(self):
+    def reference(self, spec=ELASTIC):
         """The uninterrupted elastic run's final checkpoint."""
         c = self.cluster
-        job = c.submit(self.spec, "output_dir=reference", *ELASTIC)
+        job = c.submit(self.spec, "output_dir=reference", *spec)
         s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 180)
         self.assertEqual(s["state"], "SUCCEEDED", s["reason"])
         self.assertEqual(s.get("regroups", 0), 0)
@@ -182,6 +194,29 @@ class ElasticTest(unittest.TestCase):
         s, notes = self.finish(job, "twice", reference, regroups=2)
         self.assertEqual(len(s["ranks"]), 1)
         self.assertIn("training on 1 of 3 workers", notes[1])
+
+    def test_a_hybrid_sharded_job_loses_a_worker_and_its_group_goes(self):
+        """HSDP (PARAMETERS in shard groups of 2 of 4) with ELASTIC: a
+        SIGKILLed worker's whole shard group leaves, and the other group
+        trains on alone, with its shards (no restart); a new worker and the
+        dropped one then join as a group, each receiving its shard from the
+        rank holding it in the other group. The job ends where the
+        uninterrupted run does (sums in another order) on the same
+        examples at every step."""
+        c = self.start(4)
+        reference = self.reference(HYBRID)
+        job = c.submit(self.spec, "output_dir=hybrid", *HYBRID)
+        self.wait_step(job, 8)
+        self.kill(3)
+        wait_for(lambda: "training on 2 of 4 workers" in c.logs("coordinator"), 60, "the group of 2")
+        c.add_worker()
+        s, notes = self.finish(job, "hybrid", reference, regroups=2)
+        self.assertEqual(len(s["ranks"]), 4)
+        self.assertIn("): its shard group lost a rank", notes[0])
+        self.assertIn("training on 2 of 4 workers", notes[0])
+        self.assertIn("training on 4 of 4 workers", notes[1])
+        # Each joiner's shard came from the same rank of the other group.
+        self.assertRegex(c.logs("worker-"), r"rank 2 of 4 at step \d+ \(state of rank 0")
 
     def test_min_workers_falls_back_to_a_restart(self):
         """Fewer survivors than fault_tolerance.min_workers: the attempt
