@@ -363,21 +363,20 @@ void ValidateFaultTolerance(Errors* errors, JobSpec* spec, bool training) {
   }
   // Sharded: a lost rank's shard must exist in another shard group.
   const DataParallelConfig& dp = spec->data_parallel();
-  const int group = dp.shard_group_size();
-  if (dp.sharding() != DataParallelConfig::NONE && (group == 0 || group >= spec->num_workers())) {
+  const int group = dp.sharding() == DataParallelConfig::NONE ? -1 : dp.shard_group_size();  // -1: replicated
+  if (group == 0 || group >= spec->num_workers()) {
     errors->Add("fault_tolerance.mode",
                 absl::StrCat("ELASTIC with data_parallel.sharding ", DataParallelConfig::Sharding_Name(dp.sharding()),
                              " over ", group == 0 ? "every worker" : absl::StrCat(group, " workers"),
                              ": a lost rank's shard of the state would exist on no other rank; set "
                              "data_parallel.shard_group_size to a divisor of num_workers ",
                              spec->num_workers(),
-                             " below it (hybrid sharding: a lost rank's group leaves, the other groups "
-                             "hold its shard), use sharding NONE, or mode RESTART"));
+                             " below it (hybrid sharding: a lost rank's group leaves, the other groups hold its "
+                             "shard), use sharding NONE, or mode RESTART"));
   }
-  const bool hybrid = dp.sharding() != DataParallelConfig::NONE && group > 0;
-  if (ft->min_workers() == 0) ft->set_min_workers(hybrid ? group : 1);
+  if (ft->min_workers() == 0) ft->set_min_workers(std::max(group, 1));
   CheckIntRange(errors, "fault_tolerance.min_workers", ft->min_workers(), 1, std::max(spec->num_workers(), 1));
-  if (hybrid && ft->min_workers() % group != 0) {
+  if (group > 0 && ft->min_workers() % group != 0) {
     errors->Add("fault_tolerance.min_workers",
                 absl::StrCat(ft->min_workers(), " is not a multiple of data_parallel.shard_group_size ", group,
                              ": hybrid-sharded ELASTIC ranks leave and join in whole shard groups"));
