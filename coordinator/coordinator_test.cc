@@ -1754,8 +1754,8 @@ TEST_F(CoordinatorTest, ElasticRefusesRanksWhoseStatesDifferAfterARegroup) {
   ASSERT_THAT(c->SubmitJob(spec).status(), IsOk());
   c->Start();
   JobInfo done = WaitForState(c.get(), "test-job-1", FAILED);
-  EXPECT_THAT(done.reason(), HasSubstr("after regrouping, rank 1 (worker "));
-  EXPECT_THAT(done.reason(), HasSubstr("holds step 40 with state digest 8, rank 0 step 40 with 7"));
+  EXPECT_THAT(done.reason(), HasSubstr("after regrouping, rank 1 (worker w3-c on host c, c) holds step 40 with state "
+                                       "digest 8, rank 0 (worker w1-a on host a, a) step 40 with 7"));
 }
 
 }  // namespace
