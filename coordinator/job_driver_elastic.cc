@@ -13,17 +13,14 @@
 #include "coordinator/rank_blame.h"
 #include "coordinator/scheduler.h"
 #include "spdlog/spdlog.h"
+#include "spec/jobspec.h"
 
 namespace trainyard {
 
 namespace {
 
-// Hybrid sharding (data_parallel.shard_group_size below the ranks): ranks
-// leave and join in whole shard groups of this size; 1 otherwise.
-int GroupUnit(const JobSpec& spec) {
-  const int g = spec.data_parallel().shard_group_size();
-  return spec.data_parallel().sharding() != DataParallelConfig::NONE && g > 0 ? g : 1;
-}
+// Ranks leave and join in whole shard groups (1 rank when replicated).
+int GroupUnit(const JobSpec& spec) { return ShardGroupSize(spec, spec.num_workers()); }
 
 // Of `keep` (ascending), the ranks whose whole shard group of `unit` is
 // kept; the others are added to `dropped`.

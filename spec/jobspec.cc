@@ -117,6 +117,13 @@ bool IsElasticTraining(const JobSpec& spec) {
   return spec.fault_tolerance().mode() == FaultToleranceConfig::ELASTIC && IsTrainingKind(spec.kind());
 }
 
+int ShardGroupSize(const JobSpec& spec, int world_size) {
+  const DataParallelConfig& dp = spec.data_parallel();
+  if (dp.sharding() == DataParallelConfig::NONE || dp.sharding() == DataParallelConfig::SHARDING_UNSPECIFIED) return 1;
+  const int g = dp.shard_group_size();
+  return g > 0 && g < world_size ? g : world_size;
+}
+
 absl::Status CheckBatchSplit(int64_t batch_size, int world_size, int num_microbatches, bool elastic) {
   if (elastic ? batch_size < world_size : world_size < 1 || batch_size % world_size != 0) {
     return absl::InvalidArgumentError(

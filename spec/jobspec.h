@@ -44,6 +44,14 @@ bool IsTrainingKind(JobKind kind);
 // the coordinator, the worker and the training job use.
 bool IsElasticTraining(const JobSpec& spec);
 
+// The ranks that hold one copy of the training state between them (one
+// shard group) when the job runs on `world_size` ranks: 1 when replicated
+// (data_parallel.sharding NONE), data_parallel.shard_group_size when
+// hybrid-sharded, and all `world_size` ranks when sharded over every rank
+// (shard_group_size 0, or equal to it). The one definition the validator,
+// the coordinator's ELASTIC regroups and the worker's collectives use.
+int ShardGroupSize(const JobSpec& spec, int world_size);
+
 // The one rule for how a global batch of `batch_size` rows splits: over
 // `world_size` ranks in equal shares (`elastic`: shares that may differ by a
 // row, at least one each), and each share into `num_microbatches` equal

@@ -103,5 +103,19 @@ TEST(FormatJobSpecTest, TextAndJsonRoundTrip) {
   EXPECT_THAT(FormatJobSpecJson(*spec), HasSubstr("\"batch_size\": 8"));
 }
 
+TEST(ShardGroupSizeTest, ReplicatedHybridAndEveryRank) {
+  JobSpec spec;
+  EXPECT_EQ(ShardGroupSize(spec, 4), 1);  // sharding unset: replicated
+  spec.mutable_data_parallel()->set_shard_group_size(2);
+  spec.mutable_data_parallel()->set_sharding(DataParallelConfig::NONE);
+  EXPECT_EQ(ShardGroupSize(spec, 4), 1);
+  spec.mutable_data_parallel()->set_sharding(DataParallelConfig::PARAMETERS);
+  EXPECT_EQ(ShardGroupSize(spec, 4), 2);  // two groups of 2
+  EXPECT_EQ(ShardGroupSize(spec, 2), 2);  // one group: every rank
+  spec.mutable_data_parallel()->set_shard_group_size(0);
+  EXPECT_EQ(ShardGroupSize(spec, 4), 4);
+  EXPECT_EQ(ShardGroupSize(spec, 1), 1);
+}
+
 }  // namespace
 }  // namespace trainyard

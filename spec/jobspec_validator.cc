@@ -1,7 +1,8 @@
 // Validation and normalisation of a JobSpec: one rule (or a few) per field,
 // in the order of proto/job.proto, next to the defaults it fills in. The
 // rules of the tasks (task_validation.h) and of output_dir
-// (output_dir_validation.h) have files of their own.
+// (output_dir_validation.h) and of fault_tolerance
+// (fault_tolerance_validation.h) have files of their own.
 #include "spec/jobspec_validator.h"
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "common/status_macros.h"
 #include "evaluation/metric_fns.h"
 #include "re2/re2.h"
+#include "spec/fault_tolerance_validation.h"
 #include "spec/jobspec.h"
 #include "spec/learning_rate_factors.h"
 #include "spec/output_dir_validation.h"
@@ -334,55 +336,6 @@ void ValidateActions(Errors* errors, JobSpec* spec) {
   }
 }
 
-// fault_tolerance: RESTART by default; ELASTIC for training on more than
-// one worker, replicated or hybrid-sharded (2 or more shard groups).
-void ValidateFaultTolerance(Errors* errors, JobSpec* spec, bool training) {
-  FaultToleranceConfig* ft = spec->mutable_fault_tolerance();
-  if (!FaultToleranceConfig::Mode_IsValid(ft->mode())) {
-    errors->Add("fault_tolerance.mode", absl::StrCat(ft->mode(), " is not a mode; RESTART or ELASTIC"));
-    return;
-  }
-  if (ft->mode() == FaultToleranceConfig::MODE_UNSPECIFIED) ft->set_mode(FaultToleranceConfig::RESTART);
-  if (ft->mode() != FaultToleranceConfig::ELASTIC) {
-    if (ft->min_workers() != 0) {
-      errors->Add("fault_tolerance.min_workers",
-                  absl::StrCat(ft->min_workers(),
-                               " is set with mode RESTART, where a lost worker always restarts "
-                               "the attempt; it applies to ELASTIC"));
-    }
-    return;
-  }
-  if (!training) {
-    errors->Add("fault_tolerance.mode", absl::StrCat("ELASTIC with kind ", JobKind_Name(spec->kind()),
-                                                     "; it applies to training kinds (TRAIN, PRETRAINING, "
-                                                     "FINETUNING), which have a training state to carry on"));
-  }
-  if (spec->num_workers() < 2) {
-    errors->Add("fault_tolerance.mode",
-                absl::StrCat("ELASTIC with num_workers ", spec->num_workers(), "; it needs 2 or more workers"));
-  }
-  // Sharded: a lost rank's shard must exist in another shard group.
-  const DataParallelConfig& dp = spec->data_parallel();
-  const int group = dp.sharding() == DataParallelConfig::NONE ? -1 : dp.shard_group_size();  // -1: replicated
-  if (group == 0 || group >= spec->num_workers()) {
-    errors->Add("fault_tolerance.mode",
-                absl::StrCat("ELASTIC with data_parallel.sharding ", DataParallelConfig::Sharding_Name(dp.sharding()),
-                             " over ", group == 0 ? "every worker" : absl::StrCat(group, " workers"),
-                             ": a lost rank's shard of the state would exist on no other rank; set "
-                             "data_parallel.shard_group_size to a divisor of num_workers ",
-                             spec->num_workers(),
-                             " below it (hybrid sharding: a lost rank's group leaves, the other groups hold its "
-                             "shard), use sharding NONE, or mode RESTART"));
-  }
-  if (ft->min_workers() == 0) ft->set_min_workers(std::max(group, 1));
-  CheckIntRange(errors, "fault_tolerance.min_workers", ft->min_workers(), 1, std::max(spec->num_workers(), 1));
-  if (group > 0 && ft->min_workers() % group != 0) {
-    errors->Add("fault_tolerance.min_workers",
-                absl::StrCat(ft->min_workers(), " is not a multiple of data_parallel.shard_group_size ", group,
-                             ": hybrid-sharded ELASTIC ranks leave and join in whole shard groups"));
-  }
-}
-
 void ValidateName(Errors* errors, const std::string& name) {
   if (name.empty()) {
     errors->Add("name", "missing; a short name such as \"t5-small-wmt\"");
@@ -573,7 +526,7 @@ absl::Status ValidateAndNormalize(JobSpec* spec, const ValidationOptions& option
   if (!spec->has_seed()) spec->set_seed(0);
   if (!spec->has_max_restarts()) spec->set_max_restarts(3);
   CheckIntRange(&errors, "max_restarts", spec->max_restarts(), 0, kMaxRestarts);
-  ValidateFaultTolerance(&errors, spec, training);
+  spec_internal::ValidateFaultTolerance(&errors, spec, training);
   if (spec->dtype() == DTYPE_UNSPECIFIED) spec->set_dtype(FLOAT32);
 
   spec_internal::ValidateOutputDir(&errors, spec, options);

@@ -8,6 +8,7 @@
 #include "collective/gloo_collective.h"
 #include "collective/hybrid_collective.h"
 #include "common/status_macros.h"
+#include "spec/jobspec.h"
 #ifdef TRAINYARD_WITH_NCCL
 #include "collective/nccl_collective.h"
 #endif
@@ -42,8 +43,8 @@ absl::StatusOr<std::unique_ptr<Collective>> WorkerCore::MakeCollective(const std
 absl::StatusOr<std::unique_ptr<Collective>> WorkerCore::MakeJobCollective(const std::string& scope, int rank, int world,
                                                                           const JobSpec& spec) {
   TY_ASSIGN_OR_RETURN(std::unique_ptr<Collective> whole, MakeCollective(scope, rank, world));
-  const int g = spec.data_parallel().shard_group_size();
-  if (g == 0 || g == world || spec.data_parallel().sharding() == DataParallelConfig::NONE) return whole;
+  const int g = ShardGroupSize(spec, world);
+  if (g == 1 || g == world) return whole;  // replicated, or sharded over every rank
   TY_ASSIGN_OR_RETURN(HybridPlace p, PlaceInHybrid(rank, world, g));
   TY_ASSIGN_OR_RETURN(std::unique_ptr<Collective> group,
                       MakeCollective(absl::StrCat(scope, "/shard-group-", p.group), p.group_rank, g));
