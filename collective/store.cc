@@ -6,6 +6,28 @@
 
 namespace trainyard {
 
+std::string GroupScope(const std::string& job_id, int attempt, int generation) {
+  return absl::StrCat(job_id, "/", attempt, "/g", generation);
+}
+
+absl::Status InMemoryStore::ClosedLocked(const std::string& key) const {
+  for (const auto& [prefix, reason] : closed_) {
+    if (key.compare(0, prefix.size(), prefix) == 0) {
+      return absl::AbortedError(
+          absl::StrCat("the rendezvous ", prefix.substr(0, prefix.size() - 1), " was closed: ", reason));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void InMemoryStore::CloseScope(const std::string& scope, const std::string& reason) {
+  {
+    MutexLock lock(&mu_);
+    closed_[scope + "/"] = reason;
+  }
+  changed_.SignalAll();
+}
+
 absl::Status InMemoryStore::Set(const std::string& key, const std::string& value) {
   {
     MutexLock lock(&mu_);
@@ -21,6 +43,7 @@ absl::StatusOr<std::string> InMemoryStore::Get(const std::string& key, absl::Dur
   while (true) {
     auto it = values_.find(key);
     if (it != values_.end()) return it->second;
+    if (absl::Status closed = ClosedLocked(key); !closed.ok()) return closed;
     if (changed_.WaitWithDeadline(&mu_, deadline) && !values_.count(key)) {
       return absl::DeadlineExceededError(
           absl::StrCat("store key '", key, "' did not appear within ", absl::FormatDuration(timeout)));
@@ -52,6 +75,9 @@ absl::Status InMemoryStore::Wait(const std::vector<std::string>& keys, absl::Dur
       if (!values_.count(k)) missing.push_back(k);
     }
     if (missing.empty()) return absl::OkStatus();
+    for (const std::string& k : missing) {
+      if (absl::Status closed = ClosedLocked(k); !closed.ok()) return closed;
+    }
     if (changed_.WaitWithDeadline(&mu_, deadline)) {  // timed out
       bool all = true;
       for (const std::string& k : missing) all = all && values_.count(k);
@@ -75,6 +101,9 @@ void InMemoryStore::ErasePrefix(const std::string& prefix) {
   auto it = values_.lower_bound(prefix);
   while (it != values_.end() && it->first.compare(0, prefix.size(), prefix) == 0) {
     it = values_.erase(it);
+  }
+  for (auto c = closed_.lower_bound(prefix); c != closed_.end() && c->first.compare(0, prefix.size(), prefix) == 0;) {
+    c = closed_.erase(c);
   }
 }
 

@@ -39,6 +39,12 @@ class Store {
   virtual absl::StatusOr<bool> Check(const std::vector<std::string>& keys) = 0;
 };
 
+// The rendezvous scope of one group of a job's ranks: its attempt and, for
+// ELASTIC, its generation ("<job>/<attempt>/g<generation>"). The worker
+// meets its peers there; the coordinator closes it when a rank's call
+// fails (InMemoryStore::CloseScope).
+std::string GroupScope(const std::string& job_id, int attempt, int generation);
+
 class InMemoryStore : public Store {
  public:
   absl::Status Set(const std::string& key, const std::string& value) override;
@@ -47,14 +53,24 @@ class InMemoryStore : public Store {
   absl::Status Wait(const std::vector<std::string>& keys, absl::Duration timeout) override;
   absl::StatusOr<bool> Check(const std::vector<std::string>& keys) override;
 
-  // Removes every key that starts with `prefix` (a finished job's scope).
+  // Removes every key that starts with `prefix` (a finished job's scope),
+  // and the closed scopes that do.
   void ErasePrefix(const std::string& prefix);
+  // From now on Get and Wait of a key in `scope` (a key starting with
+  // scope + "/") fail at once with kAborted naming the scope and `reason`,
+  // those waiting now included: ranks still finding each other stop
+  // waiting for a peer whose call has failed.
+  void CloseScope(const std::string& scope, const std::string& reason);
   size_t size() const;
 
  private:
   mutable Mutex mu_;
   CondVar changed_;
+  // kAborted if `key` is in a closed scope.
+  absl::Status ClosedLocked(const std::string& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> closed_ ABSL_GUARDED_BY(mu_);  // scope + "/" -> reason
 };
 
 // A view of `base` where every key is prefixed with `prefix` (one job

@@ -4,10 +4,13 @@
 
 #include "absl/time/clock.h"
 #include "common/testing/status_matchers.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace trainyard {
 namespace {
+
+using ::testing::HasSubstr;
 
 TEST(InMemoryStoreTest, SetGetAddCheck) {
   InMemoryStore store;
@@ -54,6 +57,32 @@ TEST(PrefixStoreTest, ScopesKeysAndErasesByPrefix) {
   EXPECT_EQ(base.size(), 1u);
   EXPECT_EQ(*job1.Check({"k"}), false);
   EXPECT_EQ(*job2.Check({"k"}), true);
+}
+
+// A closed scope fails its waiters at once (kAborted, with the reason),
+// and later calls too; keys of other scopes, the next generation's
+// included, are untouched; erasing the job forgets the closed scope.
+TEST(InMemoryStoreTest, AClosedScopeFailsItsWaitersAtOnce) {
+  InMemoryStore store;
+  EXPECT_EQ(GroupScope("job-1", 0, 1), "job-1/0/g1");
+  const std::string scope = GroupScope("job-1", 0, 1);
+  absl::Status waited;
+  const absl::Time start = absl::Now();
+  std::thread waiter([&] { waited = store.Wait({scope + "/rank-1"}, absl::Seconds(30)); });
+  absl::SleepFor(absl::Milliseconds(50));
+  store.CloseScope(scope, "rank 1 (worker b) was lost");
+  waiter.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_THAT(waited, StatusIs(absl::StatusCode::kAborted,
+                               HasSubstr("the rendezvous job-1/0/g1 was closed: rank 1 (worker b) was lost")));
+  EXPECT_THAT(store.Get(scope + "/shard-group-0/rank-0", absl::Seconds(30)).status(),
+              StatusCodeIs(absl::StatusCode::kAborted));
+  ASSERT_THAT(store.Set(GroupScope("job-1", 0, 10) + "/k", "v"), IsOk());
+  EXPECT_THAT(store.Get(GroupScope("job-1", 0, 10) + "/k", absl::ZeroDuration()), IsOk());
+  EXPECT_THAT(store.Wait({GroupScope("job-1", 0, 2) + "/k"}, absl::ZeroDuration()),
+              StatusCodeIs(absl::StatusCode::kDeadlineExceeded));
+  store.ErasePrefix("job-1/");
+  EXPECT_THAT(store.Wait({scope + "/rank-1"}, absl::ZeroDuration()), StatusCodeIs(absl::StatusCode::kDeadlineExceeded));
 }
 
 }  // namespace

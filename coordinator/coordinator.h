@@ -228,6 +228,7 @@ class Coordinator : private JobDriverHost {
   std::vector<JoiningWorker> AcquireWorkers(const std::string& job_id, int n, int unit,
                                             const std::set<std::string>& exclude) override;
   void SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids) override;
+  void CloseRendezvous(const std::string& scope, const std::string& reason) override;
   // Records a change (caller holds mu_): bumps the version, wakes watchers,
   // and persists: at once when `durable` (state changes), else soon, by the
   // persister thread (progress: steps and metrics, so that a chunk boundary

@@ -248,6 +248,10 @@ std::vector<JoiningWorker> Coordinator::AcquireWorkers(const std::string& job_id
   return out;
 }
 
+void Coordinator::CloseRendezvous(const std::string& scope, const std::string& reason) {
+  store_.CloseScope(scope, reason);
+}
+
 void Coordinator::SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids) {
   MutexLock lock(&mu_);
   Job* job = FindLocked(job_id);

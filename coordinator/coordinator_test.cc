@@ -13,6 +13,7 @@
 #include <optional>
 #include <thread>
 #include <type_traits>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -52,7 +53,8 @@ struct Script {
   std::string restores_instead;
   // RunSteps ending at this step reports this checkpoint_failure.
   std::map<int64_t, std::string> checkpoint_failure_at;
-  bool fail_once = false;  // fail_step fails only the first time
+  bool fail_once = false;        // fail_step fails only the first time
+  absl::Status fail_start_once;  // the first StartJob (not a join) fails with this
   // The failing RunSteps trained its steps first (a loss during the chunk's
   // own checkpoint): Regroup then reports the chunk's end.
   bool fail_after_steps = false;
@@ -72,8 +74,8 @@ class ScriptedResponder : public FakeWorker::Responder {
  public:
   explicit ScriptedResponder(std::shared_ptr<Script> w) : w_(std::move(w)) {}
   absl::StatusOr<StartJobResponse> StartJob(const StartJobRequest& r) override {
-    Record(
-        absl::StrCat("start ", r.rank(), "/", r.world_size(), r.join() ? absl::StrCat(" join g", r.generation()) : ""));
+    Record(absl::StrCat("start ", r.rank(), "/", r.world_size(), r.join() ? " join" : "",
+                        r.generation() > 0 ? absl::StrCat(" g", r.generation()) : ""));
     std::lock_guard<std::mutex> lock(w_->mu);
     if (r.join()) {  // receives the group's state: reports the step it was told to expect
       StartJobResponse response;
@@ -84,6 +86,7 @@ class ScriptedResponder : public FakeWorker::Responder {
       return response;
     }
     w_->restored.push_back(r.restore_checkpoint());
+    if (!w_->fail_start_once.ok()) return std::exchange(w_->fail_start_once, absl::OkStatus());
     w_->rank = r.rank();
     w_->world = r.world_size();
     StartJobResponse response;
@@ -860,7 +863,7 @@ class ProgressOnlyHost : public JobDriverHost {
   void ChangeState(const std::string&, JobState, const std::string&, const std::function<void(JobInfo*)>&) override {}
 };
 static_assert(std::is_abstract_v<ProgressOnlyHost>,
-              "JobDriverHost::AcquireWorkers and SetRanks must be implemented by every host");
+              "JobDriverHost::AcquireWorkers, SetRanks and CloseRendezvous must be implemented by every host");
 
 TEST_F(CoordinatorTest, ASessionWaitsInTheQueueBehindOlderJobs) {
   auto c = Make();
@@ -1720,6 +1723,59 @@ TEST_F(CoordinatorTest, ElasticRepeatsAnOnDemandCheckpointOnTheSurvivorsAfterALo
   EXPECT_EQ(CallsAfterAbort("b"),
             (std::vector<std::string>{"start 1/3", "run 0+20", "run 20+20", "save 40 wait", "regroup 0/2 g1",
                                       "save 40 wait", "run 40+20", "run 60+20", "run 80+20 ckpt", "abort"}));
+}
+
+// A rank lost while the ranks start: the others' starts fail with it
+// (their rendezvous is closed), and they start again as a group of 2 from
+// the same checkpoint, without a restart.
+TEST_F(CoordinatorTest, ElasticStartsAgainOnTheSurvivorsOfALossDuringTheStart) {
+  auto c = Make();
+  for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
+  Worker("b")->fail_start_once = absl::UnavailableError("Socket closed");
+  for (const char* n : {"a", "c"}) {
+    Worker(n)->fail_start_once = absl::AbortedError("the rendezvous test-job-1/0/g0 was closed");
+  }
+  ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
+  c->Start();
+  JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.regroups(), 1);
+  EXPECT_EQ(done.step(), 100);
+  ASSERT_EQ(done.ranks_size(), 2);
+  EXPECT_EQ(done.ranks(1).host(), "c");
+  EXPECT_EQ(CallsAfterAbort("c"), (std::vector<std::string>{"start 2/3", "start 1/2 g1", "run 0+20", "run 20+20",
+                                                            "run 40+20", "run 60+20", "run 80+20 ckpt", "abort"}));
+  EXPECT_EQ(Worker("c")->restored, (std::vector<std::string>{"", ""}));  // the same (no) checkpoint twice
+  EXPECT_EQ(CallsAfterAbort("b"), (std::vector<std::string>{"start 1/3", "abort"}));
+}
+
+// The lost rank's start failed after the others had started: they regroup.
+TEST_F(CoordinatorTest, ElasticRegroupsRanksThatStartedWhenAPeerWasLostAtTheStart) {
+  auto c = Make();
+  for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
+  Worker("b")->fail_start_once = absl::UnavailableError("Socket closed");
+  ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
+  c->Start();
+  JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.regroups(), 1);
+  EXPECT_EQ(CallsAfterAbort("c"), (std::vector<std::string>{"start 2/3", "regroup 1/2 g1", "run 0+20", "run 20+20",
+                                                            "run 40+20", "run 60+20", "run 80+20 ckpt", "abort"}));
+}
+
+// Some survivors started and some did not: only a restart brings them to
+// one place.
+TEST_F(CoordinatorTest, ElasticRestartsWhenSomeSurvivorsOfALossAtTheStartHadStarted) {
+  auto c = Make();
+  for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
+  Worker("b")->fail_start_once = absl::UnavailableError("Socket closed");
+  Worker("c")->fail_start_once = absl::AbortedError("collective failed (a peer left or stalled)");
+  ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
+  c->Start();
+  JobInfo restarting = WaitForState(c.get(), "test-job-1", RESTARTING);
+  EXPECT_EQ(restarting.restarts(), 1);
+  EXPECT_EQ(restarting.regroups(), 0);
+  EXPECT_THAT(restarting.reason(), HasSubstr("rank 1 (worker w2-b on host b, b): StartJob failed: Socket closed"));
 }
 
 // A rank lost while the last chunk's checkpoint is written (the others had

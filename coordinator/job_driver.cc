@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "collective/store.h"
 #include "common/status_macros.h"
 #include "coordinator/attempt_policy.h"
 #include "coordinator/fan_out.h"
@@ -135,10 +136,21 @@ absl::Status JobDriver::OnAllRanks(const char* what, const StartCall<Response>& 
   });
   calls.StartAll(call);
   bool all_ok;
+  absl::Time next_watch = Clock::Real()->Now() + plan_.watchdog.period;
+  bool failed;
   {
     MutexLock lock(&mu_);
-    absl::Time next_watch = Clock::Real()->Now() + plan_.watchdog.period;
     while (!(calls.done() == world || calls.failed() || stop_.has_value())) WaitOrWatch(&next_watch, each != nullptr);
+    failed = calls.failed();
+  }
+  // Ranks still finding their peers (StartJob, a join) stop waiting for
+  // the rank whose call failed: their rendezvous fails at once.
+  if (failed) {
+    host_->CloseRendezvous(GroupScope(plan_.job_id, plan_.restarts, generation_),
+                           absl::StrCat(what, " failed on a rank of the group"));
+  }
+  {
+    MutexLock lock(&mu_);
     if (calls.failed() && calls.done() < world && each == nullptr) {
       // Give the other ranks a moment to report: the rank whose worker is
       // gone is the root cause, not its peers' collective errors.
@@ -204,37 +216,53 @@ absl::Status JobDriver::SurviveFailedCall(const absl::Status& failure,
   return absl::OkStatus();
 }
 
+StartJobRequest JobDriver::StartRequest(int rank, int world) const {
+  StartJobRequest request;
+  request.set_job_id(plan_.job_id);
+  *request.mutable_spec() = plan_.spec;
+  request.set_rank(rank);
+  request.set_world_size(world);
+  request.set_attempt(plan_.restarts);
+  request.set_generation(generation_);
+  return request;
+}
+
 absl::StatusOr<int64_t> JobDriver::StartRanks() {
   const absl::Time start = clock_->Now();
   const JobSpec& spec = plan_.spec;
-  const int world = static_cast<int>(clients_.size());
   for (const auto& c : clients_) {
     if (!c) return absl::UnavailableError("a worker of the gang left before the job started");
   }
+  // ELASTIC: a rank lost while the ranks start leaves, and the others
+  // start again without it (a generation later).
   std::vector<StartJobResponse> started;
-  TY_RETURN_IF_ERROR(OnAllRanks<StartJobResponse>(
-      "StartJob",
-      [&](int r, auto done) {
-        StartJobRequest request;
-        request.set_job_id(plan_.job_id);
-        *request.mutable_spec() = spec;
-        request.set_rank(r);
-        request.set_world_size(world);
-        request.set_attempt(plan_.restarts);
-        request.set_restore_checkpoint(plan_.restore_from);
-        clients_[r]->StartJobAsync(request, std::move(done));
-      },
-      &started));
+  std::string survived;  // what was lost during the start, if anything
+  while (true) {
+    const int world = static_cast<int>(clients_.size());
+    std::vector<absl::StatusOr<StartJobResponse>> each;
+    const absl::Status status = OnAllRanks<StartJobResponse>(
+        "StartJob",
+        [&](int r, auto done) {
+          StartJobRequest request = StartRequest(r, world);
+          request.set_restore_checkpoint(plan_.restore_from);
+          clients_[r]->StartJobAsync(request, std::move(done));
+        },
+        &started, elastic() ? &each : nullptr);
+    if (status.ok()) break;
+    const StartOutcome outcome = SurviveFailedStart(status, each, &started, &survived);
+    if (outcome == StartOutcome::kFailed) return status;
+    if (outcome == StartOutcome::kStarted) break;
+  }
   // What the workers restored: a restart whose newest checkpoint turned out
   // damaged restores an older one, which becomes the job's newest; the
   // reason while it runs says what was passed over.
   const StartJobResponse& first = started[0];
   const int64_t step = first.start_step();
-  std::string note;
+  std::string note = survived;
   if (first.passed_over_size() > 0) {
-    note = absl::StrCat("restored ",
-                        first.restored_checkpoint().empty() ? "nothing (from scratch)" : first.restored_checkpoint(),
-                        "; passed over ", absl::StrJoin(first.passed_over(), "; "));
+    absl::StrAppend(&note, note.empty() ? "" : "; ", "restored ",
+                    first.restored_checkpoint().empty() ? "nothing (from scratch)" : first.restored_checkpoint(),
+                    "; passed over ", absl::StrJoin(first.passed_over(), "; "));
     spdlog::warn("job {}: {}", plan_.job_id, note);
   }
   const bool own =

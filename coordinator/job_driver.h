@@ -102,6 +102,10 @@ class JobDriverHost {
   // The attempt's ranks are now `worker_ids` (rank order); the job's other
   // workers (lost, or acquired and not joined) go back to the pool.
   virtual void SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids) = 0;
+  // A call of the group meeting in rendezvous `scope` (GroupScope) failed:
+  // ranks still waiting there for their peers fail at once, with `reason`
+  // (InMemoryStore::CloseScope), instead of at the collective timeout.
+  virtual void CloseRendezvous(const std::string& scope, const std::string& reason) = 0;
 };
 
 class JobDriver {
@@ -178,6 +182,21 @@ class JobDriver {
   // the evaluation of step N").
   absl::StatusOr<bool> SurviveLostRanks(const std::vector<absl::Status>& statuses, bool preempted,
                                         const absl::Status& failure, const std::string& during, int64_t* step);
+  // SurviveLostRanks' choice: false if the attempt cannot go on; else the
+  // ranks to keep (whole shard groups, at least min_workers) and what was
+  // lost, one entry per rank left behind.
+  bool Survivors(const std::vector<absl::Status>& statuses, bool preempted, const absl::Status& failure,
+                 std::vector<int>* keep, std::vector<std::string>* lost);
+  // ELASTIC, after StartJob failed with a lost rank: kAgain when the others
+  // (whose starts failed with it) form the next group, to start again;
+  // kStarted when they had all started and regrouped (*started: their
+  // answers); kFailed when the attempt ends (a rank's own error, a
+  // preemption, fewer than min_workers, or some survivors started and
+  // others did not). *note: what was lost, for the job's reason.
+  enum class StartOutcome { kFailed, kAgain, kStarted };
+  StartOutcome SurviveFailedStart(const absl::Status& failure,
+                                  const std::vector<absl::StatusOr<StartJobResponse>>& each,
+                                  std::vector<StartJobResponse>* started, std::string* note);
   // ELASTIC, after `failure` of a fan-out at `step` outside RunSteps: OK
   // when the lost ranks were dropped and the others regrouped at `step`
   // (the caller repeats the call); else the failure (or the regroup's).
@@ -187,6 +206,7 @@ class JobDriver {
   static bool Preempted(const RunStepsResponse& r) { return r.preempted(); }
   static bool Preempted(const EvaluateResponse& r) { return r.preempted(); }
   static bool Preempted(const SaveCheckpointResponse&) { return false; }
+  static bool Preempted(const StartJobResponse&) { return false; }
   // Every rank's status, and whether any answered `preempted`.
   template <typename Response>
   static std::vector<absl::Status> Statuses(const std::vector<absl::StatusOr<Response>>& each, bool* preempted) {
@@ -234,6 +254,8 @@ class JobDriver {
   // StartJob on every rank; records what they restored (the job's newest
   // checkpoint, what was passed over) and RUNNING. The step they start at.
   absl::StatusOr<int64_t> StartRanks();
+  // StartJob for `rank` of `world` in the current attempt and generation.
+  StartJobRequest StartRequest(int rank, int world) const;
   // plan.adopt: Adopt on every rank (each answers once the call the old
   // coordinator started has ended); the ranks must agree on their places,
   // step and group. Records the chunk whose answer never reached the old

@@ -34,39 +34,80 @@ std::vector<int> WholeGroups(const std::vector<int>& keep, int unit, std::vector
 
 }  // namespace
 
-absl::StatusOr<bool> JobDriver::SurviveLostRanks(const std::vector<absl::Status>& statuses, bool preempted,
-                                                 const absl::Status& failure, const std::string& during,
-                                                 int64_t* step) {
+bool JobDriver::Survivors(const std::vector<absl::Status>& statuses, bool preempted, const absl::Status& failure,
+                          std::vector<int>* keep, std::vector<std::string>* lost) {
   // A preemption and a loss at once: the restart handles both.
   if (preempted) return false;
-  std::vector<int> keep;
-  std::vector<std::string> lost;
   for (size_t r = 0; r < statuses.size(); ++r) {
     const absl::Status& status = statuses[r];
     if (status.ok()) {
-      keep.push_back(static_cast<int>(r));
+      keep->push_back(static_cast<int>(r));
     } else if (Blame(status) == kBlameTransport) {
-      lost.push_back(absl::StrCat(RankName(static_cast<int>(r)), ": ", status.message()));
+      lost->push_back(absl::StrCat(RankName(static_cast<int>(r)), ": ", status.message()));
     } else if (Blame(status) < kBlameOwnError) {
-      keep.push_back(static_cast<int>(r));  // its collective failed with the lost peer
+      keep->push_back(static_cast<int>(r));  // its collective failed with the lost peer
     } else {
       return false;  // an error of the rank's own (divergence, NaN, a bad spec, ...)
     }
   }
-  if (lost.empty()) return false;
+  if (lost->empty()) return false;
   // A shard group without one of its ranks lacks a shard: it leaves whole
   // (the other groups hold the same shards).
   std::vector<int> dropped;
-  keep = WholeGroups(keep, GroupUnit(plan_.spec), &dropped);
-  for (int r : dropped) lost.push_back(absl::StrCat(RankName(r), ": its shard group lost a rank"));
+  *keep = WholeGroups(*keep, GroupUnit(plan_.spec), &dropped);
+  for (int r : dropped) lost->push_back(absl::StrCat(RankName(r), ": its shard group lost a rank"));
   const int min_workers = std::max(plan_.spec.fault_tolerance().min_workers(), 1);
-  if (static_cast<int>(keep.size()) < min_workers) {
+  if (static_cast<int>(keep->size()) < min_workers) {
     spdlog::warn("job {}: {} rank(s) left of {}, fewer than fault_tolerance.min_workers {}: the attempt ends ({})",
-                 plan_.job_id, keep.size(), statuses.size(), min_workers, failure.ToString());
+                 plan_.job_id, keep->size(), statuses.size(), min_workers, failure.ToString());
     return false;
   }
+  return true;
+}
+
+absl::StatusOr<bool> JobDriver::SurviveLostRanks(const std::vector<absl::Status>& statuses, bool preempted,
+                                                 const absl::Status& failure, const std::string& during,
+                                                 int64_t* step) {
+  std::vector<int> keep;
+  std::vector<std::string> lost;
+  if (!Survivors(statuses, preempted, failure, &keep, &lost)) return false;
   TY_RETURN_IF_ERROR(Regroup(keep, {}, step, absl::StrCat("lost ", absl::StrJoin(lost, "; "), during)));
   return true;
+}
+
+JobDriver::StartOutcome JobDriver::SurviveFailedStart(const absl::Status& failure,
+                                                      const std::vector<absl::StatusOr<StartJobResponse>>& each,
+                                                      std::vector<StartJobResponse>* started, std::string* note) {
+  if (!elastic() || each.empty()) return StartOutcome::kFailed;
+  bool preempted = false;
+  std::vector<int> keep;
+  std::vector<std::string> lost;
+  const std::vector<absl::Status> statuses = Statuses(each, &preempted);
+  if (!Survivors(statuses, preempted, failure, &keep, &lost)) return StartOutcome::kFailed;
+  int ready = 0;
+  for (int r : keep) ready += each[r].ok() ? 1 : 0;
+  const std::string why = absl::StrCat("lost ", absl::StrJoin(lost, "; "), " during the start");
+  *note = absl::StrCat(why, "; started on ", keep.size(), " of ", plan_.spec.num_workers(), " workers");
+  if (ready == static_cast<int>(keep.size())) {
+    // The lost rank died after the last collective of its start: the
+    // others hold the started job and regroup.
+    started->clear();
+    for (int r : keep) started->push_back(*each[r]);
+    int64_t step = started->front().start_step();
+    const absl::Status regrouped = Regroup(keep, {}, &step, why);
+    return regrouped.ok() && step == started->front().start_step() ? StartOutcome::kStarted : StartOutcome::kFailed;
+  }
+  // Some kept ranks hold a started job and some let theirs go: only a
+  // restart brings them to one place.
+  if (ready > 0) return StartOutcome::kFailed;
+  // Nothing was trained: the others start again as a smaller group, from
+  // the same checkpoint (an ELASTIC job's data position does not depend
+  // on the number of ranks).
+  FormGroup(keep, {}, why);
+  host_->SetRanks(plan_.job_id, worker_ids_);
+  spdlog::warn("job {}: {}; starting again on {} of {} workers (generation {})", plan_.job_id, why, keep.size(),
+               plan_.spec.num_workers(), generation_);
+  return StartOutcome::kAgain;
 }
 
 absl::StatusOr<bool> JobDriver::SurviveFailedChunk(const FailedChunk& chunk, ActionsByMode& actions, Ending* ending,
@@ -193,13 +234,7 @@ absl::Status JobDriver::MeetAsGroup(int kept, std::vector<RegroupResponse>* answ
           clients_[r]->RegroupAsync(request, std::move(done));
           return;
         }
-        StartJobRequest request;
-        request.set_job_id(plan_.job_id);
-        *request.mutable_spec() = plan_.spec;
-        request.set_rank(r);
-        request.set_world_size(world);
-        request.set_attempt(plan_.restarts);
-        request.set_generation(generation_);
+        StartJobRequest request = StartRequest(r, world);
         request.set_join(true);
         clients_[r]->StartJobAsync(request, [done = std::move(done)](absl::StatusOr<StartJobResponse> started) {
           if (!started.ok()) return done(started.status());

@@ -46,13 +46,6 @@ std::map<std::string, double> GoodputScalars(const Goodput& g) {
   return out;
 }
 
-// The rendezvous scope of an attempt's group: "<job>/<attempt>", and
-// "<job>/<attempt>/g<generation>" for an ELASTIC job's later groups.
-std::string GroupScope(const std::string& job_id, int attempt, int generation) {
-  if (generation == 0) return absl::StrCat(job_id, "/", attempt);
-  return absl::StrCat(job_id, "/", attempt, "/g", generation);
-}
-
 // Writes the spec to output_dir/config.textproto, creating output_dir.
 absl::Status WriteJobConfig(const JobSpec& spec) {
   std::error_code ec;

@@ -151,6 +151,10 @@ class RecordingHost : public JobDriverHost {
     MutexLock lock(&mu_);
     records_.push_back(absl::StrCat("ranks ", absl::StrJoin(worker_ids, ",")));
   }
+  void CloseRendezvous(const std::string& scope, const std::string& reason) override {
+    MutexLock lock(&mu_);
+    records_.push_back(absl::StrCat("rendezvous ", scope, " closed: ", reason));
+  }
   // No idle workers here: a degraded ELASTIC group goes on with its ranks.
   std::vector<JoiningWorker> AcquireWorkers(const std::string& /*job_id*/, int /*n*/, int /*unit*/,
                                             const std::set<std::string>& /*exclude*/) override {

@@ -322,6 +322,42 @@ class ElasticTest(unittest.TestCase):
         self.assertEqual(len(s["ranks"]), 2)
         self.hosts.partition(1, 2, down=False)
 
+    def test_a_worker_lost_during_the_start_costs_no_restart(self):
+        """One of three idle workers stops (SIGSTOP) just before a job is
+        given to the three: the other two wait in the rendezvous for it.
+        Once it is known lost (its StartJob call cannot connect, or its
+        heartbeats stop), the coordinator closes that rendezvous, the two fail their start at once (not at the 60 s
+        collective timeout) and start again as a group of 2 from the same
+        (no) checkpoint: no restart, and the same examples at every step as
+        the uninterrupted run (run afterwards, on all three)."""
+        c = self.start(3, collective_timeout=60)
+        wait_for(lambda: c.logs("coordinator").count(" registered: host ") == 3, 60, "three workers")
+        victim = c.workers[2]
+        victim.send_signal(signal.SIGSTOP)
+        try:
+            submitted = time.monotonic()
+            job = c.submit(self.spec, "output_dir=started", *ELASTIC)
+            wait_for(lambda: "during the start; starting again" in c.logs("coordinator"), 60, "the start again")
+            took = time.monotonic() - submitted
+            s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 180)
+        finally:
+            victim.send_signal(signal.SIGCONT)
+        print(f"started again {took:.1f} s after the submission")
+        self.assertEqual(s["state"], "SUCCEEDED", s["reason"])
+        self.assertEqual(s.get("restarts", 0), 0, s["reason"])
+        self.assertEqual(s.get("regroups", 0), 1, s["reason"])
+        self.assertEqual(len(s["ranks"]), 2)
+        self.assertRegex(c.logs("coordinator"), r"lost rank \d \(worker [^)]*\): [^\n]*during the start; "
+                                                r"starting again on 2 of 3 workers")
+        # The call's connection timeout (5 s) or the heartbeat timeout
+        # (10 s), not the collective timeout (60 s).
+        self.assertLess(took, 30.0)
+        # The stopped worker comes back, lets go of its start (its
+        # rendezvous is closed) and serves the uninterrupted run.
+        wait_for(lambda: c.logs("coordinator").count(" registered: host ") == 4, 60,
+                 "the stopped worker to register again")
+        self.assert_close_to(self.reference(), "started")
+
     def test_a_worker_lost_during_evaluation_costs_no_restart(self):
         """SIGKILL of a worker while the ranks evaluate: the others regroup
         and evaluate the same step again in their new group; no restart."""
