@@ -211,10 +211,18 @@ class Coordinator : private JobDriverHost {
   // The worker `worker_id` is the job's rank; once every rank is back, the
   // attempt is adopted (a driver with AttemptPlan::adopt).
   void AdoptRankLocked(Job* job, int rank, const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Tick: jobs whose ranks did not all come back in time restart.
+  // Tick: jobs whose ranks did not all come back in time restart; an
+  // ELASTIC one goes on with the whole shard groups that came back, when
+  // they are min_workers or more (AdoptSurvivorsLocked).
   void ExpireAdoptionsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job is no longer waiting: the workers that came back let go of it.
-  void EndAdoptionLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AdoptSurvivorsLocked(Job* job, const std::string& lost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A driver takes the attempt over on `ids` (AttemptPlan::adopt); `edit`
+  // completes its plan.
+  void StartAdoptionLocked(Job* job, const std::vector<std::string>& ids, const std::function<void(AttemptPlan*)>& edit)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job is no longer waiting: the workers that came back (those of
+  // `only` if given) let go of it.
+  void EndAdoptionLocked(Job* job, const std::vector<std::string>* only = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job of that id; nullptr if there is none (or no longer: retention).
   Job* FindLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The driver thread of an attempt: runs it, then returns the gang to the

@@ -5,7 +5,9 @@
 // worker id it holds. Once every rank of the attempt is back, a driver
 // takes the attempt over where the ranks are (JobDriver::AdoptRanks): no
 // restart, no step lost. A rank that does not come back within
-// adopt_grace makes the job restart from its newest checkpoint, as before.
+// adopt_grace makes the job restart from its newest checkpoint, as before;
+// an ELASTIC job instead goes on with the ranks that came back (whole
+// shard groups, min_workers or more), which regroup.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -74,6 +76,12 @@ void Coordinator::AdoptRankLocked(Job* job, int rank, const std::string& worker_
     UpdateLocked(job, /*durable=*/false);
     return;
   }
+  job->info.set_reason(absl::StrCat("adopting its ", ids.size(), " rank(s) after a coordinator restart"));
+  StartAdoptionLocked(job, ids, nullptr);
+}
+
+void Coordinator::StartAdoptionLocked(Job* job, const std::vector<std::string>& ids,
+                                      const std::function<void(AttemptPlan*)>& edit) {
   const absl::Time now = options_.clock->Now();
   const double outage = absl::ToDoubleSeconds(now - std::min(job->adoption->down_since, now));
   job->adoption.reset();
@@ -81,10 +89,41 @@ void Coordinator::AdoptRankLocked(Job* job, int rank, const std::string& worker_
   plan.adopt = true;
   plan.recorded_step = job->info.metrics_step();
   plan.adoption_seconds = outage;
-  job->info.set_reason(absl::StrCat("adopting its ", ids.size(), " rank(s) after a coordinator restart"));
+  if (edit) edit(&plan);
   UpdateLocked(job);
   job->attempt = std::make_shared<JobDriver>(std::move(plan), static_cast<JobDriverHost*>(this), options_.clock);
   job->driver = std::thread([this, job] { Drive(job); });
+}
+
+bool Coordinator::AdoptSurvivorsLocked(Job* job, const std::string& lost) {
+  const JobSpec& spec = job->info.spec();
+  if (!IsElasticTraining(spec)) return false;
+  const std::vector<std::string> ids = job->adoption->worker_ids;
+  const int world = static_cast<int>(ids.size());
+  const int unit = ShardGroupSize(spec, spec.num_workers());
+  if (world % unit != 0) return false;
+  // Whole shard groups only (replicated: every rank back).
+  std::vector<int> places;
+  std::vector<std::string> kept, dropped;
+  for (int g = 0; g < world; g += unit) {
+    const bool whole =
+        std::all_of(ids.begin() + g, ids.begin() + g + unit, [](const std::string& id) { return !id.empty(); });
+    for (int r = g; r < g + unit; ++r) {
+      if (whole) places.push_back(r);
+      if (!ids[r].empty()) (whole ? kept : dropped).push_back(ids[r]);
+    }
+  }
+  if (kept.empty() || static_cast<int>(kept.size()) < std::max(spec.fault_tolerance().min_workers(), 1)) return false;
+  if (!dropped.empty()) EndAdoptionLocked(job, &dropped);
+  job->info.set_reason(
+      absl::StrCat("adopting ", kept.size(), " of its ", world, " rank(s) after a coordinator restart; ", lost));
+  spdlog::warn("job {}: {}", job->id, job->info.reason());
+  StartAdoptionLocked(job, kept, [&](AttemptPlan* plan) {
+    plan->adopt_places = places;
+    plan->adopt_world = world;
+    plan->adopt_lost = lost;
+  });
+  return true;
 }
 
 void Coordinator::ExpireAdoptionsLocked() {
@@ -100,6 +139,7 @@ void Coordinator::ExpireAdoptionsLocked() {
         absl::StrCat("the coordinator restarted while the job was RUNNING and ", missing.size(), " of its ", ids.size(),
                      " rank(s) did not come back within ", absl::FormatDuration(options_.adopt_grace), " (",
                      RankName(*job, missing.front()), ")");
+    if (AdoptSurvivorsLocked(job.get(), why)) continue;
     EndAdoptionLocked(job.get());
     // max_restarts is normalised: set, default 3.
     const NextAttempt next =
@@ -111,12 +151,16 @@ void Coordinator::ExpireAdoptionsLocked() {
   }
 }
 
-void Coordinator::EndAdoptionLocked(Job* job) {
+void Coordinator::EndAdoptionLocked(Job* job, const std::vector<std::string>* only) {
   std::vector<std::string> back;
   for (const std::string& id : job->adoption->worker_ids) {
     if (!id.empty()) back.push_back(id);
   }
-  job->adoption.reset();
+  if (only != nullptr) {
+    back = *only;
+  } else {
+    job->adoption.reset();
+  }
   std::vector<std::shared_ptr<WorkerClient>> clients;
   for (const std::string& id : back) {
     if (absl::StatusOr<WorkerRecord> w = workers_.Get(id); w.ok()) clients.emplace_back(client_factory_(*w));

@@ -55,6 +55,7 @@ struct Script {
   std::map<int64_t, std::string> checkpoint_failure_at;
   bool fail_once = false;        // fail_step fails only the first time
   absl::Status fail_start_once;  // the first StartJob (not a join) fails with this
+  bool left_group = false;       // Adopt says the rank left its group
   // The failing RunSteps trained its steps first (a loss during the chunk's
   // own checkpoint): Regroup then reports the chunk's end.
   bool fail_after_steps = false;
@@ -238,6 +239,7 @@ class ScriptedResponder : public FakeWorker::Responder {
     response.set_rank(w_->rank);
     response.set_world_size(w_->world);
     response.set_step(w_->step);
+    response.set_left_group(w_->left_group);
     if (w_->last_chunk) {
       *response.mutable_last_chunk() = *w_->last_chunk;
       response.set_last_chunk_first_step(w_->last_chunk_first_step);
@@ -295,13 +297,12 @@ class CoordinatorTest : public ::testing::Test {
   }
   // A 2-worker job (workers "a" and "b", ids w1-a and w2-b) RUNNING when
   // its coordinator shuts down; returns its id.
-  std::string RunningWhenTheCoordinatorStops() {
+  std::string RunningWhenTheCoordinatorStops(const SubmitJobRequest& spec = Spec(2, 100),
+                                             const std::vector<std::string>& names = {"a", "b"}) {
     auto c = Make();
-    AddWorker(c.get(), "a");
-    AddWorker(c.get(), "b");
-    Fake("a")->Hold(WorkerMethod::kRunSteps);
-    Fake("b")->Hold(WorkerMethod::kRunSteps);
-    const std::string job = c->SubmitJob(Spec(2, 100))->job_id();
+    for (const std::string& n : names) AddWorker(c.get(), n);
+    for (const std::string& n : names) Fake(n)->Hold(WorkerMethod::kRunSteps);
+    const std::string job = c->SubmitJob(spec)->job_id();
     c->Tick();
     WaitForState(c.get(), job, RUNNING);
     c->Shutdown();
@@ -1242,6 +1243,50 @@ TEST_F(CoordinatorTest, AJobWhoseRanksDoNotAllComeBackRestartsAndTheOnesBackLetG
   EXPECT_EQ(CallsAfterAbort("a"), (std::vector<std::string>{"abort"}));
   // It drains: a new gang only once it reports it let go.
   EXPECT_EQ(c->workers()->Get("w1-a")->state, WorkerRecord::State::kDraining);
+}
+
+// ELASTIC: the ranks back within adopt_grace are adopted without the one
+// that is not, and regroup (no restart, no step lost).
+TEST_F(CoordinatorTest, ARestartedCoordinatorAdoptsTheElasticRanksThatCameBackAndRegroupsThem) {
+  const std::string job = RunningWhenTheCoordinatorStops(ElasticSpec(0), {"a", "b", "c"});
+  auto c = Make();
+  EXPECT_TRUE(Reregister(c.get(), "a", job, "w1-a", 0, 0, 3, 20).keep_held_job());
+  EXPECT_TRUE(Reregister(c.get(), "c", job, "w3-c", 0, 2, 3, 20).keep_held_job());
+  for (int i = 0; i < 30; ++i) {
+    clock_.AdvanceTime(absl::Seconds(1));
+    for (const char* id : {"w1-a", "w2-c"}) {
+      HeartbeatRequest beat;
+      beat.set_worker_id(id);
+      beat.set_job_id(job);
+      ASSERT_FALSE(c->Heartbeat(beat)->reregister());
+    }
+    c->Tick();
+  }
+  const JobInfo done = WaitForState(c.get(), job, SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.regroups(), 1);
+  EXPECT_EQ(done.step(), 100);
+  ASSERT_EQ(done.ranks_size(), 2);
+  EXPECT_EQ(done.ranks(1).host(), "c");
+  EXPECT_EQ(CallsAfterAbort("c"), (std::vector<std::string>{"adopt attempt 0", "regroup 1/2 g1", "run 20+20",
+                                                            "run 40+20", "run 60+20", "run 80+20 ckpt", "abort"}));
+}
+
+// A rank that left its group (its chunk failed on a peer lost while no
+// coordinator listened) is adopted out of it, and the ranks regroup.
+TEST_F(CoordinatorTest, ElasticRanksAtDifferentStepsOrOutOfTheirGroupAreAdoptedAndRegroup) {
+  SubmitJobRequest spec = ElasticSpec(0);
+  spec.mutable_spec()->set_num_workers(2);
+  const std::string job = RunningWhenTheCoordinatorStops(spec, {"a", "b"});
+  auto c = Make();
+  EXPECT_TRUE(Reregister(c.get(), "a", job, "w1-a", 0, 0, 2, 20).keep_held_job());
+  Worker("a")->left_group = true;
+  EXPECT_TRUE(Reregister(c.get(), "b", job, "w2-b", 0, 1, 2, 20).keep_held_job());
+  const JobInfo done = WaitForState(c.get(), job, SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.regroups(), 1);
+  EXPECT_EQ(CallsAfterAbort("b"), (std::vector<std::string>{"adopt attempt 0", "regroup 1/2 g1", "run 20+20",
+                                                            "run 40+20", "run 60+20", "run 80+20 ckpt", "abort"}));
 }
 
 TEST_F(CoordinatorTest, WaitForChangeWakesOnChangesAndTimesOut) {

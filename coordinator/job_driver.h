@@ -69,6 +69,12 @@ struct AttemptPlan {
   bool adopt = false;
   int64_t recorded_step = 0;    // adopt: the job's metrics_step, the last chunk it recorded
   double adoption_seconds = 0;  // adopt: from the outage to the ranks' return (goodput's recovery)
+  // adopt, ELASTIC, some ranks not back in time: each adopted rank's place
+  // in the group it was in (rank order), that group's size, and the ranks
+  // left behind (for the reason). The ranks adopted then regroup.
+  std::vector<int> adopt_places;
+  int adopt_world = 0;
+  std::string adopt_lost;
 };
 
 // A worker given to a running ELASTIC attempt (JobDriverHost::AcquireWorkers).
@@ -258,10 +264,16 @@ class JobDriver {
   StartJobRequest StartRequest(int rank, int world) const;
   // plan.adopt: Adopt on every rank (each answers once the call the old
   // coordinator started has ended); the ranks must agree on their places,
-  // step and group. Records the chunk whose answer never reached the old
-  // coordinator, and RUNNING. The step they are at; a chunk that ended in a
-  // preemption meanwhile sets the ending (PREEMPTED) instead.
+  // step and group (ELASTIC: they regroup when some were not back in time,
+  // are at different steps or left their group). Records the chunk whose
+  // answer never reached the old coordinator, and RUNNING. The step they
+  // are at; a chunk that ended in a preemption meanwhile sets the ending
+  // (PREEMPTED) instead.
   absl::StatusOr<int64_t> AdoptRanks(Ending* ending);
+  // AdoptRanks' check: every rank at its place in the group the record
+  // names (AttemptPlan::adopt_places) and of one generation; *regroup when
+  // ELASTIC ranks must regroup. kUnavailable naming the rank otherwise.
+  absl::Status CheckAdoptedPlaces(const std::vector<AdoptResponse>& adopted, bool* regroup) const;
   // EVALUATION and INFERENCE: Infer on every rank; the metrics recorded,
   // *final_reason says what was decoded where.
   absl::Status RunInference(int64_t step, std::string* final_reason);

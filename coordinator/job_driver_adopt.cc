@@ -2,6 +2,7 @@
 // restarted (AttemptPlan::adopt): the ranks kept their state through the
 // outage, so the attempt goes on from the step they are at.
 #include <algorithm>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,28 @@
 #include "spdlog/spdlog.h"
 
 namespace trainyard {
+
+absl::Status JobDriver::CheckAdoptedPlaces(const std::vector<AdoptResponse>& adopted, bool* regroup) const {
+  const int world = static_cast<int>(adopted.size());
+  const AdoptResponse& first = adopted[0];
+  const int group_world = plan_.adopt_world > 0 ? plan_.adopt_world : world;
+  *regroup = !plan_.adopt_lost.empty();
+  for (int r = 0; r < world; ++r) {
+    const AdoptResponse& a = adopted[r];
+    const int place = plan_.adopt_places.empty() ? r : plan_.adopt_places[r];
+    const bool apart = a.step() != first.step() || a.left_group();
+    *regroup = *regroup || apart;
+    if (a.rank() != place || a.world_size() != group_world || a.generation() != first.generation() ||
+        (apart && !elastic())) {
+      // E.g. a regroup the outage cut short: the ranks are not one group.
+      return absl::UnavailableError(absl::StrCat("the ranks cannot be adopted as they are: ", RankName(r), " is rank ",
+                                                 a.rank(), " of ", a.world_size(), " at step ", a.step(), " (group ",
+                                                 a.generation(), "), rank 0 at step ", first.step(), " (group ",
+                                                 first.generation(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<int64_t> JobDriver::AdoptRanks(Ending* ending) {
   const absl::Time start = clock_->Now();
@@ -29,18 +52,10 @@ absl::StatusOr<int64_t> JobDriver::AdoptRanks(Ending* ending) {
       },
       &adopted));
   const AdoptResponse& first = adopted[0];
-  for (int r = 0; r < world; ++r) {
-    const AdoptResponse& a = adopted[r];
-    if (a.rank() != r || a.world_size() != world || a.step() != first.step() || a.generation() != first.generation()) {
-      // E.g. a regroup the outage cut short: the ranks are not one group.
-      return absl::UnavailableError(absl::StrCat("the ranks cannot be adopted as they are: ", RankName(r), " is rank ",
-                                                 a.rank(), " of ", a.world_size(), " at step ", a.step(), " (group ",
-                                                 a.generation(), "), rank 0 at step ", first.step(), " (group ",
-                                                 first.generation(), ")"));
-    }
-  }
+  bool regroup = false;
+  TY_RETURN_IF_ERROR(CheckAdoptedPlaces(adopted, &regroup));
   generation_ = first.generation();
-  const int64_t step = first.step();
+  int64_t step = first.step();
   latest_checkpoint_ = plan_.latest_checkpoint;
   // A worker was asked to stop while no coordinator listened: the ranks
   // stopped together and rank 0 wrote the emergency checkpoint.
@@ -54,7 +69,9 @@ absl::StatusOr<int64_t> JobDriver::AdoptRanks(Ending* ending) {
   // The chunk the ranks finished while no coordinator listened: its
   // summary, checkpoint and timings in the record, its steps productive.
   double credited = 0;
-  if (first.has_last_chunk() && first.last_chunk().last_step() == step && step > plan_.recorded_step) {
+  const bool one_step =
+      std::all_of(adopted.begin(), adopted.end(), [&](const AdoptResponse& a) { return a.step() == step; });
+  if (one_step && first.has_last_chunk() && first.last_chunk().last_step() == step && step > plan_.recorded_step) {
     std::vector<RunStepsResponse> ran;
     for (const AdoptResponse& a : adopted) ran.push_back(a.last_chunk());
     const int64_t steps = step - first.last_chunk_first_step();
@@ -73,6 +90,14 @@ absl::StatusOr<int64_t> JobDriver::AdoptRanks(Ending* ending) {
     Goodput* g = info->mutable_goodput();
     g->set_recovery_seconds(g->recovery_seconds() + std::max(0.0, seconds - credited));
   });
+  if (regroup) {
+    std::vector<int> keep(world);
+    std::iota(keep.begin(), keep.end(), 0);
+    TY_RETURN_IF_ERROR(Regroup(keep, {}, &step,
+                               plan_.adopt_lost.empty()
+                                   ? "ranks at different steps or out of their group after the coordinator's outage"
+                                   : plan_.adopt_lost));
+  }
   return step;
 }
 

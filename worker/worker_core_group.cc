@@ -58,21 +58,25 @@ absl::StatusOr<AdoptResponse> WorkerCore::Adopt(const AdoptRequest& request) {
   if (job->stop && !job->preempt) {
     return absl::AbortedError(absl::StrCat("job ", job->id, " was aborted: ", job->stop_reason));
   }
-  TY_RETURN_IF_ERROR(CheckInGroup(*job));
   if (job->training == nullptr || job->training->trainer() == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("Adopt: job ", job->id, " does not train"));
   }
+  // An ELASTIC rank that left its failed group is adopted as such: the
+  // coordinator regroups it.
+  const bool left = job->collective == nullptr;
+  if (!job->training->elastic()) TY_RETURN_IF_ERROR(CheckInGroup(*job));
   AdoptResponse response;
   response.set_rank(job->rank);
   response.set_world_size(job->world_size);
   response.set_generation(job->generation);
   response.set_step(job->training->step());
+  response.set_left_group(left);
   if (job->last_chunk) {
     *response.mutable_last_chunk() = *job->last_chunk;
     response.set_last_chunk_first_step(job->last_chunk_first_step);
   }
-  spdlog::info("job {}: adopted by a restarted coordinator at step {} (rank {} of {})", job->id, response.step(),
-               job->rank, job->world_size);
+  spdlog::info("job {}: adopted by a restarted coordinator at step {} (rank {} of {}{})", job->id, response.step(),
+               job->rank, job->world_size, left ? ", out of its failed group" : "");
   return response;
 }
 

@@ -66,8 +66,9 @@ class ElasticTest(unittest.TestCase):
             if self.hosts:
                 self.hosts.remove()
 
-    def start(self, workers, heartbeat_timeout=10, hosts=None, collective_timeout=5, watchdog=True):
-        extra = ("--insecure",) if hosts else ()
+    def start(self, workers, heartbeat_timeout=10, hosts=None, collective_timeout=5, watchdog=True,
+              coordinator_extra=()):
+        extra = (*coordinator_extra, "--insecure") if hosts else tuple(coordinator_extra)
         if not watchdog:
             extra += ("--watchdog-period", "0")
         self.cluster = Cluster(self.root, heartbeat_timeout=heartbeat_timeout,
@@ -357,6 +358,30 @@ class ElasticTest(unittest.TestCase):
         wait_for(lambda: c.logs("coordinator").count(" registered: host ") == 4, 60,
                  "the stopped worker to register again")
         self.assert_close_to(self.reference(), "started")
+
+    def test_a_worker_lost_while_the_coordinator_is_down_costs_no_restart(self):
+        """The coordinator is SIGKILLed mid-job, and while it is down one of
+        the three workers is SIGKILLed too. A new coordinator on the same
+        state directory waits --adopt-grace (5 s) for the job's ranks; two
+        come back, it adopts them without the third and they regroup (a
+        rank whose chunk failed on the lost peer left its group and says
+        so): no restart, and the same examples at every step as the
+        uninterrupted run."""
+        c = self.start(3, coordinator_extra=("--adopt-grace", "5"))
+        reference = self.reference()
+        job = c.submit(self.spec, "output_dir=outage", *ELASTIC)
+        self.wait_step(job, 10)
+        c.coordinator.send_signal(signal.SIGKILL)
+        c.coordinator.wait(timeout=30)
+        self.kill(2)
+        c.restart_coordinator(signal.SIGKILL)  # the old one is gone already: a new one starts
+        s, _ = self.finish(job, "outage", reference, regroups=1)
+        log = c.logs("coordinator-2")
+        self.assertRegex(log, r"adopting 2 of its 3 rank\(s\) after a coordinator restart; the coordinator "
+                              r"restarted while the job was RUNNING and 1 of its 3 rank\(s\) did not come back "
+                              r"within 5s")
+        self.assertIn("training on 2 of 3 workers from step", log)
+        self.assertEqual(len(s["ranks"]), 2)
 
     def test_a_worker_lost_during_evaluation_costs_no_restart(self):
         """SIGKILL of a worker while the ranks evaluate: the others regroup
