@@ -2,9 +2,13 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <mutex>
 #include <set>
+#include <thread>
+#include <vector>
 
 #include "common/grpc/channel.h"
 #include "common/grpc/status.h"
@@ -12,6 +16,51 @@
 
 namespace trainyard {
 namespace {
+
+// Holds the channels of destroyed clients until nothing else does, and then
+// destroys them on a thread of its own. A call's context holds its
+// channel; without this, a client dropped while its last call completes
+// leaves the channel's last reference to that context, destroyed on a gRPC
+// callback thread, and gRPC does not support destroying a channel there
+// (seen: the coordinator aborting in gRPC's "ref_counted.h: assertion
+// failed: prior > 0" just after the farewell calls to a job's workers).
+class ChannelReaper {
+ public:
+  static ChannelReaper& Get() {
+    static ChannelReaper* reaper = new ChannelReaper;  // never destroyed: its thread runs to the exit
+    return *reaper;
+  }
+
+  void Keep(std::shared_ptr<grpc::Channel> channel) {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_.push_back(std::move(channel));
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { Run(); }).detach();
+    }
+  }
+
+ private:
+  void Run() {
+    while (true) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      std::vector<std::shared_ptr<grpc::Channel>> done;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        // use_count() 1: no context or stub holds it, and none can take it.
+        auto unused = std::partition(held_.begin(), held_.end(),
+                                     [](const std::shared_ptr<grpc::Channel>& c) { return c.use_count() > 1; });
+        std::move(unused, held_.end(), std::back_inserter(done));
+        held_.erase(unused, held_.end());
+      }
+      // `done` is destroyed here, on this thread.
+    }
+  }
+
+  std::mutex mu_;
+  bool started_ = false;
+  std::vector<std::shared_ptr<grpc::Channel>> held_;
+};
 
 class GrpcWorkerClient : public WorkerClient {
  public:
@@ -23,7 +72,12 @@ class GrpcWorkerClient : public WorkerClient {
     SetReconnectBackoff(&args);
     if (!server_name.empty()) args.SetSslTargetNameOverride(server_name);
     if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
-    stub_ = WorkerService::NewStub(grpc::CreateCustomChannel(address, credentials, args));
+    channel_ = grpc::CreateCustomChannel(address, credentials, args);
+    stub_ = WorkerService::NewStub(channel_);
+  }
+  ~GrpcWorkerClient() override {
+    stub_.reset();
+    ChannelReaper::Get().Keep(std::move(channel_));
   }
 
   void StartJobAsync(const StartJobRequest& request, Done<StartJobResponse> done) override {
@@ -134,15 +188,18 @@ class GrpcWorkerClient : public WorkerClient {
         std::lock_guard<std::mutex> lock(mu_);
         in_flight_.erase(&owned->ctx);
       }
-      if (status.ok()) {
-        owned->done(std::move(owned->response));
-      } else {
-        owned->done(FromGrpcStatus(status));
-      }
+      Done<Response> done = std::move(owned->done);
+      absl::StatusOr<Response> result =
+          status.ok() ? absl::StatusOr<Response>(std::move(owned->response)) : FromGrpcStatus(status);
+      // The context goes before `done`, which may drop the last reference
+      // to this client: nothing here touches the client after it.
+      owned.reset();
+      done(std::move(result));
     });
   }
 
   std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<WorkerService::Stub> stub_;
   std::mutex mu_;
   std::set<grpc::ClientContext*> in_flight_;
