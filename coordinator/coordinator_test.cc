@@ -53,9 +53,10 @@ struct Script {
   std::string restores_instead;
   // RunSteps ending at this step reports this checkpoint_failure.
   std::map<int64_t, std::string> checkpoint_failure_at;
-  bool fail_once = false;        // fail_step fails only the first time
-  absl::Status fail_start_once;  // the first StartJob (not a join) fails with this
-  bool left_group = false;       // Adopt says the rank left its group
+  bool fail_once = false;          // fail_step fails only the first time
+  absl::Status fail_start_once;    // the first StartJob (not a join) fails with this
+  bool left_group = false;         // Adopt says the rank left its group
+  absl::Status fail_regroup_once;  // the first Regroup fails with this
   // The failing RunSteps trained its steps first (a loss during the chunk's
   // own checkpoint): Regroup then reports the chunk's end.
   bool fail_after_steps = false;
@@ -221,6 +222,7 @@ class ScriptedResponder : public FakeWorker::Responder {
   absl::StatusOr<RegroupResponse> Regroup(const RegroupRequest& r) override {
     Record(absl::StrCat("regroup ", r.rank(), "/", r.world_size(), " g", r.generation()));
     std::lock_guard<std::mutex> lock(w_->mu);
+    if (!w_->fail_regroup_once.ok()) return std::exchange(w_->fail_regroup_once, absl::OkStatus());
     w_->rank = r.rank();
     RegroupResponse response;
     response.set_step(w_->step);
@@ -1768,6 +1770,27 @@ TEST_F(CoordinatorTest, ElasticRepeatsAnOnDemandCheckpointOnTheSurvivorsAfterALo
   EXPECT_EQ(CallsAfterAbort("b"),
             (std::vector<std::string>{"start 1/3", "run 0+20", "run 20+20", "save 40 wait", "regroup 0/2 g1",
                                       "save 40 wait", "run 40+20", "run 60+20", "run 80+20 ckpt", "abort"}));
+}
+
+// A rank lost while the survivors of a loss regroup: the others regroup
+// again without it (no restart).
+TEST_F(CoordinatorTest, ElasticRegroupsAgainWithoutARankLostWhileRegrouping) {
+  auto c = Make();
+  for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
+  LoseRankAt(Worker("b").get(), {Worker("a").get(), Worker("c").get()}, 40);
+  Worker("c")->fail_regroup_once = absl::UnavailableError("Socket closed");
+  Worker("a")->fail_regroup_once = absl::AbortedError("forming the group of generation 1 was aborted");
+  ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
+  c->Start();
+  JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.regroups(), 1);
+  ASSERT_EQ(done.ranks_size(), 1);
+  EXPECT_EQ(done.ranks(0).host(), "a");
+  EXPECT_EQ(CallsAfterAbort("a"),
+            (std::vector<std::string>{"start 0/3", "run 0+20", "run 20+20", "run 40+20", "regroup 0/2 g1",
+                                      "regroup 0/1 g2", "run 40+20", "run 60+20", "run 80+20 ckpt", "abort"}));
+  EXPECT_EQ(CallsAfterAbort("c").back(), "abort");  // told to let go
 }
 
 // A rank lost while the ranks start: the others' starts fail with it

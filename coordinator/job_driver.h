@@ -179,7 +179,15 @@ class JobDriver {
   // in the next generation; then Regroup on the kept ranks (the first
   // `kept`) and StartJob(join) on the joining ones, answers in rank order.
   void FormGroup(const std::vector<int>& keep, const std::vector<JoiningWorker>& joining, const std::string& why);
-  absl::Status MeetAsGroup(int kept, std::vector<RegroupResponse>* answers);
+  absl::Status MeetAsGroup(int kept, std::vector<RegroupResponse>* answers,
+                           std::vector<absl::StatusOr<RegroupResponse>>* each = nullptr);
+  // ELASTIC, after MeetAsGroup failed (`each`: every rank's outcome, the
+  // first `kept` ranks the ones already in the job): the ranks lost while
+  // the group formed are left out and the others regroup again (joiners
+  // join again); else `failure`.
+  absl::Status RegroupWithoutLostRanks(const absl::Status& failure,
+                                       const std::vector<absl::StatusOr<RegroupResponse>>& each, int kept,
+                                       int64_t* step, const std::string& why);
   // ELASTIC: after a failed fan-out (RunSteps, Evaluate, SaveCheckpoint;
   // `statuses` every rank's outcome), the lost ranks are dropped and the
   // others regroup (true); false when the failure is not a lost rank, a
@@ -213,6 +221,7 @@ class JobDriver {
   static bool Preempted(const EvaluateResponse& r) { return r.preempted(); }
   static bool Preempted(const SaveCheckpointResponse&) { return false; }
   static bool Preempted(const StartJobResponse&) { return false; }
+  static bool Preempted(const RegroupResponse&) { return false; }
   // Every rank's status, and whether any answered `preempted`.
   template <typename Response>
   static std::vector<absl::Status> Statuses(const std::vector<absl::StatusOr<Response>>& each, bool* preempted) {
@@ -376,7 +385,8 @@ class JobDriver {
   // ELASTIC: workers that stopped heartbeating, and why.
   std::map<std::string, std::string> lost_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<WorkerClient>> member_clients_ ABSL_GUARDED_BY(mu_);
-  // ELASTIC: workers the watchdog dropped as cut off (not taken back).
+  // ELASTIC: workers the watchdog dropped as cut off, and joiners lost
+  // while they joined (not taken again in this attempt).
   std::set<std::string> cut_off_;
   // On-demand checkpoints: tickets asked and served, the last result, and
   // how the attempt ended (set once Drive returns).

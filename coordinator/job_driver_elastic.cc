@@ -152,7 +152,9 @@ absl::Status JobDriver::Regroup(const std::vector<int>& keep, const std::vector<
   const int world = static_cast<int>(clients_.size());
   spdlog::warn("job {}: {}; regrouping {} rank(s) (generation {})", plan_.job_id, why, world, generation_);
   std::vector<RegroupResponse> answers;
-  TY_RETURN_IF_ERROR(MeetAsGroup(static_cast<int>(keep.size()), &answers));
+  std::vector<absl::StatusOr<RegroupResponse>> each;
+  const absl::Status met = MeetAsGroup(static_cast<int>(keep.size()), &answers, elastic() ? &each : nullptr);
+  if (!met.ok()) return RegroupWithoutLostRanks(met, each, static_cast<int>(keep.size()), step, why);
   // Every rank must now hold the same state, bit for bit (hybrid
   // sharding: the same as the ranks holding its shard in the other groups).
   const int unit = GroupUnit(plan_.spec);
@@ -219,7 +221,37 @@ void JobDriver::FormGroup(const std::vector<int>& keep, const std::vector<Joinin
   generation_++;
 }
 
-absl::Status JobDriver::MeetAsGroup(int kept, std::vector<RegroupResponse>* answers) {
+absl::Status JobDriver::RegroupWithoutLostRanks(const absl::Status& failure,
+                                                const std::vector<absl::StatusOr<RegroupResponse>>& each, int kept,
+                                                int64_t* step, const std::string& why) {
+  if (each.empty()) return failure;
+  bool preempted = false;
+  const std::vector<absl::Status> statuses = Statuses(each, &preempted);
+  std::vector<int> keep;
+  std::vector<std::string> lost;
+  if (!Survivors(statuses, preempted, failure, &keep, &lost)) return failure;
+  // A lost joiner (e.g. a worker that hung while idle, still registered
+  // until its heartbeats are missed) is not taken again in this attempt.
+  for (int r = kept; r < static_cast<int>(statuses.size()); ++r) {
+    if (Blame(statuses[r]) == kBlameTransport) cut_off_.insert(worker_ids_[r]);
+  }
+  // The ranks that were in the job meet again; joiners (whose start failed
+  // and was let go) join again.
+  std::vector<int> again;
+  std::vector<JoiningWorker> joining;
+  for (int r : keep) {
+    if (r < kept) {
+      again.push_back(r);
+    } else {
+      joining.push_back({worker_ids_[r], clients_[r], workers_[r], addresses_[r]});
+    }
+  }
+  return Regroup(again, joining, step,
+                 absl::StrCat(why, "; then lost ", absl::StrJoin(lost, "; "), " while regrouping"));
+}
+
+absl::Status JobDriver::MeetAsGroup(int kept, std::vector<RegroupResponse>* answers,
+                                    std::vector<absl::StatusOr<RegroupResponse>>* each) {
   const int world = static_cast<int>(clients_.size());
   return OnAllRanks<RegroupResponse>(
       "Regroup",
@@ -247,7 +279,7 @@ absl::Status JobDriver::MeetAsGroup(int kept, std::vector<RegroupResponse>* answ
           done(std::move(answer));
         });
       },
-      answers);
+      answers, each);
 }
 
 }  // namespace trainyard

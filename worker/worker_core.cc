@@ -170,8 +170,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   if (request.join() && !elastic) {
     return release(absl::InvalidArgumentError("StartJob: join needs a job with fault_tolerance ELASTIC"));
   }
-  absl::StatusOr<std::unique_ptr<Collective>> collective =
-      MakeJobCollective(GroupScope(job->id, request.attempt(), request.generation()), rank, world, spec);
+  absl::StatusOr<std::unique_ptr<Collective>> collective = FormGroup(job.get(), rank, world, request.generation());
   if (!collective.ok()) return release(collective.status());
   SwapCollective(job.get(), std::move(*collective), request.generation());
   TrainingJobOptions options;
@@ -308,6 +307,11 @@ absl::StatusOr<RegroupResponse> WorkerCore::Regroup(const RegroupRequest& reques
   if (!job->training || !job->training->elastic()) {
     return absl::FailedPreconditionError(absl::StrCat("job ", job->id, " is not a training job with ELASTIC"));
   }
+  if (job->state_unsure) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job->id,
+                     ": an earlier regroup failed while moving state; this rank's state may be partly overwritten"));
+  }
   const int world = request.world_size(), rank = request.rank();
   if (world < 1 || rank < 0 || rank >= world || request.attempt() != job->attempt ||
       request.generation() <= job->generation) {
@@ -315,9 +319,7 @@ absl::StatusOr<RegroupResponse> WorkerCore::Regroup(const RegroupRequest& reques
         "Regroup: rank ", rank, " of ", world, ", attempt ", request.attempt(), ", generation ", request.generation(),
         " (this rank: attempt ", job->attempt, ", generation ", job->generation, ")"));
   }
-  TY_ASSIGN_OR_RETURN(
-      std::unique_ptr<Collective> collective,
-      MakeJobCollective(GroupScope(job->id, job->attempt, request.generation()), rank, world, job->spec));
+  TY_ASSIGN_OR_RETURN(std::unique_ptr<Collective> collective, FormGroup(job.get(), rank, world, request.generation()));
   SetLogJob(job->id, rank);
   // Workers joining the group (StartJob with `join`) say first whether
   // they could build the job; this rank has it already.
@@ -332,7 +334,10 @@ absl::StatusOr<RegroupResponse> WorkerCore::Regroup(const RegroupRequest& reques
     std::shared_ptr<Collective> old = SwapCollective(job.get(), std::move(collective), request.generation());
     teardowns_.Start([old = std::move(old)]() mutable { old.reset(); });  // moved: see DropGroup
   }
-  if (!regrouped.ok()) return regrouped.status();
+  if (!regrouped.ok()) {
+    job->state_unsure = true;
+    return regrouped.status();
+  }
   job->rank = rank;
   job->world_size = world;
   job->generation = request.generation();

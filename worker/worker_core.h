@@ -162,6 +162,13 @@ class WorkerCore {
   // and "<scope>/replica-set-N").
   absl::StatusOr<std::unique_ptr<Collective>> MakeJobCollective(const std::string& scope, int rank, int world,
                                                                 const JobSpec& spec);
+  // MakeJobCollective for `job`'s group of `generation`, on a thread of its
+  // own: while it forms, Probe reports the rank blocked (since the start),
+  // and LeaveGroup of that generation ends the wait at once with kAborted
+  // (the thread finishes in the background: Gloo's connections to a peer
+  // that stopped wait for the collective timeout).
+  struct Formation;
+  absl::StatusOr<std::unique_ptr<Collective>> FormGroup(Job* job, int rank, int world, int generation);
 
   WorkerCoreOptions options_;
   mutable Mutex mu_;
@@ -178,6 +185,8 @@ class WorkerCore {
   // Aborts, session closes and groups left: joined as they end, and all of
   // them by the destructor.
   BackgroundThreads teardowns_;
+  // Groups being formed (FormGroup), joined as they end.
+  BackgroundThreads formations_;
 };
 
 }  // namespace trainyard

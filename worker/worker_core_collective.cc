@@ -13,6 +13,7 @@
 #include "collective/nccl_collective.h"
 #endif
 #include "worker/worker_core.h"
+#include "worker/worker_core_job.h"
 
 namespace trainyard {
 
@@ -52,6 +53,39 @@ absl::StatusOr<std::unique_ptr<Collective>> WorkerCore::MakeJobCollective(const 
                       MakeCollective(absl::StrCat(scope, "/replica-set-", p.replica_set), p.replica_rank, world / g));
   return std::unique_ptr<Collective>(
       std::make_unique<HybridCollective>(std::move(whole), std::move(group), std::move(replicas)));
+}
+
+absl::StatusOr<std::unique_ptr<Collective>> WorkerCore::FormGroup(Job* job, int rank, int world, int generation) {
+  const std::string scope = GroupScope(job->id, job->attempt, generation);
+  if (world == 1) return MakeJobCollective(scope, rank, world, job->spec);
+  auto formation = std::make_shared<Formation>();
+  formation->generation = generation;
+  formation->since = absl::Now();
+  {
+    MutexLock lock(&job->group_mu);
+    job->forming = formation;
+  }
+  formations_.Start([this, formation, scope, rank, world, spec = job->spec] {
+    absl::StatusOr<std::unique_ptr<Collective>> made = MakeJobCollective(scope, rank, world, spec);
+    MutexLock lock(&formation->mu);
+    formation->made = std::move(made);  // dropped with `formation` if nobody waits any more
+    formation->finished = true;
+    formation->changed.SignalAll();
+  });
+  absl::StatusOr<std::unique_ptr<Collective>> out = absl::InternalError("unset");
+  {
+    MutexLock lock(&formation->mu);
+    while (!formation->finished && formation->aborted.empty()) formation->changed.Wait(&formation->mu);
+    if (formation->finished) {
+      out = std::move(formation->made);
+    } else {
+      out = CollectiveFailure(absl::AbortedError(
+          absl::StrCat("forming the group of generation ", generation, " was aborted: ", formation->aborted)));
+    }
+  }
+  MutexLock lock(&job->group_mu);
+  if (job->forming == formation) job->forming.reset();
+  return out;
 }
 
 }  // namespace trainyard

@@ -23,7 +23,12 @@ absl::StatusOr<ProbeResponse> WorkerCore::Probe(const ProbeRequest& request) {
   {
     MutexLock lock(&job->group_mu);
     response.set_generation(job->group_generation);
-    if (job->group != nullptr) {
+    if (job->forming != nullptr) {
+      // Forming its next group: blocked (on its peers) since it began.
+      response.set_generation(job->forming->generation);
+      response.set_collective_waiting(true);
+      response.set_stalled_seconds(absl::ToDoubleSeconds(absl::Now() - job->forming->since));
+    } else if (job->group != nullptr) {
       const CollectiveProgress p = job->group->Progress();
       response.set_collective_completed(p.completed);
       response.set_collective_waiting(p.waiting);
@@ -39,6 +44,15 @@ absl::StatusOr<LeaveGroupResponse> WorkerCore::LeaveGroup(const LeaveGroupReques
   TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
   LeaveGroupResponse response;
   MutexLock lock(&job->group_mu);
+  if (job->forming != nullptr && job->forming->generation == request.generation()) {
+    spdlog::warn("job {}: aborting the forming of the group of generation {}: {}", job->id, request.generation(),
+                 request.reason());
+    MutexLock forming(&job->forming->mu);
+    job->forming->aborted = request.reason().empty() ? "LeaveGroup" : request.reason();
+    job->forming->changed.SignalAll();
+    response.set_left(true);
+    return response;
+  }
   if (job->group == nullptr || job->group_generation != request.generation()) return response;
   spdlog::warn("job {}: aborting the collective of generation {}: {}", job->id, request.generation(), request.reason());
   job->group->Abort(request.reason());

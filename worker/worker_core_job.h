@@ -19,6 +19,16 @@
 
 namespace trainyard {
 
+struct WorkerCore::Formation {
+  int generation = 0;
+  absl::Time since;
+  Mutex mu;
+  CondVar changed;
+  bool finished ABSL_GUARDED_BY(mu) = false;
+  std::string aborted ABSL_GUARDED_BY(mu);  // the reason, once aborted
+  absl::StatusOr<std::unique_ptr<Collective>> made ABSL_GUARDED_BY(mu);
+};
+
 struct WorkerCore::Job {
   std::string id;
   JobSpec spec;
@@ -37,7 +47,13 @@ struct WorkerCore::Job {
   Mutex group_mu;
   Collective* group ABSL_GUARDED_BY(group_mu) = nullptr;
   int group_generation ABSL_GUARDED_BY(group_mu) = 0;
+  // The group being formed, if any (FormGroup).
+  std::shared_ptr<Formation> forming ABSL_GUARDED_BY(group_mu);
   // The last RunSteps answered (Adopt), and its first step.
+  // A Regroup failed once the ranks could have begun moving state: this
+  // rank's state may be partly overwritten, and it takes part in no other
+  // regroup (the attempt restarts).
+  bool state_unsure ABSL_GUARDED_BY(busy) = false;
   std::optional<RunStepsResponse> last_chunk ABSL_GUARDED_BY(busy);
   int64_t last_chunk_first_step ABSL_GUARDED_BY(busy) = 0;
 };

@@ -312,6 +312,59 @@ TEST_F(WorkerCoreTest, ADifferentNumberOfWorkersStartsTheNextEpoch) {
   EXPECT_EQ(ckpt->data_states[1].substr(0, 2), "1 ");
 }
 
+// A rank whose peer never comes waits while its group forms: the probe
+// says it is blocked since the start, and LeaveGroup of that generation
+// ends its StartJob at once (kAborted, not at the collective timeout); the
+// worker is free again.
+TEST_F(WorkerCoreTest, AGroupThatCannotFormIsProbedAndAbortedOnRequest) {
+  auto store = std::make_shared<InMemoryStore>();
+  WorkerCoreOptions options;
+  options.store_factory = [store](const std::string& scope) -> std::shared_ptr<Store> {
+    return std::make_shared<PrefixStore>(scope + "/", store.get());
+  };
+  options.collective_timeout = absl::Seconds(5);  // the formation's thread ends by then
+  WorkerCore r0(options);
+  JobSpec spec = Spec("forming", 2);
+  spec.mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
+  ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
+  absl::StatusOr<int64_t> started;
+  absl::Duration took;
+  std::thread start([&] {
+    const absl::Time t0 = absl::Now();
+    started = Start(r0, "f", spec, "", 0, 2);  // rank 1 never starts
+    took = absl::Now() - t0;
+  });
+  ProbeRequest probe;
+  probe.set_job_id("f");
+  probe.add_peers("");
+  probe.add_peers("");
+  probe.set_connect_timeout_seconds(0.5);
+  absl::StatusOr<ProbeResponse> forming;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  do {
+    absl::SleepFor(absl::Milliseconds(20));
+    forming = r0.Probe(probe);  // kFailedPrecondition until the job is claimed
+  } while (!(forming.ok() && forming->collective_waiting() && forming->stalled_seconds() >= 0.3) &&
+           absl::Now() < deadline);
+  ASSERT_THAT(forming.status(), IsOk());
+  EXPECT_TRUE(forming->collective_waiting());
+  EXPECT_EQ(forming->generation(), 0);
+  LeaveGroupRequest leave;
+  leave.set_job_id("f");
+  leave.set_generation(1);
+  EXPECT_FALSE(r0.LeaveGroup(leave)->left());  // not the generation forming
+  leave.set_generation(0);
+  leave.set_reason("rank 1 did not answer the watchdog's probe");
+  EXPECT_TRUE(r0.LeaveGroup(leave)->left());
+  start.join();
+  EXPECT_THAT(started.status(), StatusIs(absl::StatusCode::kAborted,
+                                         HasSubstr("forming the group of generation 0 was aborted: rank 1 did "
+                                                   "not answer the watchdog's probe")));
+  EXPECT_LT(took, absl::Seconds(5));  // the collective timeout
+  ASSERT_THAT(Start(r0, "next", Spec("next")).status(), IsOk());
+  End(r0, "next");
+}
+
 TEST_F(WorkerCoreTest, AStalledChunkIsProbedAndLeavesItsGroupOnRequest) {
   auto store = std::make_shared<InMemoryStore>();
   WorkerCoreOptions options;

@@ -359,6 +359,36 @@ class ElasticTest(unittest.TestCase):
                  "the stopped worker to register again")
         self.assert_close_to(self.reference(), "started")
 
+    def test_a_joiner_that_hangs_while_joining_costs_no_restart(self):
+        """A rank is SIGKILLed and the two others regroup; an idle worker,
+        stopped (SIGSTOP) but still registered, is taken to fill the rank.
+        The two wait for it while their next group forms: the watchdog sees
+        them blocked and the joiner not answering (or its StartJob cannot
+        connect), aborts their forming, and they regroup again without it,
+        not taking it back in this attempt: no restart, the same examples
+        at every step as the uninterrupted run."""
+        # A heartbeat timeout long enough that the stopped worker is still
+        # in the pool (idle) when the job looks for a joiner.
+        c = self.start(3, heartbeat_timeout=60)
+        reference = self.reference()
+        # The fourth worker registers last: idle while the job runs on the
+        # first three (ranks follow registration order).
+        joiner = self.add_worker()
+        wait_for(lambda: c.logs("coordinator").count(" registered: host ") == 4, 60, "the fourth worker")
+        joiner.send_signal(signal.SIGSTOP)
+        try:
+            job = c.submit(self.spec, "output_dir=joiner", *ELASTIC)
+            self.wait_step(job, 10)
+            self.kill(1)
+            wait_for(lambda: "while regrouping" in c.logs("coordinator"), 60, "the regroup without the joiner")
+            s, _ = self.finish(job, "joiner", reference, regroups=2)
+        finally:
+            joiner.send_signal(signal.SIGCONT)
+        log = c.logs("coordinator")
+        self.assertRegex(log, r"joined: worker [^;]*; then lost rank 2 \([^)]*\): [^\n]* while regrouping; training "
+                              r"on 2 of 3 workers")
+        self.assertEqual(len(s["ranks"]), 2)
+
     def test_a_worker_lost_while_the_coordinator_is_down_costs_no_restart(self):
         """The coordinator is SIGKILLed mid-job, and while it is down one of
         the three workers is SIGKILLed too. A new coordinator on the same
