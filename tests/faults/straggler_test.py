@@ -1,5 +1,5 @@
 """The straggler view with real processes: one of three workers is slowed
-on purpose (SIGSTOP/SIGCONT, 80 ms stopped in every 100 ms). The ranks
+on purpose (SIGSTOP/SIGCONT, 90 ms stopped in every 100 ms). The ranks
 stay in lock-step, so their wall times per step are equal; `trainyard
 status` must still single out the slow rank by its compute time, and rank
 0's summary must name it as the slowest."""
@@ -23,7 +23,7 @@ class Throttle:
     """Keeps a process stopped `stopped` s out of every `period` s until
     stop() (which leaves it running)."""
 
-    def __init__(self, pid, stopped=0.08, period=0.1):
+    def __init__(self, pid, stopped=0.09, period=0.1):
         self.pid, self.stopped, self.period = pid, stopped, period
         self.done = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -83,7 +83,11 @@ class StragglerTest(unittest.TestCase):
         wall = [r["last_step_seconds"] for r in ranks]
         collective = [r["last_collective_seconds"] for r in ranks]
         print(f"wall {wall}\ncompute {compute}\ncollective {collective}")
-        self.assertGreater(compute[1], 1.5 * statistics.median([compute[0], compute[2]]), ranks)
+        # The rule `trainyard status` applies (client/job_format.cc): above
+        # 1.25 times the others' median. A fixed larger factor is not
+        # promised: on a loaded 2-core machine the others' compute slows
+        # too (CI measured 0.16 s against 0.12 s).
+        self.assertGreater(compute[1], 1.25 * statistics.median([compute[0], compute[2]]), ranks)
         # Lock-step: the others waited for rank 1.
         for r in (0, 2):
             self.assertGreater(collective[r], collective[1], ranks)
