@@ -220,9 +220,12 @@ class Coordinator : private JobDriverHost {
   // completes its plan.
   void StartAdoptionLocked(Job* job, const std::vector<std::string>& ids, const std::function<void(AttemptPlan*)>& edit)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The job is no longer waiting: the workers that came back (those of
-  // `only` if given) let go of it.
-  void EndAdoptionLocked(Job* job, const std::vector<std::string>* only = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job is no longer waiting: the workers that came back let go of it.
+  void EndAdoptionLocked(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells `worker_ids`, back holding the job, to let go of it (in the
+  // background) and returns them to the pool.
+  void LetGoOfAdoptionLocked(const std::string& job_id, const std::vector<std::string>& worker_ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job of that id; nullptr if there is none (or no longer: retention).
   Job* FindLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The driver thread of an attempt: runs it, then returns the gang to the

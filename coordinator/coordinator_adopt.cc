@@ -114,7 +114,7 @@ bool Coordinator::AdoptSurvivorsLocked(Job* job, const std::string& lost) {
     }
   }
   if (kept.empty() || static_cast<int>(kept.size()) < std::max(spec.fault_tolerance().min_workers(), 1)) return false;
-  if (!dropped.empty()) EndAdoptionLocked(job, &dropped);
+  if (!dropped.empty()) LetGoOfAdoptionLocked(job->id, dropped);
   job->info.set_reason(
       absl::StrCat("adopting ", kept.size(), " of its ", world, " rank(s) after a coordinator restart; ", lost));
   spdlog::warn("job {}: {}", job->id, job->info.reason());
@@ -151,23 +151,23 @@ void Coordinator::ExpireAdoptionsLocked() {
   }
 }
 
-void Coordinator::EndAdoptionLocked(Job* job, const std::vector<std::string>* only) {
+void Coordinator::EndAdoptionLocked(Job* job) {
   std::vector<std::string> back;
   for (const std::string& id : job->adoption->worker_ids) {
     if (!id.empty()) back.push_back(id);
   }
-  if (only != nullptr) {
-    back = *only;
-  } else {
-    job->adoption.reset();
-  }
+  job->adoption.reset();
+  LetGoOfAdoptionLocked(job->id, back);
+}
+
+void Coordinator::LetGoOfAdoptionLocked(const std::string& job_id, const std::vector<std::string>& worker_ids) {
   std::vector<std::shared_ptr<WorkerClient>> clients;
-  for (const std::string& id : back) {
+  for (const std::string& id : worker_ids) {
     if (absl::StatusOr<WorkerRecord> w = workers_.Get(id); w.ok()) clients.emplace_back(client_factory_(*w));
   }
   // In the background: the workers report at their heartbeats when they
   // let go (DRAINING until then).
-  farewells_.Start([clients, job_id = job->id] {
+  farewells_.Start([clients, job_id] {
     AbortJobRequest abort;
     abort.set_job_id(job_id);
     abort.set_reason("the restarted coordinator did not adopt the job");
@@ -175,7 +175,7 @@ void Coordinator::EndAdoptionLocked(Job* job, const std::vector<std::string>* on
       if (!told.ok()) spdlog::warn("job {}: a worker did not confirm it let go: {}", job_id, told.ToString());
     }
   });
-  workers_.Release(back);
+  workers_.Release(worker_ids);
 }
 
 }  // namespace trainyard
