@@ -115,6 +115,7 @@ class ScriptedResponder : public FakeWorker::Responder {
       w_->preempt_step = -1;
       RunStepsResponse response;
       response.set_last_step(r.first_step() + 3);  // stopped 3 steps into the chunk
+      w_->step = response.last_step();
       response.set_preempted(true);
       response.set_asked_to_stop(w_->asked_to_stop);
       if (w_->rank == 0) response.set_checkpoint(absl::StrCat("ckpt_", r.first_step() + 3));
@@ -1866,6 +1867,112 @@ TEST_F(CoordinatorTest, ElasticWritesTheChunksCheckpointOnTheSurvivorsAfterALoss
   EXPECT_EQ(CallsAfterAbort("b"),
             (std::vector<std::string>{"start 1/3", "run 0+20", "run 20+20", "run 40+20", "run 60+20", "run 80+20 ckpt",
                                       "regroup 0/2 g1", "save 100 wait", "eval 100", "abort"}));
+}
+
+// ELASTIC: a rank whose heartbeats stopped (a hung host) is dropped, and
+// the collective of the others, blocked on it, is aborted at once
+// (LeaveGroup), not after the watchdog's stall (the watchdog is off here).
+TEST_F(CoordinatorTest, ElasticAbortsTheCollectiveOfRanksBlockedOnALostRankAtOnce) {
+  options_.heartbeat_timeout = absl::Seconds(10);
+  options_.watchdog.period = absl::ZeroDuration();
+  auto c = Make();
+  std::vector<std::string> ids;
+  for (const char* n : {"a", "b", "c"}) ids.push_back(AddWorker(c.get(), n));
+  for (const char* n : {"a", "b", "c"}) Fake(n)->HoldCall(WorkerMethod::kRunSteps, 2);
+  ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
+  c->Tick();
+  std::map<std::string, std::unique_ptr<FakeWorker::HeldCall>> held;
+  for (const char* n : {"a", "b", "c"}) {
+    held[n] = HeldRun(n);
+    ASSERT_NE(held[n], nullptr);
+  }
+  EXPECT_EQ(Fake("a")->calls(WorkerMethod::kLeaveGroup), 0);
+  clock_.AdvanceTime(absl::Seconds(6));
+  for (const std::string& w : {ids[0], ids[2]}) {
+    HeartbeatRequest hb;
+    hb.set_worker_id(w);
+    hb.set_job_id("test-job-1");
+    ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
+  }
+  clock_.AdvanceTime(absl::Seconds(5));  // b: 11 s of silence
+  c->Tick();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while ((Fake("a")->calls(WorkerMethod::kLeaveGroup) == 0 || Fake("c")->calls(WorkerMethod::kLeaveGroup) == 0) &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(Fake("a")->calls(WorkerMethod::kLeaveGroup), 1);
+  EXPECT_EQ(Fake("c")->calls(WorkerMethod::kLeaveGroup), 1);
+  EXPECT_EQ(Fake("b")->calls(WorkerMethod::kLeaveGroup), 0);
+  // Their collective fails as LeaveGroup makes it; they regroup.
+  for (const char* n : {"a", "c"}) held[n]->Fail(absl::AbortedError("collective aborted: the rank left its group"));
+  JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.regroups(), 1);
+  ASSERT_EQ(done.ranks_size(), 2);
+  EXPECT_EQ(done.ranks(0).host(), "a");
+  EXPECT_EQ(done.ranks(1).host(), "c");
+}
+
+// A worker asked to stop (SIGTERM: a drained node) in an ELASTIC job: every
+// rank stops after the same step, the emergency checkpoint is written, and
+// the others go on from that step without it; no restart.
+TEST_F(CoordinatorTest, ElasticGoesOnWithoutAWorkerAskedToStop) {
+  auto c = Make();
+  for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
+  for (const char* n : {"a", "b", "c"}) Worker(n)->preempt_step = 20;
+  Worker("b")->asked_to_stop = true;
+  ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
+  c->Start();
+  JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.regroups(), 1);
+  EXPECT_EQ(done.step(), 100);
+  ASSERT_EQ(done.ranks_size(), 2);
+  EXPECT_EQ(done.ranks(0).host(), "a");
+  EXPECT_EQ(done.ranks(1).host(), "c");
+  EXPECT_EQ(CallsAfterAbort("c"),
+            (std::vector<std::string>{"start 2/3", "run 0+20", "run 20+20", "regroup 1/2 g1", "run 23+17", "run 40+20",
+                                      "run 60+20", "run 80+20 ckpt", "abort"}));
+  // The stopping worker is let go, and not taken back as a joiner.
+  EXPECT_EQ(CallsAfterAbort("b"), (std::vector<std::string>{"start 1/3", "run 0+20", "run 20+20", "abort"}));
+}
+
+// The same during an evaluation: the others evaluate the step again.
+TEST_F(CoordinatorTest, ElasticEvaluatesAgainWithoutAWorkerAskedToStop) {
+  auto c = Make();
+  for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
+  for (const char* n : {"a", "b", "c"}) Worker(n)->preempt_eval_step = 40;
+  Worker("c")->asked_to_stop = true;
+  SubmitJobRequest spec = ElasticSpec(0);
+  spec.mutable_spec()->set_eval_period(40);
+  ASSERT_THAT(c->SubmitJob(spec).status(), IsOk());
+  c->Start();
+  JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.regroups(), 1);
+  EXPECT_EQ(CallsAfterAbort("b"),
+            (std::vector<std::string>{"start 1/3", "run 0+20", "run 20+20", "eval 40", "regroup 1/2 g1", "eval 40",
+                                      "run 40+20", "run 60+20", "eval 80", "run 80+20 ckpt", "eval 100", "abort"}));
+  EXPECT_EQ(done.metrics().at("training_eval/digits_to_words/loss"), 10.0);
+}
+
+// Below min_workers the job stops PREEMPTED and restarts, as RESTART does.
+TEST_F(CoordinatorTest, ElasticBelowMinWorkersAfterAPreemptionRestarts) {
+  auto c = Make();
+  for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
+  for (const char* n : {"a", "b", "c"}) Worker(n)->preempt_step = 20;
+  Worker("b")->asked_to_stop = true;
+  ASSERT_THAT(c->SubmitJob(ElasticSpec(3)).status(), IsOk());
+  c->Start();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (c->GetJob("test-job-1")->restarts() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+  JobInfo restarting = *c->GetJob("test-job-1");
+  EXPECT_EQ(restarting.restarts(), 1);
+  EXPECT_EQ(restarting.regroups(), 0);
+  EXPECT_THAT(restarting.reason(),
+              HasSubstr("rank 1 (worker w2-b on host b, b) was asked to stop; emergency checkpoint at step 23: "
+                        "ckpt_23; restart 1 of 3 from ckpt_23"));
 }
 
 TEST_F(CoordinatorTest, ElasticRefusesRanksWhoseStatesDifferAfterARegroup) {

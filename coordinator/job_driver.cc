@@ -162,7 +162,9 @@ absl::Status JobDriver::OnAllRanks(const char* what, const StartCall<Response>& 
     // ELASTIC: the survivors answer once their collective fails (at once
     // when a peer's process died, after the collective timeout when its
     // link was cut); lost workers' calls are cancelled by WorkerLost.
+    bool left = false;
     while (each != nullptr && !(calls.done() == world || stop_.has_value())) {
+      if (!left) left = LeaveGroupsOfLostPeers(calls.Answered());
       WaitOrWatch(&next_watch, true, calls.Answered());
     }
     all_ok = calls.done() == world && !calls.failed();
@@ -398,17 +400,27 @@ absl::StatusOr<bool> JobDriver::EvaluateRanks(int64_t step, ActionsByMode& actio
           clients_[r]->EvaluateAsync(request, std::move(done));
         },
         &evaluated, elastic() ? &each : nullptr);
-    if (status.ok()) break;
-    TY_RETURN_IF_ERROR(SurviveFailedCall(status, each, absl::StrCat(" during the evaluation of step ", step), step));
-  }
-  Spent(&Goodput::evaluation_seconds, &Goodput::set_evaluation_seconds, start);
-  if (evaluated[0].preempted()) {
+    if (!status.ok()) {
+      TY_RETURN_IF_ERROR(SurviveFailedCall(status, each, absl::StrCat(" during the evaluation of step ", step), step));
+      continue;
+    }
+    if (!evaluated[0].preempted()) break;
+    // A worker was asked to stop: ELASTIC evaluates again without it.
     std::vector<bool> asked;
     for (const auto& r : evaluated) asked.push_back(r.asked_to_stop());
-    RecordPreemption(asked, step, evaluated[0].checkpoint(), {},
-                     absl::StrCat(" (during the evaluation of step ", step, ", which is not repeated)"), ending);
-    return true;
+    int64_t at = step;
+    TY_ASSIGN_OR_RETURN(
+        bool survived,
+        SurvivePreemption(asked, step, evaluated[0].checkpoint(), {},
+                          absl::StrCat(" (during the evaluation of step ", step, ", evaluated again)"),
+                          absl::StrCat(" (during the evaluation of step ", step, ", which is not repeated)"), ending,
+                          &at));
+    if (!survived) {
+      Spent(&Goodput::evaluation_seconds, &Goodput::set_evaluation_seconds, start);
+      return true;
+    }
   }
+  Spent(&Goodput::evaluation_seconds, &Goodput::set_evaluation_seconds, start);
   auto by_task = [](const google::protobuf::Map<std::string, double>& values) {
     MetricsByTask out;
     for (const auto& [k, v] : values) {
@@ -479,8 +491,10 @@ absl::Status JobDriver::Drive(JobState* final_state, std::string* final_reason) 
     if (ran[0].preempted()) {
       std::vector<bool> asked;
       for (const auto& r : ran) asked.push_back(r.asked_to_stop());
-      RecordPreemption(asked, ran[0].last_step(), ran[0].checkpoint(), ran[0].metrics(), "", &ending);
       host_->RecordProgress(plan_.job_id, [&](JobInfo* info) { account(info->mutable_goodput()); });
+      TY_ASSIGN_OR_RETURN(bool survived, SurvivePreemption(asked, ran[0].last_step(), ran[0].checkpoint(),
+                                                           ran[0].metrics(), "", "", &ending, &step));
+      if (survived) continue;  // ELASTIC: the others go on without the stopping worker
       return absl::OkStatus();
     }
     step += n;

@@ -250,6 +250,12 @@ class JobDriver {
   // failed), ranks still blocked on ranks that answered have their
   // collective aborted (BlockedOnAnsweredRanks). True when it acted.
   bool Watch(bool elastic_chunk, const std::vector<bool>& answered) ABSL_LOCKS_EXCLUDED(mu_);
+  // ELASTIC, after a call failed: when a rank whose call has answered is
+  // lost (WorkerLost: its heartbeats stopped; the watchdog dropped it),
+  // the ranks still in their calls can never complete a collective with
+  // it: their collective is aborted at once (LeaveGroup), not after the
+  // watchdog's stall. True when it did.
+  bool LeaveGroupsOfLostPeers(const std::vector<bool>& answered) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // LeaveGroup to each of `ranks`, not waiting for the answers.
   void LeaveGroups(const std::vector<int>& ranks, const std::string& reason);
   // "rank R (worker ... on host ..., address)", for messages.
@@ -315,11 +321,27 @@ class JobDriver {
   // `account`: the chunk's goodput (ChunkGoodput), in the same update.
   void RecordChunk(int64_t step, const std::vector<RunStepsResponse>& ran,
                    const std::function<void(Goodput*)>& account);
+  // A worker was asked to stop (`asked[r]`: rank r's was): every rank
+  // stopped after `last_step` and the emergency `checkpoint` was written.
+  // ELASTIC, when the others make whole shard groups and at least
+  // min_workers: they regroup without the stopping ranks (true; *step: the
+  // step they hold), which are not taken again in this attempt. Otherwise
+  // the job ends PREEMPTED (RecordPreemption; false). `during` ends the
+  // reason (`during_if_ended` instead when the job ends).
+  absl::StatusOr<bool> SurvivePreemption(const std::vector<bool>& asked, int64_t last_step,
+                                         const std::string& checkpoint,
+                                         const google::protobuf::Map<std::string, double>& metrics,
+                                         const std::string& during, const std::string& during_if_ended, Ending* ending,
+                                         int64_t* step);
   // A worker was asked to stop: every rank stopped after `last_step` and
   // rank 0 wrote `checkpoint`; the job ends PREEMPTED naming the worker.
   void RecordPreemption(const std::vector<bool>& asked, int64_t last_step, const std::string& checkpoint,
                         const google::protobuf::Map<std::string, double>& metrics, const std::string& during,
                         Ending* ending);
+  // RecordPreemption's record (the step, checkpoint and metrics); the
+  // reason, naming the first stopping worker.
+  std::string RecordStop(const std::vector<bool>& asked, int64_t last_step, const std::string& checkpoint,
+                         const google::protobuf::Map<std::string, double>& metrics, const std::string& during);
   // Runs every action of each mode in `metrics` (in the modes' order) on
   // that mode's metrics, each action also after one halted; true when any
   // halts the job: the ending is set, FAILED if one of those fails it (no

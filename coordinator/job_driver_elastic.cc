@@ -65,6 +65,40 @@ bool JobDriver::Survivors(const std::vector<absl::Status>& statuses, bool preemp
   return true;
 }
 
+absl::StatusOr<bool> JobDriver::SurvivePreemption(const std::vector<bool>& asked, int64_t last_step,
+                                                  const std::string& checkpoint,
+                                                  const google::protobuf::Map<std::string, double>& metrics,
+                                                  const std::string& during, const std::string& during_if_ended,
+                                                  Ending* ending, int64_t* step) {
+  std::vector<int> keep, dropped;
+  for (int r = 0; r < static_cast<int>(asked.size()); ++r) {
+    if (!asked[r]) keep.push_back(r);
+  }
+  // Nobody's worker was asked (the job itself was stopped): it ends.
+  const bool others = elastic() && keep.size() < asked.size();
+  if (others) keep = WholeGroups(keep, GroupUnit(plan_.spec), &dropped);
+  const int min_workers = std::max(plan_.spec.fault_tolerance().min_workers(), 1);
+  if (!others || static_cast<int>(keep.size()) < min_workers) {
+    if (others) {
+      spdlog::warn(
+          "job {}: {} rank(s) would be left of {} after the preemption, fewer than "
+          "fault_tolerance.min_workers {}: the job stops",
+          plan_.job_id, keep.size(), asked.size(), min_workers);
+    }
+    RecordPreemption(asked, last_step, checkpoint, metrics, during_if_ended, ending);
+    return false;
+  }
+  const std::string why = RecordStop(asked, last_step, checkpoint, metrics, during);
+  // The stopping workers leave the job (FormGroup aborts it on them) and
+  // exit; one that heartbeats idle meanwhile is not taken back.
+  for (int r = 0; r < static_cast<int>(asked.size()); ++r) {
+    if (asked[r]) cut_off_.insert(worker_ids_[r]);
+  }
+  *step = last_step;
+  TY_RETURN_IF_ERROR(Regroup(keep, {}, step, why));
+  return true;
+}
+
 absl::StatusOr<bool> JobDriver::SurviveLostRanks(const std::vector<absl::Status>& statuses, bool preempted,
                                                  const absl::Status& failure, const std::string& during,
                                                  int64_t* step) {

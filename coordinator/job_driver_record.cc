@@ -93,6 +93,13 @@ void JobDriver::RecordChunk(int64_t step, const std::vector<RunStepsResponse>& r
 void JobDriver::RecordPreemption(const std::vector<bool>& asked, int64_t last_step, const std::string& checkpoint,
                                  const google::protobuf::Map<std::string, double>& metrics, const std::string& during,
                                  Ending* ending) {
+  *ending->state = PREEMPTED;
+  *ending->reason = RecordStop(asked, last_step, checkpoint, metrics, during);
+}
+
+std::string JobDriver::RecordStop(const std::vector<bool>& asked, int64_t last_step, const std::string& checkpoint,
+                                  const google::protobuf::Map<std::string, double>& metrics,
+                                  const std::string& during) {
   // A worker was asked to stop: every rank stopped after the same step and
   // rank 0 wrote the emergency checkpoint.
   const int world = static_cast<int>(asked.size());
@@ -105,9 +112,8 @@ void JobDriver::RecordPreemption(const std::vector<bool>& asked, int64_t last_st
     info->set_latest_checkpoint(latest_checkpoint_);
     for (const auto& [k, v] : metrics) (*info->mutable_metrics())[k] = v;
   });
-  *ending->state = PREEMPTED;
-  *ending->reason = absl::StrCat(RankName(r), " was asked to stop; emergency checkpoint at step ", last_step, during,
-                                 checkpoint.empty() ? "" : ": " + checkpoint);
+  return absl::StrCat(RankName(r), " was asked to stop; emergency checkpoint at step ", last_step, during,
+                      checkpoint.empty() ? "" : ": " + checkpoint);
 }
 
 int64_t JobDriver::RecordInference(int64_t step, const std::vector<InferResponse>& inferred) {

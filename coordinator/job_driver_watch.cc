@@ -109,6 +109,26 @@ bool JobDriver::Watch(bool elastic_chunk, const std::vector<bool>& answered) {
   return true;
 }
 
+bool JobDriver::LeaveGroupsOfLostPeers(const std::vector<bool>& answered) {
+  std::vector<int> waiting;
+  std::vector<std::string> lost;
+  for (int r = 0; r < static_cast<int>(answered.size()); ++r) {
+    if (!answered[r]) {
+      waiting.push_back(r);
+    } else if (auto it = lost_.find(worker_ids_[r]); it != lost_.end()) {
+      lost.push_back(absl::StrCat(RankName(r), " (", it->second, ")"));
+    }
+  }
+  if (lost.empty() || waiting.empty()) return false;
+  const std::string reason = absl::StrCat("lost ", absl::StrJoin(lost, "; "), ": the collective of the ",
+                                          waiting.size(), " rank(s) still in their calls is aborted");
+  spdlog::warn("job {}: {}", plan_.job_id, reason);
+  mu_.Unlock();
+  LeaveGroups(waiting, reason);
+  mu_.Lock();
+  return true;
+}
+
 void JobDriver::LeaveGroups(const std::vector<int>& ranks, const std::string& reason) {
   for (int r : ranks) {
     if (!clients_[r]) continue;

@@ -161,6 +161,28 @@ class ElasticTest(unittest.TestCase):
         self.assertTrue(abandoned <= {resumed}, (abandoned, resumed))
         print(f"killed worker {victim} at step >= {kill_at} (job at {before}); resumed from step {resumed}")
 
+    def test_a_worker_asked_to_stop_costs_no_restart(self):
+        """SIGTERM of one of three workers (its node drained, as Kubernetes
+        preempts): every rank stops after the same step and the emergency
+        checkpoint is written; the other two go on from that step without
+        it (no restart), and the job ends where the uninterrupted one
+        does."""
+        c = self.start(3)
+        reference = self.reference()
+        job = c.submit(self.spec, "output_dir=drained", *ELASTIC)
+        self.wait_step(job, 10)
+        victim = c.workers.pop(1)
+        victim.send_signal(signal.SIGTERM)
+        self.assertEqual(victim.wait(timeout=60), 0, f"{victim.name}: its exit status after SIGTERM")
+        s, _ = self.finish(job, "drained", reference, regroups=1)
+        self.assertEqual(len(s["ranks"]), 2)
+        notes = re.findall(r"job \S+: (rank \d+ \(worker [^)]*\) was asked to stop[^\n]*regroup \d+ in [^\n]*)",
+                           c.logs("coordinator"))
+        print("\n".join(notes))
+        self.assertEqual(len(notes), 1, c.logs("coordinator"))
+        self.assertRegex(notes[0], r"emergency checkpoint at step (\d+): \S+/drained/checkpoint_\1; "
+                                   r"training on 2 of 3 workers from step \1 ")
+
     def test_a_replacement_recovers_its_state_from_its_peers(self):
         """A fourth, idle worker replaces the killed one at the next
         boundary: it reads no checkpoint, receives the state by broadcast,
