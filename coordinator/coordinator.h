@@ -79,7 +79,11 @@ struct CoordinatorOptions {
   // again holding it (their workers keep it through the outage) and
   // adopts them: the job goes on from where they are, with no restart.
   // Past it (a rank did not come back), the job restarts from its newest
-  // checkpoint. 0: always restart.
+  // checkpoint. 0: always restart. An ELASTIC job waits at most
+  // heartbeat_timeout for its missing ranks (a worker silent that long is
+  // lost by that rule anyway) once whole shard groups of min_workers or
+  // more are back: they go on and regroup, and a missing rank that comes
+  // back later joins as any idle worker does.
   absl::Duration adopt_grace = absl::Seconds(30);
   Clock* clock = Clock::Real();
   // Part of every worker id (see WorkerRegistry); nullopt: random per
@@ -173,6 +177,7 @@ class Coordinator : private JobDriverHost {
     // its ranks' workers to register again (adopt_grace).
     struct Adoption {
       absl::Time deadline;
+      absl::Time survivors_deadline;        // ELASTIC: from here the ranks back go on
       absl::Time down_since;                // the record's last update before the outage
       std::vector<std::string> worker_ids;  // by rank; "" until it registered
     };

@@ -34,6 +34,7 @@ bool Coordinator::AwaitAdoptionLocked(Job* job) {
   }
   Job::Adoption adoption;
   adoption.deadline = options_.clock->Now() + options_.adopt_grace;
+  adoption.survivors_deadline = options_.clock->Now() + std::min(options_.heartbeat_timeout, options_.adopt_grace);
   adoption.down_since = absl::FromUnixMillis(info.update_time_unix_ms());
   adoption.worker_ids.assign(static_cast<size_t>(info.ranks_size()), "");
   job->adoption = std::move(adoption);
@@ -129,17 +130,22 @@ bool Coordinator::AdoptSurvivorsLocked(Job* job, const std::string& lost) {
 void Coordinator::ExpireAdoptionsLocked() {
   const absl::Time now = options_.clock->Now();
   for (auto& [id, job] : jobs_) {
-    if (!job->adoption || now < job->adoption->deadline) continue;
+    if (!job->adoption) continue;
+    // ELASTIC: the ranks back go on after the heartbeat timeout.
+    const bool expired = now >= job->adoption->deadline;
+    if (!expired && !(IsElasticTraining(job->info.spec()) && now >= job->adoption->survivors_deadline)) continue;
     const std::vector<std::string>& ids = job->adoption->worker_ids;
     std::vector<int> missing;
     for (size_t r = 0; r < ids.size(); ++r) {
       if (ids[r].empty()) missing.push_back(static_cast<int>(r));
     }
-    const std::string why =
-        absl::StrCat("the coordinator restarted while the job was RUNNING and ", missing.size(), " of its ", ids.size(),
-                     " rank(s) did not come back within ", absl::FormatDuration(options_.adopt_grace), " (",
-                     RankName(*job, missing.front()), ")");
+    const absl::Duration waited =
+        expired ? options_.adopt_grace : std::min(options_.heartbeat_timeout, options_.adopt_grace);
+    const std::string why = absl::StrCat("the coordinator restarted while the job was RUNNING and ", missing.size(),
+                                         " of its ", ids.size(), " rank(s) did not come back within ",
+                                         absl::FormatDuration(waited), " (", RankName(*job, missing.front()), ")");
     if (AdoptSurvivorsLocked(job.get(), why)) continue;
+    if (!expired) continue;  // fewer than min_workers back: wait for the rest
     EndAdoptionLocked(job.get());
     // max_restarts is normalised: set, default 3.
     const NextAttempt next =
