@@ -70,6 +70,7 @@ struct Script {
   // Adopt reports this as the last chunk answered, from this first step.
   std::optional<RunStepsResponse> last_chunk;
   int64_t last_chunk_first_step = 0;
+  absl::Status fail_adopt;  // Adopt answers this
 };
 
 class ScriptedResponder : public FakeWorker::Responder {
@@ -238,6 +239,7 @@ class ScriptedResponder : public FakeWorker::Responder {
   absl::StatusOr<AdoptResponse> Adopt(const AdoptRequest& r) override {
     Record(absl::StrCat("adopt attempt ", r.attempt()));
     std::lock_guard<std::mutex> lock(w_->mu);
+    if (!w_->fail_adopt.ok()) return w_->fail_adopt;
     AdoptResponse response;
     response.set_rank(w_->rank);
     response.set_world_size(w_->world);
@@ -1279,6 +1281,32 @@ TEST_F(CoordinatorTest, ARestartedCoordinatorAdoptsTheElasticRanksThatCameBackAn
   EXPECT_EQ(done.ranks(1).host(), "c");
   EXPECT_EQ(CallsAfterAbort("c"), (std::vector<std::string>{"adopt attempt 0", "regroup 1/2 g1", "run 20+20",
                                                             "run 40+20", "run 60+20", "run 80+20 ckpt", "abort"}));
+}
+
+// ELASTIC: a rank lost after it registered again, before its Adopt (its
+// worker killed right after the coordinator came back), is left out; the
+// others are adopted and regroup, no restart.
+TEST_F(CoordinatorTest, ElasticAdoptsTheOtherRanksWhenOneIsLostDuringTheAdoption) {
+  const std::string job = RunningWhenTheCoordinatorStops(ElasticSpec(0), {"a", "b", "c"});
+  auto c = Make();
+  EXPECT_TRUE(Reregister(c.get(), "a", job, "w1-a", 0, 0, 3, 20).keep_held_job());
+  EXPECT_TRUE(Reregister(c.get(), "b", job, "w2-b", 0, 1, 3, 20).keep_held_job());
+  {
+    std::lock_guard<std::mutex> lock(Worker("b")->mu);
+    Worker("b")->fail_adopt = absl::UnavailableError("failed to connect to all addresses");
+  }
+  EXPECT_TRUE(Reregister(c.get(), "c", job, "w3-c", 0, 2, 3, 20).keep_held_job());
+  const JobInfo done = WaitForState(c.get(), job, SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+  EXPECT_EQ(done.regroups(), 1);
+  ASSERT_EQ(done.ranks_size(), 2);
+  EXPECT_EQ(done.ranks(0).host(), "a");
+  EXPECT_EQ(done.ranks(1).host(), "c");
+  EXPECT_EQ(CallsAfterAbort("c")[0], "adopt attempt 0");
+  EXPECT_EQ(CallsAfterAbort("c")[1], "regroup 1/2 g1");
+  EXPECT_EQ(CallsAfterAbort("c")[2], "run 20+20");
+  EXPECT_EQ(CallsAfterAbort("b")[0], "adopt attempt 0");
+  EXPECT_EQ(CallsAfterAbort("b")[1], "abort");
 }
 
 // A rank that left its group (its chunk failed on a peer lost while no

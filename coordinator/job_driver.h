@@ -288,7 +288,16 @@ class JobDriver {
   // AdoptRanks' check: every rank at its place in the group the record
   // names (AttemptPlan::adopt_places) and of one generation; *regroup when
   // ELASTIC ranks must regroup. kUnavailable naming the rank otherwise.
-  absl::Status CheckAdoptedPlaces(const std::vector<AdoptResponse>& adopted, bool* regroup) const;
+  // `kept`: the ranks (indices of the members) that answered adopted[i].
+  absl::Status CheckAdoptedPlaces(const std::vector<AdoptResponse>& adopted, const std::vector<int>& kept,
+                                  bool* regroup) const;
+  // ELASTIC, after Adopt failed with `failure` (`each`: every rank's
+  // answer): the ranks that answered, when those lost (their workers gone
+  // since they registered) leave whole shard groups of min_workers or more;
+  // *adopted: their answers, *lost: what was lost. Else `failure`.
+  absl::StatusOr<std::vector<int>> AdoptedSurvivors(const absl::Status& failure,
+                                                    const std::vector<absl::StatusOr<AdoptResponse>>& each,
+                                                    std::vector<AdoptResponse>* adopted, std::string* lost);
   // EVALUATION and INFERENCE: Infer on every rank; the metrics recorded,
   // *final_reason says what was decoded where.
   absl::Status RunInference(int64_t step, std::string* final_reason);
