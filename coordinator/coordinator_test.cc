@@ -1828,6 +1828,27 @@ TEST_F(CoordinatorTest, ElasticRegroupsAgainWithoutARankLostWhileRegrouping) {
   EXPECT_EQ(CallsAfterAbort("c").back(), "abort");  // told to let go
 }
 
+// The time of a regroup that failed on a lost rank is recovery, as the
+// regroup after it is: none of the job's wall time is left unaccounted.
+TEST_F(CoordinatorTest, ElasticCountsAFailedRegroupAsRecovery) {
+  auto c = Make();
+  for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
+  LoseRankAt(Worker("b").get(), {Worker("a").get(), Worker("c").get()}, 40);
+  Worker("c")->fail_regroup_once = absl::UnavailableError("Socket closed");
+  Worker("a")->fail_regroup_once = absl::AbortedError("forming the group of generation 1 was aborted");
+  Fake("a")->HoldCall(WorkerMethod::kRegroup, 1);
+  ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
+  c->Start();
+  std::unique_ptr<FakeWorker::HeldCall> held = Fake("a")->WaitForHeld(WorkerMethod::kRegroup, absl::Seconds(10));
+  ASSERT_NE(held, nullptr);
+  clock_.AdvanceTime(absl::Seconds(5));  // the meeting waits 5 s for the lost rank
+  held->Respond();
+  JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
+  EXPECT_EQ(done.regroups(), 1);
+  EXPECT_GE(done.goodput().recovery_seconds(), 5.0);
+  EXPECT_LT(done.goodput().other_seconds(), 0.5) << done.goodput().DebugString();
+}
+
 // A rank lost while the ranks start: the others' starts fail with it
 // (their rendezvous is closed), and they start again as a group of 2 from
 // the same checkpoint, without a restart.

@@ -188,7 +188,11 @@ absl::Status JobDriver::Regroup(const std::vector<int>& keep, const std::vector<
   std::vector<RegroupResponse> answers;
   std::vector<absl::StatusOr<RegroupResponse>> each;
   const absl::Status met = MeetAsGroup(static_cast<int>(keep.size()), &answers, elastic() ? &each : nullptr);
-  if (!met.ok()) return RegroupWithoutLostRanks(met, each, static_cast<int>(keep.size()), step, why);
+  if (!met.ok()) {
+    // The failed meeting is recovery too (the next Regroup times its own).
+    Spent(&Goodput::recovery_seconds, &Goodput::set_recovery_seconds, recovery_start);
+    return RegroupWithoutLostRanks(met, each, static_cast<int>(keep.size()), step, why);
+  }
   // Every rank must now hold the same state, bit for bit (hybrid
   // sharding: the same as the ranks holding its shard in the other groups).
   const int unit = GroupUnit(plan_.spec);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "collective/agreement.h"
 #include "common/durable_file.h"
@@ -320,6 +321,17 @@ absl::StatusOr<RegroupResponse> WorkerCore::Regroup(const RegroupRequest& reques
         " (this rank: attempt ", job->attempt, ", generation ", job->generation, ")"));
   }
   TY_ASSIGN_OR_RETURN(std::unique_ptr<Collective> collective, FormGroup(job.get(), rank, world, request.generation()));
+  // Until it replaces the old group, Probe and LeaveGroup find the new one
+  // here (a peer lost while the ranks move state on it).
+  {
+    MutexLock lock(&job->group_mu);
+    job->entering = collective.get();
+    job->entering_generation = request.generation();
+  }
+  absl::Cleanup entered = [&job] {
+    MutexLock lock(&job->group_mu);
+    job->entering = nullptr;
+  };
   SetLogJob(job->id, rank);
   // Workers joining the group (StartJob with `join`) say first whether
   // they could build the job; this rank has it already.

@@ -28,8 +28,11 @@ absl::StatusOr<ProbeResponse> WorkerCore::Probe(const ProbeRequest& request) {
       response.set_generation(job->forming->generation);
       response.set_collective_waiting(true);
       response.set_stalled_seconds(absl::ToDoubleSeconds(absl::Now() - job->forming->since));
-    } else if (job->group != nullptr) {
-      const CollectiveProgress p = job->group->Progress();
+    } else if (job->entering != nullptr || job->group != nullptr) {
+      // Regrouping: the new group's progress (the old one is idle).
+      Collective* in_use = job->entering != nullptr ? job->entering : job->group;
+      if (job->entering != nullptr) response.set_generation(job->entering_generation);
+      const CollectiveProgress p = in_use->Progress();
       response.set_collective_completed(p.completed);
       response.set_collective_waiting(p.waiting);
       response.set_stalled_seconds(absl::ToDoubleSeconds(p.stalled));
@@ -50,6 +53,13 @@ absl::StatusOr<LeaveGroupResponse> WorkerCore::LeaveGroup(const LeaveGroupReques
     MutexLock forming(&job->forming->mu);
     job->forming->aborted = request.reason().empty() ? "LeaveGroup" : request.reason();
     job->forming->changed.SignalAll();
+    response.set_left(true);
+    return response;
+  }
+  if (job->entering != nullptr && job->entering_generation == request.generation()) {
+    spdlog::warn("job {}: aborting the collective of generation {} (regrouping): {}", job->id, request.generation(),
+                 request.reason());
+    job->entering->Abort(request.reason());
     response.set_left(true);
     return response;
   }

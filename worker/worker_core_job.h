@@ -49,6 +49,10 @@ struct WorkerCore::Job {
   int group_generation ABSL_GUARDED_BY(group_mu) = 0;
   // The group being formed, if any (FormGroup).
   std::shared_ptr<Formation> forming ABSL_GUARDED_BY(group_mu);
+  // The group a Regroup formed, while the ranks agree and move state on it
+  // before it replaces `group` (owned by that call), and its generation.
+  Collective* entering ABSL_GUARDED_BY(group_mu) = nullptr;
+  int entering_generation ABSL_GUARDED_BY(group_mu) = 0;
   // The last RunSteps answered (Adopt), and its first step.
   // A Regroup failed once the ranks could have begun moving state: this
   // rank's state may be partly overwritten, and it takes part in no other
