@@ -1969,6 +1969,52 @@ TEST_F(CoordinatorTest, ElasticAbortsTheCollectiveOfRanksBlockedOnALostRankAtOnc
   EXPECT_EQ(done.ranks(1).host(), "c");
 }
 
+// ... and a rank whose call does not end within kAbortGrace of that abort
+// (a transfer from the lost rank cannot be interrupted) is taken as lost:
+// the others do not wait for its collective timeout.
+TEST_F(CoordinatorTest, ElasticGivesUpOnARankThatDoesNotEndItsCallAfterTheAbort) {
+  options_.heartbeat_timeout = absl::Seconds(10);
+  options_.watchdog.period = absl::ZeroDuration();
+  auto c = Make();
+  std::vector<std::string> ids;
+  for (const char* n : {"a", "b", "c"}) ids.push_back(AddWorker(c.get(), n));
+  for (const char* n : {"a", "b", "c"}) Fake(n)->HoldCall(WorkerMethod::kRunSteps, 2);
+  ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
+  c->Tick();
+  std::map<std::string, std::unique_ptr<FakeWorker::HeldCall>> held;
+  for (const char* n : {"a", "b", "c"}) {
+    held[n] = HeldRun(n);
+    ASSERT_NE(held[n], nullptr);
+  }
+  clock_.AdvanceTime(absl::Seconds(6));
+  HeartbeatRequest hb;
+  hb.set_worker_id(ids[0]);
+  hb.set_job_id("test-job-1");
+  ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
+  hb.set_worker_id(ids[2]);
+  ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
+  clock_.AdvanceTime(absl::Seconds(5));  // b: 11 s of silence
+  c->Tick();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (Fake("a")->calls(WorkerMethod::kLeaveGroup) == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  const absl::Time aborted = absl::Now();
+  held["a"]->Fail(absl::AbortedError("collective aborted: the rank left its group"));
+  // c's call never ends by itself.
+  while (Fake("a")->calls(WorkerMethod::kRegroup) == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(Fake("a")->calls(WorkerMethod::kRegroup), 1);
+  EXPECT_GE(absl::Now() - aborted, absl::Seconds(0.9));  // kAbortGrace, on real time
+  EXPECT_THAT(c->GetJob("test-job-1")->reason(),
+              HasSubstr("rank 2 (worker w3-c on host c, c): rank 2 (worker w3-c on host c, c) did not end its call "
+                        "within 1s of its collective's abort"));
+  EXPECT_EQ(Fake("c")->calls(WorkerMethod::kRegroup), 0);
+  JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+}
+
 // A worker asked to stop (SIGTERM: a drained node) in an ELASTIC job: every
 // rank stops after the same step, the emergency checkpoint is written, and
 // the others go on from that step without it; no restart.

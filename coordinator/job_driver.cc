@@ -64,21 +64,6 @@ void JobDriver::SetMembers(std::vector<std::shared_ptr<WorkerClient>> clients, s
   }
 }
 
-bool JobDriver::WorkerLost(const std::string& worker_id, const std::string& reason) {
-  if (!elastic()) return false;
-  std::shared_ptr<WorkerClient> client;
-  {
-    MutexLock lock(&mu_);
-    lost_[worker_id] = reason;
-    auto it = member_clients_.find(worker_id);
-    if (it != member_clients_.end()) client = it->second;
-  }
-  changed_.SignalAll();
-  // Its call in flight ends now (and OnAllRanks reports the loss for it).
-  if (client) client->CancelInFlight();
-  return true;
-}
-
 void JobDriver::Stop(JobState state, std::string reason, bool retryable) {
   {
     MutexLock lock(&mu_);
@@ -162,9 +147,18 @@ absl::Status JobDriver::OnAllRanks(const char* what, const StartCall<Response>& 
     // ELASTIC: the survivors answer once their collective fails (at once
     // when a peer's process died, after the collective timeout when its
     // link was cut); lost workers' calls are cancelled by WorkerLost.
-    bool left = false;
+    std::optional<absl::Time> left;  // when the others' collective was aborted
+    bool given_up = false;
     while (each != nullptr && !(calls.done() == world || stop_.has_value())) {
-      if (!left) left = LeaveGroupsOfLostPeers(calls.Answered());
+      if (!left && LeaveGroupsOfLostPeers(calls.Answered())) left = Clock::Real()->Now();
+      if (left && !given_up) {
+        // Until the grace has passed (real time, as the watchdog's).
+        if (Clock::Real()->Now() - *left < kAbortGrace) {
+          Clock::Real()->WaitWithDeadline(&changed_, &mu_, *left + kAbortGrace);
+          continue;
+        }
+        given_up = GiveUpOnCalls(calls.Answered());
+      }
       WaitOrWatch(&next_watch, true, calls.Answered());
     }
     all_ok = calls.done() == world && !calls.failed();

@@ -256,6 +256,15 @@ class JobDriver {
   // it: their collective is aborted at once (LeaveGroup), not after the
   // watchdog's stall. True when it did.
   bool LeaveGroupsOfLostPeers(const std::vector<bool>& answered) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How long ranks whose collective was aborted that way may take to end
+  // their calls. A transfer from the lost rank (a joiner receiving its
+  // state) cannot be interrupted and would last until the collective
+  // timeout: past this, GiveUpOnCalls.
+  static constexpr absl::Duration kAbortGrace = absl::Seconds(1);
+  // The ranks whose calls have not answered are taken as lost (their calls
+  // cancelled); their workers are not cut off, and are idle again once
+  // their calls end. True when there were any.
+  bool GiveUpOnCalls(const std::vector<bool>& answered) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // LeaveGroup to each of `ranks`, not waiting for the answers.
   void LeaveGroups(const std::vector<int>& ranks, const std::string& reason);
   // "rank R (worker ... on host ..., address)", for messages.

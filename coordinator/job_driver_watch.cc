@@ -1,6 +1,7 @@
 // JobDriver's watchdog: while a training attempt's calls run, every rank
 // is probed each period, and a group stalled on a silent or cut-off rank
-// is acted on (coordinator/watchdog.h).
+// is acted on (coordinator/watchdog.h); a rank reported lost (WorkerLost)
+// has its call cancelled and its peers' collective aborted.
 #include <memory>
 #include <set>
 #include <string>
@@ -16,6 +17,21 @@
 #include "spec/jobspec.h"
 
 namespace trainyard {
+
+bool JobDriver::WorkerLost(const std::string& worker_id, const std::string& reason) {
+  if (!elastic()) return false;
+  std::shared_ptr<WorkerClient> client;
+  {
+    MutexLock lock(&mu_);
+    lost_[worker_id] = reason;
+    auto it = member_clients_.find(worker_id);
+    if (it != member_clients_.end()) client = it->second;
+  }
+  changed_.SignalAll();
+  // Its call in flight ends now (and OnAllRanks reports the loss for it).
+  if (client) client->CancelInFlight();
+  return true;
+}
 
 void JobDriver::WaitOrWatch(absl::Time* next_watch, bool elastic_chunk, const std::vector<bool>& answered) {
   if (!IsTrainingKind(plan_.spec.kind()) || plan_.watchdog.period <= absl::ZeroDuration()) {
@@ -125,6 +141,23 @@ bool JobDriver::LeaveGroupsOfLostPeers(const std::vector<bool>& answered) {
   spdlog::warn("job {}: {}", plan_.job_id, reason);
   mu_.Unlock();
   LeaveGroups(waiting, reason);
+  mu_.Lock();
+  return true;
+}
+
+bool JobDriver::GiveUpOnCalls(const std::vector<bool>& answered) {
+  std::vector<std::shared_ptr<WorkerClient>> stuck;
+  for (int r = 0; r < static_cast<int>(answered.size()); ++r) {
+    if (answered[r] || !clients_[r]) continue;
+    const std::string reason = absl::StrCat(RankName(r), " did not end its call within ",
+                                            absl::FormatDuration(kAbortGrace), " of its collective's abort");
+    spdlog::warn("job {}: {}; taken as lost", plan_.job_id, reason);
+    lost_[worker_ids_[r]] = reason;
+    stuck.push_back(clients_[r]);
+  }
+  if (stuck.empty()) return false;
+  mu_.Unlock();
+  for (const auto& c : stuck) c->CancelInFlight();
   mu_.Lock();
   return true;
 }
