@@ -1979,6 +1979,7 @@ TEST_F(CoordinatorTest, ElasticGivesUpOnARankThatDoesNotEndItsCallAfterTheAbort)
   std::vector<std::string> ids;
   for (const char* n : {"a", "b", "c"}) ids.push_back(AddWorker(c.get(), n));
   for (const char* n : {"a", "b", "c"}) Fake(n)->HoldCall(WorkerMethod::kRunSteps, 2);
+  Fake("a")->HoldCall(WorkerMethod::kRunSteps, 3);  // the job waits after the regroup
   ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
   c->Tick();
   std::map<std::string, std::unique_ptr<FakeWorker::HeldCall>> held;
@@ -2006,11 +2007,14 @@ TEST_F(CoordinatorTest, ElasticGivesUpOnARankThatDoesNotEndItsCallAfterTheAbort)
     absl::SleepFor(absl::Milliseconds(1));
   }
   EXPECT_EQ(Fake("a")->calls(WorkerMethod::kRegroup), 1);
-  EXPECT_GE(absl::Now() - aborted, absl::Seconds(0.9));  // kAbortGrace, on real time
+  EXPECT_GE(absl::Now() - aborted, absl::Seconds(0.9));       // kAbortGrace, on real time
+  std::unique_ptr<FakeWorker::HeldCall> next = HeldRun("a");  // after the regroup
+  ASSERT_NE(next, nullptr);
   EXPECT_THAT(c->GetJob("test-job-1")->reason(),
               HasSubstr("rank 2 (worker w3-c on host c, c): rank 2 (worker w3-c on host c, c) did not end its call "
                         "within 1s of its collective's abort"));
   EXPECT_EQ(Fake("c")->calls(WorkerMethod::kRegroup), 0);
+  next->Respond();
   JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
   EXPECT_EQ(done.restarts(), 0);
 }

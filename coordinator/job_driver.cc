@@ -144,22 +144,8 @@ absl::Status JobDriver::OnAllRanks(const char* what, const StartCall<Response>& 
         if (clock_->WaitWithDeadline(&changed_, &mu_, deadline)) break;
       }
     }
-    // ELASTIC: the survivors answer once their collective fails (at once
-    // when a peer's process died, after the collective timeout when its
-    // link was cut); lost workers' calls are cancelled by WorkerLost.
-    std::optional<absl::Time> left;  // when the others' collective was aborted
-    bool given_up = false;
-    while (each != nullptr && !(calls.done() == world || stop_.has_value())) {
-      if (!left && LeaveGroupsOfLostPeers(calls.Answered())) left = Clock::Real()->Now();
-      if (left && !given_up) {
-        // Until the grace has passed (real time, as the watchdog's).
-        if (Clock::Real()->Now() - *left < kAbortGrace) {
-          Clock::Real()->WaitWithDeadline(&changed_, &mu_, *left + kAbortGrace);
-          continue;
-        }
-        given_up = GiveUpOnCalls(calls.Answered());
-      }
-      WaitOrWatch(&next_watch, true, calls.Answered());
+    if (each != nullptr) {
+      AwaitSurvivors([&] { return calls.done() == world; }, [&] { return calls.Answered(); }, &next_watch);
     }
     all_ok = calls.done() == world && !calls.failed();
   }

@@ -250,6 +250,13 @@ class JobDriver {
   // failed), ranks still blocked on ranks that answered have their
   // collective aborted (BlockedOnAnsweredRanks). True when it acted.
   bool Watch(bool elastic_chunk, const std::vector<bool>& answered) ABSL_LOCKS_EXCLUDED(mu_);
+  // ELASTIC, after a call failed, until `all_answered()` or a stop: the
+  // survivors answer once their collective fails (at once when a peer's
+  // process died; lost workers' calls are cancelled by WorkerLost), with
+  // LeaveGroupsOfLostPeers, GiveUpOnCalls after kAbortGrace, and the
+  // watchdog's rounds (WaitOrWatch) meanwhile. `answered`: per rank.
+  void AwaitSurvivors(const std::function<bool()>& all_answered, const std::function<std::vector<bool>()>& answered,
+                      absl::Time* next_watch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ELASTIC, after a call failed: when a rank whose call has answered is
   // lost (WorkerLost: its heartbeats stopped; the watchdog dropped it),
   // the ranks still in their calls can never complete a collective with

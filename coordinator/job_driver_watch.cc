@@ -2,7 +2,9 @@
 // is probed each period, and a group stalled on a silent or cut-off rank
 // is acted on (coordinator/watchdog.h); a rank reported lost (WorkerLost)
 // has its call cancelled and its peers' collective aborted.
+#include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -123,6 +125,24 @@ bool JobDriver::Watch(bool elastic_chunk, const std::vector<bool>& answered) {
   }
   LeaveGroups(others, reason);
   return true;
+}
+
+void JobDriver::AwaitSurvivors(const std::function<bool()>& all_answered,
+                               const std::function<std::vector<bool>()>& answered, absl::Time* next_watch) {
+  std::optional<absl::Time> left;  // when the others' collective was aborted
+  bool given_up = false;
+  while (!all_answered() && !stop_.has_value()) {
+    if (!left && LeaveGroupsOfLostPeers(answered())) left = Clock::Real()->Now();
+    if (left && !given_up) {
+      // Until the grace has passed (real time, as the watchdog's).
+      if (Clock::Real()->Now() - *left < kAbortGrace) {
+        Clock::Real()->WaitWithDeadline(&changed_, &mu_, *left + kAbortGrace);
+        continue;
+      }
+      given_up = GiveUpOnCalls(answered());
+    }
+    WaitOrWatch(next_watch, true, answered());
+  }
 }
 
 bool JobDriver::LeaveGroupsOfLostPeers(const std::vector<bool>& answered) {
