@@ -255,6 +255,12 @@ void JobDriver::FormGroup(const std::vector<int>& keep, const std::vector<Joinin
       c->AbortJobAsync(abort, [c](absl::Status) {});
     }
   }
+  {
+    // A worker given up on earlier (GiveUpOnCalls; not cut off) that joins
+    // again is a member like any other.
+    MutexLock lock(&mu_);
+    for (const JoiningWorker& j : joining) lost_.erase(j.worker_id);
+  }
   SetMembers(std::move(clients), std::move(workers), std::move(ids), std::move(addresses));
   generation_++;
 }

@@ -139,7 +139,9 @@ void JobDriver::AwaitSurvivors(const std::function<bool()>& all_answered,
         Clock::Real()->WaitWithDeadline(&changed_, &mu_, *left + kAbortGrace);
         continue;
       }
-      given_up = GiveUpOnCalls(answered());
+      GiveUpOnCalls(answered());
+      given_up = true;
+      continue;  // the cancelled calls may have answered while mu_ was free
     }
     WaitOrWatch(next_watch, true, answered());
   }
