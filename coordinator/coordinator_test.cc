@@ -362,6 +362,33 @@ class CoordinatorTest : public ::testing::Test {
     return held;
   }
 
+  // An ELASTIC job on workers a, b, c (ids: theirs) with every rank held in
+  // its second chunk (the calls, by name), then b silent past the 10 s
+  // heartbeat timeout while a and c heartbeat: the coordinator takes b for
+  // lost. Empty if a call was not held.
+  std::map<std::string, std::unique_ptr<FakeWorker::HeldCall>> LoseBInTheSecondChunk(
+      Coordinator* c, const std::vector<std::string>& ids) {
+    std::map<std::string, std::unique_ptr<FakeWorker::HeldCall>> held;
+    for (const char* n : {"a", "b", "c"}) Fake(n)->HoldCall(WorkerMethod::kRunSteps, 2);
+    EXPECT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
+    c->Tick();
+    for (const char* n : {"a", "b", "c"}) {
+      held[n] = HeldRun(n);
+      if (held[n] == nullptr) return {};
+    }
+    EXPECT_EQ(Fake("a")->calls(WorkerMethod::kLeaveGroup), 0);  // before b is lost
+    clock_.AdvanceTime(absl::Seconds(6));
+    for (const std::string& w : {ids[0], ids[2]}) {
+      HeartbeatRequest hb;
+      hb.set_worker_id(w);
+      hb.set_job_id("test-job-1");
+      EXPECT_THAT(c->Heartbeat(hb).status(), IsOk());
+    }
+    clock_.AdvanceTime(absl::Seconds(5));  // b: 11 s of silence
+    c->Tick();
+    return held;
+  }
+
   // The job's final state is published before its ranks are torn down:
   // waits (10 s bound) until `name` was told to abort.
   std::vector<std::string> CallsAfterAbort(const std::string& name) {
@@ -1933,24 +1960,8 @@ TEST_F(CoordinatorTest, ElasticAbortsTheCollectiveOfRanksBlockedOnALostRankAtOnc
   auto c = Make();
   std::vector<std::string> ids;
   for (const char* n : {"a", "b", "c"}) ids.push_back(AddWorker(c.get(), n));
-  for (const char* n : {"a", "b", "c"}) Fake(n)->HoldCall(WorkerMethod::kRunSteps, 2);
-  ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
-  c->Tick();
-  std::map<std::string, std::unique_ptr<FakeWorker::HeldCall>> held;
-  for (const char* n : {"a", "b", "c"}) {
-    held[n] = HeldRun(n);
-    ASSERT_NE(held[n], nullptr);
-  }
-  EXPECT_EQ(Fake("a")->calls(WorkerMethod::kLeaveGroup), 0);
-  clock_.AdvanceTime(absl::Seconds(6));
-  for (const std::string& w : {ids[0], ids[2]}) {
-    HeartbeatRequest hb;
-    hb.set_worker_id(w);
-    hb.set_job_id("test-job-1");
-    ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
-  }
-  clock_.AdvanceTime(absl::Seconds(5));  // b: 11 s of silence
-  c->Tick();
+  std::map<std::string, std::unique_ptr<FakeWorker::HeldCall>> held = LoseBInTheSecondChunk(c.get(), ids);
+  ASSERT_EQ(held.size(), 3u);
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while ((Fake("a")->calls(WorkerMethod::kLeaveGroup) == 0 || Fake("c")->calls(WorkerMethod::kLeaveGroup) == 0) &&
          absl::Now() < deadline) {
@@ -1978,24 +1989,9 @@ TEST_F(CoordinatorTest, ElasticGivesUpOnARankThatDoesNotEndItsCallAfterTheAbort)
   auto c = Make();
   std::vector<std::string> ids;
   for (const char* n : {"a", "b", "c"}) ids.push_back(AddWorker(c.get(), n));
-  for (const char* n : {"a", "b", "c"}) Fake(n)->HoldCall(WorkerMethod::kRunSteps, 2);
   Fake("a")->HoldCall(WorkerMethod::kRunSteps, 3);  // the job waits after the regroup
-  ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
-  c->Tick();
-  std::map<std::string, std::unique_ptr<FakeWorker::HeldCall>> held;
-  for (const char* n : {"a", "b", "c"}) {
-    held[n] = HeldRun(n);
-    ASSERT_NE(held[n], nullptr);
-  }
-  clock_.AdvanceTime(absl::Seconds(6));
-  HeartbeatRequest hb;
-  hb.set_worker_id(ids[0]);
-  hb.set_job_id("test-job-1");
-  ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
-  hb.set_worker_id(ids[2]);
-  ASSERT_THAT(c->Heartbeat(hb).status(), IsOk());
-  clock_.AdvanceTime(absl::Seconds(5));  // b: 11 s of silence
-  c->Tick();
+  std::map<std::string, std::unique_ptr<FakeWorker::HeldCall>> held = LoseBInTheSecondChunk(c.get(), ids);
+  ASSERT_EQ(held.size(), 3u);
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (Fake("a")->calls(WorkerMethod::kLeaveGroup) == 0 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(1));
