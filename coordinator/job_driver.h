@@ -270,8 +270,8 @@ class JobDriver {
   static constexpr absl::Duration kAbortGrace = absl::Seconds(1);
   // The ranks whose calls have not answered are taken as lost (their calls
   // cancelled); their workers are not cut off, and are idle again once
-  // their calls end. True when there were any. Releases mu_ meanwhile.
-  bool GiveUpOnCalls(const std::vector<bool>& answered) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // their calls end. Releases mu_ meanwhile.
+  void GiveUpOnCalls(const std::vector<bool>& answered) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // LeaveGroup to each of `ranks`, not waiting for the answers.
   void LeaveGroups(const std::vector<int>& ranks, const std::string& reason);
   // "rank R (worker ... on host ..., address)", for messages.

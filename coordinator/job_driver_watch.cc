@@ -167,7 +167,7 @@ bool JobDriver::LeaveGroupsOfLostPeers(const std::vector<bool>& answered) {
   return true;
 }
 
-bool JobDriver::GiveUpOnCalls(const std::vector<bool>& answered) {
+void JobDriver::GiveUpOnCalls(const std::vector<bool>& answered) {
   std::vector<std::shared_ptr<WorkerClient>> stuck;
   for (int r = 0; r < static_cast<int>(answered.size()); ++r) {
     if (answered[r] || !clients_[r]) continue;
@@ -177,11 +177,10 @@ bool JobDriver::GiveUpOnCalls(const std::vector<bool>& answered) {
     lost_[worker_ids_[r]] = reason;
     stuck.push_back(clients_[r]);
   }
-  if (stuck.empty()) return false;
+  if (stuck.empty()) return;
   mu_.Unlock();
   for (const auto& c : stuck) c->CancelInFlight();
   mu_.Lock();
-  return true;
 }
 
 void JobDriver::LeaveGroups(const std::vector<int>& ranks, const std::string& reason) {
