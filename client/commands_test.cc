@@ -98,5 +98,18 @@ TEST(ModelInfoCommandTest, UnknownPresetIsUsageError) {
   EXPECT_THAT(r.err, HasSubstr("unknown preset \"t5_xxxl\""));
 }
 
+TEST(CoordinatorCommandTest, TimingFlagsOutOfRangeAreUsageErrors) {
+  const std::string dir = ::testing::TempDir();
+  Result r = RunCommand(RunCoordinator, {"--state-dir", dir, "--watchdog-elastic-stall", "4"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("--watchdog-elastic-stall: '4'; want seconds in [0.1, --watchdog-stall]"));
+  r = RunCommand(RunCoordinator, {"--state-dir", dir, "--watchdog-elastic-stall", "0.05"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("--watchdog-elastic-stall: '0.05'"));
+  r = RunCommand(RunCoordinator, {"--state-dir", dir, "--watchdog-stall", "0.5"});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("--watchdog-stall: '0.5'; want seconds in [1, 3600]"));
+}
+
 }  // namespace
 }  // namespace trainyard

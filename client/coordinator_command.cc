@@ -16,30 +16,42 @@ namespace trainyard {
 
 namespace {
 
-// --keep-finished-jobs and --keep-finished-for, checked, into `options`.
-// --heartbeat-timeout, --adopt-grace, --watchdog-period, --watchdog-stall.
-absl::Status SetTimes(int heartbeat_timeout, int adopt_grace, const std::string& watchdog_period,
-                      const std::string& watchdog_stall, CoordinatorOptions* options) {
-  if (heartbeat_timeout < 1) {
+// The coordinator's timing flags, as given.
+struct TimeFlags {
+  int heartbeat_timeout = 10;
+  int adopt_grace = 30;
+  std::string watchdog_period = "1", watchdog_stall = "3", watchdog_elastic_stall = "0.5";
+};
+
+// --heartbeat-timeout, --adopt-grace, --watchdog-period, --watchdog-stall,
+// --watchdog-elastic-stall, checked, into `options`.
+absl::Status SetTimes(const TimeFlags& t, CoordinatorOptions* options) {
+  if (t.heartbeat_timeout < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--heartbeat-timeout: ", heartbeat_timeout, "; want at least 1 second"));
+        absl::StrCat("--heartbeat-timeout: ", t.heartbeat_timeout, "; want at least 1 second"));
   }
-  if (adopt_grace < 0 || adopt_grace > 3600) {
-    return absl::InvalidArgumentError(absl::StrCat("--adopt-grace: ", adopt_grace, "; want seconds in [0, 3600]"));
+  if (t.adopt_grace < 0 || t.adopt_grace > 3600) {
+    return absl::InvalidArgumentError(absl::StrCat("--adopt-grace: ", t.adopt_grace, "; want seconds in [0, 3600]"));
   }
-  double period = 0, stall = 0;
-  if (!absl::SimpleAtod(watchdog_period, &period) || !(period >= 0 && period <= 60)) {
+  double period = 0, stall = 0, elastic_stall = 0;
+  if (!absl::SimpleAtod(t.watchdog_period, &period) || !(period >= 0 && period <= 60)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--watchdog-period: '", watchdog_period, "'; want seconds in [0, 60]"));
+        absl::StrCat("--watchdog-period: '", t.watchdog_period, "'; want seconds in [0, 60]"));
   }
-  if (!absl::SimpleAtod(watchdog_stall, &stall) || !(stall >= 1 && stall <= 3600)) {
+  if (!absl::SimpleAtod(t.watchdog_stall, &stall) || !(stall >= 1 && stall <= 3600)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--watchdog-stall: '", watchdog_stall, "'; want seconds in [1, 3600]"));
+        absl::StrCat("--watchdog-stall: '", t.watchdog_stall, "'; want seconds in [1, 3600]"));
   }
-  options->heartbeat_timeout = absl::Seconds(heartbeat_timeout);
-  options->adopt_grace = absl::Seconds(adopt_grace);
+  if (!absl::SimpleAtod(t.watchdog_elastic_stall, &elastic_stall) ||
+      !(elastic_stall >= 0.1 && elastic_stall <= stall)) {
+    return absl::InvalidArgumentError(absl::StrCat("--watchdog-elastic-stall: '", t.watchdog_elastic_stall,
+                                                   "'; want seconds in [0.1, --watchdog-stall]"));
+  }
+  options->heartbeat_timeout = absl::Seconds(t.heartbeat_timeout);
+  options->adopt_grace = absl::Seconds(t.adopt_grace);
   options->watchdog.period = absl::Seconds(period);
   options->watchdog.stall = absl::Seconds(stall);
+  options->watchdog.elastic_stall = absl::Seconds(elastic_stall);
   return absl::OkStatus();
 }
 
@@ -88,8 +100,7 @@ absl::StatusOr<std::string> AbsoluteOutputRoot(std::string output_root) {
 int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CoordinatorServerOptions options;
   std::string output_root, log_level = "info";
-  int heartbeat_timeout = 10;
-  int adopt_grace = 30;
+  TimeFlags times;
   FlagSet flags("coordinator --listen HOST:PORT --state-dir DIR [--output-root DIR]",
                 "Runs the coordinator: the public JobService and the workers' internal\n"
                 "service on one port. Port 0 lets the OS choose; the first line on stdout\n"
@@ -100,17 +111,19 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
   flags.AddString("output-root", &output_root, "DIR",
                   "jobs' output_dir must lie inside it; a relative one is taken under it (default: the "
                   "current directory)");
-  flags.AddInt("heartbeat-timeout", &heartbeat_timeout, "SECONDS",
+  flags.AddInt("heartbeat-timeout", &times.heartbeat_timeout, "SECONDS",
                "a worker silent for longer is dropped and its job fails (default 10)");
-  std::string watchdog_period = "1", watchdog_stall = "3";
-  flags.AddString("watchdog-period", &watchdog_period, "SECONDS",
+  flags.AddString("watchdog-period", &times.watchdog_period, "SECONDS",
                   "how often the ranks of a running training call are probed for a stopped rank or a\n"
                   "link cut between ranks (default 1; 0: off: only heartbeats and --collective-timeout\n"
                   "find them)");
-  flags.AddString("watchdog-stall", &watchdog_stall, "SECONDS",
+  flags.AddString("watchdog-stall", &times.watchdog_stall, "SECONDS",
                   "the ranks must have been blocked in a collective this long before the watchdog acts\n"
                   "(default 3; below --heartbeat-timeout)");
-  flags.AddInt("adopt-grace", &adopt_grace, "SECONDS",
+  flags.AddString("watchdog-elastic-stall", &times.watchdog_elastic_stall, "SECONDS",
+                  "the same for an ELASTIC job, where a false drop costs a regroup, not a restart\n"
+                  "(default 0.5; at most --watchdog-stall)");
+  flags.AddInt("adopt-grace", &times.adopt_grace, "SECONDS",
                "after a restart, how long to wait for the ranks of each job that was running to\n"
                "register again and take the job over where they are (default 30; 0: restart such\n"
                "jobs from their newest checkpoint at once)");
@@ -139,10 +152,8 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
     err << "error: want: trainyard coordinator --listen HOST:PORT --state-dir DIR\n";
     return kExitUsage;
   }
-  for (const absl::Status& s :
-       {SetTimes(heartbeat_timeout, adopt_grace, watchdog_period, watchdog_stall, &options.coordinator),
-        SetSubmitRate(submit_rate, &options),
-        SetRetention(keep_finished_jobs, keep_finished_for, &options.coordinator)}) {
+  for (const absl::Status& s : {SetTimes(times, &options.coordinator), SetSubmitRate(submit_rate, &options),
+                                SetRetention(keep_finished_jobs, keep_finished_for, &options.coordinator)}) {
     if (!s.ok()) {
       err << "error: " << s.message() << "\n";
       return kExitUsage;

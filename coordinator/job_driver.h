@@ -248,8 +248,16 @@ class JobDriver {
   // collective (LeaveGroup), so they fail the chunk at once and regroup;
   // anything else ends the attempt for a restart. With `answered` (a call
   // failed), ranks still blocked on ranks that answered have their
-  // collective aborted (BlockedOnAnsweredRanks). True when it acted.
-  bool Watch(bool elastic_chunk, const std::vector<bool>& answered) ABSL_LOCKS_EXCLUDED(mu_);
+  // collective aborted (BlockedOnAnsweredRanks). An ELASTIC chunk's ranks
+  // are judged against the watchdog's elastic_stall, anything else against
+  // its stall.
+  enum class WatchOutcome {
+    kNothing,  // the group is alive, or nothing is known against a rank
+    kSuspect,  // a rank silent or cut off, the stall not yet long enough:
+               // the next round comes at once
+    kActed,
+  };
+  WatchOutcome Watch(bool elastic_chunk, const std::vector<bool>& answered) ABSL_LOCKS_EXCLUDED(mu_);
   // ELASTIC, after a call failed, until `all_answered()` or a stop: the
   // survivors answer once their collective fails (at once when a peer's
   // process died; lost workers' calls are cancelled by WorkerLost), with

@@ -44,12 +44,15 @@ void JobDriver::WaitOrWatch(absl::Time* next_watch, bool elastic_chunk, const st
   // clock (tests) times the driver's own bounded waits only.
   if (!Clock::Real()->WaitWithDeadline(&changed_, &mu_, *next_watch)) return;
   mu_.Unlock();
-  Watch(elastic_chunk, answered);
+  const WatchOutcome outcome = Watch(elastic_chunk, answered);
   mu_.Lock();
-  *next_watch = Clock::Real()->Now() + plan_.watchdog.period;
+  // A suspect's next round comes at once: the round itself waited the
+  // probe's deadline for the silent rank.
+  *next_watch =
+      Clock::Real()->Now() + (outcome == WatchOutcome::kSuspect ? absl::ZeroDuration() : plan_.watchdog.period);
 }
 
-bool JobDriver::Watch(bool elastic_chunk, const std::vector<bool>& answered) {
+JobDriver::WatchOutcome JobDriver::Watch(bool elastic_chunk, const std::vector<bool>& answered) {
   const int world = static_cast<int>(clients_.size());
   struct Round {
     Mutex mu;
@@ -96,17 +99,18 @@ bool JobDriver::Watch(bool elastic_chunk, const std::vector<bool>& answered) {
         absl::StrFormat("%.1f", answers[blocked[0]]->stalled_seconds()), " s on ranks whose calls have ended");
     spdlog::warn("job {}: {}", plan_.job_id, reason);
     LeaveGroups(blocked, reason);
-    return true;
+    return WatchOutcome::kActed;
   }
-  const WatchdogVerdict verdict = Examine(answers, options.stall);
-  if (verdict.drop.empty()) return false;
+  const bool elastic_drop = elastic() && elastic_chunk;
+  const WatchdogVerdict verdict = Examine(answers, elastic_drop ? options.elastic_stall : options.stall);
+  if (verdict.drop.empty()) return Suspect(answers) ? WatchOutcome::kSuspect : WatchOutcome::kNothing;
   std::vector<std::string> names;
   for (int r : verdict.drop) names.push_back(RankName(r));
   const std::string reason = absl::StrCat("the watchdog dropped ", absl::StrJoin(names, ", "), ": ", verdict.reason);
   spdlog::warn("job {}: {}", plan_.job_id, reason);
-  if (!(elastic() && elastic_chunk)) {
+  if (!elastic_drop) {
     Stop(FAILED, reason, /*retryable=*/true);
-    return true;
+    return WatchOutcome::kActed;
   }
   const std::set<int> dropped(verdict.drop.begin(), verdict.drop.end());
   {
@@ -124,7 +128,7 @@ bool JobDriver::Watch(bool elastic_chunk, const std::vector<bool>& answered) {
     others.push_back(r);
   }
   LeaveGroups(others, reason);
-  return true;
+  return WatchOutcome::kActed;
 }
 
 void JobDriver::AwaitSurvivors(const std::function<bool()>& all_answered,

@@ -71,6 +71,22 @@ WatchdogVerdict Examine(const std::vector<absl::StatusOr<ProbeResponse>>& probes
   return verdict;
 }
 
+bool Suspect(const std::vector<absl::StatusOr<ProbeResponse>>& probes) {
+  const int world = static_cast<int>(probes.size());
+  bool any_answered = false, any_silent = false;
+  for (int a = 0; a < world; ++a) {
+    if (!probes[a].ok()) {
+      any_silent = true;
+      continue;
+    }
+    any_answered = true;
+    for (int b = 0; b < world; ++b) {
+      if (b != a && Unreachable(probes, a, b)) return true;
+    }
+  }
+  return any_answered && any_silent;
+}
+
 std::vector<int> BlockedOnAnsweredRanks(const std::vector<absl::StatusOr<ProbeResponse>>& probes,
                                         const std::vector<bool>& answered, absl::Duration stall) {
   std::vector<int> blocked;

@@ -8,11 +8,12 @@
 // probes say they cannot reach each other). The driver then drops those
 // ranks and aborts the others' collective (ELASTIC), or ends the attempt
 // for a restart (RESTART), instead of waiting for the heartbeat or the
-// collective timeout.
+// collective timeout. An ELASTIC chunk is judged against a shorter stall
+// (WatchdogOptions::elastic_stall).
 //
 // The order of the timeouts (docs/architecture.md, "Failures"): probe
-// answer (1 s) < stall (3 s) < heartbeat timeout (10 s) < collective
-// timeout (60 s).
+// answer (1 s) < stall (ELASTIC 0.5 s, otherwise 3 s) < heartbeat timeout
+// (10 s) < collective timeout (60 s).
 #ifndef TRAINYARD_COORDINATOR_WATCHDOG_H_
 #define TRAINYARD_COORDINATOR_WATCHDOG_H_
 
@@ -32,6 +33,10 @@ struct WatchdogOptions {
   // Every rank that answers must have been blocked in a collective, with
   // nothing completing, for at least this long.
   absl::Duration stall = absl::Seconds(3);
+  // The same for an ELASTIC chunk. Shorter: there a false drop costs a
+  // regroup without the rank's worker for the rest of the attempt, not a
+  // restart; and a silent rank has also not answered for `probe_timeout`.
+  absl::Duration elastic_stall = absl::Milliseconds(500);
   // A probe's deadline; its TCP connection attempts get half of it.
   absl::Duration probe_timeout = absl::Seconds(1);
 };
@@ -60,6 +65,12 @@ WatchdogVerdict Examine(const std::vector<absl::StatusOr<ProbeResponse>>& probes
 // collective timeout), and their collective is to be aborted. Empty
 // otherwise (one of them computes, progresses or did not answer: Examine's
 // case).
+// Whether the probes show a rank that did not answer, or a pair of ranks
+// that cannot reach each other, while at least one rank answered: what
+// Examine would act on once the stall is long enough (the driver then
+// probes again at once instead of after its period).
+bool Suspect(const std::vector<absl::StatusOr<ProbeResponse>>& probes);
+
 std::vector<int> BlockedOnAnsweredRanks(const std::vector<absl::StatusOr<ProbeResponse>>& probes,
                                         const std::vector<bool>& answered, absl::Duration stall);
 

@@ -94,5 +94,30 @@ TEST(WatchdogTest, SilentAndCutTogether) {
             "were blocked in a collective for 4.0 s)");
 }
 
+TEST(WatchdogTest, ASuspectIsASilentRankOrACutPairWhileSomeoneAnswers) {
+  // A rank silent, others answering (whatever their stall): suspect.
+  EXPECT_TRUE(Suspect({Answer(true, 0.1, "111"), absl::DeadlineExceededError("probe"), Answer(false, 0, "111")}));
+  // A pair that cannot reach each other, one direction: suspect.
+  EXPECT_TRUE(Suspect({Answer(false, 0, "11"), Answer(false, 0, "01")}));
+  // Everyone answers and reaches everyone: not.
+  EXPECT_FALSE(Suspect({Answer(true, 30, "111"), Answer(true, 30, "111"), Answer(true, 30, "111")}));
+  // Nobody answered: the coordinator's own link, not a rank.
+  EXPECT_FALSE(Suspect({absl::DeadlineExceededError("probe"), absl::UnavailableError("probe")}));
+}
+
+// The driver judges an ELASTIC chunk against elastic_stall: the same
+// answers that are no verdict at 3 s drop the silent rank at 0.5 s.
+TEST(WatchdogTest, TheElasticStallDropsASilentRankSooner) {
+  const WatchdogOptions defaults;
+  EXPECT_EQ(defaults.elastic_stall, absl::Milliseconds(500));
+  const std::vector<absl::StatusOr<ProbeResponse>> probes = {
+      Answer(true, 0.6, "111"), absl::DeadlineExceededError("probe"), Answer(true, 0.7, "111")};
+  EXPECT_TRUE(Examine(probes, defaults.stall).drop.empty());
+  const WatchdogVerdict v = Examine(probes, defaults.elastic_stall);
+  EXPECT_EQ(v.drop, std::vector<int>({1}));
+  EXPECT_EQ(v.reason,
+            "rank 1 did not answer the watchdog's probe (the other ranks were blocked in a collective for 0.6 s)");
+}
+
 }  // namespace
 }  // namespace trainyard
