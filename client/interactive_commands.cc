@@ -194,8 +194,8 @@ absl::StatusOr<std::unique_ptr<InteractiveModel>> Open(const Common& c, const Op
   options.task_feature_lengths.set_targets(c.target_length);
   options.restore.set_mode(RestoreConfig::SPECIFIC);
   options.restore.set_path(c.checkpoint);
-  options.decode = DecodeOptionsFromConfig(request.inference(), /*seed=*/0, /*rank=*/0);  // as a session's rank 0
-  return InteractiveModel::Create(options);  // the checkpoint's model, no output_dir
+  options.decode = DecodeOptionsFromConfig(request.inference(), /*seed=*/0);  // as a session's ranks
+  return InteractiveModel::Create(options);                                   // the checkpoint's model, no output_dir
 }
 
 // Where the model runs: in this process, or in a session on a

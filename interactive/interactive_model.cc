@@ -324,7 +324,9 @@ absl::StatusOr<Inference> InteractiveModel::InferPrepared(InferenceType mode, co
       int64_t truncated = 0;
       TY_ASSIGN_OR_RETURN(T5Batch batch, MakeRows(prepared, start, end, score, tokens, &truncated, &out));
       out.truncated_examples += truncated;
-      TY_RETURN_IF_ERROR(InferBatch(batch, score, options, &out));
+      std::vector<uint64_t> keys;
+      for (size_t i = start; i < end; ++i) keys.push_back(static_cast<uint64_t>(prepared.indices[i]));
+      TY_RETURN_IF_ERROR(InferBatch(batch, keys, score, options, &out));
     }
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("inference: ", e.what()));
@@ -337,8 +339,8 @@ absl::StatusOr<Inference> InteractiveModel::InferPrepared(InferenceType mode, co
   return out;
 }
 
-absl::Status InteractiveModel::InferBatch(const T5Batch& batch, bool score, const DecodeOptions& options,
-                                          Inference* out) {
+absl::Status InteractiveModel::InferBatch(const T5Batch& batch, const std::vector<uint64_t>& keys, bool score,
+                                          const DecodeOptions& options, Inference* out) {
   // This rank's rows: a contiguous share of batch_size / world_size rows
   // (fewer, or none, where the batch is shorter), decoded or scored and
   // gathered back in the batch's order.
@@ -351,6 +353,7 @@ absl::Status InteractiveModel::InferBatch(const T5Batch& batch, bool score, cons
   decode.predict = !score;
   decode.score = score;
   decode.decode = options;
+  decode.decode.row_keys.assign(keys.begin() + first, keys.begin() + first + own);
   decode.rows_per_rank = per_rank;
   TY_ASSIGN_OR_RETURN(DecodedRows gathered,
                       DecodeAndGather(job_->model(), own > 0 ? &local : nullptr, decode, collective_));

@@ -262,8 +262,11 @@ class InteractiveModel {
   static absl::StatusOr<std::unique_ptr<InteractiveModel>> CreateOnThisRank(InteractiveModelOptions options);
   absl::StatusOr<MetricResults> TrainOnBatch(BatchIterator* batches);
   // Decodes or scores one batch of at most batch_size rows: this rank's
-  // share, then gathered from every rank, in row order.
-  absl::Status InferBatch(const T5Batch& batch, bool score, const DecodeOptions& options, Inference* out);
+  // share, then gathered from every rank, in row order. `keys`: each row's
+  // example's index in the call (its sampling key: the same text on any
+  // number of ranks).
+  absl::Status InferBatch(const T5Batch& batch, const std::vector<uint64_t>& keys, bool score,
+                          const DecodeOptions& options, Inference* out);
   // Examples after the text preprocessors, with the index of each in the
   // call (its token preprocessors' seed).
   struct Prepared {

@@ -648,7 +648,7 @@ TEST_F(InteractiveModelTest, ABeamSearchSetupExportsItsDecoding) {
     EXPECT_EQ(spec->inference().max_decode_length(), 20);
     EXPECT_EQ(spec->inference().split(), "validation");
     // What the job's ranks decode with is the session's decoding.
-    const DecodeOptions job = DecodeOptionsFromSpec(*spec, /*rank=*/0);
+    const DecodeOptions job = DecodeOptionsFromSpec(*spec);
     EXPECT_EQ(job.method, m->options().decode.method);
     EXPECT_EQ(job.beam_size, m->options().decode.beam_size);
     EXPECT_EQ(job.alpha, m->options().decode.alpha);
@@ -670,7 +670,7 @@ TEST_F(InteractiveModelTest, ASamplingSetupExportsItsDecoding) {
   ASSERT_THAT(spec.status(), IsOk());
   EXPECT_EQ(spec->inference().method(), InferenceConfig::SAMPLE);
   EXPECT_FALSE(spec->inference().has_alpha());
-  const DecodeOptions job = DecodeOptionsFromSpec(*spec, /*rank=*/0);
+  const DecodeOptions job = DecodeOptionsFromSpec(*spec);
   EXPECT_EQ(job.method, DecodeOptions::Method::kSample);
   EXPECT_EQ(job.temperature, 0.75);
   EXPECT_EQ(job.top_k, 5);

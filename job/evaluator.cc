@@ -65,7 +65,7 @@ absl::StatusOr<std::map<std::string, MetricResults>> Evaluator::InferEvalTasks()
     TY_ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> batches, EvalBatches(*task));
     TY_ASSIGN_OR_RETURN(std::vector<MetricFn> fns, InferEvalMetricFns(*task));
     InferEvalOptions infer;
-    infer.decode = DecodeOptionsFromSpec(job_->spec, job_->rank());
+    infer.decode = DecodeOptionsFromSpec(job_->spec);
     infer.rows = job_->spec.batch_size() / job_->world_size();
     infer.targets_length = job_->spec.feature_lengths().targets();
     infer.preempted = job_->options.preempted;

@@ -12,7 +12,7 @@
 
 namespace trainyard {
 
-DecodeOptions DecodeOptionsFromConfig(const InferenceConfig& config, uint64_t seed, int rank) {
+DecodeOptions DecodeOptionsFromConfig(const InferenceConfig& config, uint64_t seed) {
   DecodeOptions decode;
   switch (config.method()) {
     case InferenceConfig::BEAM:
@@ -30,14 +30,20 @@ DecodeOptions DecodeOptionsFromConfig(const InferenceConfig& config, uint64_t se
   if (config.has_temperature()) decode.temperature = config.temperature();
   decode.top_k = config.top_k();
   decode.top_p = config.top_p();
-  decode.seed = (config.has_seed() ? static_cast<uint64_t>(config.seed()) : seed) + static_cast<uint64_t>(rank);
+  decode.seed = config.has_seed() ? static_cast<uint64_t>(config.seed()) : seed;
   return decode;
 }
 
-DecodeOptions DecodeOptionsFromSpec(const JobSpec& spec, int rank) {
-  DecodeOptions decode = DecodeOptionsFromConfig(spec.inference(), static_cast<uint64_t>(spec.seed()), rank);
+DecodeOptions DecodeOptionsFromSpec(const JobSpec& spec) {
+  DecodeOptions decode = DecodeOptionsFromConfig(spec.inference(), static_cast<uint64_t>(spec.seed()));
   decode.compute_dtype = ComputeDtype(spec);
   return decode;
+}
+
+std::vector<uint64_t> StridedRowKeys(int64_t b, int64_t rows, int64_t batch_rows, int rank, int world) {
+  std::vector<uint64_t> keys;
+  for (int64_t i = 0; i < batch_rows; ++i) keys.push_back(static_cast<uint64_t>((b * rows + i) * world + rank));
+  return keys;
 }
 
 absl::StatusOr<InferenceConfig> InferenceConfigFromDecodeOptions(const DecodeOptions& decode) {
@@ -96,7 +102,7 @@ absl::StatusOr<MetricResults> InferEval(Model* model, BatchIterator* batches, co
   std::vector<std::string> targets, predictions;
   std::vector<double> target_scores;
   AuxValues aux;
-  while (true) {
+  for (int64_t b = 0;; ++b) {
     absl::StatusOr<T5Batch> batch = batches->Next();
     const bool exhausted = absl::IsOutOfRange(batch.status());
     if (!exhausted) TY_RETURN_IF_ERROR(batch.status());
@@ -104,6 +110,10 @@ absl::StatusOr<MetricResults> InferEval(Model* model, BatchIterator* batches, co
     TY_ASSIGN_OR_RETURN(std::vector<bool> any, AnyRank(collective, {stop, !exhausted}));
     if (any[0]) return PreemptionError(options.step);
     if (!any[1]) break;
+    if (!exhausted) {
+      decode.decode.row_keys =
+          StridedRowKeys(b, options.rows, batch->batch_size(), collective->rank(), collective->world_size());
+    }
     TY_ASSIGN_OR_RETURN(DecodedRows rows, DecodeAndGather(model, exhausted ? nullptr : &*batch, decode, collective));
     if (collective->rank() != 0) continue;
     for (int64_t i = 0; i < rows.size(); ++i) {

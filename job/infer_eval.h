@@ -22,13 +22,20 @@
 namespace trainyard {
 
 // The decoding options of a (validated) InferenceConfig; `seed` is the
-// sampling seed when the config has none. Rank r samples with seed + r.
-DecodeOptions DecodeOptionsFromConfig(const InferenceConfig& config, uint64_t seed, int rank);
+// sampling seed when the config has none. Every rank samples with the same
+// seed: a row's generator is keyed by its example (DecodeOptions::row_keys,
+// set per batch by the caller), not by the rank that decodes it.
+DecodeOptions DecodeOptionsFromConfig(const InferenceConfig& config, uint64_t seed);
 // Those of `spec.inference` (the job's seed by default, its dtype), as
 // EVALUATION and INFERENCE jobs and inference evaluation use them.
-DecodeOptions DecodeOptionsFromSpec(const JobSpec& spec, int rank);
+DecodeOptions DecodeOptionsFromSpec(const JobSpec& spec);
+// The sampling keys of a rank's batch `b` of `rows` rows taken from a
+// rank-strided split (rank r of `world` holds positions r, r + world, ...):
+// row i is the example at position (b * rows + i) * world + rank of the
+// split's order, whatever the number of ranks.
+std::vector<uint64_t> StridedRowKeys(int64_t b, int64_t rows, int64_t batch_rows, int rank, int world);
 // The InferenceConfig that DecodeOptionsFromConfig turns back into
-// `decode` on rank 0: the method, that method's options only (validation
+// `decode`: the method, that method's options only (validation
 // refuses another method's), the sampling seed, max_decode_length (alpha,
 // temperature and top_p to float precision; the EOS id and the compute
 // dtype come from the task and the spec's dtype). kInvalidArgument, naming

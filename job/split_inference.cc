@@ -48,7 +48,7 @@ absl::StatusOr<std::vector<nlohmann::ordered_json>> DecodeSplit(const JobCompone
   DistributedDecodeOptions decode;
   decode.predict = true;
   decode.score = true;
-  decode.decode = DecodeOptionsFromSpec(spec, rank);
+  decode.decode = DecodeOptionsFromSpec(spec);
   decode.inputs_length = data.inputs_length;
   decode.targets_length = data.targets_length;
   decode.rows_per_rank = data.rows;
@@ -67,7 +67,10 @@ absl::StatusOr<std::vector<nlohmann::ordered_json>> DecodeSplit(const JobCompone
     TY_ASSIGN_OR_RETURN(std::vector<bool> any, AnyRank(job.collective, {Raised(job.options.stop), batch.has_value()}));
     if (any[0]) return absl::AbortedError(absl::StrCat("job ", job.id(), " was stopped"));
     if (!any[1]) break;
-    if (batch) *examples += batch->batch_size();
+    if (batch) {
+      *examples += batch->batch_size();
+      decode.decode.row_keys = StridedRowKeys(b, data.rows, batch->batch_size(), rank, world);
+    }
     TY_ASSIGN_OR_RETURN(DecodedRows rows,
                         DecodeAndGather(job.model.get(), batch ? &*batch : nullptr, decode, job.collective));
     if (rank != 0) continue;

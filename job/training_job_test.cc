@@ -182,6 +182,69 @@ TEST_F(TrainingJobTest, RestoreAllInfersEveryGoodCheckpointOnceInStepOrderAndRes
   EXPECT_EQ(ReadEvaluatedSteps(out, "sweep-2", swept), (std::vector<int64_t>{20, 100, 1000, 2000}));
 }
 
+// Sampling is keyed by the example, not by the rank that decodes it: an
+// INFERENCE job that samples writes the same texts on 1, 2 and 4 ranks. The
+// scores agree to rounding only: a rank's batch of 4, 2 or 1 rows takes
+// other BLAS kernels (docs/architecture.md, "Decoding").
+TEST_F(TrainingJobTest, SampledPredictionsAreTheSameOnAnyNumberOfRanks) {
+  const std::string ckpt = root_ + "/model/checkpoint_1";
+  std::filesystem::create_directories(root_ + "/model");
+  auto spec_for = [&](int world) {
+    JobSpec spec = Spec(absl::StrCat("sampled-", world), world);
+    spec.mutable_model()->set_vocab_size(128);  // the task vocabulary's: every sampled id is a piece
+    spec.set_kind(INFERENCE);
+    spec.set_total_steps(0);
+    spec.mutable_restore()->set_mode(RestoreConfig::SPECIFIC);
+    spec.mutable_restore()->set_path(ckpt);
+    InferenceConfig* inference = spec.mutable_inference();
+    inference->set_method(InferenceConfig::SAMPLE);
+    inference->set_temperature(1.5f);  // flat: every key samples its own text
+    inference->set_max_decode_length(8);
+    inference->set_num_batches(3);  // global batches: the split's first 12 examples on any world size
+    EXPECT_THAT(ValidateAndNormalize(&spec), IsOk());
+    return spec;
+  };
+  absl::StatusOr<ModelConfig> config = ResolveModelConfig(spec_for(1).model());
+  ASSERT_THAT(config.status(), IsOk());
+  ModelOptions model_options;
+  model_options.init_seed = 9;
+  absl::StatusOr<std::unique_ptr<EncoderDecoderModel>> model = EncoderDecoderModel::Create(*config, model_options);
+  ASSERT_THAT(model.status(), IsOk());
+  ASSERT_THAT(WriteModelCheckpoint(*(*model)->network(), ckpt, 1, "test", ""), IsOk());
+  std::map<int, std::vector<nlohmann::json>> lines;  // by world size
+  for (int world : {1, 2, 4}) {
+    const JobSpec spec = spec_for(world);
+    std::string output;
+    OnRanks(
+        world, [&](int) { return spec; },
+        [&](int r, Rank& rank) {
+          ASSERT_THAT(rank.job->Restore("").status(), IsOk());
+          absl::StatusOr<InferOutcome> inferred = rank.job->Infer();
+          ASSERT_THAT(inferred.status(), IsOk());
+          if (r == 0) output = inferred->output;
+        },
+        /*warm_up=*/false);
+    std::ifstream in(output);
+    for (std::string line; std::getline(in, line);) lines[world].push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(lines[1].size(), 12u);
+  std::set<std::string> texts;
+  for (int world : {2, 4}) {
+    ASSERT_EQ(lines[world].size(), 12u) << world;
+    for (size_t i = 0; i < 12; ++i) {
+      const nlohmann::json &a = lines[1][i], &b = lines[world][i];
+      EXPECT_EQ(b["index"], a["index"]);
+      EXPECT_EQ(b["input"], a["input"]);
+      EXPECT_EQ(b["prediction"], a["prediction"]) << "world " << world << ", example " << i;
+      EXPECT_NEAR(b["prediction_score"].get<double>(), a["prediction_score"].get<double>(), 1e-4);
+      EXPECT_NEAR(b["target_score"].get<double>(), a["target_score"].get<double>(), 1e-4);
+      texts.insert(a["prediction"].get<std::string>());
+    }
+  }
+  // Not one text for all: the examples' keys differ.
+  EXPECT_GT(texts.size(), 6u);
+}
+
 TEST_F(TrainingJobTest, APreemptionOnOneRankStopsEveryRankAtTheSameStepWithOneEmergencyCheckpoint) {
   const JobSpec spec = Spec("preempted", 2);
   OnRanks(

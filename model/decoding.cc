@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
+
+#include "common/random.h"
 
 namespace trainyard {
 namespace {
@@ -27,9 +30,12 @@ DecodeResult DecodeOneAtATime(T5Impl& model, const torch::Tensor& inputs, const 
   torch::Tensor scores = torch::zeros({b}, inputs.options().dtype(torch::kFloat));
   torch::Tensor finished = torch::zeros({b}, long_options.dtype(torch::kBool));
   torch::Tensor current = torch::zeros({b}, long_options);  // decoder input starts with 0
-  at::Generator gen;
   const bool sample = options.method == DecodeOptions::Method::kSample;
-  if (sample) gen = at::make_generator<at::CPUGeneratorImpl>(options.seed);
+  std::vector<at::Generator> gens;  // sampling: row i's
+  for (int64_t i = 0; sample && i < b; ++i) {
+    const uint64_t key = options.row_keys.empty() ? static_cast<uint64_t>(i) : options.row_keys[i];
+    gens.push_back(at::make_generator<at::CPUGeneratorImpl>(RowSeed(options.seed, key)));
+  }
 
   for (int64_t t = 0; t < len; ++t) {
     const torch::Tensor logits = model.DecodeStep(current, &state, forward);
@@ -52,7 +58,11 @@ DecodeResult DecodeOneAtATime(T5Impl& model, const torch::Tensor& inputs, const 
         adjusted = adjusted.scatter(-1, order, sorted.masked_fill(drop, kNegInf));
       }
       const torch::Tensor probs = torch::softmax(adjusted, -1).to(torch::kCPU);
-      next = torch::multinomial(probs, 1, /*replacement=*/false, gen).squeeze(-1).to(logits.device());
+      next = torch::empty({b}, long_options.device(torch::kCPU));
+      for (int64_t i = 0; i < b; ++i) {
+        next[i] = torch::multinomial(probs[i], 1, /*replacement=*/false, gens[i]).item<int64_t>();
+      }
+      next = next.to(logits.device());
     }
     next = next.masked_fill(finished, 0);
     const torch::Tensor token_log_prob = log_probs.gather(-1, next.unsqueeze(-1)).squeeze(-1);
@@ -128,6 +138,8 @@ DecodeResult BeamSearch(T5Impl& model, const torch::Tensor& inputs, const Decode
 }
 
 }  // namespace
+
+uint64_t RowSeed(uint64_t seed, uint64_t key) { return SplitMix64(seed ^ SplitMix64(key)); }
 
 double LengthPenalty(int64_t length, double alpha) {
   return std::pow((5.0 + static_cast<double>(length)) / 6.0, alpha);

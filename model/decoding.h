@@ -1,13 +1,17 @@
 // Autoregressive decoding over a T5's key/value caches: greedy, beam search
 // (T5X's length penalty ((5 + length) / 6)^alpha) and sampling (temperature,
-// top-k, top-p) with a seeded generator. Every method stops a row at EOS and
-// stops the batch when all rows have stopped.
+// top-k, top-p) with a generator per row, seeded from the seed and the row's
+// key (the example's place in its split or request), so an example samples
+// the same text whatever batch, rank or number of workers decodes it.
+// Every method stops a row at EOS and stops the batch when all rows have
+// stopped.
 //
 // Callers hold a torch::NoGradGuard (decoding never needs gradients).
 #ifndef TRAINYARD_MODEL_DECODING_H_
 #define TRAINYARD_MODEL_DECODING_H_
 
 #include <cstdint>
+#include <vector>
 
 #include <torch/types.h>
 
@@ -26,6 +30,9 @@ struct DecodeOptions {
   int64_t top_k = 0;         // 0: off
   double top_p = 0.0;        // 0: off
   uint64_t seed = 0;         // sampling
+  // Sampling: row i's key (RowSeed); empty: row i's key is i. One per row
+  // of the decoded batch otherwise (kInvalidArgument from the model).
+  std::vector<uint64_t> row_keys;
   torch::ScalarType compute_dtype = torch::kFloat32;
 };
 
@@ -38,6 +45,9 @@ struct DecodeResult {
 };
 
 DecodeResult Decode(T5Impl& model, const torch::Tensor& encoder_input_tokens, const DecodeOptions& options);
+
+// The seed of the generator a row with `key` samples from.
+uint64_t RowSeed(uint64_t seed, uint64_t key);
 
 // T5X's brevity penalty: ((5 + length) / 6) ^ alpha.
 double LengthPenalty(int64_t length, double alpha);

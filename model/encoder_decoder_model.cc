@@ -90,6 +90,10 @@ absl::StatusOr<Predictions> EncoderDecoderModel::PredictBatchWithAux(const T5Bat
   if (options.method == DecodeOptions::Method::kSample && !(options.temperature > 0.0)) {
     return absl::InvalidArgumentError(absl::StrCat("temperature: ", options.temperature, "; must be > 0"));
   }
+  if (!options.row_keys.empty() && static_cast<int64_t>(options.row_keys.size()) != batch.batch_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("row_keys: ", options.row_keys.size(), " keys for a batch of ",
+                                                   batch.batch_size(), " rows; want one per row, or none"));
+  }
   return Guard("predict", [&]() -> absl::StatusOr<Predictions> {
     torch::NoGradGuard no_grad;
     DecodeOptions decode = options;

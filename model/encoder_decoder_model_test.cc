@@ -208,6 +208,50 @@ TEST(DecodingTest, SamplingIsSeededAndTopKOneIsGreedy) {
   EXPECT_TRUE(torch::equal(nucleus->tokens, greedy->tokens));
 }
 
+// A row samples from its own generator, keyed by its example: the same
+// tokens whatever else its batch holds and wherever the row sits in it (the
+// texts of an INFERENCE job on any number of workers).
+TEST(DecodingTest, ARowSamplesTheSameTokensInAnyBatch) {
+  auto model = TinyModel(23);
+  const T5Batch all = Batch();
+  DecodeOptions sample = Greedy(6);
+  sample.method = DecodeOptions::Method::kSample;
+  sample.temperature = 2.0;  // flat: different keys sample different tokens
+  sample.seed = 3;
+  sample.row_keys = {10, 11, 12};
+  auto whole = model->PredictBatchWithAux(all, sample);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  // Rows 2 and 0, in that order, in a batch of their own.
+  sample.row_keys = {12, 10};
+  auto part = model->PredictBatchWithAux(all.SelectRows(torch::tensor({2, 0}, torch::kLong)), sample);
+  ASSERT_TRUE(part.ok()) << part.status();
+  EXPECT_TRUE(torch::equal(part->tokens[0], whole->tokens[2]));
+  EXPECT_TRUE(torch::equal(part->tokens[1], whole->tokens[0]));
+  EXPECT_EQ(part->scores[0].item<float>(), whole->scores[2].item<float>());
+  // Row 0 alone, with key 10: the same again; with another key (or the
+  // default key, its row number 0), another sample.
+  sample.row_keys = {10};
+  auto alone = model->PredictBatchWithAux(all.Slice(0, 1), sample);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_TRUE(torch::equal(alone->tokens[0], whole->tokens[0]));
+  sample.row_keys = {};
+  auto unkeyed = model->PredictBatchWithAux(all.Slice(0, 1), sample);
+  ASSERT_TRUE(unkeyed.ok()) << unkeyed.status();
+  EXPECT_FALSE(torch::equal(unkeyed->tokens[0], whole->tokens[0]));
+  EXPECT_NE(RowSeed(3, 0), RowSeed(3, 10));
+  EXPECT_NE(RowSeed(3, 10), RowSeed(4, 10));
+}
+
+TEST(DecodingTest, RowKeysMustMatchTheRows) {
+  auto model = TinyModel(23);
+  DecodeOptions sample = Greedy(6);
+  sample.method = DecodeOptions::Method::kSample;
+  sample.row_keys = {1, 2};
+  EXPECT_THAT(model->PredictBatchWithAux(Batch(), sample).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("row_keys: 2 keys for a batch of 3 rows; want one per row, or none")));
+}
+
 TEST(DecodingTest, StopsAtEosAndZeroFillsAfter) {
   auto model = TinyModel(24);
   torch::NoGradGuard no_grad;

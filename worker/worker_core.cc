@@ -508,7 +508,7 @@ absl::StatusOr<OpenSessionResponse> WorkerCore::OpenSession(const WorkerOpenSess
   options.output_dir = open.output_dir();
   options.restore.set_mode(RestoreConfig::SPECIFIC);
   options.restore.set_path(open.checkpoint());
-  options.decode = DecodeOptionsFromConfig(open.inference(), /*seed=*/0, request.rank());
+  options.decode = DecodeOptionsFromConfig(open.inference(), /*seed=*/0);
   if (open.inference().max_decode_length() == 0) options.decode.max_decode_length = 0;  // the targets length
   absl::StatusOr<std::unique_ptr<InteractiveModel>> model = InteractiveModel::Create(options);
   if (!model.ok()) return release(model.status());

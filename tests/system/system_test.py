@@ -335,6 +335,15 @@ class SystemTest(unittest.TestCase):
                 *lengths, *sample)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual([json.loads(x) for x in r.stdout.splitlines()], sampled)
+        # Each example samples with a key of its own (its index in the
+        # request), not its rank's: the same texts on two workers.
+        r = run("predict", "--coordinator", c.address, "--workers", "2", "--checkpoint", ckpt, "--examples",
+                examples, "--json", *lengths, *sample)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = [json.loads(x) for x in r.stdout.splitlines()]
+        self.assertEqual([p["prediction"] for p in got], [p["prediction"] for p in sampled])
+        for g, w in zip(got, sampled):
+            self.assertAlmostEqual(g["score"], w["score"], delta=1e-4)
         r = run("predict", "--checkpoint", ckpt, "--input", "1", "--json", "--method", "nucleus")
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("--method: 'nucleus'; one of greedy, beam, sample", r.stderr)
