@@ -1,5 +1,5 @@
 // Model throughput: forward+backward tokens/s of a training step (no optimizer)
-// and greedy decoding tokens/s, for one preset. Prints one JSON object per
+// and greedy and sampled decoding tokens/s, for one preset. Prints one JSON object per
 // measurement on stdout. bench/model/run.sh runs it beside the same model in
 // PyTorch eager (bench/model/peer.py) and prints the ratios.
 //
@@ -111,22 +111,27 @@ int Main(const std::vector<std::string>& args) {
   fused::SetEnabled(variants.front());
 
   if (decode_length > 0) {
-    DecodeOptions decode;
-    decode.max_decode_length = decode_length;
-    decode.eos_id = -1;                              // never stop early: every run decodes the same count
-    (void)(*model)->PredictBatchWithAux(b, decode);  // warm-up
-    auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<Predictions> p = (*model)->PredictBatchWithAux(b, decode);
-    const double decode_seconds = Seconds(start);
-    if (!p.ok()) {
-      std::cerr << p.status() << "\n";
-      return 1;
+    // Sampling next to greedy: the same shapes, plus a generator per row.
+    for (DecodeOptions::Method method : {DecodeOptions::Method::kGreedy, DecodeOptions::Method::kSample}) {
+      DecodeOptions decode;
+      decode.method = method;
+      decode.max_decode_length = decode_length;
+      decode.eos_id = -1;                              // never stop early: every run decodes the same count
+      (void)(*model)->PredictBatchWithAux(b, decode);  // warm-up
+      auto start = std::chrono::steady_clock::now();
+      absl::StatusOr<Predictions> p = (*model)->PredictBatchWithAux(b, decode);
+      const double decode_seconds = Seconds(start);
+      if (!p.ok()) {
+        std::cerr << p.status() << "\n";
+        return 1;
+      }
+      std::printf(
+          "{\"system\": \"trainyard\", \"preset\": \"%s\", \"measure\": \"%s_decode\", "
+          "\"batch\": %d, \"inputs\": %d, \"decode_length\": %d, \"threads\": %d, "
+          "\"seconds\": %.6f, \"tokens_per_second\": %.1f}\n",
+          preset.c_str(), method == DecodeOptions::Method::kSample ? "sample" : "greedy", batch, inputs, decode_length,
+          threads, decode_seconds, batch * decode_length / decode_seconds);
     }
-    std::printf(
-        "{\"system\": \"trainyard\", \"preset\": \"%s\", \"measure\": \"greedy_decode\", "
-        "\"batch\": %d, \"inputs\": %d, \"decode_length\": %d, \"threads\": %d, "
-        "\"seconds\": %.6f, \"tokens_per_second\": %.1f}\n",
-        preset.c_str(), batch, inputs, decode_length, threads, decode_seconds, batch * decode_length / decode_seconds);
   }
   return 0;
 }

@@ -1,7 +1,5 @@
 #include "model/decoding.h"
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -19,6 +17,27 @@ ForwardOptions InferenceOptions(const DecodeOptions& options) {
   return forward;
 }
 
+// Row i's token at step t, drawn from `probs` (its row sums to 1, up to
+// rounding) by inverse CDF with a uniform number that depends on row i's
+// seed and t only: counter-based, so a row samples the same tokens
+// whatever else its batch holds. A token of zero probability is never
+// drawn (the target lies strictly below the row's total).
+torch::Tensor SampleRows(const torch::Tensor& probs, const std::vector<uint64_t>& row_seeds, int64_t t) {
+  const int64_t b = probs.size(0);
+  torch::Tensor uniform = torch::empty({b, 1}, torch::kDouble);
+  double* u = uniform.data_ptr<double>();
+  for (int64_t i = 0; i < b; ++i) {
+    // The top 53 bits of a mixed (seed, step) counter: uniform in [0, 1).
+    u[i] = static_cast<double>(SplitMix64(row_seeds[i] ^ SplitMix64(static_cast<uint64_t>(t))) >> 11) * 0x1.0p-53;
+  }
+  const torch::Tensor cdf = probs.to(torch::kDouble).cumsum(-1);
+  const torch::Tensor target = uniform * cdf.narrow(1, cdf.size(1) - 1, 1);
+  // The product can round up to the total itself: then the last token with
+  // any probability.
+  const torch::Tensor last_possible = (probs.size(1) - 1) - probs.gt(0).flip({1}).to(torch::kInt).argmax(-1);
+  return torch::minimum(cdf.le(target).sum(-1), last_possible);
+}
+
 // Greedy decoding and sampling: one token per row per step.
 DecodeResult DecodeOneAtATime(T5Impl& model, const torch::Tensor& inputs, const DecodeOptions& options) {
   const int64_t b = inputs.size(0);
@@ -31,10 +50,10 @@ DecodeResult DecodeOneAtATime(T5Impl& model, const torch::Tensor& inputs, const 
   torch::Tensor finished = torch::zeros({b}, long_options.dtype(torch::kBool));
   torch::Tensor current = torch::zeros({b}, long_options);  // decoder input starts with 0
   const bool sample = options.method == DecodeOptions::Method::kSample;
-  std::vector<at::Generator> gens;  // sampling: row i's
+  std::vector<uint64_t> row_seeds;  // sampling: row i's
   for (int64_t i = 0; sample && i < b; ++i) {
     const uint64_t key = options.row_keys.empty() ? static_cast<uint64_t>(i) : options.row_keys[i];
-    gens.push_back(at::make_generator<at::CPUGeneratorImpl>(RowSeed(options.seed, key)));
+    row_seeds.push_back(RowSeed(options.seed, key));
   }
 
   for (int64_t t = 0; t < len; ++t) {
@@ -58,11 +77,7 @@ DecodeResult DecodeOneAtATime(T5Impl& model, const torch::Tensor& inputs, const 
         adjusted = adjusted.scatter(-1, order, sorted.masked_fill(drop, kNegInf));
       }
       const torch::Tensor probs = torch::softmax(adjusted, -1).to(torch::kCPU);
-      next = torch::empty({b}, long_options.device(torch::kCPU));
-      for (int64_t i = 0; i < b; ++i) {
-        next[i] = torch::multinomial(probs[i], 1, /*replacement=*/false, gens[i]).item<int64_t>();
-      }
-      next = next.to(logits.device());
+      next = SampleRows(probs, row_seeds, t).to(logits.device());
     }
     next = next.masked_fill(finished, 0);
     const torch::Tensor token_log_prob = log_probs.gather(-1, next.unsqueeze(-1)).squeeze(-1);

@@ -1,7 +1,7 @@
 // Autoregressive decoding over a T5's key/value caches: greedy, beam search
 // (T5X's length penalty ((5 + length) / 6)^alpha) and sampling (temperature,
-// top-k, top-p) with a generator per row, seeded from the seed and the row's
-// key (the example's place in its split or request), so an example samples
+// top-k, top-p), each row's draws keyed by the seed, the row's key (the
+// example's place in its split or request) and the step, so an example samples
 // the same text whatever batch, rank or number of workers decodes it.
 // Every method stops a row at EOS and stops the batch when all rows have
 // stopped.
@@ -46,7 +46,8 @@ struct DecodeResult {
 
 DecodeResult Decode(T5Impl& model, const torch::Tensor& encoder_input_tokens, const DecodeOptions& options);
 
-// The seed of the generator a row with `key` samples from.
+// The seed of the draws of a row with `key` (counter-based: one uniform
+// number per step).
 uint64_t RowSeed(uint64_t seed, uint64_t key);
 
 // T5X's brevity penalty: ((5 + length) / 6) ^ alpha.

@@ -208,7 +208,7 @@ TEST(DecodingTest, SamplingIsSeededAndTopKOneIsGreedy) {
   EXPECT_TRUE(torch::equal(nucleus->tokens, greedy->tokens));
 }
 
-// A row samples from its own generator, keyed by its example: the same
+// A row samples with draws keyed by its example: the same
 // tokens whatever else its batch holds and wherever the row sits in it (the
 // texts of an INFERENCE job on any number of workers).
 TEST(DecodingTest, ARowSamplesTheSameTokensInAnyBatch) {

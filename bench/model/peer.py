@@ -53,17 +53,20 @@ def main():
           flush=True)
     if ARGS.decode_length > 0:
         n = ARGS.decode_length
-        kwargs = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, num_beams=1)
-        with torch.no_grad():
-            model.generate(input_ids=enc, **kwargs)  # warm-up
-            start = time.perf_counter()
-            model.generate(input_ids=enc, **kwargs)
-            seconds = time.perf_counter() - start
-        print(json.dumps({"system": "pytorch_eager", "preset": ARGS.preset,
-                          "measure": "greedy_decode", "batch": b, "inputs": li,
-                          "decode_length": n, "threads": ARGS.threads, "seconds": seconds,
-                          "tokens_per_second": b * n / seconds}), flush=True)
-
+        # Greedy, then sampling (temperature 1, no top-k), as model_bench.
+        for measure, sample in (("greedy_decode", False), ("sample_decode", True)):
+            kwargs = dict(max_new_tokens=n, min_new_tokens=n, do_sample=sample, num_beams=1)
+            if sample:
+                kwargs.update(top_k=0, temperature=1.0)
+            with torch.no_grad():
+                model.generate(input_ids=enc, **kwargs)  # warm-up
+                start = time.perf_counter()
+                model.generate(input_ids=enc, **kwargs)
+                seconds = time.perf_counter() - start
+            print(json.dumps({"system": "pytorch_eager", "preset": ARGS.preset,
+                              "measure": measure, "batch": b, "inputs": li,
+                              "decode_length": n, "threads": ARGS.threads, "seconds": seconds,
+                              "tokens_per_second": b * n / seconds}), flush=True)
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
