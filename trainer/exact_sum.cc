@@ -1,0 +1,97 @@
+#include "trainer/exact_sum.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace trainyard {
+
+int MagnitudeExponent(const torch::Tensor& t) {
+  if (t.numel() == 0) return kExactSumMinExponent;
+  const double largest = t.abs().max().item<double>();
+  if (!std::isfinite(largest)) return INT_MAX;
+  if (largest == 0) return kExactSumMinExponent;
+  int exponent = 0;
+  std::frexp(largest, &exponent);  // largest = m x 2^exponent, m in [0.5, 1)
+  return std::max(exponent, kExactSumMinExponent);
+}
+
+ExactSum::ExactSum(const std::vector<std::vector<int64_t>>& shapes, int64_t max_terms) : shapes_(shapes) {
+  int bits = 0;  // ceil(log2(max_terms))
+  while ((int64_t{1} << bits) < std::max<int64_t>(max_terms, 1)) ++bits;
+  fraction_bits_ = 62 - bits;
+}
+
+absl::Status ExactSum::Reset(const std::vector<int>& exponents) {
+  if (exponents.size() != shapes_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ExactSum: ", exponents.size(), " exponents for ", shapes_.size(), " tensors"));
+  }
+  for (int e : exponents) {
+    if (e < kExactSumMinExponent || e > kExactSumMaxExponent) {
+      return absl::InvalidArgumentError(absl::StrCat("ExactSum: exponent ", e, " is outside [", kExactSumMinExponent,
+                                                     ", ", kExactSumMaxExponent, "]"));
+    }
+  }
+  exponents_ = exponents;
+  integers_.clear();
+  for (const auto& shape : shapes_) integers_.push_back(torch::zeros(shape, torch::kLong));
+  observed_.assign(shapes_.size(), kExactSumMinExponent);
+  return absl::OkStatus();
+}
+
+absl::Status ExactSum::Add(const std::vector<torch::Tensor>& term) {
+  if (integers_.size() != shapes_.size()) return absl::FailedPreconditionError("ExactSum: Add before Reset");
+  if (term.size() != shapes_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ExactSum: a term of ", term.size(), " tensors; want ", shapes_.size()));
+  }
+  for (size_t i = 0; i < term.size(); ++i) {
+    if (term[i].sizes().vec() != shapes_[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("ExactSum: term tensor ", i, " has shape [",
+                                                     absl::StrJoin(term[i].sizes().vec(), ", "), "]; want [",
+                                                     absl::StrJoin(shapes_[i], ", "), "]"));
+    }
+  }
+  for (size_t i = 0; i < term.size(); ++i) {
+    observed_[i] = std::max(observed_[i], MagnitudeExponent(term[i]));
+    // x x 2^(fraction_bits - exponent) is exact in double (a float32's 24
+    // bits, scaled by a power of two); rounding it is the only error.
+    const double scale = std::ldexp(1.0, fraction_bits_ - exponents_[i]);
+    const double bound = std::ldexp(1.0, fraction_bits_);
+    const torch::Tensor fixed =
+        (term[i].to(torch::kDouble) * scale).round().nan_to_num(0.0, bound, -bound).clamp(-bound, bound);
+    integers_[i].add_(fixed.to(torch::kLong));
+  }
+  return absl::OkStatus();
+}
+
+bool ExactSum::Overflowed() const {
+  for (size_t i = 0; i < observed_.size(); ++i) {
+    if (observed_[i] > exponents_[i]) return true;
+  }
+  return false;
+}
+
+std::vector<torch::Tensor> ExactSum::ToFloat() const {
+  std::vector<torch::Tensor> out;
+  for (size_t i = 0; i < integers_.size(); ++i) {
+    const double unit = std::ldexp(1.0, exponents_[i] - fraction_bits_);
+    out.push_back((integers_[i].to(torch::kDouble) * unit).to(torch::kFloat));
+  }
+  return out;
+}
+
+std::vector<int> ExactSum::NextExponents(int headroom) const {
+  std::vector<int> next;
+  for (int e : observed_) {
+    const int64_t wanted = static_cast<int64_t>(e) + headroom;
+    next.push_back(static_cast<int>(std::clamp<int64_t>(wanted, kExactSumMinExponent, kExactSumMaxExponent)));
+  }
+  return next;
+}
+
+}  // namespace trainyard
