@@ -3,20 +3,45 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace trainyard {
+namespace {
 
-int MagnitudeExponent(const torch::Tensor& t) {
-  if (t.numel() == 0) return kExactSumMinExponent;
-  const double largest = t.abs().max().item<double>();
+int ExponentOf(double largest) {
   if (!std::isfinite(largest)) return INT_MAX;
   if (largest == 0) return kExactSumMinExponent;
   int exponent = 0;
   std::frexp(largest, &exponent);  // largest = m x 2^exponent, m in [0.5, 1)
   return std::max(exponent, kExactSumMinExponent);
+}
+
+// One float32 term into `acc` in one pass (Add's float32 case): the same
+// integers as the tensor formula, rounding half to even; returns the
+// term's largest magnitude (infinity when it holds a NaN or an infinity).
+double AddFloats(const float* x, int64_t n, double scale, double bound, int64_t* acc) {
+  float largest = 0;
+  bool finite = true;
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    finite = finite && a <= std::numeric_limits<float>::max();
+    largest = std::max(largest, a);
+    double v = static_cast<double>(x[i]) * scale;
+    v = std::isnan(v) ? 0.0 : std::clamp(v, -bound, bound);
+    acc[i] += std::llrint(v);  // the current rounding mode: to nearest, ties to even
+  }
+  return finite ? largest : std::numeric_limits<double>::infinity();
+}
+
+}  // namespace
+
+int MagnitudeExponent(const torch::Tensor& t) {
+  if (t.numel() == 0) return kExactSumMinExponent;
+  if (t.isnan().any().item<bool>()) return INT_MAX;
+  return ExponentOf(t.abs().max().item<double>());
 }
 
 ExactSum::ExactSum(const std::vector<std::vector<int64_t>>& shapes, int64_t max_terms) : shapes_(shapes) {
@@ -57,11 +82,18 @@ absl::Status ExactSum::Add(const std::vector<torch::Tensor>& term) {
     }
   }
   for (size_t i = 0; i < term.size(); ++i) {
-    observed_[i] = std::max(observed_[i], MagnitudeExponent(term[i]));
     // x x 2^(fraction_bits - exponent) is exact in double (a float32's 24
     // bits, scaled by a power of two); rounding it is the only error.
     const double scale = std::ldexp(1.0, fraction_bits_ - exponents_[i]);
     const double bound = std::ldexp(1.0, fraction_bits_);
+    if (term[i].scalar_type() == torch::kFloat && term[i].device().is_cpu()) {
+      const torch::Tensor x = term[i].contiguous();
+      if (!integers_[i].is_contiguous()) integers_[i] = integers_[i].contiguous();
+      const double largest = AddFloats(x.data_ptr<float>(), x.numel(), scale, bound, integers_[i].data_ptr<int64_t>());
+      observed_[i] = std::max(observed_[i], ExponentOf(largest));
+      continue;
+    }
+    observed_[i] = std::max(observed_[i], MagnitudeExponent(term[i]));
     const torch::Tensor fixed =
         (term[i].to(torch::kDouble) * scale).round().nan_to_num(0.0, bound, -bound).clamp(-bound, bound);
     integers_[i].add_(fixed.to(torch::kLong));

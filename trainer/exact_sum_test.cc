@@ -119,6 +119,29 @@ TEST(ExactSumTest, AValueAtItsScaleOverflowsAndTheObservedExponentsHoldIt) {
   EXPECT_TRUE(torch::equal(SumOver(terms, 1, next)[0], SumOver(terms, 3, next)[0]));
 }
 
+// Float32 terms take a one-pass loop, others the tensor formula: the same
+// integers (ties rounded to even in both) and the same observations.
+TEST(ExactSumTest, FloatAndDoubleTermsGiveTheSameIntegers) {
+  const auto terms = Terms(6);
+  ExactSum floats(kShapes, 8), doubles(kShapes, 8);
+  ASSERT_THAT(floats.Reset({4, -1}), IsOk());  // tensor 1 overflows: clamped alike
+  ASSERT_THAT(doubles.Reset({4, -1}), IsOk());
+  for (const auto& term : terms) {
+    ASSERT_THAT(floats.Add(term), IsOk());
+    ASSERT_THAT(doubles.Add({term[0].to(torch::kDouble), term[1].to(torch::kDouble)}), IsOk());
+  }
+  // A tie: 0.5 and 1.5 units round to 0 and 2.
+  const double unit = std::ldexp(1.0, 4 - floats.fraction_bits());
+  const torch::Tensor ties = torch::zeros({5, 7});
+  ties[0][0] = static_cast<float>(0.5 * unit);
+  ties[0][1] = static_cast<float>(1.5 * unit);
+  ASSERT_THAT(floats.Add({ties, torch::zeros({3})}), IsOk());
+  ASSERT_THAT(doubles.Add({ties.to(torch::kDouble), torch::zeros({3}, torch::kDouble)}), IsOk());
+  for (size_t i = 0; i < kShapes.size(); ++i) EXPECT_TRUE(torch::equal(floats.integers()[i], doubles.integers()[i]));
+  EXPECT_EQ(floats.observed(), doubles.observed());
+  EXPECT_TRUE(floats.Overflowed());
+}
+
 TEST(ExactSumTest, MagnitudeExponentIsTheLeastPowerOfTwoAbove) {
   EXPECT_EQ(MagnitudeExponent(torch::zeros({4})), kExactSumMinExponent);
   EXPECT_EQ(MagnitudeExponent(torch::tensor({0.75f, -0.5f})), 0);  // below 2^0
