@@ -109,7 +109,8 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
   // reduce-scattered, overlapped with backward or not.
   std::vector<size_t> shards = optimizer_->shard_bounds();
   sharded_ = !shards.empty();
-  if ((options_.overlap_allreduce || !shards.empty()) && collective_->world_size() > 1) {
+  if (options_.exact_reduction) SetUpExactSum();
+  if ((options_.overlap_allreduce || !shards.empty()) && collective_->world_size() > 1 && exact_ == nullptr) {
     std::vector<torch::Tensor> tensors;
     for (const auto& [name, p] : params_) tensors.push_back(p);
     const bool keep_only_shard = options_.shard_gradients && !shards.empty();
@@ -190,6 +191,7 @@ absl::Status Trainer::Close() {
 }
 
 at::Generator Trainer::DropoutGenerator(int64_t step, int microbatch) const {
+  if (exact_ != nullptr) return ExactDropoutGenerator(step, microbatch);
   const uint64_t key =
       SplitMix64(options_.seed ^ SplitMix64(static_cast<uint64_t>(step) ^
                                             SplitMix64(static_cast<uint64_t>(collective_->rank()) * 1000003ull +
@@ -273,6 +275,7 @@ absl::StatusOr<Metrics> Trainer::AccumulateGradsMicrobatched(const T5Batch& batc
       }
       allreduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
     }
+    if (exact_ != nullptr) TY_RETURN_IF_ERROR(AddExactTerm());
     MergeMetrics(out->metrics, /*within_step=*/true, &metrics);
   }
   return metrics;
@@ -305,7 +308,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGradsAndGather(int64
   } else {
     for (auto& [name, p] : params_) grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
   }
-  if (reducer_ == nullptr) TY_RETURN_IF_ERROR(collective_->AllReduce(grads, ReduceOp::kSum));
+  if (reducer_ == nullptr && exact_ == nullptr) TY_RETURN_IF_ERROR(collective_->AllReduce(grads, ReduceOp::kSum));
   if (options_.agree_before_update) {
     if (absl::Status s = AgreeToUpdate(); !s.ok()) {
       DropReducedGrads();
@@ -441,7 +444,9 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
     std::vector<torch::Tensor> counts = {torch::tensor(
         {static_cast<double>(batch->batch_size()), batch->decoder_loss_weights.sum().item<double>()}, torch::kDouble)};
     TY_RETURN_IF_ERROR(collective_->AllReduce(counts, ReduceOp::kSum));
-    TY_ASSIGN_OR_RETURN(Metrics step_metrics, AccumulateGradsMicrobatched(*batch, step, counts[0][1].item<double>()));
+    const double tokens = counts[0][1].item<double>();
+    TY_ASSIGN_OR_RETURN(Metrics step_metrics, exact_ ? AccumulateExactly(*batch, step, tokens)
+                                                     : AccumulateGradsMicrobatched(*batch, step, tokens));
     absl::StatusOr<std::map<std::string, double>> step_scalars = ApplyGradsAndGather(step, /*defer_gather=*/true);
     TY_RETURN_IF_ERROR(step_scalars.status());
     applied.Add(*step_scalars);

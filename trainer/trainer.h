@@ -40,6 +40,7 @@
 #include "collective/timed_collective.h"
 #include "model/model.h"
 #include "spec/actions.h"
+#include "trainer/exact_sum.h"
 #include "trainer/gradient_reducer.h"
 #include "trainer/learning_rate.h"
 #include "trainer/metrics_manager.h"
@@ -146,6 +147,18 @@ struct TrainerOptions {
   // done across shard groups would leave a shard at two steps, with no
   // copy of its newer state elsewhere.
   bool agree_before_update = false;
+  // The step's gradient as the exact sum (trainer/exact_sum.h) of its
+  // global microbatches' gradients, the same bits however the microbatches
+  // are spread over ranks: each microbatch's gradients are added to an
+  // ExactSum as its backward pass ends; the ranks all-reduce the integers
+  // (and combine the largest values seen, MAX); a step whose values reached
+  // their scale is computed again with the scale they need. This rank's
+  // microbatch i is global microbatch first_global_microbatch + i (its
+  // dropout is drawn from that, not from the rank). No gradient reducer:
+  // refused with a sharded optimizer (Train's error).
+  bool exact_reduction = false;
+  int64_t first_global_microbatch = 0;
+  int64_t global_microbatches = 1;  // a step's, over every rank
 };
 
 // T5X's PreemptionError: the status Train returns when preemption was
@@ -280,6 +293,21 @@ class Trainer {
   void DropReducedGrads();
   // A failed forward pass's status: the gatherer's, when it failed in it.
   absl::Status ForwardError(const absl::Status& status) const;
+  // exact_reduction (trainer_exact.cc): a step's sum started with the
+  // current scales; this microbatch's gradients added (and cleared, also
+  // on a failure); the
+  // ranks' sums combined into the parameters' gradients, false (nothing
+  // written) when a value reached its scale: the step is computed again,
+  // with the scales now set from what the ranks saw.
+  void SetUpExactSum();
+  at::Generator ExactDropoutGenerator(int64_t step, int microbatch) const;
+  absl::Status StartExactSum();
+  absl::Status AddExactTerm();
+  absl::StatusOr<bool> CombineExactSums();
+  // AccumulateGradsMicrobatched into the exact sum, combined over the
+  // ranks into the gradients (computed twice when a value reached its
+  // scale).
+  absl::StatusOr<Metrics> AccumulateExactly(const T5Batch& batch, int64_t step, double global_target_tokens);
   // Every rank's compute seconds per step into the summary: min, median,
   // max and the slowest rank (a collective).
   absl::Status ComputeOverRanks(double compute_per_step, std::map<std::string, double>* summary);
@@ -317,6 +345,10 @@ class Trainer {
   // Create's error (returned by Train).
   std::unique_ptr<ParameterGatherer> gatherer_;
   absl::Status gatherer_setup_;
+  // exact_reduction: the step's sum, and each parameter's scale exponent
+  // (from the last step's largest values, ExactSum::NextExponents).
+  std::unique_ptr<ExactSum> exact_;
+  std::vector<int> exact_exponents_;
 };
 
 }  // namespace trainyard

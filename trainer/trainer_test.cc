@@ -284,6 +284,67 @@ TEST(TrainerTest, EvalAgreesOnUnevenShardsAndOnStopping) {
   EXPECT_TRUE(IsPreemptionError(s1.status())) << s1.status();
 }
 
+// Three steps of a global batch of 8 rows in microbatches of 2 on `world`
+// ranks (4 / world microbatches each; rank r's rows [r 8 / world, (r + 1)
+// 8 / world), its microbatches global microbatches r 4 / world, ...):
+// every rank's parameters after them (rank 0's, once checked equal).
+std::vector<torch::Tensor> TrainOnRanks(int world, bool exact, float dropout) {
+  SortTask task(8, 6, 5, 3);
+  std::vector<T5Batch> global;
+  for (int i = 0; i < 3; ++i) global.push_back(*task.Next());
+  auto group = std::make_shared<FakeGroup>(world, absl::Seconds(60));
+  std::vector<std::vector<torch::Tensor>> params(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      FakeCollective collective(group, r);
+      TinyTrainerOptions options;
+      options.init_seed = 1;
+      options.dropout = dropout;
+      options.collective = &collective;
+      options.trainer.num_microbatches = 4 / world;
+      options.trainer.seed = 7;
+      options.trainer.exact_reduction = exact;
+      options.trainer.first_global_microbatch = r * (4 / world);
+      options.trainer.global_microbatches = 4;
+      auto t = MakeTinyTrainer(options);
+      std::vector<T5Batch> mine;
+      for (const T5Batch& b : global) mine.push_back(b.Slice(r * 8 / world, 8 / world));
+      FixedBatches batches(mine);
+      EXPECT_THAT(t->trainer->Train(&batches, 3).status(), IsOk()) << "rank " << r;
+      for (const auto& p : t->model->parameters()) params[r].push_back(p.detach().clone());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 1; r < world; ++r) {
+    for (size_t i = 0; i < params[0].size(); ++i) EXPECT_TRUE(torch::equal(params[r][i], params[0][i])) << r;
+  }
+  return params[0];
+}
+
+// The exact reduction makes the training independent of how many ranks
+// share the global batch: the same parameters, bit for bit, on 1, 2 and 4
+// ranks, with dropout (drawn per global microbatch).
+TEST(TrainerTest, TheExactReductionTrainsTheSameBitsOnAnyNumberOfRanks) {
+  const std::vector<torch::Tensor> one = TrainOnRanks(1, /*exact=*/true, /*dropout=*/0.1f);
+  for (int world : {2, 4}) {
+    const std::vector<torch::Tensor> other = TrainOnRanks(world, /*exact=*/true, /*dropout=*/0.1f);
+    ASSERT_EQ(other.size(), one.size());
+    for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(torch::equal(other[i], one[i])) << world << " ranks, " << i;
+  }
+  // The float sum (its order the ranks'): a nearby result, not the same
+  // bits on 2 ranks as on 1.
+  const std::vector<torch::Tensor> float1 = TrainOnRanks(1, /*exact=*/false, /*dropout=*/0.0f);
+  const std::vector<torch::Tensor> float2 = TrainOnRanks(2, /*exact=*/false, /*dropout=*/0.0f);
+  const std::vector<torch::Tensor> exact0 = TrainOnRanks(1, /*exact=*/true, /*dropout=*/0.0f);
+  bool all_equal = true;
+  for (size_t i = 0; i < one.size(); ++i) {
+    all_equal = all_equal && torch::equal(float1[i], float2[i]);
+    EXPECT_TRUE(torch::allclose(exact0[i], float1[i], 1e-4, 1e-6)) << i;
+  }
+  EXPECT_FALSE(all_equal);
+}
+
 // Batches that take `delay` each to come (a slow data pipeline or a slow
 // host: either way, time outside the collectives).
 class SlowBatches : public BatchIterator {

@@ -164,24 +164,10 @@ class ChaosTest(unittest.TestCase):
             if self.cluster:
                 self.cluster.stop()
         finally:
-            self.keep_logs()
+            if self.cluster:
+                self.cluster.keep_logs()
             self.hosts.remove()
             subprocess.run(["umount", self.out], capture_output=True)
-
-    def keep_logs(self):
-        """Every process's log (its last 2 MiB) into Bazel's undeclared
-        outputs (test.outputs/outputs.zip), so that a failed schedule can be
-        read afterwards."""
-        kept = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
-        if not kept or not os.path.isdir(self.root):
-            return
-        for name in sorted(os.listdir(self.root)):
-            if name.endswith(".log"):
-                with open(os.path.join(self.root, name), "rb") as src:
-                    src.seek(0, os.SEEK_END)
-                    src.seek(max(src.tell() - (2 << 20), 0))
-                    with open(os.path.join(kept, name), "wb") as dst:
-                        dst.write(src.read())
 
     # The cluster: a coordinator on the bridge, one worker per host.
 

@@ -104,6 +104,8 @@ class RateTest(unittest.TestCase):
             if self.cluster:
                 self.cluster.stop()
         finally:
+            if self.cluster:
+                self.cluster.keep_logs()
             self.hosts.remove()
 
     # The cluster.
@@ -194,7 +196,10 @@ class RateTest(unittest.TestCase):
         out = f"out-{mode.lower()}"
         job = c.submit(self.spec, f"output_dir={out}", f"total_steps={CONFIG['steps']}",
                        f"fault_tolerance.mode={mode}", *COMMON)
-        c.wait_state(job, ["RUNNING"], 120)
+        try:
+            c.wait_state(job, ["RUNNING"], 120)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; {mode}: {c.status(job)}\n{c.coordinator_tail()}") from None
         start = time.monotonic()
         injected = []
         for at, kind, host in plan:

@@ -104,6 +104,31 @@ class Cluster:
         self.workers.append(proc)
         return proc
 
+    def keep_logs(self):
+        """Every process's log (its last 2 MiB) into Bazel's undeclared
+        outputs (test.outputs/outputs.zip), so that a failed run can be read
+        afterwards."""
+        kept = os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR")
+        if not kept or not os.path.isdir(self.root):
+            return
+        for name in sorted(os.listdir(self.root)):
+            if name.endswith(".log"):
+                with open(os.path.join(self.root, name), "rb") as src:
+                    src.seek(0, os.SEEK_END)
+                    src.seek(max(src.tell() - (2 << 20), 0))
+                    with open(os.path.join(kept, name), "wb") as dst:
+                        dst.write(src.read())
+
+    def coordinator_tail(self, lines=60):
+        """The last `lines` lines of every coordinator's log (for a failure
+        message)."""
+        out = []
+        for name in sorted(os.listdir(self.root)):
+            if name.startswith("coordinator") and name.endswith(".log"):
+                with open(os.path.join(self.root, name), errors="replace") as f:
+                    out.append(f"--- {name}\n" + "".join(f.readlines()[-lines:]))
+        return "\n".join(out)
+
     @staticmethod
     def log(proc):
         with open(proc.log) as f:

@@ -1,0 +1,82 @@
+// Trainer's exact reduction (TrainerOptions::exact_reduction): a step's
+// gradient as the exact sum of its global microbatches' gradients.
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/random.h"
+#include "common/status_macros.h"
+#include "common/torch/device.h"
+#include "trainer/trainer.h"
+
+namespace trainyard {
+namespace {
+
+// Values may grow 8-fold from one step's largest before a step is computed
+// again.
+constexpr int kExactHeadroom = 3;
+
+}  // namespace
+
+void Trainer::SetUpExactSum() {
+  if (!optimizer_->shard_bounds().empty()) {
+    gatherer_setup_ =
+        absl::FailedPreconditionError("the exact reduction (data_parallel.reproducible) needs an unsharded optimizer");
+    return;
+  }
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& [name, p] : params_) shapes.push_back(p.sizes().vec());
+  exact_ = std::make_unique<ExactSum>(shapes, std::max<int64_t>(options_.global_microbatches, 1));
+  // The first step finds its scales (computed twice).
+  exact_exponents_.assign(params_.size(), kExactSumMinExponent);
+}
+
+at::Generator Trainer::ExactDropoutGenerator(int64_t step, int microbatch) const {
+  // The global microbatch's key, whatever rank draws it.
+  const uint64_t global = static_cast<uint64_t>(options_.first_global_microbatch + microbatch);
+  const uint64_t key = SplitMix64(options_.seed ^ SplitMix64(static_cast<uint64_t>(step) ^ SplitMix64(~global)));
+  return MakeGenerator(device_, key);
+}
+
+absl::Status Trainer::StartExactSum() { return exact_->Reset(exact_exponents_); }
+
+absl::Status Trainer::AddExactTerm() {
+  std::vector<torch::Tensor> term;
+  for (auto& [name, p] : params_) {
+    term.push_back(p.grad().defined() ? p.grad().to(torch::kCPU) : torch::zeros(p.sizes()));
+  }
+  const absl::Status added = exact_->Add(term);
+  ClearGrads();  // added, or the step abandoned
+  return added;
+}
+
+absl::StatusOr<bool> Trainer::CombineExactSums() {
+  std::vector<int>& observed = exact_->observed();
+  std::vector<torch::Tensor> largest = {torch::tensor(std::vector<int64_t>(observed.begin(), observed.end()))};
+  TY_RETURN_IF_ERROR(collective_->AllReduce(largest, ReduceOp::kMax));
+  for (size_t i = 0; i < observed.size(); ++i) observed[i] = static_cast<int>(largest[0][i].item<int64_t>());
+  exact_exponents_ = exact_->NextExponents(kExactHeadroom);
+  if (exact_->Overflowed()) return false;
+  TY_RETURN_IF_ERROR(collective_->AllReduce(exact_->integers(), ReduceOp::kSum));
+  std::vector<torch::Tensor> sums = exact_->ToFloat();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor& p = params_[i].second;
+    p.mutable_grad() = sums[i].to(p.device(), p.scalar_type());
+  }
+  return true;
+}
+
+absl::StatusOr<Metrics> Trainer::AccumulateExactly(const T5Batch& batch, int64_t step, double global_target_tokens) {
+  for (int pass = 0; pass < 2; ++pass) {
+    TY_RETURN_IF_ERROR(StartExactSum());
+    TY_ASSIGN_OR_RETURN(Metrics metrics, AccumulateGradsMicrobatched(batch, step, global_target_tokens));
+    TY_ASSIGN_OR_RETURN(bool combined, CombineExactSums());
+    if (combined) return metrics;
+  }
+  // Computed again at the scales its values needed and still beyond them:
+  // a value that is not finite (no scale holds it).
+  return absl::InternalError(
+      absl::StrCat("step ", step, ": a gradient is not finite (the exact reduction holds finite values only)"));
+}
+
+}  // namespace trainyard
