@@ -1,7 +1,7 @@
 // Sums of float tensors whose result does not depend on the order or the
-// grouping of their terms: the reduction `data_parallel { reproducible }`
-// builds on, where a step's gradient is the sum of its global microbatches'
-// gradients however the microbatches are spread over the ranks.
+// grouping of their terms: a step's gradient as the sum of its global
+// microbatches' gradients, the same bits however the microbatches are
+// spread over the ranks (TrainerOptions::exact_reduction).
 //
 // Each term is turned into fixed-point integers against a scale shared by
 // every term of the sum (one power of two per tensor), and integers add

@@ -20,8 +20,7 @@ constexpr int kExactHeadroom = 3;
 
 void Trainer::SetUpExactSum() {
   if (!optimizer_->shard_bounds().empty()) {
-    gatherer_setup_ =
-        absl::FailedPreconditionError("the exact reduction (data_parallel.reproducible) needs an unsharded optimizer");
+    gatherer_setup_ = absl::FailedPreconditionError("the exact reduction needs an unsharded optimizer");
     return;
   }
   std::vector<std::vector<int64_t>> shapes;
