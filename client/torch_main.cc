@@ -4,8 +4,12 @@
 
 #include "client/commands.h"
 #include "common/blas.h"
+#include "common/signals.h"
 
 int main(int argc, char** argv) {
   trainyard::ReexecWithTunedBlas(argv);  // OpenBLAS picks its kernels at load time
+  // Sockets (Gloo's, the TCP store's) report a reset peer as an error.
+  trainyard::IgnoreBrokenPipes();
+  trainyard::InstallFailureSignalHandler(argv[0]);
   return trainyard::RunTrainyard("trainyard-torch", trainyard::TorchCommands(), argc, argv, std::cout, std::cerr);
 }

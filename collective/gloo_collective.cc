@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "collective/flat_buckets.h"
+#include "common/signals.h"
 
 namespace trainyard {
 
@@ -297,6 +298,9 @@ absl::StatusOr<std::unique_ptr<GlooCollective>> GlooCollective::Create(int rank,
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is not in [0, ", world_size, ")"));
   }
   if (store == nullptr) return absl::InvalidArgumentError("no store");
+  // A peer that reset its connection must be an error of the collective,
+  // not the death of this process (Gloo's writev raises SIGPIPE).
+  IgnoreBrokenPipes();
   std::unique_ptr<GlooCollective> collective(new GlooCollective);
   collective->rank_ = rank;
   collective->world_size_ = world_size;

@@ -31,6 +31,7 @@ std::vector<int> OnProcesses(int world, const std::function<int(int, Collective*
   for (int rank = 0; rank < world; ++rank) {
     const pid_t pid = fork();
     if (pid == 0) {
+      signal(SIGPIPE, SIG_DFL);  // as a process started by a shell or Kubernetes
       torch::set_num_threads(1);
       absl::StatusOr<std::unique_ptr<TcpStore>> store;
       if (rank == 0) {
@@ -113,6 +114,33 @@ TEST(GlooMultiProcessTest, ARankThatNeverArrivesTimesOutTheOthers) {
         return expected && took < 10 ? 0 : 40;
       },
       absl::Seconds(2));
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+TEST(GlooMultiProcessTest, APeerThatLeftIsAnErrorNotSigpipe) {
+  // Rank 1 reduces once, then exits with rank 0's next 16 MB unread (its
+  // kernel resets the connection); rank 0 goes on all-reducing. Gloo writes with writev: a
+  // write after the reset raises SIGPIPE, which must not kill rank 0
+  // (exit code 100 + 13) but end in an error status. Create leaves SIGPIPE
+  // ignored.
+  const std::vector<int> codes = OnProcesses(
+      2,
+      [](int rank, Collective* c) {
+        struct sigaction now;
+        if (sigaction(SIGPIPE, nullptr, &now) != 0 || now.sa_handler != SIG_IGN) return 50;
+        std::vector<torch::Tensor> t = {torch::ones({4 << 20})};
+        if (!c->AllReduce(t, ReduceOp::kSum).ok()) return 51;
+        if (rank == 1) {
+          // Exits with rank 0's next sends unread: its kernel resets.
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          return 0;
+        }
+        for (int i = 0; i < 200; ++i) {
+          if (!c->AllReduce(t, ReduceOp::kSum).ok()) return 0;
+        }
+        return 52;
+      },
+      absl::Seconds(5));
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <memory>
 
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -33,6 +35,25 @@ void Handler(int signo) {
 }
 
 }  // namespace
+
+void IgnoreBrokenPipes() {
+  static const bool done = [] {
+    struct sigaction action;
+    std::memset(&action, 0, sizeof(action));
+    action.sa_handler = SIG_IGN;
+    sigemptyset(&action.sa_mask);
+    return sigaction(SIGPIPE, &action, nullptr) == 0;
+  }();
+  (void)done;
+}
+
+void InstallFailureSignalHandler(const char* argv0) {
+  absl::InitializeSymbolizer(argv0);
+  struct sigaction term;
+  sigaction(SIGTERM, nullptr, &term);
+  absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
+  sigaction(SIGTERM, &term, nullptr);
+}
 
 absl::StatusOr<std::unique_ptr<SignalWatcher>> SignalWatcher::Create(std::initializer_list<int> signals) {
   bool expected = false;

@@ -23,6 +23,21 @@
 
 namespace trainyard {
 
+// Makes a write to a socket whose peer has reset fail with EPIPE instead of
+// killing the process: SIGPIPE's disposition becomes "ignored", for the
+// whole process (once; later calls do nothing). Gloo's TCP transport writes
+// with writev, which has no MSG_NOSIGNAL, so without this a worker whose
+// peers closed their connections during a cut link dies silently of
+// SIGPIPE on its next send. Called by GlooCollective::Create and by the
+// `trainyard` binary's main.
+void IgnoreBrokenPipes();
+
+// A process that dies of a fault (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT,
+// SIGTRAP) first writes the signal and its stack, symbolized against
+// `argv0`, to stderr: a worker that dies says why in its log. SIGTERM keeps
+// the disposition it had (SignalWatcher owns it). Called by main.
+void InstallFailureSignalHandler(const char* argv0);
+
 class SignalWatcher {
  public:
   // Installs handlers for `signals` (e.g. {SIGTERM, SIGINT}). Fails with

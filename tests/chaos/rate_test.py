@@ -199,7 +199,8 @@ class RateTest(unittest.TestCase):
         try:
             c.wait_state(job, ["RUNNING"], 120)
         except AssertionError as e:
-            raise AssertionError(f"{e}; {mode}: {c.status(job)}\n{c.coordinator_tail()}") from None
+            raise AssertionError(f"{e}; {mode}: {c.status(job)}\n{c.coordinator_tail()}\n"
+                                 + "\n".join(c.crashed())) from None
         start = time.monotonic()
         injected = []
         for at, kind, host in plan:

@@ -165,7 +165,25 @@ class Cluster:
             return s if s["state"] in states else None
         return wait_for(check, timeout, f"{job} to reach {states}")
 
+    # Signals no test sends: a process that died of one crashed.
+    CRASHES = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT, signal.SIGTRAP,
+               signal.SIGPIPE)
+
+    def crashed(self):
+        """'NAME died of SIGx' for each process that died of a fault or of
+        SIGPIPE (never sent by a test), each with its log's last lines."""
+        out = []
+        for proc in self.procs:
+            code = proc.poll()
+            if code is not None and code < 0 and -code in self.CRASHES:
+                tail = "\n".join(self.log(proc).splitlines()[-15:])
+                out.append(f"{proc.name} died of {signal.Signals(-code).name}; its log ends:\n{tail}")
+        return out
+
     def stop(self):
+        """SIGTERM to every process, each reaped; fails for one that
+        ignored it for 20 s or that had crashed (crashed())."""
+        crashes = self.crashed()
         for proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -178,6 +196,8 @@ class Cluster:
                 raise AssertionError(f"{proc.name} ignored SIGTERM for 20 s")
             finally:
                 proc.stdout.close()
+        if crashes:
+            raise AssertionError("\n".join(crashes))
 
 
 def dev_certs(out, *names):
