@@ -1,6 +1,9 @@
 #include "common/signals.h"
 
 #include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include "absl/time/clock.h"
 #include "common/testing/status_matchers.h"
@@ -58,6 +61,49 @@ TEST(SignalWatcherTest, RestoresPreviousHandler) {
 TEST(SignalWatcherTest, RejectsOutOfRangeSignal) {
   EXPECT_THAT(SignalWatcher::Create({0}).status(), StatusCodeIs(absl::StatusCode::kInvalidArgument));
   EXPECT_TRUE(SignalWatcher::Create({SIGTERM}).ok());  // state was released
+}
+
+TEST(IgnoreBrokenPipesTest, AWriteToAClosedPipeIsEpipeNotDeath) {
+  struct sigaction fallback = {};
+  fallback.sa_handler = SIG_DFL;
+  ASSERT_EQ(sigaction(SIGPIPE, &fallback, nullptr), 0);
+  IgnoreBrokenPipes();
+  struct sigaction now = {};
+  ASSERT_EQ(sigaction(SIGPIPE, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  close(fds[0]);
+  const char byte = 'x';
+  EXPECT_EQ(write(fds[1], &byte, 1), -1);
+  EXPECT_EQ(errno, EPIPE);
+  close(fds[1]);
+}
+
+TEST(FailureSignalHandlerDeathTest, AFaultPrintsTheSignalAndTheStack) {
+  EXPECT_DEATH(
+      {
+        InstallFailureSignalHandler("signals_test");
+        raise(SIGSEGV);
+      },
+      "\\*\\*\\* SIGSEGV received at time=.*\n(.|\n)*@ ");
+}
+
+TEST(FailureSignalHandlerDeathTest, SigtermKeepsItsDisposition) {
+  struct sigaction ignore = {};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(sigaction(SIGTERM, &ignore, nullptr), 0);
+  InstallFailureSignalHandler("signals_test");
+  struct sigaction now = {};
+  ASSERT_EQ(sigaction(SIGTERM, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
+  struct sigaction segv = {};
+  ASSERT_EQ(sigaction(SIGSEGV, nullptr, &segv), 0);
+  EXPECT_NE(segv.sa_handler, SIG_DFL);
+  // Back to the defaults for the tests that follow.
+  ignore.sa_handler = SIG_DFL;
+  sigaction(SIGTERM, &ignore, nullptr);
+  sigaction(SIGSEGV, &ignore, nullptr);
 }
 
 }  // namespace
