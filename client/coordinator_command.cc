@@ -20,7 +20,7 @@ namespace {
 struct TimeFlags {
   int heartbeat_timeout = 10;
   int adopt_grace = 30;
-  std::string watchdog_period = "1", watchdog_stall = "3", watchdog_elastic_stall = "3";
+  std::string watchdog_period = "1", watchdog_stall = "3", watchdog_elastic_stall = "0.5";
 };
 
 // --heartbeat-timeout, --adopt-grace, --watchdog-period, --watchdog-stall,
@@ -122,7 +122,7 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
                   "(default 3; below --heartbeat-timeout)");
   flags.AddString("watchdog-elastic-stall", &times.watchdog_elastic_stall, "SECONDS",
                   "the same for an ELASTIC job, where a false drop costs a regroup, not a restart;\n"
-                  "0.5 finds a hang in 1 to 2.5 s (default 3; at most --watchdog-stall)");
+                  "0.5 finds a hang in 1 to 2.5 s (default 0.5; in [0.1, --watchdog-stall])");
   flags.AddInt("adopt-grace", &times.adopt_grace, "SECONDS",
                "after a restart, how long to wait for the ranks of each job that was running to\n"
                "register again and take the job over where they are (default 30; 0: restart such\n"

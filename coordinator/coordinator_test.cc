@@ -17,6 +17,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/metrics.h"
 #include "common/testing/status_matchers.h"
@@ -70,7 +71,9 @@ struct Script {
   // Adopt reports this as the last chunk answered, from this first step.
   std::optional<RunStepsResponse> last_chunk;
   int64_t last_chunk_first_step = 0;
-  absl::Status fail_adopt;  // Adopt answers this
+  absl::Status fail_adopt;      // Adopt answers this
+  absl::Status fail_join_once;  // the first join (StartJob with join) fails with this
+  bool reaches_peers = false;   // a reachability probe's answer for every peer
 };
 
 class ScriptedResponder : public FakeWorker::Responder {
@@ -81,6 +84,7 @@ class ScriptedResponder : public FakeWorker::Responder {
                         r.generation() > 0 ? absl::StrCat(" g", r.generation()) : ""));
     std::lock_guard<std::mutex> lock(w_->mu);
     if (r.join()) {  // receives the group's state: reports the step it was told to expect
+      if (!w_->fail_join_once.ok()) return std::exchange(w_->fail_join_once, absl::OkStatus());
       StartJobResponse response;
       response.set_start_step(w_->step);
       response.mutable_joined()->set_source_rank(0);
@@ -101,6 +105,14 @@ class ScriptedResponder : public FakeWorker::Responder {
     }
     if (!restored.empty()) response.set_start_step(std::stoll(restored.substr(5)));
     response.set_restored_checkpoint(restored);
+    return response;
+  }
+  absl::StatusOr<ProbeResponse> Probe(const ProbeRequest& r) override {
+    if (!r.job_id().empty()) return FakeWorker::Responder::Probe(r);  // the watchdog's: not scripted
+    Record(absl::StrCat("probe ", absl::StrJoin(r.peers(), ",")));
+    std::lock_guard<std::mutex> lock(w_->mu);
+    ProbeResponse response;
+    for (int i = 0; i < r.peers_size(); ++i) response.add_reachable(w_->reaches_peers);
     return response;
   }
   absl::StatusOr<RunStepsResponse> RunSteps(const RunStepsRequest& r) override {
@@ -1741,6 +1753,64 @@ TEST_F(CoordinatorTest, ElasticAdmitsAnIdleWorkerWhichReceivesTheState) {
   ASSERT_GE(d.size(), 2u);
   EXPECT_EQ(d[0], "start 2/3 join g2");
   EXPECT_THAT(Calls("b"), ::testing::Contains("regroup 0/3 g2"));
+}
+
+// A joiner lost while it joins (its link cut: UNAVAILABLE) is not taken
+// again as is: 1 s after the cut, a probe asks it whether it reaches every
+// rank; while it does not, it is probed again after a backoff that
+// doubles (2 s); once it does, it joins at the next boundary.
+TEST_F(CoordinatorTest, ElasticTakesACutOffWorkerBackOnceItReachesEveryRank) {
+  auto c = Make();
+  for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
+  LoseRankAt(Worker("a").get(), {Worker("b").get(), Worker("c").get()}, 40);
+  SubmitJobRequest spec = ElasticSpec(0);
+  spec.mutable_spec()->set_total_steps(200);
+  // b's chunks at 2 ranks, from its 4th RunSteps (40+20) on, wait for the
+  // test: each answer is a boundary.
+  for (int n = 4; n <= 8; ++n) Fake("b")->HoldCall(WorkerMethod::kRunSteps, n);
+  ASSERT_THAT(c->SubmitJob(spec).status(), IsOk());
+  c->Start();
+  std::unique_ptr<FakeWorker::HeldCall> held = HeldRun("b");  // 40+20
+  ASSERT_NE(held, nullptr);
+  const std::string d_id = AddWorker(c.get(), "d", /*step=*/60);
+  Worker("d")->fail_join_once = absl::UnavailableError("Socket closed");
+  held->Respond();      // boundary 60: d joins, its join fails: cut off
+  held = HeldRun("b");  // 60+20
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(Calls("d"), (std::vector<std::string>{"start 2/3 join g2", "abort"}));
+  EXPECT_EQ(c->GetJob("test-job-1")->ranks_size(), 2);
+  clock_.AdvanceTime(absl::Seconds(1));
+  held->Respond();      // boundary 80: the first probe
+  held = HeldRun("b");  // 80+20
+  ASSERT_NE(held, nullptr);
+  held->Respond();      // boundary 100: it cannot reach the ranks; next probe 2 s on
+  held = HeldRun("b");  // 100+20
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(Fake("d")->calls(WorkerMethod::kProbe), 1);
+  Worker("d")->reaches_peers = true;
+  clock_.AdvanceTime(absl::Seconds(1));
+  held->Respond();      // boundary 120: before the backoff: no probe
+  held = HeldRun("b");  // 120+20
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(Fake("d")->calls(WorkerMethod::kProbe), 1);
+  // Let go of the job, d heartbeats idle; joining, it will hold the
+  // group's step.
+  Worker("d")->step = 160;
+  HeartbeatRequest beat;
+  beat.set_worker_id(d_id);
+  ASSERT_THAT(c->Heartbeat(beat).status(), IsOk());
+  clock_.AdvanceTime(absl::Seconds(1));
+  held->Respond();  // boundary 140: the second probe
+  JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
+  EXPECT_EQ(done.restarts(), 0);
+  ASSERT_EQ(done.ranks_size(), 3);
+  EXPECT_EQ(done.ranks(2).host(), "d");
+  const std::vector<std::string> d = Calls("d");
+  ASSERT_GE(d.size(), 5u);
+  EXPECT_EQ(d[2], "probe b,c");
+  EXPECT_EQ(d[3], "probe b,c");
+  EXPECT_THAT(d[4], HasSubstr("start 2/3 join"));  // at boundary 160
+  EXPECT_EQ(Fake("d")->calls(WorkerMethod::kProbe), 2);
 }
 
 TEST_F(CoordinatorTest, GoodputAccountsTheWaitForAGangAndIsExported) {

@@ -46,6 +46,8 @@
 
 namespace trainyard {
 
+struct RejoinProbe;  // job_driver_elastic.cc
+
 // The id of the `sequence`th job submitted to a coordinator under `name`:
 // the name with characters other than [A-Za-z0-9._-] replaced by '-' (at
 // most 48 of them; "job" when empty), then "-<sequence>". It names the job
@@ -234,6 +236,26 @@ class JobDriver {
   }
   // ELASTIC: idle workers join, up to num_workers ranks.
   absl::Status AdmitJoiners(int64_t* step);
+  // ELASTIC: a worker out of the job that is not to join it again as is:
+  // one asked to stop (for good), or one cut off (dropped by the watchdog,
+  // or lost while it joined) until a probe through `client` finds that it
+  // reaches every rank (ExcludedJoiners).
+  struct CutOffWorker {
+    std::string description;
+    bool for_good = false;
+    bool cleared = false;                  // a probe found every rank reachable
+    std::shared_ptr<WorkerClient> client;  // to probe it
+    absl::Time next_probe;                 // not before
+    absl::Duration backoff;                // doubles with each failed probe and each new cut
+    std::shared_ptr<RejoinProbe> probe;    // in flight or answered
+  };
+  void CutOff(int rank, bool for_good);
+  // The workers AcquireWorkers must not take now. A cut-off worker is
+  // probed (is every rank's address reachable from it?) once its backoff
+  // has passed: 1 s after the cut, doubling up to 60 s after each failed
+  // probe and each further cut. The probe runs while the job trains; its
+  // answer is read at the next boundary.
+  std::set<std::string> ExcludedJoiners();
   bool elastic() const;
   void SetMembers(std::vector<std::shared_ptr<WorkerClient>> clients, std::vector<std::string> workers,
                   std::vector<std::string> worker_ids, std::vector<std::string> addresses) ABSL_LOCKS_EXCLUDED(mu_);
@@ -440,9 +462,8 @@ class JobDriver {
   // ELASTIC: workers that stopped heartbeating, and why.
   std::map<std::string, std::string> lost_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<WorkerClient>> member_clients_ ABSL_GUARDED_BY(mu_);
-  // ELASTIC: workers the watchdog dropped as cut off, and joiners lost
-  // while they joined (not taken again in this attempt).
-  std::set<std::string> cut_off_;
+  // ELASTIC: workers not taken (back) into this attempt (ExcludedJoiners).
+  std::map<std::string, CutOffWorker> cut_off_;
   // On-demand checkpoints: tickets asked and served, the last result, and
   // how the attempt ended (set once Drive returns).
   int64_t checkpoints_asked_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,6 +1,7 @@
 // JobDriver's fault_tolerance ELASTIC part: a lost rank is dropped and the
 // others regroup; idle workers join and receive the state; after a regroup
 // every rank must hold the same state, bit for bit.
+#include <algorithm>
 #include <map>
 #include <set>
 #include <utility>
@@ -92,7 +93,7 @@ absl::StatusOr<bool> JobDriver::SurvivePreemption(const std::vector<bool>& asked
   // The stopping workers leave the job (FormGroup aborts it on them) and
   // exit; one that heartbeats idle meanwhile is not taken back.
   for (int r = 0; r < static_cast<int>(asked.size()); ++r) {
-    if (asked[r]) cut_off_.insert(worker_ids_[r]);
+    if (asked[r]) CutOff(r, /*for_good=*/true);
   }
   *step = last_step;
   TY_RETURN_IF_ERROR(Regroup(keep, {}, step, why));
@@ -169,13 +170,97 @@ absl::StatusOr<bool> JobDriver::SurviveFailedChunk(const FailedChunk& chunk, Act
 absl::Status JobDriver::AdmitJoiners(int64_t* step) {
   const int want = plan_.spec.num_workers() - static_cast<int>(clients_.size());
   if (want <= 0) return absl::OkStatus();
-  std::vector<JoiningWorker> joining = host_->AcquireWorkers(plan_.job_id, want, GroupUnit(plan_.spec), cut_off_);
+  std::vector<JoiningWorker> joining =
+      host_->AcquireWorkers(plan_.job_id, want, GroupUnit(plan_.spec), ExcludedJoiners());
   if (joining.empty()) return absl::OkStatus();
   std::vector<int> keep;
   for (int r = 0; r < static_cast<int>(clients_.size()); ++r) keep.push_back(r);
   std::vector<std::string> names;
   for (const JoiningWorker& j : joining) names.push_back(j.description);
   return Regroup(keep, joining, step, absl::StrCat("joined: ", absl::StrJoin(names, "; ")));
+}
+
+namespace {
+
+constexpr absl::Duration kFirstRejoinProbe = absl::Seconds(1);
+constexpr absl::Duration kMaxRejoinBackoff = absl::Seconds(60);
+constexpr absl::Duration kRejoinConnectTimeout = absl::Milliseconds(500);
+
+}  // namespace
+
+// A cut-off worker's reachability probe: written by its callback (a gRPC
+// thread), read by the driver.
+struct RejoinProbe {
+  Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  std::string failure ABSL_GUARDED_BY(mu);  // empty: every rank was reached
+};
+
+void JobDriver::CutOff(int rank, bool for_good) {
+  CutOffWorker& c = cut_off_[worker_ids_[rank]];
+  const bool again = c.backoff > absl::ZeroDuration();
+  c.description = workers_[rank];
+  c.for_good = c.for_good || for_good;
+  c.cleared = false;
+  c.client = clients_[rank];
+  c.backoff = again ? std::min(2 * c.backoff, kMaxRejoinBackoff) : kFirstRejoinProbe;
+  c.next_probe = clock_->Now() + c.backoff;
+  c.probe.reset();
+}
+
+std::set<std::string> JobDriver::ExcludedJoiners() {
+  const absl::Time now = clock_->Now();
+  std::set<std::string> out;
+  for (auto& [id, c] : cut_off_) {
+    if (c.cleared) continue;
+    out.insert(id);
+    if (c.for_good || c.client == nullptr) continue;
+    if (c.probe != nullptr) {
+      std::string failure;
+      {
+        MutexLock lock(&c.probe->mu);
+        if (!c.probe->done) continue;
+        failure = c.probe->failure;
+      }
+      c.probe.reset();
+      if (failure.empty()) {
+        spdlog::info("job {}: {} reaches every rank again; it may join", plan_.job_id, c.description);
+        c.cleared = true;
+        out.erase(id);
+        continue;
+      }
+      c.backoff = std::min(2 * c.backoff, kMaxRejoinBackoff);
+      c.next_probe = now + c.backoff;
+      spdlog::info("job {}: {} is still cut off ({}); probed again in {}", plan_.job_id, c.description, failure,
+                   absl::FormatDuration(c.backoff));
+      continue;
+    }
+    if (now < c.next_probe) continue;
+    ProbeRequest request;  // no job: reachability only
+    for (const std::string& address : addresses_) request.add_peers(address);
+    request.set_connect_timeout_seconds(absl::ToDoubleSeconds(kRejoinConnectTimeout));
+    auto probe = std::make_shared<RejoinProbe>();
+    c.probe = probe;
+    const std::vector<std::string> ranks = workers_;
+    c.client->ProbeAsync(request, 2 * kRejoinConnectTimeout, [probe, ranks](absl::StatusOr<ProbeResponse> answer) {
+      std::string failure;
+      if (!answer.ok()) {
+        failure = answer.status().ToString();
+      } else {
+        std::vector<std::string> unreachable;
+        for (size_t r = 0; r < ranks.size(); ++r) {
+          if (static_cast<int>(r) >= answer->reachable_size() || !answer->reachable(static_cast<int>(r))) {
+            unreachable.push_back(ranks[r]);
+          }
+        }
+        if (!unreachable.empty()) failure = absl::StrCat("cannot reach ", absl::StrJoin(unreachable, ", "));
+      }
+      MutexLock lock(&probe->mu);
+      probe->failure = std::move(failure);
+      probe->done = true;
+    });
+  }
+  return out;
 }
 
 absl::Status JobDriver::Regroup(const std::vector<int>& keep, const std::vector<JoiningWorker>& joining, int64_t* step,
@@ -277,7 +362,7 @@ absl::Status JobDriver::RegroupWithoutLostRanks(const absl::Status& failure,
   // A lost joiner (e.g. a worker that hung while idle, still registered
   // until its heartbeats are missed) is not taken again in this attempt.
   for (int r = kept; r < static_cast<int>(statuses.size()); ++r) {
-    if (Blame(statuses[r]) == kBlameTransport) cut_off_.insert(worker_ids_[r]);
+    if (Blame(statuses[r]) == kBlameTransport) CutOff(r, /*for_good=*/false);
   }
   // The ranks that were in the job meet again; joiners (whose start failed
   // and was let go) join again.

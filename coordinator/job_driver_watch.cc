@@ -121,7 +121,7 @@ JobDriver::WatchOutcome JobDriver::Watch(bool elastic_chunk, const std::vector<b
   for (int r = 0; r < world; ++r) {
     if (!clients_[r]) continue;
     if (dropped.count(r) > 0) {
-      cut_off_.insert(worker_ids_[r]);
+      CutOff(r, /*for_good=*/false);
       clients_[r]->CancelInFlight();
       continue;
     }

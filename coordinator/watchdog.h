@@ -34,12 +34,10 @@ struct WatchdogOptions {
   // nothing completing, for at least this long.
   absl::Duration stall = absl::Seconds(3);
   // The same for an ELASTIC chunk, where a false drop costs a regroup
-  // without the rank's worker for the rest of the attempt, not a restart
-  // (and a silent rank has also not answered for `probe_timeout`): it may
-  // be shorter (0.5 s finds a hang in 1 to 2.5 s). The default is `stall`:
-  // at 0.5 s, a worker dropped for a cut link that came back stopped
-  // heartbeating after letting go of the job (docs/reliability.md).
-  absl::Duration elastic_stall = absl::Seconds(3);
+  // (the dropped worker joins again once it reaches every rank), not a
+  // restart, and a silent rank has also not answered for `probe_timeout`:
+  // shorter, so that a hang is found in 1 to 2.5 s.
+  absl::Duration elastic_stall = absl::Milliseconds(500);
   // A probe's deadline; its TCP connection attempts get half of it.
   absl::Duration probe_timeout = absl::Seconds(1);
 };

@@ -108,9 +108,9 @@ TEST(WatchdogTest, ASuspectIsASilentRankOrACutPairWhileSomeoneAnswers) {
 // The driver judges an ELASTIC chunk against elastic_stall: the same
 // answers that are no verdict at 3 s drop the silent rank at 0.5 s.
 TEST(WatchdogTest, TheElasticStallDropsASilentRankSooner) {
-  WatchdogOptions defaults;
-  EXPECT_EQ(defaults.elastic_stall, defaults.stall);  // shorter only when asked for
-  defaults.elastic_stall = absl::Milliseconds(500);
+  const WatchdogOptions defaults;
+  EXPECT_EQ(defaults.stall, absl::Seconds(3));
+  EXPECT_EQ(defaults.elastic_stall, absl::Milliseconds(500));
   const std::vector<absl::StatusOr<ProbeResponse>> probes = {
       Answer(true, 0.6, "111"), absl::DeadlineExceededError("probe"), Answer(true, 0.7, "111")};
   EXPECT_TRUE(Examine(probes, defaults.stall).drop.empty());

@@ -13,12 +13,18 @@
 namespace trainyard {
 
 absl::StatusOr<ProbeResponse> WorkerCore::Probe(const ProbeRequest& request) {
-  TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
   if (!(request.connect_timeout_seconds() > 0 && request.connect_timeout_seconds() <= 60)) {
     return absl::InvalidArgumentError(
         absl::StrCat("Probe: connect_timeout_seconds ", request.connect_timeout_seconds(), "; want (0, 60]"));
   }
   ProbeResponse response;
+  const std::vector<std::string> peers(request.peers().begin(), request.peers().end());
+  if (request.job_id().empty()) {  // reachability only (a worker cut off from a job, before it joins again)
+    for (bool r : ReachableAddresses(peers, absl::Seconds(request.connect_timeout_seconds())))
+      response.add_reachable(r);
+    return response;
+  }
+  TY_ASSIGN_OR_RETURN(std::shared_ptr<Job> job, Find(request.job_id()));
   response.set_step(step());
   {
     MutexLock lock(&job->group_mu);
@@ -38,7 +44,6 @@ absl::StatusOr<ProbeResponse> WorkerCore::Probe(const ProbeRequest& request) {
       response.set_stalled_seconds(absl::ToDoubleSeconds(p.stalled));
     }
   }
-  const std::vector<std::string> peers(request.peers().begin(), request.peers().end());
   for (bool r : ReachableAddresses(peers, absl::Seconds(request.connect_timeout_seconds()))) response.add_reachable(r);
   return response;
 }

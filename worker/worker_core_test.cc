@@ -3,10 +3,15 @@
 // checkpoint restored onto a different number of workers; bad requests.
 #include "worker/worker_core.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
 #include "collective/store.h"
@@ -435,6 +440,41 @@ TEST_F(WorkerCoreTest, AStalledChunkIsProbedAndLeavesItsGroupOnRequest) {
   EXPECT_THAT(r0.Probe(probe).status(), StatusCodeIs(absl::StatusCode::kFailedPrecondition));
   End(r0, "e");
   End(r1, "e");
+}
+
+TEST_F(WorkerCoreTest, AProbeWithoutAJobAnswersReachabilityOnly) {
+  // A listening port (reached), one nothing listens on (refused), this
+  // worker's own entry (empty).
+  auto listen_on = [](int* fd) {
+    *fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(*fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(listen(*fd, 4), 0);
+    socklen_t len = sizeof(a);
+    getsockname(*fd, reinterpret_cast<sockaddr*>(&a), &len);
+    return ntohs(a.sin_port);
+  };
+  int open_fd, closed_fd;
+  const int open_port = listen_on(&open_fd);
+  const int closed_port = listen_on(&closed_fd);
+  close(closed_fd);
+  WorkerCore idle{WorkerCoreOptions()};
+  ProbeRequest probe;
+  probe.add_peers(absl::StrCat("127.0.0.1:", open_port));
+  probe.add_peers(absl::StrCat("127.0.0.1:", closed_port));
+  probe.add_peers("");
+  probe.set_connect_timeout_seconds(1);
+  absl::StatusOr<ProbeResponse> answer = idle.Probe(probe);
+  ASSERT_THAT(answer.status(), IsOk());
+  EXPECT_EQ(std::vector<bool>(answer->reachable().begin(), answer->reachable().end()),
+            std::vector<bool>({true, false, true}));
+  EXPECT_FALSE(answer->collective_waiting());
+  EXPECT_EQ(answer->step(), 0);
+  probe.set_connect_timeout_seconds(0);
+  EXPECT_THAT(idle.Probe(probe).status(), StatusCodeIs(absl::StatusCode::kInvalidArgument));
+  close(open_fd);
 }
 
 TEST_F(WorkerCoreTest, ASessionServesTheInteractiveModelAndExcludesJobs) {
