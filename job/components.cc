@@ -34,7 +34,7 @@ absl::StatusOr<T5Batch> RewindableBatches::Next() {
   ++taken_;
   absl::StatusOr<T5Batch> batch = base_->Next();
   if (batch.ok()) ledger_.Add(job_->trainer->step() + 1, base_->task_iterator()->last_batch_ids());
-  if (!batch.ok() || !job_->elastic()) return batch;
+  if (!batch.ok() || !job_->global_batches()) return batch;
   const int64_t b = batch->batch_size(), w = job_->world_size(), r = job_->rank();
   return batch->Slice(r * b / w, (r + 1) * b / w - r * b / w);
 }
@@ -104,6 +104,13 @@ absl::Status JobComponents::BuildTrainer() {
   // ELASTIC with hybrid sharding: a step updates every group or none
   // (RegroupState then finds each shard at one step in every group).
   t.agree_before_update = elastic() && timed_shards != nullptr;
+  // data_parallel.reproducible: this rank's microbatches are the global
+  // ones from rank x num_microbatches (every rank has as many).
+  if (IsReproducibleTraining(spec)) {
+    t.exact_reduction = true;
+    t.global_microbatches = static_cast<int64_t>(world_size()) * t.num_microbatches;
+    t.first_global_microbatch = static_cast<int64_t>(rank()) * t.num_microbatches;
+  }
   // The old trainer goes first: a parameter gatherer's hooks on the model
   // are removed with it.
   trainer.reset();
@@ -229,17 +236,17 @@ absl::Status AssembleData(JobComponents* job) {
   absl::StatusOr<const Task*> task = job->registry->Get(spec.task());
   if (!task.ok()) return absl::InvalidArgumentError(absl::StrCat("task: ", task.status().message()));
   if (!job->trains()) return absl::OkStatus();  // EVALUATION and INFERENCE read their split in Infer
-  const bool elastic = job->elastic();
+  const bool global = job->global_batches();
   IteratorOptions data;
   data.split = spec.data().train_split();
-  data.rows = elastic ? spec.batch_size() : spec.batch_size() / job->world_size();
+  data.rows = global ? spec.batch_size() : spec.batch_size() / job->world_size();
   data.inputs_length = spec.feature_lengths().inputs();
   data.targets_length = spec.feature_lengths().targets();
   data.pack = spec.data().pack();
   data.shuffle = spec.data().shuffle();
   data.seed = static_cast<uint64_t>(spec.seed());
-  data.rank = elastic ? 0 : job->rank();
-  data.world_size = elastic ? 1 : job->world_size();
+  data.rank = global ? 0 : job->rank();
+  data.world_size = global ? 1 : job->world_size();
   TY_ASSIGN_OR_RETURN(std::unique_ptr<TaskIterator> it, TaskIterator::Create(**task, data));
   job->train_batches = std::make_unique<TaskBatchIterator>(std::move(it));
   job->batches = std::make_unique<RewindableBatches>(job->train_batches.get(), job);
@@ -278,6 +285,12 @@ absl::StatusOr<std::unique_ptr<JobComponents>> AssembleComponents(const JobSpec&
                                                                   TrainingJobOptions options) {
   TY_RETURN_IF_ERROR(CheckKind(spec.kind()));
   TY_RETURN_IF_ERROR(CheckBatchSplits(spec, collective->world_size()));
+  if (IsReproducibleTraining(spec) && !options.device.is_cpu()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data_parallel.reproducible: true on device ", options.device.str(),
+        ": only CPU workers are reproducible so far (CUDA's matrix products and backward kernels may sum in "
+        "another order from run to run; not made deterministic and measured yet)"));
+  }
   auto job = std::make_unique<JobComponents>(spec, collective, std::move(options));
   try {
     // Data first: a bad task name fails before any expensive work.

@@ -85,9 +85,9 @@ struct VocabularyPlan {
 // The train batches, remembering the data position before the batch taken
 // last, so that a step abandoned between microbatches (a preemption), or
 // left half done by a failed collective (ELASTIC), can put its batch back.
-// ELASTIC: the iterator yields the whole global batch (the same on every
-// rank, whatever the number of ranks), and rank r of W trains on rows
-// [r B / W, (r + 1) B / W) of it.
+// ELASTIC and data_parallel.reproducible: the iterator yields the whole
+// global batch (the same on every rank, whatever the number of ranks), and
+// rank r of W trains on rows [r B / W, (r + 1) B / W) of it.
 class RewindableBatches : public BatchIterator {
  public:
   RewindableBatches(TaskBatchIterator* base, const JobComponents* job) : base_(base), job_(job) {}
@@ -117,6 +117,9 @@ struct JobComponents {
   int world_size() const { return collective->world_size(); }
   bool trains() const { return IsTrainingKind(spec.kind()); }
   bool elastic() const { return IsElasticTraining(spec); }
+  // Every rank reads the whole global batch and trains on its rows
+  // (ELASTIC, data_parallel.reproducible): RewindableBatches.
+  bool global_batches() const { return ReadsGlobalBatches(spec); }
   // Microbatches per step on this rank: the spec's, or, ELASTIC, as many as
   // the largest share of the global batch needs at the spec's microbatch
   // size (the same on every rank).

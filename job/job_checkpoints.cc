@@ -219,15 +219,29 @@ absl::Status JobCheckpoints::Apply(const TrainCheckpoint& ckpt, const ParamFilte
   TY_ASSIGN_OR_RETURN(bool with_optimizer, ApplyCheckpoint(ckpt, job_->spec.restore(), job_->model->network().get(),
                                                            job_->optimizer.get(), hold));
   if (!with_optimizer || !job_->train_batches) return absl::OkStatus();
+  if (job_->trainer && IsReproducibleTraining(job_->spec)) {
+    // The scales of the next step's exact sum: the uninterrupted run's.
+    // Without them (a checkpoint of a job that was not reproducible, or of
+    // other parameters), the first step finds its own.
+    const absl::Status scales = ckpt.exact_sum_exponents.empty()
+                                    ? absl::NotFoundError("it has none")
+                                    : job_->trainer->RestoreExactSumExponents(ckpt.exact_sum_exponents);
+    if (!scales.ok() && job_->rank() == 0) {
+      spdlog::warn(
+          "job {}: {}: no exact-sum scales taken ({}); the first step finds them, and its sums may round "
+          "otherwise than the run that wrote it",
+          job_->id(), ckpt.dir, std::string(scales.message()));
+    }
+  }
   TaskIterator* it = job_->train_batches->task_iterator();
   // Data positions: exact when the world size is the same; otherwise every
   // rank starts at the epoch after the furthest one recorded. One position
   // is the whole global batch's (an ELASTIC job's, or one rank's), which is
   // where an ELASTIC job reads.
-  const bool elastic = job_->elastic();
+  const bool global = job_->global_batches();
   const int world = job_->world_size();
-  if (elastic && ckpt.data_states.size() == 1) return it->Restore(ckpt.data_states[0]);
-  if (!elastic && ckpt.world_size == world && static_cast<int>(ckpt.data_states.size()) == world) {
+  if (global && ckpt.data_states.size() == 1) return it->Restore(ckpt.data_states[0]);
+  if (!global && ckpt.world_size == world && static_cast<int>(ckpt.data_states.size()) == world) {
     return it->Restore(ckpt.data_states[job_->rank()]);
   }
   if (ckpt.data_states.empty()) {
@@ -245,9 +259,9 @@ absl::Status JobCheckpoints::Apply(const TrainCheckpoint& ckpt, const ParamFilte
 absl::StatusOr<std::vector<std::string>> JobCheckpoints::GatherDataStates() {
   if (!job_->train_batches) return std::vector<std::string>();
   const TaskIterator* it = job_->train_batches->task_iterator();
-  // ELASTIC: one position, of the global batches, the same on every rank
-  // (and what one rank reading every batch would have).
-  if (job_->elastic()) return std::vector<std::string>{it->State()};
+  // ELASTIC and reproducible: one position, of the global batches, the
+  // same on every rank (and what one rank reading every batch would have).
+  if (job_->global_batches()) return std::vector<std::string>{it->State()};
   std::vector<torch::Tensor> all;
   TY_RETURN_IF_ERROR(CollectiveFailure(job_->collective->AllGather(DataPositionTensor(*it), &all)));
   std::vector<std::string> states;
@@ -333,6 +347,7 @@ absl::StatusOr<std::string> JobCheckpoints::Save(bool wait) {
   if (rank == 0) {
     snapshot.vocabulary_model = job_->vocabulary_model;
     snapshot.vocabulary_extra_ids = job_->vocabulary->extra_ids();
+    snapshot.exact_sum_exponents = job_->trainer->ExactSumExponents();
   }
   if (shards) {
     snapshot.shard = shard;

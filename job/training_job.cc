@@ -119,7 +119,7 @@ absl::StatusOr<TrainChunk> TrainingJob::Train(int64_t num_steps) {
 absl::Status TrainingJob::RecordLedger() {
   DataLedger* ledger = parts_->batches->ledger();
   ledger->DropAfter(parts_->trainer->step());
-  absl::StatusOr<std::vector<LedgerEntry>> global = ledger->TakeGlobal(parts_->collective, elastic());
+  absl::StatusOr<std::vector<LedgerEntry>> global = ledger->TakeGlobal(parts_->collective, parts_->global_batches());
   TY_RETURN_IF_ERROR(CollectiveFailure(global.status()));
   if (rank() != 0) return absl::OkStatus();
   // The ledger is a record, not training state: a failed write (a full

@@ -117,6 +117,12 @@ bool IsElasticTraining(const JobSpec& spec) {
   return spec.fault_tolerance().mode() == FaultToleranceConfig::ELASTIC && IsTrainingKind(spec.kind());
 }
 
+bool IsReproducibleTraining(const JobSpec& spec) {
+  return spec.data_parallel().reproducible() && IsTrainingKind(spec.kind());
+}
+
+bool ReadsGlobalBatches(const JobSpec& spec) { return IsElasticTraining(spec) || IsReproducibleTraining(spec); }
+
 int ShardGroupSize(const JobSpec& spec, int world_size) {
   const DataParallelConfig& dp = spec.data_parallel();
   if (dp.sharding() == DataParallelConfig::NONE || dp.sharding() == DataParallelConfig::SHARDING_UNSPECIFIED) return 1;

@@ -43,6 +43,14 @@ bool IsTrainingKind(JobKind kind);
 // training job) rather than by restarting the attempt. The one definition
 // the coordinator, the worker and the training job use.
 bool IsElasticTraining(const JobSpec& spec);
+// Whether a training job's state must not depend on its number of workers
+// (data_parallel.reproducible).
+bool IsReproducibleTraining(const JobSpec& spec);
+// Whether every rank reads the whole global batch and takes its rows
+// (ELASTIC and reproducible training), rather than its own share of the
+// data: the data does not depend on the number of ranks, and one position
+// is saved for all of them.
+bool ReadsGlobalBatches(const JobSpec& spec);
 
 // The ranks that hold one copy of the training state between them (one
 // shard group) when the job runs on `world_size` ranks: 1 when replicated

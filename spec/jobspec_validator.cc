@@ -380,6 +380,23 @@ void ValidateDataParallel(Errors* errors, JobSpec* spec) {
                                "group of every worker)"));
     }
   }
+  if (dp->reproducible()) {
+    if (!IsTrainingKind(spec->kind())) {
+      errors->Add("data_parallel.reproducible",
+                  absl::StrCat("true for a job of kind ", JobKind_Name(spec->kind()),
+                               ", which does not train; predictions are the same on any number of workers "
+                               "already (sampling is keyed by the example)"));
+    } else if (dp->sharding() != DataParallelConfig::NONE) {
+      errors->Add("data_parallel.reproducible",
+                  absl::StrCat("true with sharding ", DataParallelConfig::Sharding_Name(dp->sharding()),
+                               ": the exact sum is not built for sharded gradients yet (it needs an integer "
+                               "reduce-scatter); use sharding NONE"));
+    } else if (spec->fault_tolerance().mode() == FaultToleranceConfig::ELASTIC) {
+      errors->Add("data_parallel.reproducible",
+                  "true with fault_tolerance ELASTIC: a regroup does not carry the exact sum's scales yet; use "
+                  "RESTART (a restart resumes bit for bit, on any number of workers)");
+    }
+  }
   if (dp->sharding() == DataParallelConfig::NONE) {
     if (dp->has_overlap_allgather()) {
       errors->Add("data_parallel.overlap_allgather",

@@ -103,6 +103,34 @@ TEST(ValidatorTest, ShardGroupsDivideTheWorkersAndNeedSharding) {
   EXPECT_THAT(Validate(spec), IsOk());
 }
 
+TEST(ValidatorTest, ReproducibleTrainingRefusesWhatItCannotMakeExact) {
+  JobSpec spec = Minimal();
+  spec.set_num_workers(2);
+  spec.set_batch_size(8);
+  spec.mutable_data_parallel()->set_reproducible(true);
+  ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
+  EXPECT_TRUE(IsReproducibleTraining(spec));
+  EXPECT_TRUE(ReadsGlobalBatches(spec));
+  spec.mutable_data_parallel()->set_sharding(DataParallelConfig::OPTIMIZER);
+  EXPECT_THAT(Validate(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("data_parallel.reproducible: true with sharding OPTIMIZER: the exact sum is not "
+                                 "built for sharded gradients yet (it needs an integer reduce-scatter); use sharding "
+                                 "NONE")));
+  spec.mutable_data_parallel()->set_sharding(DataParallelConfig::NONE);
+  spec.clear_data_parallel();
+  spec.mutable_data_parallel()->set_reproducible(true);
+  spec.mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("data_parallel.reproducible: true with fault_tolerance ELASTIC: a "
+                                                 "regroup does not carry the exact sum's scales yet")));
+  spec.mutable_fault_tolerance()->set_mode(FaultToleranceConfig::RESTART);
+  spec.set_kind(INFERENCE);
+  EXPECT_THAT(Validate(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("data_parallel.reproducible: true for a job of kind INFERENCE, which "
+                                                 "does not train")));
+}
+
 TEST(ValidatorTest, ElasticShardingNeedsTwoOrMoreShardGroups) {
   JobSpec spec = Minimal();
   spec.set_num_workers(4);

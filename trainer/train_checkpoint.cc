@@ -129,6 +129,7 @@ nlohmann::ordered_json Metadata(const TrainSnapshot& snapshot, torch::ScalarType
   };
   if (snapshot.num_shards > 0) meta["optimizer_shards"] = snapshot.num_shards;
   if (snapshot.param_shards > 0) meta["param_shards"] = snapshot.param_shards;
+  if (!snapshot.exact_sum_exponents.empty()) meta["exact_sum_exponents"] = snapshot.exact_sum_exponents;
   return meta;
 }
 
@@ -248,6 +249,9 @@ absl::StatusOr<TrainCheckpoint> ReadTrainCheckpoint(const std::string& dir, cons
     if (meta.contains("data_states")) out.data_states = meta["data_states"].get<std::vector<std::string>>();
     out.optimizer_shards = meta.value("optimizer_shards", 0);
     out.param_shards = meta.value("param_shards", 0);
+    if (meta.contains("exact_sum_exponents")) {
+      out.exact_sum_exponents = meta["exact_sum_exponents"].get<std::map<std::string, int>>();
+    }
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(dir, "/metadata.json: ", e.what()));
   }

@@ -9,7 +9,10 @@
 //     metadata.json          format "trainyard.checkpoint", version 2, step,
 //                            model_config, world_size, data_states (each
 //                            rank's iterator position), job (the spec),
-//                            save_dtype, source, vocabulary
+//                            save_dtype, source, vocabulary; with
+//                            data_parallel.reproducible,
+//                            exact_sum_exponents (each parameter's scale
+//                            for the next step's exact gradient sum)
 //     vocabulary.model       the vocabulary the model's ids are in (when
 //                            the job knows it: checkpoint_vocabulary.h)
 //     MANIFEST.json
@@ -77,6 +80,10 @@ struct TrainSnapshot {
   // (checkpoint/checkpoint_vocabulary.h), written by the committing rank.
   std::string vocabulary_model;
   int vocabulary_extra_ids = 0;
+  // Trainer::ExactSumExponents (empty: none): the scales the next step's
+  // exact sum starts from, so that a resumed run sums at the same scales as
+  // an uninterrupted one.
+  std::map<std::string, int> exact_sum_exponents;
   // Version 3 (above): this is rank `shard`'s part of a checkpoint written
   // by `num_shards` ranks; `optimizer` holds this rank's slots, and only
   // rank 0's has the parameters. `token` names the temporary directory of
@@ -137,8 +144,9 @@ struct TrainCheckpoint {
   std::map<std::string, torch::Tensor> optimizer;  // empty for a model-only checkpoint
   int world_size = 0;                              // 0: unknown (model-only)
   std::vector<std::string> data_states;
-  int optimizer_shards = 0;  // version 3: the files the state came from
-  int param_shards = 0;      // version 4: the files the parameters came from
+  int optimizer_shards = 0;                        // version 3: the files the state came from
+  int param_shards = 0;                            // version 4: the files the parameters came from
+  std::map<std::string, int> exact_sum_exponents;  // TrainSnapshot's
 };
 
 // Which optimizer slots a reader wants (by name); empty: all of them.

@@ -249,6 +249,17 @@ class Trainer {
                   std::string* reason);
 
   int64_t step() const { return optimizer_->step(); }
+  // exact_reduction: each parameter's scale exponent for the next step's
+  // exact sum, by name (empty without it). A checkpoint keeps them
+  // (TrainSnapshot::exact_sum_exponents): a run resumed with them sums at
+  // the scales the uninterrupted run would; one resumed without them
+  // computes its first step twice to find them, and its sums may round
+  // differently.
+  std::map<std::string, int> ExactSumExponents() const;
+  // Takes them: kFailedPrecondition without exact_reduction;
+  // kInvalidArgument naming a parameter that is missing or unknown, or an
+  // exponent outside [kExactSumMinExponent, kExactSumMaxExponent].
+  absl::Status RestoreExactSumExponents(const std::map<std::string, int>& exponents);
   // The last completed step, readable from any thread while Train runs
   // (progress reports).
   int64_t progress() const { return progress_.load(); }

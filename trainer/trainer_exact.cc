@@ -39,6 +39,41 @@ at::Generator Trainer::ExactDropoutGenerator(int64_t step, int microbatch) const
 
 absl::Status Trainer::StartExactSum() { return exact_->Reset(exact_exponents_); }
 
+std::map<std::string, int> Trainer::ExactSumExponents() const {
+  std::map<std::string, int> out;
+  if (exact_ == nullptr) return out;
+  for (size_t i = 0; i < params_.size(); ++i) out[params_[i].first] = exact_exponents_[i];
+  return out;
+}
+
+absl::Status Trainer::RestoreExactSumExponents(const std::map<std::string, int>& exponents) {
+  if (exact_ == nullptr)
+    return absl::FailedPreconditionError("exact_sum_exponents: this trainer sums in floating point");
+  std::vector<int> next(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto it = exponents.find(params_[i].first);
+    if (it == exponents.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("exact_sum_exponents: no exponent for ", params_[i].first));
+    }
+    if (it->second < kExactSumMinExponent || it->second > kExactSumMaxExponent) {
+      return absl::InvalidArgumentError(absl::StrCat("exact_sum_exponents: ", params_[i].first, ": ", it->second,
+                                                     " is outside [", kExactSumMinExponent, ", ", kExactSumMaxExponent,
+                                                     "]"));
+    }
+    next[i] = it->second;
+  }
+  if (exponents.size() != params_.size()) {
+    for (const auto& entry : exponents) {
+      const std::string& name = entry.first;
+      if (std::none_of(params_.begin(), params_.end(), [&](const auto& p) { return p.first == name; })) {
+        return absl::InvalidArgumentError(absl::StrCat("exact_sum_exponents: ", name, " is not a parameter"));
+      }
+    }
+  }
+  exact_exponents_ = std::move(next);
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::AddExactTerm() {
   std::vector<torch::Tensor> term;
   for (auto& [name, p] : params_) {

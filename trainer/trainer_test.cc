@@ -345,6 +345,38 @@ TEST(TrainerTest, TheExactReductionTrainsTheSameBitsOnAnyNumberOfRanks) {
   EXPECT_FALSE(all_equal);
 }
 
+// The scales a checkpoint keeps: read back by name, and refused, naming
+// the parameter, when one is missing, unknown or out of range.
+TEST(TrainerTest, ExactSumExponentsAreReadAndRestoredByName) {
+  TinyTrainerOptions options;
+  options.trainer.exact_reduction = true;
+  auto t = MakeTinyTrainer(options);
+  std::map<std::string, int> exponents = t->trainer->ExactSumExponents();
+  ASSERT_EQ(exponents.size(), t->model->named_parameters().size());
+  const std::string first = exponents.begin()->first;
+  EXPECT_EQ(exponents[first], kExactSumMinExponent);  // none found yet
+  for (auto& [name, e] : exponents) e = -7;
+  ASSERT_THAT(t->trainer->RestoreExactSumExponents(exponents), IsOk());
+  EXPECT_EQ(t->trainer->ExactSumExponents(), exponents);
+  std::map<std::string, int> bad = exponents;
+  bad.erase(first);
+  EXPECT_THAT(t->trainer->RestoreExactSumExponents(bad),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("exact_sum_exponents: no exponent for " + first)));
+  bad = exponents;
+  bad["nope"] = 0;
+  EXPECT_THAT(t->trainer->RestoreExactSumExponents(bad),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("exact_sum_exponents: nope is not a parameter")));
+  bad = exponents;
+  bad[first] = kExactSumMaxExponent + 1;
+  EXPECT_THAT(t->trainer->RestoreExactSumExponents(bad),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(absl::StrCat("exact_sum_exponents: ", first, ": 161 is outside [-140, 160]"))));
+  TinyTrainerOptions plain;
+  auto f = MakeTinyTrainer(plain);
+  EXPECT_TRUE(f->trainer->ExactSumExponents().empty());
+  EXPECT_THAT(f->trainer->RestoreExactSumExponents(exponents), StatusCodeIs(absl::StatusCode::kFailedPrecondition));
+}
+
 // Batches that take `delay` each to come (a slow data pipeline or a slow
 // host: either way, time outside the collectives).
 class SlowBatches : public BatchIterator {

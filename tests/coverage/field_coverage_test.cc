@@ -778,6 +778,7 @@ std::vector<Case> Cases() {
       Check("data_parallel.sharding"),
       Check("data_parallel.overlap_allgather"),
       Check("data_parallel.shard_group_size"),
+      R("data_parallel.reproducible", "num_workers: 2", "data_parallel { reproducible: true }"),
       Replace("mixture_definitions.name",
               absl::StrCat(Mixture(R"pb(tasks { name: "digits_to_words" rate: 1 }
                                         tasks { name: "qa" rate: 3 })pb"),
