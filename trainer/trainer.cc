@@ -275,7 +275,7 @@ absl::StatusOr<Metrics> Trainer::AccumulateGradsMicrobatched(const T5Batch& batc
       }
       allreduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
     }
-    if (exact_ != nullptr) TY_RETURN_IF_ERROR(AddExactTerm());
+    if (exact_ != nullptr) TY_RETURN_IF_ERROR(AddExactTerm(out->metrics));
     MergeMetrics(out->metrics, /*within_step=*/true, &metrics);
   }
   return metrics;
@@ -466,7 +466,8 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
   timing.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - chunk_start).count();
   timing.collective_seconds = std::min(timer_->blocked_seconds() - blocked_before, timing.wall_seconds);
   timing.compute_seconds = timing.wall_seconds - timing.collective_seconds;
-  TY_RETURN_IF_ERROR(AllReduceMetrics(collective_, num_steps, &total));
+  TY_RETURN_IF_ERROR(exact_ ? CombineExactMetrics(num_steps, &total)
+                            : AllReduceMetrics(collective_, num_steps, &total));
   std::map<std::string, double> summary = MetricValues(total);
   for (const auto& [k, v] : applied.Values()) summary[k] = v;
   summary["timing/seqs"] = seqs;

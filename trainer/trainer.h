@@ -313,8 +313,12 @@ class Trainer {
   void SetUpExactSum();
   at::Generator ExactDropoutGenerator(int64_t step, int microbatch) const;
   absl::Status StartExactSum();
-  absl::Status AddExactTerm();
+  absl::Status AddExactTerm(const Metrics& metrics);
   absl::StatusOr<bool> CombineExactSums();
+  // The chunk's metrics over every rank: the microbatches' (kept by
+  // AddExactTerm) gathered and added in global order (step, then global
+  // microbatch), so their bits do not depend on the number of ranks.
+  absl::Status CombineExactMetrics(int64_t steps, Metrics* total);
   // AccumulateGradsMicrobatched into the exact sum, combined over the
   // ranks into the gradients (computed twice when a value reached its
   // scale).
@@ -360,6 +364,7 @@ class Trainer {
   // (from the last step's largest values, ExactSum::NextExponents).
   std::unique_ptr<ExactSum> exact_;
   std::vector<int> exact_exponents_;
+  std::vector<Metrics> exact_metric_terms_;  // this chunk's microbatches', in order
 };
 
 }  // namespace trainyard

@@ -74,7 +74,8 @@ absl::Status Trainer::RestoreExactSumExponents(const std::map<std::string, int>&
   return absl::OkStatus();
 }
 
-absl::Status Trainer::AddExactTerm() {
+absl::Status Trainer::AddExactTerm(const Metrics& metrics) {
+  exact_metric_terms_.push_back(metrics);
   std::vector<torch::Tensor> term;
   for (auto& [name, p] : params_) {
     term.push_back(p.grad().defined() ? p.grad().to(torch::kCPU) : torch::zeros(p.sizes()));
@@ -101,7 +102,9 @@ absl::StatusOr<bool> Trainer::CombineExactSums() {
 }
 
 absl::StatusOr<Metrics> Trainer::AccumulateExactly(const T5Batch& batch, int64_t step, double global_target_tokens) {
+  const size_t terms_before = exact_metric_terms_.size();
   for (int pass = 0; pass < 2; ++pass) {
+    exact_metric_terms_.resize(terms_before);  // a step computed again counts once
     TY_RETURN_IF_ERROR(StartExactSum());
     TY_ASSIGN_OR_RETURN(Metrics metrics, AccumulateGradsMicrobatched(batch, step, global_target_tokens));
     TY_ASSIGN_OR_RETURN(bool combined, CombineExactSums());
@@ -111,6 +114,57 @@ absl::StatusOr<Metrics> Trainer::AccumulateExactly(const T5Batch& batch, int64_t
   // a value that is not finite (no scale holds it).
   return absl::InternalError(
       absl::StrCat("step ", step, ": a gradient is not finite (the exact reduction holds finite values only)"));
+}
+
+absl::Status Trainer::CombineExactMetrics(int64_t steps, Metrics* total) {
+  const int m = options_.num_microbatches;
+  const size_t mine = static_cast<size_t>(steps) * static_cast<size_t>(m);
+  std::vector<Metrics> terms;
+  // The last chunk's (a failed one's are left before them).
+  if (exact_metric_terms_.size() >= mine) terms.assign(exact_metric_terms_.end() - mine, exact_metric_terms_.end());
+  exact_metric_terms_.clear();
+  if (terms.size() != mine) {
+    return absl::InternalError(absl::StrCat("the exact metrics: ", terms.size(), " microbatches for ", mine));
+  }
+  total->clear();
+  if (terms.empty()) return absl::OkStatus();
+  std::vector<std::string> names;
+  std::vector<bool> per_step;
+  for (const auto& [name, metric] : terms[0]) {
+    names.push_back(name);
+    per_step.push_back(metric.per_step);
+  }
+  const int64_t k = static_cast<int64_t>(names.size());
+  torch::Tensor local = torch::zeros({static_cast<int64_t>(mine), 2 * k}, torch::kDouble);
+  auto rows = local.accessor<double, 2>();
+  for (size_t t = 0; t < mine; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      auto it = terms[t].find(names[j]);
+      if (it == terms[t].end() || terms[t].size() != names.size()) {
+        return absl::InternalError(absl::StrCat("the exact metrics: microbatch ", t, " has other metrics"));
+      }
+      rows[t][2 * j] = it->second.total.item<double>();
+      rows[t][2 * j + 1] = it->second.count.item<double>();
+    }
+  }
+  std::vector<torch::Tensor> all;
+  TY_RETURN_IF_ERROR(collective_->AllGather(local, &all));
+  for (int64_t s = 0; s < steps; ++s) {
+    Metrics step;
+    for (const torch::Tensor& rank : all) {  // rank r's microbatches are global r m .. r m + m - 1
+      auto r = rank.accessor<double, 2>();
+      for (int i = 0; i < m; ++i) {
+        Metrics term;
+        for (int64_t j = 0; j < k; ++j) {
+          term[names[j]] = Metric{torch::tensor(r[s * m + i][2 * j], torch::kDouble),
+                                  torch::tensor(r[s * m + i][2 * j + 1], torch::kDouble), per_step[j]};
+        }
+        MergeMetrics(term, /*within_step=*/true, &step);
+      }
+    }
+    MergeMetrics(step, /*within_step=*/false, total);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace trainyard
