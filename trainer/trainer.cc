@@ -466,8 +466,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::TrainSteps(BatchIterator*
   timing.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - chunk_start).count();
   timing.collective_seconds = std::min(timer_->blocked_seconds() - blocked_before, timing.wall_seconds);
   timing.compute_seconds = timing.wall_seconds - timing.collective_seconds;
-  TY_RETURN_IF_ERROR(exact_ ? CombineExactMetrics(num_steps, &total)
-                            : AllReduceMetrics(collective_, num_steps, &total));
+  TY_RETURN_IF_ERROR(CombineRankMetrics(num_steps, &total));
   std::map<std::string, double> summary = MetricValues(total);
   for (const auto& [k, v] : applied.Values()) summary[k] = v;
   summary["timing/seqs"] = seqs;

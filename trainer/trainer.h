@@ -319,6 +319,9 @@ class Trainer {
   // AddExactTerm) gathered and added in global order (step, then global
   // microbatch), so their bits do not depend on the number of ranks.
   absl::Status CombineExactMetrics(int64_t steps, Metrics* total);
+  // This rank's chunk metrics `total` become every rank's: exactly
+  // (CombineExactMetrics) with exact_reduction, else AllReduceMetrics.
+  absl::Status CombineRankMetrics(int64_t steps, Metrics* total);
   // AccumulateGradsMicrobatched into the exact sum, combined over the
   // ranks into the gradients (computed twice when a value reached its
   // scale).

@@ -7,6 +7,7 @@
 #include "common/random.h"
 #include "common/status_macros.h"
 #include "common/torch/device.h"
+#include "trainer/rank_metrics.h"
 #include "trainer/trainer.h"
 
 namespace trainyard {
@@ -114,6 +115,10 @@ absl::StatusOr<Metrics> Trainer::AccumulateExactly(const T5Batch& batch, int64_t
   // a value that is not finite (no scale holds it).
   return absl::InternalError(
       absl::StrCat("step ", step, ": a gradient is not finite (the exact reduction holds finite values only)"));
+}
+
+absl::Status Trainer::CombineRankMetrics(int64_t steps, Metrics* total) {
+  return exact_ ? CombineExactMetrics(steps, total) : AllReduceMetrics(collective_, steps, total);
 }
 
 absl::Status Trainer::CombineExactMetrics(int64_t steps, Metrics* total) {
