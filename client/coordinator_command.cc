@@ -122,7 +122,9 @@ int RunCoordinator(const std::vector<std::string>& args, std::ostream& out, std:
                   "(default 3; below --heartbeat-timeout)");
   flags.AddString("watchdog-elastic-stall", &times.watchdog_elastic_stall, "SECONDS",
                   "the same for an ELASTIC job, where a false drop costs a regroup, not a restart;\n"
-                  "0.5 finds a hang in 1 to 2.5 s (default 0.5; in [0.1, --watchdog-stall])");
+                  "its rounds come every half of it, each probe due within it (at most\n"
+                  "--watchdog-period and 1 s); at 0.5 training goes on 1.2 to 1.7 s after a hang\n"
+                  "(default 0.5; in [0.1, --watchdog-stall])");
   flags.AddInt("adopt-grace", &times.adopt_grace, "SECONDS",
                "after a restart, how long to wait for the ranks of each job that was running to\n"
                "register again and take the job over where they are (default 30; 0: restart such\n"

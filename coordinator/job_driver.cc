@@ -121,7 +121,7 @@ absl::Status JobDriver::OnAllRanks(const char* what, const StartCall<Response>& 
   });
   calls.StartAll(call);
   bool all_ok;
-  absl::Time next_watch = Clock::Real()->Now() + plan_.watchdog.period;
+  absl::Time next_watch = Clock::Real()->Now() + plan_.watchdog.RoundPeriod(elastic() && each != nullptr);
   bool failed;
   {
     MutexLock lock(&mu_);

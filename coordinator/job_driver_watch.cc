@@ -48,8 +48,9 @@ void JobDriver::WaitOrWatch(absl::Time* next_watch, bool elastic_chunk, const st
   mu_.Lock();
   // A suspect's next round comes at once: the round itself waited the
   // probe's deadline for the silent rank.
-  *next_watch =
-      Clock::Real()->Now() + (outcome == WatchOutcome::kSuspect ? absl::ZeroDuration() : plan_.watchdog.period);
+  *next_watch = Clock::Real()->Now() + (outcome == WatchOutcome::kSuspect
+                                            ? absl::ZeroDuration()
+                                            : plan_.watchdog.RoundPeriod(elastic() && elastic_chunk));
 }
 
 JobDriver::WatchOutcome JobDriver::Watch(bool elastic_chunk, const std::vector<bool>& answered) {
@@ -67,11 +68,13 @@ JobDriver::WatchOutcome JobDriver::Watch(bool elastic_chunk, const std::vector<b
     round->answers.assign(world, absl::UnavailableError("the worker left"));
   }
   const WatchdogOptions& options = plan_.watchdog;
+  const bool elastic_drop = elastic() && elastic_chunk;
+  const absl::Duration deadline = options.RoundDeadline(elastic_drop);
   for (int r = 0; r < world; ++r) {
     ProbeRequest request;
     request.set_job_id(plan_.job_id);
     for (int p = 0; p < world; ++p) request.add_peers(p == r ? "" : addresses_[p]);
-    request.set_connect_timeout_seconds(absl::ToDoubleSeconds(options.probe_timeout) / 2);
+    request.set_connect_timeout_seconds(absl::ToDoubleSeconds(deadline) / 2);
     auto done = [round, r](absl::StatusOr<ProbeResponse> answer) {
       MutexLock lock(&round->mu);
       round->answers[r] = std::move(answer);
@@ -79,7 +82,7 @@ JobDriver::WatchOutcome JobDriver::Watch(bool elastic_chunk, const std::vector<b
       round->answered.SignalAll();
     };
     if (clients_[r]) {
-      clients_[r]->ProbeAsync(request, options.probe_timeout, std::move(done));
+      clients_[r]->ProbeAsync(request, deadline, std::move(done));
     } else {
       done(absl::UnavailableError("the worker left"));
     }
@@ -101,7 +104,6 @@ JobDriver::WatchOutcome JobDriver::Watch(bool elastic_chunk, const std::vector<b
     LeaveGroups(blocked, reason);
     return WatchOutcome::kActed;
   }
-  const bool elastic_drop = elastic() && elastic_chunk;
   const WatchdogVerdict verdict = Examine(answers, elastic_drop ? options.elastic_stall : options.stall);
   if (verdict.drop.empty()) return Suspect(answers) ? WatchOutcome::kSuspect : WatchOutcome::kNothing;
   std::vector<std::string> names;

@@ -17,6 +17,7 @@
 #ifndef TRAINYARD_COORDINATOR_WATCHDOG_H_
 #define TRAINYARD_COORDINATOR_WATCHDOG_H_
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,19 @@ struct WatchdogOptions {
   absl::Duration elastic_stall = absl::Milliseconds(500);
   // A probe's deadline; its TCP connection attempts get half of it.
   absl::Duration probe_timeout = absl::Seconds(1);
+
+  // The rounds of an ELASTIC chunk come every elastic_stall / 2 (at most
+  // `period`), each probe with a deadline of elastic_stall (at most
+  // `probe_timeout`): a round that waits on a silent rank is the second
+  // that finds its peers stalled, so a hang is found about 1 to 1.25
+  // elastic_stall after the first round that sees it (measured in
+  // docs/reliability.md). Anything else: `period` and `probe_timeout`.
+  absl::Duration RoundPeriod(bool elastic_chunk) const {
+    return elastic_chunk ? std::min(period, elastic_stall / 2) : period;
+  }
+  absl::Duration RoundDeadline(bool elastic_chunk) const {
+    return elastic_chunk ? std::min(probe_timeout, elastic_stall) : probe_timeout;
+  }
 };
 
 struct WatchdogVerdict {

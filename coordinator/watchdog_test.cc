@@ -120,5 +120,24 @@ TEST(WatchdogTest, TheElasticStallDropsASilentRankSooner) {
             "rank 1 did not answer the watchdog's probe (the other ranks were blocked in a collective for 0.6 s)");
 }
 
+// An ELASTIC chunk's rounds are paced by elastic_stall (half of it apart,
+// its probes due within it), capped by the period and probe deadline that
+// pace everything else.
+TEST(WatchdogTest, AnElasticChunkIsProbedAtThePaceOfTheElasticStall) {
+  WatchdogOptions o;
+  EXPECT_EQ(o.RoundPeriod(false), absl::Seconds(1));
+  EXPECT_EQ(o.RoundDeadline(false), absl::Seconds(1));
+  EXPECT_EQ(o.RoundPeriod(true), absl::Milliseconds(250));
+  EXPECT_EQ(o.RoundDeadline(true), absl::Milliseconds(500));
+  o.elastic_stall = absl::Seconds(3);
+  EXPECT_EQ(o.RoundPeriod(true), absl::Seconds(1));
+  EXPECT_EQ(o.RoundDeadline(true), absl::Seconds(1));
+  o.elastic_stall = absl::Milliseconds(100);
+  o.period = absl::Seconds(2);
+  EXPECT_EQ(o.RoundPeriod(true), absl::Milliseconds(50));
+  EXPECT_EQ(o.RoundDeadline(true), absl::Milliseconds(100));
+  EXPECT_EQ(o.RoundPeriod(false), absl::Seconds(2));
+}
+
 }  // namespace
 }  // namespace trainyard
