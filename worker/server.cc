@@ -1,5 +1,6 @@
 #include "worker/server.h"
 
+#include <chrono>
 #include <functional>
 
 #include <grpcpp/grpcpp.h>
@@ -190,6 +191,16 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
         << std::endl;
   }
 
+  if (options.peak_flops <= 0) {
+    // The matrix-product probe every job's MFU summary reads (cached per
+    // process), taken before this worker is offered jobs: a replacement
+    // joining a running ELASTIC job would otherwise run it while the
+    // others wait for its state.
+    const auto t0 = std::chrono::steady_clock::now();
+    const double peak = MeasurePeakFlops(device, torch::kFloat32);
+    spdlog::info("{} float32 matrix-product peak: {:.4f} TFLOP/s (measured in {:.2f} s)", device.str(), peak / 1e12,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   GrpcCoordinatorLink link(channel);
   Membership membership(&link, MembershipOf(&core, options, address));
   while (!signals->AnyReceived()) signals->Wait(membership.Beat());

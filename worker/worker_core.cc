@@ -174,6 +174,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   absl::StatusOr<std::unique_ptr<Collective>> collective = FormGroup(job.get(), rank, world, request.generation());
   if (!collective.ok()) return release(collective.status());
   SwapCollective(job.get(), std::move(*collective), request.generation());
+  const auto formed = std::chrono::steady_clock::now();
   TrainingJobOptions options;
   options.id = job->id;
   options.device = options_.device;
@@ -186,6 +187,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   absl::Status built = AgreeOnOutcome(job->collective.get(), training.status(), "building the job");
   if (!built.ok()) return release(CollectiveFailure(built));
   job->training = std::move(*training);
+  const auto built_at = std::chrono::steady_clock::now();
   StartJobResponse response;
   absl::StatusOr<RestoreOutcome> restored = RestoreOutcome();
   if (request.join()) {
@@ -204,9 +206,13 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
   if (rank == 0) {
     if (absl::Status written = WriteJobConfig(spec); !written.ok()) return release(written);
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("job {}: rank {}/{} ready in {:.2f} s ({} rows per batch on this rank)", job->id, rank, world, seconds,
-               spec.batch_size() / world);
+  const auto seconds = [](auto from, auto to) { return std::chrono::duration<double>(to - from).count(); };
+  const auto ready = std::chrono::steady_clock::now();
+  spdlog::info(
+      "job {}: rank {}/{} ready in {:.2f} s (group formed in {:.2f} s, job built in {:.2f} s, state {} in {:.2f} s; "
+      "{} rows per batch on this rank)",
+      job->id, rank, world, seconds(start, ready), seconds(start, formed), seconds(formed, built_at),
+      request.join() ? "received" : "restored", seconds(built_at, ready), spec.batch_size() / world);
   response.set_start_step(job->training->step());
   response.set_restored_checkpoint(restored->checkpoint);
   for (const std::string& note : restored->passed_over) response.add_passed_over(note);
