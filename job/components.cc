@@ -35,8 +35,8 @@ absl::StatusOr<T5Batch> RewindableBatches::Next() {
   absl::StatusOr<T5Batch> batch = base_->Next();
   if (batch.ok()) ledger_.Add(job_->trainer->step() + 1, base_->task_iterator()->last_batch_ids());
   if (!batch.ok() || !job_->global_batches()) return batch;
-  const int64_t b = batch->batch_size(), w = job_->world_size(), r = job_->rank();
-  return batch->Slice(r * b / w, (r + 1) * b / w - r * b / w);
+  const auto [first, rows] = job_->GlobalBatchShare(batch->batch_size());
+  return batch->Slice(first, rows);
 }
 
 absl::Status RewindableBatches::PutBackLast() {
@@ -64,12 +64,23 @@ torch::ScalarType ComputeDtype(const JobSpec& spec) {
 int JobComponents::Microbatches() const {
   const int m = std::max(spec.num_microbatches(), 1);
   if (!elastic()) return m;
-  // The spec's microbatch: batch_size / (num_workers x num_microbatches)
-  // rows; the largest share of the global batch over this many ranks.
-  const int64_t microbatch_rows =
-      std::max<int64_t>(spec.batch_size() / (static_cast<int64_t>(std::max(spec.num_workers(), 1)) * m), 1);
+  // The largest share of the global batch over this many ranks, at the
+  // spec's microbatch size.
+  const int64_t microbatch_rows = MicrobatchRows();
   const int64_t largest = (spec.batch_size() + world_size() - 1) / world_size();
   return static_cast<int>((largest + microbatch_rows - 1) / microbatch_rows);
+}
+
+int64_t JobComponents::MicrobatchRows() const {
+  const int64_t m = std::max(spec.num_microbatches(), 1);
+  return std::max<int64_t>(spec.batch_size() / (static_cast<int64_t>(std::max(spec.num_workers(), 1)) * m), 1);
+}
+
+std::pair<int64_t, int64_t> JobComponents::GlobalBatchShare(int64_t b) const {
+  const int64_t w = world_size(), r = rank();
+  if (!IsReproducibleTraining(spec)) return {r * b / w, (r + 1) * b / w - r * b / w};
+  const int64_t rows = MicrobatchRows(), g = b / rows;
+  return {r * g / w * rows, ((r + 1) * g / w - r * g / w) * rows};
 }
 
 absl::Status JobComponents::BuildTrainer() {
@@ -105,11 +116,13 @@ absl::Status JobComponents::BuildTrainer() {
   // (RegroupState then finds each shard at one step in every group).
   t.agree_before_update = elastic() && timed_shards != nullptr;
   // data_parallel.reproducible: this rank's microbatches are the global
-  // ones from rank x num_microbatches (every rank has as many).
+  // ones of its share (GlobalBatchShare; under ELASTIC some ranks may have
+  // one fewer than num_microbatches).
   if (IsReproducibleTraining(spec)) {
     t.exact_reduction = true;
-    t.global_microbatches = static_cast<int64_t>(world_size()) * t.num_microbatches;
-    t.first_global_microbatch = static_cast<int64_t>(rank()) * t.num_microbatches;
+    t.microbatch_rows = MicrobatchRows();
+    t.global_microbatches = spec.batch_size() / t.microbatch_rows;
+    t.first_global_microbatch = GlobalBatchShare(spec.batch_size()).first / t.microbatch_rows;
   }
   // The old trainer goes first: a parameter gatherer's hooks on the model
   // are removed with it.
@@ -122,8 +135,7 @@ absl::Status JobComponents::BuildTrainer() {
 absl::Status JobComponents::WarmUpTrain() {
   if (!options.warm_up || train_warmed_up || trainer == nullptr) return absl::OkStatus();
   // The rows RewindableBatches gives this rank.
-  const int64_t b = spec.batch_size(), w = world_size(), r = rank();
-  const int64_t rows = elastic() ? (r + 1) * b / w - r * b / w : b / w;
+  const int64_t rows = global_batches() ? GlobalBatchShare(spec.batch_size()).second : spec.batch_size() / world_size();
   TY_ASSIGN_OR_RETURN(const double seconds,
                       trainer->CompileTrain(ShapeOnlyBatch(rows, spec.feature_lengths().inputs(),
                                                            spec.feature_lengths().targets(), spec.data().pack())));
@@ -153,6 +165,9 @@ absl::Status JobComponents::MoveTo(Collective* next) {
   // (Always: the old group may be gone, and the new one may even sit at its
   // address.)
   if (absl::Status s = trainer->Close(); !s.ok()) spdlog::error("job {}: the summary writer: {}", id(), s.ToString());
+  // data_parallel.reproducible: the exact sum's scales of the last step
+  // done are state; the new trainer sums at them.
+  const std::map<std::string, int> exponents = trainer->ExactSumExponents();
   trainer.reset();
   for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
   collective = next;
@@ -162,7 +177,8 @@ absl::Status JobComponents::MoveTo(Collective* next) {
   // A sharded optimizer exchanges its shards in the new group (hybrid
   // sharding: this rank's new shard group, where it has the same place).
   TY_RETURN_IF_ERROR(optimizer->MoveTo(sharding()));
-  return BuildTrainer();
+  TY_RETURN_IF_ERROR(BuildTrainer());
+  return exponents.empty() ? absl::OkStatus() : trainer->RestoreExactSumExponents(exponents);
 }
 
 absl::StatusOr<VocabularyPlan> JobComponents::PlanVocabulary(const std::string& checkpoint) const {

@@ -124,6 +124,15 @@ struct JobComponents {
   // the largest share of the global batch needs at the spec's microbatch
   // size (the same on every rank).
   int Microbatches() const;
+  // The spec's microbatch: batch_size / (num_workers x num_microbatches)
+  // rows (at least 1).
+  int64_t MicrobatchRows() const;
+  // This rank's rows of a global batch of `b` rows, as [first, first +
+  // count): rank r of W takes [r b / W, (r + 1) b / W); with
+  // data_parallel.reproducible, whole microbatches: global microbatches
+  // [r G / W, (r + 1) G / W) of the G = b / MicrobatchRows() (so any W,
+  // ELASTIC's too, cuts the batch into the same microbatches).
+  std::pair<int64_t, int64_t> GlobalBatchShare(int64_t b) const;
   // (Re)builds `trainer` for the ranks of `collective` (training kinds); it
   // reads its step from the optimizer.
   absl::Status BuildTrainer();

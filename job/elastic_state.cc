@@ -74,8 +74,21 @@ absl::Status BroadcastState(JobComponents* job, Collective* collective, int sour
   TaskIterator* it = job->train_batches->task_iterator();
   torch::Tensor position = DataPositionTensor(*it);
   tensors.push_back(position);
+  // data_parallel.reproducible: the exact sum's scales, by name (the same
+  // names in the same order on every rank).
+  std::map<std::string, int> exponents = job->trainer->ExactSumExponents();
+  torch::Tensor scales = torch::zeros({static_cast<int64_t>(exponents.size())}, torch::kLong);
+  {
+    int64_t i = 0;
+    for (const auto& [name, e] : exponents) scales[i++] = e;
+  }
+  if (!exponents.empty()) tensors.push_back(scales);
   TY_RETURN_IF_ERROR(BroadcastTensors(job->collective, tensors, position_source, out));
   if (job->rank() != position_source) TY_RETURN_IF_ERROR(it->Restore(DataPositionState(position)));
+  if (job->rank() != position_source && !exponents.empty()) {
+    int64_t i = 0;
+    for (auto& [name, e] : exponents) e = static_cast<int>(scales[i++].item<int64_t>());
+  }
   if (collective != job->collective && job->optimizer->shard_bounds().size() > 2 && !job->shards.sharded()) {
     // OPTIMIZER, GRADIENTS: each rank's own shard of the parameters is now
     // current (another's may not be, on a rank whose last step's gather
@@ -85,7 +98,8 @@ absl::Status BroadcastState(JobComponents* job, Collective* collective, int sour
   if (!receives) return absl::OkStatus();
   TY_RETURN_IF_ERROR(job->optimizer->LoadState(state));
   // The trainer reads its step from the optimizer when it is made.
-  return job->BuildTrainer();
+  TY_RETURN_IF_ERROR(job->BuildTrainer());
+  return exponents.empty() ? absl::OkStatus() : job->trainer->RestoreExactSumExponents(exponents);
 }
 
 // Hybrid sharding: the rank of its replica set (the ranks holding its
@@ -188,6 +202,9 @@ uint64_t StateDigest(const JobComponents& job) {
   for (const torch::Tensor& p : HeldParameters(job)) add(p);
   if (job.optimizer) {
     for (const auto& [name, t] : job.optimizer->State()) add(t);
+  }
+  if (job.trainer) {
+    for (const auto& [name, e] : job.trainer->ExactSumExponents()) mix(static_cast<uint64_t>(e));
   }
   if (job.train_batches) {
     TaskBatchIterator* batches = job.train_batches.get();

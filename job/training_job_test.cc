@@ -61,6 +61,17 @@ class TrainingJobTest : public ::testing::Test {
     return spec;
   }
 
+  // ELASTIC's groups in turn: 3 ranks (collectives 0-2), the 2 left when
+  // rank 2 is lost (3-4), and 3 again with a joiner (5-7).
+  static std::vector<std::unique_ptr<FakeCollective>> ThreeThenTwoThenThree() {
+    std::vector<std::unique_ptr<FakeCollective>> out;
+    for (int size : {3, 2, 3}) {
+      auto group = std::make_shared<FakeGroup>(size, absl::Seconds(30));
+      for (int r = 0; r < size; ++r) out.push_back(std::make_unique<FakeCollective>(group, r));
+    }
+    return out;
+  }
+
   // One rank's job and the flags its owner raises.
   struct Rank {
     std::atomic<bool> stop{false};
@@ -657,13 +668,7 @@ TEST_F(TrainingJobTest, ElasticRanksRegroupAndAFreshRankReceivesTheStateBitForBi
   TrainingJobOptions options;
   options.id = "job";
   options.peak_flops = 1e12;
-  auto a = std::make_shared<FakeGroup>(3, absl::Seconds(30));
-  auto b = std::make_shared<FakeGroup>(2, absl::Seconds(30));
-  auto c = std::make_shared<FakeGroup>(3, absl::Seconds(30));
-  std::vector<std::unique_ptr<FakeCollective>> collectives;
-  for (int r = 0; r < 3; ++r) collectives.push_back(std::make_unique<FakeCollective>(a, r));
-  for (int r = 0; r < 2; ++r) collectives.push_back(std::make_unique<FakeCollective>(b, r));
-  for (int r = 0; r < 3; ++r) collectives.push_back(std::make_unique<FakeCollective>(c, r));
+  std::vector<std::unique_ptr<FakeCollective>> collectives = ThreeThenTwoThenThree();
   std::vector<uint64_t> digests(3);
   std::vector<std::vector<torch::Tensor>> params(3);
   std::vector<std::thread> threads;
@@ -730,6 +735,94 @@ TEST_F(TrainingJobTest, ElasticRanksRegroupAndAFreshRankReceivesTheStateBitForBi
     worst = std::max(worst, (p.detach() - params[0][i++]).abs().max().item<double>());
   }
   EXPECT_LT(worst, 1e-5);
+}
+
+// data_parallel.reproducible under ELASTIC: 3 ranks, then 2 (rank 2 lost;
+// the 3 global microbatches split 1 + 2), then a fresh rank joins and
+// receives the state with the exact sum's scales: parameters, optimizer
+// state, data position and scales (the state digest) and the last chunk's
+// train metrics are those of one rank training the same 7 steps.
+TEST_F(TrainingJobTest, AReproducibleElasticRunIsTheSameBitsAsOneThatLostNoRank) {
+  JobSpec spec = Spec("elastic-exact", 2);
+  spec.set_num_workers(3);
+  spec.set_batch_size(6);  // microbatches of 2 rows
+  spec.mutable_model()->set_dropout_rate(0.1f);
+  spec.mutable_data()->set_pack(true);
+  spec.mutable_data_parallel()->set_reproducible(true);
+  spec.mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
+  ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
+  TrainingJobOptions options;
+  options.id = "job";
+  options.peak_flops = 1e12;
+  auto metrics_of = [](const TrainChunk& chunk) {
+    std::map<std::string, double> out;
+    for (const auto& [k, v] : chunk.summary) {
+      if (!absl::StartsWith(k, "timing/")) out[k] = v;
+    }
+    return out;
+  };
+  std::vector<std::unique_ptr<FakeCollective>> collectives = ThreeThenTwoThenThree();
+  std::vector<uint64_t> digests(3), regrouped(3);
+  std::map<std::string, double> last_metrics;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      absl::StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(spec, collectives[r].get(), options);
+      ASSERT_THAT(job.status(), IsOk());
+      ASSERT_THAT((*job)->Restore("").status(), IsOk());
+      ASSERT_THAT((*job)->Train(3).status(), IsOk());
+      if (r == 2) return;  // lost
+      ASSERT_THAT((*job)->Regroup(collectives[3 + r].get(), /*fresh=*/false).status(), IsOk());
+      ASSERT_THAT((*job)->Train(2).status(), IsOk());  // 1 and 2 microbatches
+      // The digest covers the scales: a regroup keeps them (the moved
+      // trainer's) and hands them to the joiner.
+      const uint64_t before = (*job)->StateDigest();
+      absl::StatusOr<RegroupOutcome> three = (*job)->Regroup(collectives[5 + r].get(), /*fresh=*/false);
+      ASSERT_THAT(three.status(), IsOk());
+      EXPECT_EQ(three->source_rank, 0);
+      EXPECT_EQ(three->state_digest, before);
+      regrouped[r] = three->state_digest;
+      absl::StatusOr<TrainChunk> chunk = (*job)->Train(2);
+      ASSERT_THAT(chunk.status(), IsOk());
+      if (r == 0) last_metrics = metrics_of(*chunk);
+      digests[r] = (*job)->StateDigest();
+    });
+  }
+  threads.emplace_back([&] {
+    absl::StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(spec, collectives[7].get(), options);
+    ASSERT_THAT(job.status(), IsOk());
+    absl::StatusOr<RegroupOutcome> joined = (*job)->Regroup(collectives[7].get(), /*fresh=*/true);
+    ASSERT_THAT(joined.status(), IsOk());
+    regrouped[2] = joined->state_digest;
+    ASSERT_THAT((*job)->Train(2).status(), IsOk());
+    digests[2] = (*job)->StateDigest();
+  });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(regrouped[0], regrouped[2]);
+  EXPECT_EQ(regrouped[1], regrouped[2]);
+
+  // One rank, 3 microbatches of 2 rows, in the same chunks.
+  JobSpec one = spec;
+  one.set_num_workers(1);
+  one.set_num_microbatches(3);
+  one.clear_fault_tolerance();
+  one.set_output_dir(root_ + "/one-exact");
+  ASSERT_THAT(ValidateAndNormalize(&one), IsOk());
+  LocalCollective local;
+  absl::StatusOr<std::unique_ptr<TrainingJob>> alone = TrainingJob::Create(one, &local, options);
+  ASSERT_THAT(alone.status(), IsOk());
+  ASSERT_THAT((*alone)->Restore("").status(), IsOk());
+  ASSERT_THAT((*alone)->Train(3).status(), IsOk());
+  ASSERT_THAT((*alone)->Train(2).status(), IsOk());
+  absl::StatusOr<TrainChunk> last = (*alone)->Train(2);
+  ASSERT_THAT(last.status(), IsOk());
+  EXPECT_EQ((*alone)->step(), 7);
+  const uint64_t straight = (*alone)->StateDigest();
+  EXPECT_EQ(digests[0], straight);
+  EXPECT_EQ(digests[1], straight);
+  EXPECT_EQ(digests[2], straight);
+  ASSERT_GT(last_metrics.size(), 10u);
+  EXPECT_EQ(last_metrics, metrics_of(*last));
 }
 
 // The vocabulary a job's model reads: the restored checkpoint's

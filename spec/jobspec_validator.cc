@@ -391,10 +391,6 @@ void ValidateDataParallel(Errors* errors, JobSpec* spec) {
                   absl::StrCat("true with sharding ", DataParallelConfig::Sharding_Name(dp->sharding()),
                                ": the exact sum is not built for sharded gradients yet (it needs an integer "
                                "reduce-scatter); use sharding NONE"));
-    } else if (spec->fault_tolerance().mode() == FaultToleranceConfig::ELASTIC) {
-      errors->Add("data_parallel.reproducible",
-                  "true with fault_tolerance ELASTIC: a regroup does not carry the exact sum's scales yet; use "
-                  "RESTART (a restart resumes bit for bit, on any number of workers)");
     }
   }
   if (dp->sharding() == DataParallelConfig::NONE) {

@@ -219,7 +219,8 @@ absl::StatusOr<Metrics> Trainer::AccumulateGradsMicrobatched(const T5Batch& batc
   Metrics metrics;
   // Microbatch i is rows [first(i), first(i + 1)): b / m each when they
   // divide (uneven_microbatches otherwise).
-  auto first = [b, m](int i) { return static_cast<int64_t>(i) * b / m; };
+  const int64_t rows = options_.microbatch_rows;
+  auto first = [b, m, rows](int i) { return rows > 0 ? std::min(i * rows, b) : static_cast<int64_t>(i) * b / m; };
   int last = m - 1;  // the last microbatch with rows
   while (last > 0 && first(last + 1) == first(last)) --last;
   for (int i = 0; i < m; ++i) {

@@ -159,6 +159,10 @@ struct TrainerOptions {
   bool exact_reduction = false;
   int64_t first_global_microbatch = 0;
   int64_t global_microbatches = 1;  // a step's, over every rank
+  // exact_reduction: microbatch i is rows [i r, (i + 1) r) of this rank's
+  // batch, r = microbatch_rows (0: as without it), empty past its end (a
+  // rank's share of whole global microbatches under ELASTIC).
+  int64_t microbatch_rows = 0;
 };
 
 // T5X's PreemptionError: the status Train returns when preemption was
@@ -368,6 +372,7 @@ class Trainer {
   std::unique_ptr<ExactSum> exact_;
   std::vector<int> exact_exponents_;
   std::vector<Metrics> exact_metric_terms_;  // this chunk's microbatches', in order
+  int64_t exact_terms_per_step_ = 0;         // this rank's microbatches with rows
 };
 
 }  // namespace trainyard

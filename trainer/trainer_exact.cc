@@ -104,12 +104,23 @@ absl::StatusOr<bool> Trainer::CombineExactSums() {
 
 absl::StatusOr<Metrics> Trainer::AccumulateExactly(const T5Batch& batch, int64_t step, double global_target_tokens) {
   const size_t terms_before = exact_metric_terms_.size();
+  // A step that fails part way leaves the scales it started with: its
+  // retry (ELASTIC, on another group) sums as the step would have.
+  const std::vector<int> start = exact_exponents_;
+  auto failed = [&](const absl::Status& s) {
+    exact_exponents_ = start;
+    exact_metric_terms_.resize(terms_before);
+    return s;
+  };
   for (int pass = 0; pass < 2; ++pass) {
     exact_metric_terms_.resize(terms_before);  // a step computed again counts once
-    TY_RETURN_IF_ERROR(StartExactSum());
-    TY_ASSIGN_OR_RETURN(Metrics metrics, AccumulateGradsMicrobatched(batch, step, global_target_tokens));
-    TY_ASSIGN_OR_RETURN(bool combined, CombineExactSums());
-    if (combined) return metrics;
+    if (absl::Status s = StartExactSum(); !s.ok()) return failed(s);
+    absl::StatusOr<Metrics> metrics = AccumulateGradsMicrobatched(batch, step, global_target_tokens);
+    if (!metrics.ok()) return failed(metrics.status());
+    absl::StatusOr<bool> combined = CombineExactSums();
+    if (!combined.ok()) return failed(combined.status());
+    exact_terms_per_step_ = static_cast<int64_t>(exact_metric_terms_.size() - terms_before);
+    if (*combined) return metrics;
   }
   // Computed again at the scales its values needed and still beyond them:
   // a value that is not finite (no scale holds it).
@@ -122,14 +133,17 @@ absl::Status Trainer::CombineRankMetrics(int64_t steps, Metrics* total) {
 }
 
 absl::Status Trainer::CombineExactMetrics(int64_t steps, Metrics* total) {
-  const int m = options_.num_microbatches;
-  const size_t mine = static_cast<size_t>(steps) * static_cast<size_t>(m);
+  // Row s m + i of each rank's table: its microbatch i of step s (m: the
+  // most any rank has; a rank with fewer leaves its last rows unmarked).
+  const int64_t m = options_.num_microbatches, mine_per_step = exact_terms_per_step_;
+  const size_t mine = static_cast<size_t>(steps * mine_per_step);
   std::vector<Metrics> terms;
-  // The last chunk's (a failed one's are left before them).
+  // The last chunk's (a failed chunk's finished steps are left before them).
   if (exact_metric_terms_.size() >= mine) terms.assign(exact_metric_terms_.end() - mine, exact_metric_terms_.end());
   exact_metric_terms_.clear();
-  if (terms.size() != mine) {
-    return absl::InternalError(absl::StrCat("the exact metrics: ", terms.size(), " microbatches for ", mine));
+  if (terms.size() != mine || mine_per_step > m) {
+    return absl::InternalError(absl::StrCat("the exact metrics: ", terms.size(), " microbatches for ", steps,
+                                            " steps of ", mine_per_step, " (at most ", m, ")"));
   }
   total->clear();
   if (terms.empty()) return absl::OkStatus();
@@ -139,26 +153,32 @@ absl::Status Trainer::CombineExactMetrics(int64_t steps, Metrics* total) {
     names.push_back(name);
     per_step.push_back(metric.per_step);
   }
+  // Columns: each metric's total and count, then 1 for a microbatch.
   const int64_t k = static_cast<int64_t>(names.size());
-  torch::Tensor local = torch::zeros({static_cast<int64_t>(mine), 2 * k}, torch::kDouble);
+  torch::Tensor local = torch::zeros({steps * m, 2 * k + 1}, torch::kDouble);
   auto rows = local.accessor<double, 2>();
   for (size_t t = 0; t < mine; ++t) {
+    const int64_t row = static_cast<int64_t>(t) / mine_per_step * m + static_cast<int64_t>(t) % mine_per_step;
     for (int64_t j = 0; j < k; ++j) {
       auto it = terms[t].find(names[j]);
       if (it == terms[t].end() || terms[t].size() != names.size()) {
         return absl::InternalError(absl::StrCat("the exact metrics: microbatch ", t, " has other metrics"));
       }
-      rows[t][2 * j] = it->second.total.item<double>();
-      rows[t][2 * j + 1] = it->second.count.item<double>();
+      rows[row][2 * j] = it->second.total.item<double>();
+      rows[row][2 * j + 1] = it->second.count.item<double>();
     }
+    rows[row][2 * k] = 1;
   }
   std::vector<torch::Tensor> all;
   TY_RETURN_IF_ERROR(collective_->AllGather(local, &all));
   for (int64_t s = 0; s < steps; ++s) {
     Metrics step;
-    for (const torch::Tensor& rank : all) {  // rank r's microbatches are global r m .. r m + m - 1
+    // Rank by rank, microbatch by microbatch: the global microbatches in
+    // order (each rank's share is the next run of them).
+    for (const torch::Tensor& rank : all) {
       auto r = rank.accessor<double, 2>();
-      for (int i = 0; i < m; ++i) {
+      for (int64_t i = 0; i < m; ++i) {
+        if (r[s * m + i][2 * k] == 0) continue;
         Metrics term;
         for (int64_t j = 0; j < k; ++j) {
           term[names[j]] = Metric{torch::tensor(r[s * m + i][2 * j], torch::kDouble),

@@ -213,6 +213,41 @@ class ElasticTest(unittest.TestCase):
         self.assertNotIn("restored", joiner)
         self.assertRegex(joiner, r"rank 2 of 3 at step \d+ \(state of rank 0, \d+ bytes")
 
+    def test_a_reproducible_job_that_lost_and_regained_a_worker_is_the_same_bits(self):
+        """data_parallel.reproducible under ELASTIC, dropout on: a worker
+        killed part way through a chunk, the other two go on (each taking
+        whole global microbatches, 3 of the 6 each), an idle worker joins
+        and receives the state with the exact sum's scales, and the job
+        ends with the same bytes of parameters and optimizer state as the
+        uninterrupted run, not merely within rounding."""
+        repro = (*ELASTIC, "num_microbatches=2", "model.dropout_rate=0.1", "data_parallel.reproducible=true")
+        c = self.start(3)
+        job = c.submit(self.spec, "output_dir=reference", *repro)
+        s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 180)
+        self.assertEqual(s["state"], "SUCCEEDED", s["reason"])
+        spare = c.add_worker()
+        wait_for(lambda: "registered with the coordinator" in c.log(spare), 60, "the spare worker to register")
+        job = c.submit(self.spec, "output_dir=regained", *repro)
+        self.wait_step(job, 12)
+        ranks = [r["address"] for r in c.status(job)["ranks"]]
+        self.kill(next(i for i, w in enumerate(c.workers) if w.listening == ranks[1]))
+        s = c.wait_state(job, ["SUCCEEDED", "FAILED"], 180)
+        notes = self.regroup_notes()
+        print("\n".join(notes))
+        self.assertEqual(s["state"], "SUCCEEDED", s["reason"])
+        self.assertEqual(s.get("restarts", 0), 0, s["reason"])
+        self.assertEqual(s.get("regroups", 0), 2, notes)
+        self.assertIn("training on 2 of 3 workers", notes[0])
+        self.assertIn("joined: worker", notes[1])
+        for part in ("params", "optimizer"):
+            with open(os.path.join(self.root, "reference", "checkpoint_30", f"{part}.safetensors"), "rb") as f:
+                want = f.read()
+            with open(os.path.join(self.root, "regained", "checkpoint_30", f"{part}.safetensors"), "rb") as f:
+                got = f.read()
+            self.assertGreater(len(want), 100000, part)
+            self.assertTrue(want == got, f"{part}.safetensors differs from the uninterrupted run's")
+        assert_same_data(self, os.path.join(self.root, "reference"), os.path.join(self.root, "regained"), 30)
+
     def test_two_failures_in_a_row(self):
         """Two of three workers killed at different steps: the last one
         finishes the job alone (min_workers 1)."""
