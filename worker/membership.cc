@@ -83,6 +83,7 @@ absl::Duration Membership::Beat() {
     spdlog::warn("coordinator {} unreachable: {}", options_.coordinator, last_status_.ToString());
     last_warning_ = options_.clock->Now();
   }
+  if (!last_status_.ok() && !held.empty()) return std::min(interval_, options_.held_job_retry);
   return interval_;
 }
 

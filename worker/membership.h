@@ -52,6 +52,10 @@ struct MembershipOptions {
   absl::Duration orphan_timeout = absl::Minutes(5);
   // Between beats until the coordinator says otherwise.
   absl::Duration interval = absl::Seconds(1);
+  // Between beats (at most `interval`) while the coordinator is unreachable
+  // and this worker holds a job: a restarted coordinator adopts a running
+  // job once every rank's worker has registered again.
+  absl::Duration held_job_retry = absl::Milliseconds(200);
   // An unreachable coordinator is logged at most this often.
   absl::Duration warning_period = absl::Seconds(10);
   Clock* clock = Clock::Real();
@@ -68,7 +72,8 @@ class Membership {
   // registers again at once, with the held job; the held job is aborted
   // unless the registration's answer keeps it. Returns how long to wait
   // before the next round (the coordinator's heartbeat interval, at least
-  // 50 ms; 0 after a reregister).
+  // 50 ms; 0 after a reregister; held_job_retry while the coordinator is
+  // unreachable and a job is held).
   absl::Duration Beat();
 
   // While the worker hands its held job back (it is stopping): one

@@ -179,6 +179,22 @@ TEST_F(MembershipTest, AnUnreachableCoordinatorIsRetriedAtTheSameInterval) {
   EXPECT_EQ(m.last_status().code(), absl::StatusCode::kUnavailable);
 }
 
+// A worker holding a job retries an unreachable coordinator every 200 ms
+// (a restarted coordinator waits for every rank to adopt the job); without
+// a job, and once the coordinator answers, at the interval.
+TEST_F(MembershipTest, AWorkerHoldingAJobRetriesAnUnreachableCoordinatorSooner) {
+  link.register_answers.push_back(Registered("w1", 1000));
+  Membership m(&link, Options());
+  EXPECT_EQ(m.Beat(), absl::Seconds(1));
+  link.heartbeat_answers.push_back(absl::UnavailableError("gone"));
+  EXPECT_EQ(m.Beat(), absl::Seconds(1));  // no job
+  job = "job-1";
+  link.heartbeat_answers.push_back(absl::UnavailableError("gone"));
+  EXPECT_EQ(m.Beat(), absl::Milliseconds(200));
+  link.heartbeat_answers.push_back(HeartbeatResponse());
+  EXPECT_EQ(m.Beat(), absl::Seconds(1));
+}
+
 // A stopping worker asks, with a heartbeat saying it was preempted,
 // whether a coordinator still drives its job.
 TEST_F(MembershipTest, StillDrivenAsksWithAPreemptionHeartbeat) {

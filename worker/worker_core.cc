@@ -212,7 +212,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& req
       "job {}: rank {}/{} ready in {:.2f} s (group formed in {:.2f} s, job built in {:.2f} s, state {} in {:.2f} s; "
       "{} rows per batch on this rank)",
       job->id, rank, world, seconds(start, ready), seconds(start, formed), seconds(formed, built_at),
-      request.join() ? "received" : "restored", seconds(built_at, ready), spec.batch_size() / world);
+      request.join() ? "received" : "set up", seconds(built_at, ready), spec.batch_size() / world);
   response.set_start_step(job->training->step());
   response.set_restored_checkpoint(restored->checkpoint);
   for (const std::string& note : restored->passed_over) response.add_passed_over(note);

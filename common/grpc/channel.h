@@ -7,9 +7,11 @@
 
 namespace trainyard {
 
-// Reconnect within a couple of seconds when the peer comes back (gRPC's
-// default backoff grows to two minutes): attempts 200 ms apart, growing to
-// 2 s. gRPC's "minimum backoff" is its minimum connect timeout: each
+// Reconnect within half a second when the peer comes back (gRPC's default
+// backoff grows to two minutes): attempts 200 ms apart, growing to 500 ms
+// (a restarted coordinator adopts a running job once every rank's worker
+// has reached it again). gRPC's "minimum backoff" is its minimum connect
+// timeout: each
 // attempt gets 5 s for its TCP (and TLS) handshake, which a loaded or
 // distant host needs.
 void SetReconnectBackoff(grpc::ChannelArguments* args);
