@@ -328,6 +328,47 @@ TEST_F(TrainingJobTest, AReproducibleJobTrainsTheSameBitsOnAnyNumberOfRanks) {
   EXPECT_FALSE(run("float", 2, false, "").state == run("float1", 1, false, "").state);
 }
 
+// data_parallel.reproducible with sharding OPTIMIZER: every rank sums the
+// whole gradients exactly and updates its shard, so 2 and 3 ranks end with
+// the parameters and (merged) optimizer state of one unsharded rank.
+TEST_F(TrainingJobTest, AReproducibleJobWithAShardedOptimizerTrainsTheSameBits) {
+  auto run = [&](const std::string& out, int world, DataParallelConfig::Sharding sharding) {
+    JobSpec spec = Spec(out, 1);
+    spec.set_num_workers(world);
+    spec.mutable_model()->set_dropout_rate(0.1f);
+    spec.set_batch_size(12);
+    spec.set_num_microbatches(6 / world);
+    spec.mutable_data_parallel()->set_reproducible(true);
+    spec.mutable_data_parallel()->set_sharding(sharding);
+    spec.set_total_steps(3);
+    EXPECT_THAT(ValidateAndNormalize(&spec), IsOk());
+    OnRanks(
+        world, [&](int) { return spec; },
+        [&](int, Rank& rank) {
+          ASSERT_THAT(rank.job->Restore("").status(), IsOk());
+          ASSERT_THAT(rank.job->Train(3).status(), IsOk());
+          ASSERT_THAT(rank.job->SaveCheckpoint(true).status(), IsOk());
+        },
+        /*warm_up=*/false);
+    absl::StatusOr<TrainCheckpoint> saved = ReadTrainCheckpoint(root_ + "/" + out + "/checkpoint_3");
+    EXPECT_THAT(saved.status(), IsOk());
+    return saved.ok() ? std::move(*saved) : TrainCheckpoint();
+  };
+  const TrainCheckpoint one = run("opt1", 1, DataParallelConfig::NONE);
+  ASSERT_GT(one.params.size(), 10u);
+  ASSERT_GT(one.optimizer.size(), 10u);
+  for (int world : {2, 3}) {
+    const TrainCheckpoint sharded = run(absl::StrCat("opt", world), world, DataParallelConfig::OPTIMIZER);
+    EXPECT_EQ(sharded.optimizer_shards, world);
+    ASSERT_EQ(sharded.params.size(), one.params.size());
+    for (const auto& [name, t] : one.params) EXPECT_TRUE(torch::equal(sharded.params.at(name), t)) << world << name;
+    ASSERT_EQ(sharded.optimizer.size(), one.optimizer.size());
+    for (const auto& [name, t] : one.optimizer) {
+      EXPECT_TRUE(torch::equal(sharded.optimizer.at(name), t)) << world << " ranks: " << name;
+    }
+  }
+}
+
 TEST_F(TrainingJobTest, APreemptionOnOneRankStopsEveryRankAtTheSameStepWithOneEmergencyCheckpoint) {
   const JobSpec spec = Spec("preempted", 2);
   OnRanks(

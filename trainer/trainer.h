@@ -155,7 +155,8 @@ struct TrainerOptions {
   // their scale is computed again with the scale they need. This rank's
   // microbatch i is global microbatch first_global_microbatch + i (its
   // dropout is drawn from that, not from the rank). No gradient reducer:
-  // refused with a sharded optimizer (Train's error).
+  // every rank holds the whole sums (a sharded optimizer, OPTIMIZER, reads
+  // its shard of them); refused with shard_gradients (Train's error).
   bool exact_reduction = false;
   int64_t first_global_microbatch = 0;
   int64_t global_microbatches = 1;  // a step's, over every rank

@@ -20,8 +20,11 @@ constexpr int kExactHeadroom = 3;
 }  // namespace
 
 void Trainer::SetUpExactSum() {
-  if (!optimizer_->shard_bounds().empty()) {
-    gatherer_setup_ = absl::FailedPreconditionError("the exact reduction needs an unsharded optimizer");
+  // Whole sums on every rank: a sharded optimizer (OPTIMIZER) reads its
+  // shard of them; sharded gradients would need an integer reduce-scatter.
+  if (options_.shard_gradients && !optimizer_->shard_bounds().empty()) {
+    gatherer_setup_ = absl::FailedPreconditionError(
+        "the exact reduction sums whole gradients on every rank: not with sharded gradients");
     return;
   }
   std::vector<std::vector<int64_t>> shapes;
