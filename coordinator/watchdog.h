@@ -44,10 +44,10 @@ struct WatchdogOptions {
 
   // The rounds of an ELASTIC chunk come every elastic_stall / 2 (at most
   // `period`), each probe with a deadline of elastic_stall (at most
-  // `probe_timeout`): a round that waits on a silent rank is the second
-  // that finds its peers stalled, so a hang is found about 1 to 1.25
-  // elastic_stall after the first round that sees it (measured in
-  // docs/reliability.md). Anything else: `period` and `probe_timeout`.
+  // `probe_timeout`): the round after the one that first finds a rank
+  // silent sees its peers stalled long enough, so at the 0.5 s default a
+  // hang is acted on 1 to 1.5 s after it began (docs/reliability.md).
+  // Anything else: `period` and `probe_timeout`.
   absl::Duration RoundPeriod(bool elastic_chunk) const {
     return elastic_chunk ? std::min(period, elastic_stall / 2) : period;
   }
