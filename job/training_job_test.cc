@@ -61,6 +61,18 @@ class TrainingJobTest : public ::testing::Test {
     return spec;
   }
 
+  // A global batch of 12 rows over `world` ranks of `microbatches` each,
+  // dropout 0.1, data_parallel.reproducible as given (not yet validated).
+  JobSpec TwelveRowSpec(const std::string& out, int world, int microbatches, bool reproducible) {
+    JobSpec spec = Spec(out, 1);
+    spec.set_num_workers(world);
+    spec.mutable_model()->set_dropout_rate(0.1f);
+    spec.set_batch_size(12);
+    spec.set_num_microbatches(microbatches);
+    spec.mutable_data_parallel()->set_reproducible(reproducible);
+    return spec;
+  }
+
   // ELASTIC's groups in turn: 3 ranks (collectives 0-2), the 2 left when
   // rank 2 is lost (3-4), and 3 again with a joiner (5-7).
   static std::vector<std::unique_ptr<FakeCollective>> ThreeThenTwoThenThree() {
@@ -265,13 +277,8 @@ TEST_F(TrainingJobTest, SampledPredictionsAreTheSameOnAnyNumberOfRanks) {
 // on 1 does. Without reproducible, 2 ranks end elsewhere than 1.
 TEST_F(TrainingJobTest, AReproducibleJobTrainsTheSameBitsOnAnyNumberOfRanks) {
   auto spec_for = [&](const std::string& out, int world, bool reproducible) {
-    JobSpec spec = Spec(out, 1);
-    spec.set_num_workers(world);
-    spec.mutable_model()->set_dropout_rate(0.1f);
-    spec.set_batch_size(12);
-    spec.set_num_microbatches(12 / world);
+    JobSpec spec = TwelveRowSpec(out, world, 12 / world, reproducible);
     spec.mutable_data()->set_pack(true);
-    spec.mutable_data_parallel()->set_reproducible(reproducible);
     spec.set_total_steps(4);
     EXPECT_THAT(ValidateAndNormalize(&spec), IsOk());
     return spec;
@@ -333,12 +340,7 @@ TEST_F(TrainingJobTest, AReproducibleJobTrainsTheSameBitsOnAnyNumberOfRanks) {
 // the parameters and (merged) optimizer state of one unsharded rank.
 TEST_F(TrainingJobTest, AReproducibleJobWithAShardedOptimizerTrainsTheSameBits) {
   auto run = [&](const std::string& out, int world, DataParallelConfig::Sharding sharding) {
-    JobSpec spec = Spec(out, 1);
-    spec.set_num_workers(world);
-    spec.mutable_model()->set_dropout_rate(0.1f);
-    spec.set_batch_size(12);
-    spec.set_num_microbatches(6 / world);
-    spec.mutable_data_parallel()->set_reproducible(true);
+    JobSpec spec = TwelveRowSpec(out, world, 6 / world, /*reproducible=*/true);
     spec.mutable_data_parallel()->set_sharding(sharding);
     spec.set_total_steps(3);
     EXPECT_THAT(ValidateAndNormalize(&spec), IsOk());
