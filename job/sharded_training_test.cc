@@ -601,10 +601,16 @@ TEST_F(ShardedTrainingTest, HybridShardingTrainsWhatShardingOverEveryRankTrains)
 // the rank holding it in group 0. Every rank then holds its replica's state
 // bit for bit, the same examples were trained at every step as without the
 // loss, and the state is that of an uninterrupted run (the sums in another
-// order: within 1e-4).
+// order: within 1e-4; with data_parallel.reproducible, and dropout on, the
+// same bits).
 TEST_F(ShardedTrainingTest, HybridShardedElasticGroupsLeaveAndJoinWholeKeepingTheirShards) {
-  for (auto mode : {DataParallelConfig::OPTIMIZER, DataParallelConfig::PARAMETERS}) {
-    const std::string what = DataParallelConfig::Sharding_Name(mode);
+  const std::vector<std::pair<DataParallelConfig::Sharding, bool>> runs = {{DataParallelConfig::OPTIMIZER, false},
+                                                                           {DataParallelConfig::PARAMETERS, false},
+                                                                           {DataParallelConfig::PARAMETERS, true}};
+  for (const auto& run : runs) {
+    const DataParallelConfig::Sharding mode = run.first;
+    const bool reproducible = run.second;
+    const std::string what = absl::StrCat(DataParallelConfig::Sharding_Name(mode), reproducible ? " reproducible" : "");
     Config config{4, mode};
     config.group_size = 2;
     config.microbatches = 1;
@@ -612,12 +618,15 @@ TEST_F(ShardedTrainingTest, HybridShardedElasticGroupsLeaveAndJoinWholeKeepingTh
       JobSpec spec = Spec(config, root_ + "/" + name);
       spec.mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
       // Dropout's masks follow the rows' ranks and microbatches, which the
-      // loss changes.
-      spec.mutable_model()->set_dropout_rate(0);
+      // loss changes (reproducible: the global microbatches, which it does
+      // not).
+      spec.mutable_model()->set_dropout_rate(reproducible ? 0.1f : 0.0f);
+      spec.mutable_data_parallel()->set_reproducible(reproducible);
       EXPECT_THAT(ValidateAndNormalize(&spec), IsOk());
       return spec;
     };
-    const JobSpec spec = elastic_spec("elastic-" + what), straight = elastic_spec("straight-" + what);
+    const std::string dir = absl::StrCat(DataParallelConfig::Sharding_Name(mode), reproducible);
+    const JobSpec spec = elastic_spec("elastic-" + dir), straight = elastic_spec("straight-" + dir);
     TrainingJobOptions options;
     options.id = "hsdp-elastic";
     options.peak_flops = 1e12;
@@ -711,6 +720,7 @@ TEST_F(ShardedTrainingTest, HybridShardedElasticGroupsLeaveAndJoinWholeKeepingTh
       worst = std::max(worst, (t - params[0].at(k)).abs().max().item<double>());
     }
     EXPECT_LT(worst, 1e-4) << what;
+    if (reproducible) EXPECT_EQ(worst, 0) << what;
     std::cout << what << ": HSDP ELASTIC against the uninterrupted run, largest difference " << worst << "\n";
   }
 }

@@ -335,12 +335,16 @@ TEST_F(TrainingJobTest, AReproducibleJobTrainsTheSameBitsOnAnyNumberOfRanks) {
   EXPECT_FALSE(run("float", 2, false, "").state == run("float1", 1, false, "").state);
 }
 
-// data_parallel.reproducible with sharding OPTIMIZER: every rank sums the
-// whole gradients exactly and updates its shard, so 2 and 3 ranks end with
-// the parameters and (merged) optimizer state of one unsharded rank.
-TEST_F(TrainingJobTest, AReproducibleJobWithAShardedOptimizerTrainsTheSameBits) {
+// data_parallel.reproducible with every sharding mode: with OPTIMIZER every
+// rank sums the whole gradients exactly and updates its shard; with
+// GRADIENTS and PARAMETERS the ranks reduce-scatter the integers of each
+// microbatch (packed rows, dropout on) and keep their shard's sums. 2, 3
+// and 4 ranks end with the parameters and (merged) optimizer state of one
+// unsharded rank.
+TEST_F(TrainingJobTest, AReproducibleShardedJobTrainsTheSameBits) {
   auto run = [&](const std::string& out, int world, DataParallelConfig::Sharding sharding) {
-    JobSpec spec = TwelveRowSpec(out, world, 6 / world, /*reproducible=*/true);
+    JobSpec spec = TwelveRowSpec(out, world, 12 / world, /*reproducible=*/true);
+    spec.mutable_data()->set_pack(true);
     spec.mutable_data_parallel()->set_sharding(sharding);
     spec.set_total_steps(3);
     EXPECT_THAT(ValidateAndNormalize(&spec), IsOk());
@@ -359,14 +363,20 @@ TEST_F(TrainingJobTest, AReproducibleJobWithAShardedOptimizerTrainsTheSameBits) 
   const TrainCheckpoint one = run("opt1", 1, DataParallelConfig::NONE);
   ASSERT_GT(one.params.size(), 10u);
   ASSERT_GT(one.optimizer.size(), 10u);
-  for (int world : {2, 3}) {
-    const TrainCheckpoint sharded = run(absl::StrCat("opt", world), world, DataParallelConfig::OPTIMIZER);
-    EXPECT_EQ(sharded.optimizer_shards, world);
-    ASSERT_EQ(sharded.params.size(), one.params.size());
-    for (const auto& [name, t] : one.params) EXPECT_TRUE(torch::equal(sharded.params.at(name), t)) << world << name;
-    ASSERT_EQ(sharded.optimizer.size(), one.optimizer.size());
+  const std::vector<std::pair<DataParallelConfig::Sharding, int>> runs = {
+      {DataParallelConfig::OPTIMIZER, 2}, {DataParallelConfig::OPTIMIZER, 3},  {DataParallelConfig::GRADIENTS, 2},
+      {DataParallelConfig::GRADIENTS, 4}, {DataParallelConfig::PARAMETERS, 2}, {DataParallelConfig::PARAMETERS, 3},
+      {DataParallelConfig::PARAMETERS, 4}};
+  for (const auto& [sharding, world] : runs) {
+    const std::string what = absl::StrCat(DataParallelConfig::Sharding_Name(sharding), " on ", world, " ranks: ");
+    const TrainCheckpoint sharded =
+        run(absl::StrCat(DataParallelConfig::Sharding_Name(sharding), world), world, sharding);
+    EXPECT_EQ(sharded.optimizer_shards, world) << what;
+    ASSERT_EQ(sharded.params.size(), one.params.size()) << what;
+    for (const auto& [name, t] : one.params) EXPECT_TRUE(torch::equal(sharded.params.at(name), t)) << what << name;
+    ASSERT_EQ(sharded.optimizer.size(), one.optimizer.size()) << what;
     for (const auto& [name, t] : one.optimizer) {
-      EXPECT_TRUE(torch::equal(sharded.optimizer.at(name), t)) << world << " ranks: " << name;
+      EXPECT_TRUE(torch::equal(sharded.optimizer.at(name), t)) << what << name;
     }
   }
 }

@@ -386,11 +386,6 @@ void ValidateDataParallel(Errors* errors, JobSpec* spec) {
                   absl::StrCat("true for a job of kind ", JobKind_Name(spec->kind()),
                                ", which does not train; predictions are the same on any number of workers "
                                "already (sampling is keyed by the example)"));
-    } else if (dp->sharding() == DataParallelConfig::GRADIENTS || dp->sharding() == DataParallelConfig::PARAMETERS) {
-      errors->Add("data_parallel.reproducible",
-                  absl::StrCat("true with sharding ", DataParallelConfig::Sharding_Name(dp->sharding()),
-                               ": the exact sum is not built for sharded gradients yet (it needs an integer "
-                               "reduce-scatter); use sharding NONE or OPTIMIZER"));
     }
   }
   if (dp->sharding() == DataParallelConfig::NONE) {

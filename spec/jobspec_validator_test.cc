@@ -111,15 +111,12 @@ TEST(ValidatorTest, ReproducibleTrainingRefusesWhatItCannotMakeExact) {
   ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
   EXPECT_TRUE(IsReproducibleTraining(spec));
   EXPECT_TRUE(ReadsGlobalBatches(spec));
-  // OPTIMIZER: every rank sums whole gradients and updates its shard.
-  spec.mutable_data_parallel()->set_sharding(DataParallelConfig::OPTIMIZER);
-  EXPECT_THAT(Validate(spec), IsOk());
-  spec.mutable_data_parallel()->set_sharding(DataParallelConfig::GRADIENTS);
-  EXPECT_THAT(Validate(spec),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("data_parallel.reproducible: true with sharding GRADIENTS: the exact sum is not "
-                                 "built for sharded gradients yet (it needs an integer reduce-scatter); use sharding "
-                                 "NONE or OPTIMIZER")));
+  // Every sharding: OPTIMIZER sums whole gradients on every rank,
+  // GRADIENTS and PARAMETERS reduce-scatter the integers.
+  for (auto sharding : {DataParallelConfig::OPTIMIZER, DataParallelConfig::GRADIENTS, DataParallelConfig::PARAMETERS}) {
+    spec.mutable_data_parallel()->set_sharding(sharding);
+    EXPECT_THAT(Validate(spec), IsOk()) << DataParallelConfig::Sharding_Name(sharding);
+  }
   spec.mutable_data_parallel()->set_sharding(DataParallelConfig::NONE);
   spec.clear_data_parallel();
   spec.mutable_data_parallel()->set_reproducible(true);

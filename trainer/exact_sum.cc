@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace trainyard {
 namespace {
@@ -50,7 +51,7 @@ ExactSum::ExactSum(const std::vector<std::vector<int64_t>>& shapes, int64_t max_
   fraction_bits_ = 62 - bits;
 }
 
-absl::Status ExactSum::Reset(const std::vector<int>& exponents) {
+absl::Status ExactSum::SetScales(const std::vector<int>& exponents) {
   if (exponents.size() != shapes_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("ExactSum: ", exponents.size(), " exponents for ", shapes_.size(), " tensors"));
@@ -63,8 +64,39 @@ absl::Status ExactSum::Reset(const std::vector<int>& exponents) {
   }
   exponents_ = exponents;
   integers_.clear();
-  for (const auto& shape : shapes_) integers_.push_back(torch::zeros(shape, torch::kLong));
   observed_.assign(shapes_.size(), kExactSumMinExponent);
+  return absl::OkStatus();
+}
+
+absl::Status ExactSum::Reset(const std::vector<int>& exponents) {
+  TY_RETURN_IF_ERROR(SetScales(exponents));
+  for (const auto& shape : shapes_) integers_.push_back(torch::zeros(shape, torch::kLong));
+  return absl::OkStatus();
+}
+
+absl::Status ExactSum::AddTensor(size_t i, const torch::Tensor& values, torch::Tensor integers) {
+  if (i >= exponents_.size()) return absl::FailedPreconditionError("ExactSum: a tensor added before its scale is set");
+  if (values.numel() != integers.numel() || integers.scalar_type() != torch::kLong || !integers.is_contiguous()) {
+    return absl::InvalidArgumentError(absl::StrCat("ExactSum: tensor ", i, ": ", values.numel(),
+                                                   " values into a sum of ", integers.numel(), " integers"));
+  }
+  if (values.scalar_type() != torch::kFloat && values.scalar_type() != torch::kDouble) {
+    return absl::InvalidArgumentError(absl::StrCat("ExactSum: tensor ", i, " is not float32 or float64"));
+  }
+  // x x 2^(fraction_bits - exponent) is exact in double (a float32's 24
+  // bits, scaled by a power of two); rounding it is the only error.
+  const double scale = std::ldexp(1.0, fraction_bits_ - exponents_[i]);
+  const double bound = std::ldexp(1.0, fraction_bits_);
+  if (values.scalar_type() == torch::kFloat && values.device().is_cpu() && integers.device().is_cpu()) {
+    const torch::Tensor x = values.contiguous();
+    const double largest = AddFloats(x.data_ptr<float>(), x.numel(), scale, bound, integers.data_ptr<int64_t>());
+    observed_[i] = std::max(observed_[i], ExponentOf(largest));
+    return absl::OkStatus();
+  }
+  observed_[i] = std::max(observed_[i], MagnitudeExponent(values));
+  const torch::Tensor fixed =
+      (values.to(torch::kDouble) * scale).round().nan_to_num(0.0, bound, -bound).clamp(-bound, bound);
+  integers.add_(fixed.to(integers.device(), torch::kLong).view(integers.sizes()));
   return absl::OkStatus();
 }
 
@@ -82,21 +114,8 @@ absl::Status ExactSum::Add(const std::vector<torch::Tensor>& term) {
     }
   }
   for (size_t i = 0; i < term.size(); ++i) {
-    // x x 2^(fraction_bits - exponent) is exact in double (a float32's 24
-    // bits, scaled by a power of two); rounding it is the only error.
-    const double scale = std::ldexp(1.0, fraction_bits_ - exponents_[i]);
-    const double bound = std::ldexp(1.0, fraction_bits_);
-    if (term[i].scalar_type() == torch::kFloat && term[i].device().is_cpu()) {
-      const torch::Tensor x = term[i].contiguous();
-      if (!integers_[i].is_contiguous()) integers_[i] = integers_[i].contiguous();
-      const double largest = AddFloats(x.data_ptr<float>(), x.numel(), scale, bound, integers_[i].data_ptr<int64_t>());
-      observed_[i] = std::max(observed_[i], ExponentOf(largest));
-      continue;
-    }
-    observed_[i] = std::max(observed_[i], MagnitudeExponent(term[i]));
-    const torch::Tensor fixed =
-        (term[i].to(torch::kDouble) * scale).round().nan_to_num(0.0, bound, -bound).clamp(-bound, bound);
-    integers_[i].add_(fixed.to(torch::kLong));
+    if (!integers_[i].is_contiguous()) integers_[i] = integers_[i].contiguous();
+    TY_RETURN_IF_ERROR(AddTensor(i, term[i], integers_[i]));
   }
   return absl::OkStatus();
 }
@@ -108,12 +127,14 @@ bool ExactSum::Overflowed() const {
   return false;
 }
 
+torch::Tensor ExactSum::TensorToFloat(size_t i, const torch::Tensor& integers) const {
+  const double unit = std::ldexp(1.0, exponents_[i] - fraction_bits_);
+  return (integers.to(torch::kDouble) * unit).to(torch::kFloat);
+}
+
 std::vector<torch::Tensor> ExactSum::ToFloat() const {
   std::vector<torch::Tensor> out;
-  for (size_t i = 0; i < integers_.size(); ++i) {
-    const double unit = std::ldexp(1.0, exponents_[i] - fraction_bits_);
-    out.push_back((integers_[i].to(torch::kDouble) * unit).to(torch::kFloat));
-  }
+  for (size_t i = 0; i < integers_.size(); ++i) out.push_back(TensorToFloat(i, integers_[i]));
   return out;
 }
 

@@ -67,6 +67,20 @@ class ExactSum {
   // nothing overflows). kInvalidArgument for a term of other shapes.
   absl::Status Add(const std::vector<torch::Tensor>& term);
 
+  // A sum whose integers its caller holds (sharded gradients: a bucket's,
+  // reduce-scattered, then the shard of the sums; see GradientReducer):
+  // starts it at the given scales (checked as Reset does) with nothing
+  // observed, and holds no integers.
+  absl::Status SetScales(const std::vector<int>& exponents);
+  // Adds tensor i of a term (float32 or float64, `values.numel()` elements)
+  // into `integers` (int64, contiguous, as many elements, on the values'
+  // device) as Add does, recording its exponent in observed.
+  // kInvalidArgument for another element count or dtype.
+  absl::Status AddTensor(size_t i, const torch::Tensor& values, torch::Tensor integers);
+  // Tensor i's integers (any shape) as float32: integers x 2^(exponent -
+  // fraction_bits), through double.
+  torch::Tensor TensorToFloat(size_t i, const torch::Tensor& integers) const;
+
   // The integers (int64, one per tensor): what the ranks all-reduce or
   // reduce-scatter with SUM.
   std::vector<torch::Tensor>& integers() { return integers_; }

@@ -55,12 +55,14 @@ std::vector<std::vector<int>> PlanBuckets(const std::vector<torch::Tensor>& para
 }  // namespace
 
 GradientReducer::GradientReducer(std::vector<torch::Tensor> params, Collective* collective, int64_t bucket_bytes,
-                                 std::vector<size_t> shard_bounds, bool keep_only_shard, int max_in_flight)
+                                 std::vector<size_t> shard_bounds, bool keep_only_shard, int max_in_flight,
+                                 ExactSum* exact)
     : params_(std::move(params)),
       collective_(collective),
       shard_bounds_(std::move(shard_bounds)),
       keep_only_shard_(keep_only_shard && !shard_bounds_.empty()),
-      max_in_flight_(std::max(max_in_flight, 1)) {
+      max_in_flight_(std::max(max_in_flight, 1)),
+      exact_(keep_only_shard_ ? exact : nullptr) {
   const int n = static_cast<int>(params_.size());
   const int world = collective_->world_size();
   TORCH_CHECK(shard_bounds_.empty() || (static_cast<int>(shard_bounds_.size()) == world + 1 &&
@@ -104,7 +106,7 @@ void GradientReducer::AddBucket(std::vector<int> members) {
   }
   if (keep_only_shard_) {
     // Only the shard lives between passes; the grads stay undefined.
-    b.owned = torch::zeros({b.counts[collective_->rank()]}, options);
+    b.owned = torch::zeros({b.counts[collective_->rank()]}, exact_ ? options.dtype(torch::kLong) : options);
     for (size_t k = 0; k < b.layout.size(); ++k) {
       const int i = b.layout[k];
       if (Owner(i) == collective_->rank()) {
@@ -186,7 +188,9 @@ std::vector<torch::Tensor> GradientReducer::ShardGradients() const {
   std::vector<torch::Tensor> out(params_.size());
   if (!keep_only_shard_) return out;
   const int rank = collective_->rank();
-  for (size_t i = shard_bounds_[rank]; i < shard_bounds_[rank + 1]; ++i) out[i] = views_[i];
+  for (size_t i = shard_bounds_[rank]; i < shard_bounds_[rank + 1]; ++i) {
+    out[i] = exact_ ? exact_->TensorToFloat(i, views_[i]).to(params_[i].device(), params_[i].scalar_type()) : views_[i];
+  }
   return out;
 }
 
@@ -229,17 +233,23 @@ void GradientReducer::StartBucket(Bucket& bucket) {
     // The members' gradients into a bucket of their own, freed as they go.
     int64_t numel = 0;
     for (int i : bucket.layout) numel += params_[i].numel();
-    bucket.buffer = torch::empty({numel}, params_[bucket.layout[0]].options().requires_grad(false));
+    const auto options = params_[bucket.layout[0]].options().requires_grad(false);
+    // Exact: the integers of the gradients (zeros, then each added).
+    bucket.buffer = exact_ ? torch::zeros({numel}, options.dtype(torch::kLong)) : torch::empty({numel}, options);
     for (size_t k = 0; k < bucket.layout.size(); ++k) {
       torch::Tensor& p = params_[bucket.layout[k]];
       torch::Tensor slot = bucket.buffer.narrow(0, bucket.offsets[k], p.numel());
-      if (p.grad().defined()) {
+      if (exact_ && p.grad().defined()) {
+        absl::Status added = exact_->AddTensor(static_cast<size_t>(bucket.layout[k]), p.grad(), slot);
+        if (!added.ok() && start_error_.ok()) start_error_ = added;
+      } else if (p.grad().defined()) {
         slot.copy_(p.grad().reshape({-1}));
-      } else {
+      } else if (!exact_) {
         slot.zero_();  // no gradient in this pass: zeros
       }
       p.mutable_grad() = torch::Tensor();
     }
+    if (!start_error_.ok()) return;
     // In place; CompleteOldest moves the sums into the shard.
     bucket.received = bucket.buffer.narrow(0, bucket.own_offset, bucket.owned.numel());
     peak_buckets_ = std::max(peak_buckets_, next_bucket_ - next_complete_);

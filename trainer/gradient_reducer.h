@@ -39,6 +39,16 @@
 // M reduce-scatters per step, the sums taken over ranks per microbatch and
 // then over microbatches. ShardGradients() is what the optimizer reads.
 //
+// With an ExactSum (keep_only_shard only; data_parallel.reproducible with
+// sharded gradients, trainer/exact_sum.h) each bucket's gradients are
+// turned into the sum's fixed-point integers as the bucket starts, the
+// integers are reduce-scattered, and the shard holds the integer sums:
+// exact, so the shard's sums are the same bits however the microbatches
+// were spread over the ranks. ShardGradients() turns them into float32.
+// The caller sets the sum's scales before a step's first pass (SetScales)
+// and, after its last, combines the exponents observed (a MAX over every
+// rank) to decide whether the step must be computed again (Overflowed).
+//
 // Code that replaces or clears a parameter's .grad() does no harm: the
 // next Arm, Finish or ZeroGrads puts the view back, keeping the value.
 //
@@ -56,6 +66,7 @@
 
 #include "absl/status/status.h"
 #include "collective/collective.h"
+#include "trainer/exact_sum.h"
 
 namespace trainyard {
 
@@ -64,9 +75,12 @@ class GradientReducer {
   // `params` are leaf tensors that require grad; their grads are replaced by
   // zeroed views into the buckets. `shard_bounds`: empty (all-reduce) or
   // world_size + 1 ascending parameter indices from 0 to params.size()
-  // (reduce-scatter).
+  // (reduce-scatter). `exact` (not owned; it outlives the reducer): sum
+  // the shard exactly, with keep_only_shard only (ignored otherwise); its
+  // tensors are `params`, in order.
   GradientReducer(std::vector<torch::Tensor> params, Collective* collective, int64_t bucket_bytes,
-                  std::vector<size_t> shard_bounds = {}, bool keep_only_shard = false, int max_in_flight = 2);
+                  std::vector<size_t> shard_bounds = {}, bool keep_only_shard = false, int max_in_flight = 2,
+                  ExactSum* exact = nullptr);
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -99,7 +113,8 @@ class GradientReducer {
   // keep_only_shard: every parameter's gradient as the optimizer reads it
   // after the last Finish, views of this rank's shard for its own
   // parameters and undefined tensors for the others'. Valid until the next
-  // ZeroGrads or Abandon.
+  // ZeroGrads or Abandon. With an ExactSum: the integer sums as float32
+  // (new tensors).
   std::vector<torch::Tensor> ShardGradients() const;
   // keep_only_shard: the most buckets that existed at once in the last
   // backward pass.
@@ -124,7 +139,7 @@ class GradientReducer {
     torch::Tensor received;
     std::vector<int> layout;       // members in ascending order: the buffer's
     std::vector<int64_t> offsets;  // of each member of `layout` in the buffer
-    torch::Tensor owned;           // keep_only_shard: this rank's summed gradients
+    torch::Tensor owned;           // keep_only_shard: this rank's summed gradients (int64 with exact_)
   };
   class ReadyHook;
 
@@ -150,6 +165,7 @@ class GradientReducer {
   std::vector<size_t> shard_bounds_;
   bool keep_only_shard_ = false;
   int max_in_flight_ = 2;
+  ExactSum* exact_ = nullptr;  // keep_only_shard: the shard's sums are its integers
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;        // parameter index -> bucket index
   std::vector<torch::Tensor> views_;  // parameter index -> its slot of its bucket, shaped like it

@@ -7,7 +7,6 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "collective/agreement.h"
-#include "common/random.h"
 #include "common/status_macros.h"
 #include "common/torch/device.h"
 #include "trainer/rank_metrics.h"
@@ -110,12 +109,15 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
   std::vector<size_t> shards = optimizer_->shard_bounds();
   sharded_ = !shards.empty();
   if (options_.exact_reduction) SetUpExactSum();
-  if ((options_.overlap_allreduce || !shards.empty()) && collective_->world_size() > 1 && exact_ == nullptr) {
+  const bool keep_only_shard = options_.shard_gradients && !shards.empty();
+  // The exact sum of sharded gradients is the reducer's (trainer_exact.cc).
+  if ((options_.overlap_allreduce || !shards.empty()) && collective_->world_size() > 1 &&
+      (exact_ == nullptr || keep_only_shard)) {
     std::vector<torch::Tensor> tensors;
     for (const auto& [name, p] : params_) tensors.push_back(p);
-    const bool keep_only_shard = options_.shard_gradients && !shards.empty();
     reducer_ = std::make_unique<GradientReducer>(std::move(tensors), shards.empty() ? collective_ : shards_,
-                                                 options_.allreduce_bucket_bytes, shards, keep_only_shard);
+                                                 options_.allreduce_bucket_bytes, shards, keep_only_shard,
+                                                 /*max_in_flight=*/2, exact_.get());
   }
   if (options_.shard_parameters) {
     // Refused here rather than run unsharded: the memory a user planned
@@ -190,15 +192,6 @@ absl::Status Trainer::Close() {
   return status;
 }
 
-at::Generator Trainer::DropoutGenerator(int64_t step, int microbatch) const {
-  if (exact_ != nullptr) return ExactDropoutGenerator(step, microbatch);
-  const uint64_t key =
-      SplitMix64(options_.seed ^ SplitMix64(static_cast<uint64_t>(step) ^
-                                            SplitMix64(static_cast<uint64_t>(collective_->rank()) * 1000003ull +
-                                                       static_cast<uint64_t>(microbatch))));
-  return MakeGenerator(device_, key);
-}
-
 absl::StatusOr<bool> Trainer::StopAgreed() {
   if (options_.preemption_requested == nullptr) return false;
   return AnyRank(collective_, options_.preemption_requested->load());
@@ -237,7 +230,10 @@ absl::StatusOr<Metrics> Trainer::AccumulateGradsMicrobatched(const T5Batch& batc
       }
     }
     const int64_t size = first(i + 1) - first(i);
-    if (size == 0) continue;  // a share smaller than the microbatches (uneven_microbatches)
+    if (size == 0) {  // a share smaller than the microbatches (uneven_microbatches)
+      TY_RETURN_IF_ERROR(ReduceNoGradients());
+      continue;
+    }
     if (parameters_sharded()) {
       // This pass's gathers: forward, then backward (ParameterGatherer).
       if (absl::Status s = gatherer_->BeginPass(); !s.ok()) {

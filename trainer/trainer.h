@@ -154,9 +154,11 @@ struct TrainerOptions {
   // (and combine the largest values seen, MAX); a step whose values reached
   // their scale is computed again with the scale they need. This rank's
   // microbatch i is global microbatch first_global_microbatch + i (its
-  // dropout is drawn from that, not from the rank). No gradient reducer:
-  // every rank holds the whole sums (a sharded optimizer, OPTIMIZER, reads
-  // its shard of them); refused with shard_gradients (Train's error).
+  // dropout is drawn from that, not from the rank). Every rank holds the
+  // whole sums (a sharded optimizer, OPTIMIZER, reads its shard of them);
+  // with shard_gradients the gradient reducer turns each microbatch's
+  // buckets into integers and reduce-scatters them, and a rank holds the
+  // integer sums of its shard only (trainer/gradient_reducer.h).
   bool exact_reduction = false;
   int64_t first_global_microbatch = 0;
   int64_t global_microbatches = 1;  // a step's, over every rank
@@ -318,6 +320,9 @@ class Trainer {
   void SetUpExactSum();
   at::Generator ExactDropoutGenerator(int64_t step, int microbatch) const;
   absl::Status StartExactSum();
+  // A microbatch this rank has no rows of: with sharded gradients, reduced
+  // as zeros (every rank reduce-scatters every microbatch); else nothing.
+  absl::Status ReduceNoGradients();
   absl::Status AddExactTerm(const Metrics& metrics);
   absl::StatusOr<bool> CombineExactSums();
   // The chunk's metrics over every rank: the microbatches' (kept by

@@ -1,5 +1,6 @@
 // Trainer's exact reduction (TrainerOptions::exact_reduction): a step's
-// gradient as the exact sum of its global microbatches' gradients.
+// gradient as the exact sum of its global microbatches' gradients; and the
+// dropout keys (per global microbatch with it, per rank without).
 #include <algorithm>
 #include <vector>
 
@@ -20,18 +21,24 @@ constexpr int kExactHeadroom = 3;
 }  // namespace
 
 void Trainer::SetUpExactSum() {
-  // Whole sums on every rank: a sharded optimizer (OPTIMIZER) reads its
-  // shard of them; sharded gradients would need an integer reduce-scatter.
-  if (options_.shard_gradients && !optimizer_->shard_bounds().empty()) {
-    gatherer_setup_ = absl::FailedPreconditionError(
-        "the exact reduction sums whole gradients on every rank: not with sharded gradients");
-    return;
-  }
+  // Whole sums on every rank (a sharded optimizer, OPTIMIZER, reads its
+  // shard of them), or with sharded gradients (GRADIENTS, PARAMETERS) the
+  // gradient reducer's shard of them (the integers reduce-scattered
+  // microbatch by microbatch): the reducer is then made with exact_.
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& [name, p] : params_) shapes.push_back(p.sizes().vec());
   exact_ = std::make_unique<ExactSum>(shapes, std::max<int64_t>(options_.global_microbatches, 1));
   // The first step finds its scales (computed twice).
   exact_exponents_.assign(params_.size(), kExactSumMinExponent);
+}
+
+at::Generator Trainer::DropoutGenerator(int64_t step, int microbatch) const {
+  if (exact_ != nullptr) return ExactDropoutGenerator(step, microbatch);
+  const uint64_t key =
+      SplitMix64(options_.seed ^ SplitMix64(static_cast<uint64_t>(step) ^
+                                            SplitMix64(static_cast<uint64_t>(collective_->rank()) * 1000003ull +
+                                                       static_cast<uint64_t>(microbatch))));
+  return MakeGenerator(device_, key);
 }
 
 at::Generator Trainer::ExactDropoutGenerator(int64_t step, int microbatch) const {
@@ -41,7 +48,20 @@ at::Generator Trainer::ExactDropoutGenerator(int64_t step, int microbatch) const
   return MakeGenerator(device_, key);
 }
 
-absl::Status Trainer::StartExactSum() { return exact_->Reset(exact_exponents_); }
+absl::Status Trainer::StartExactSum() {
+  if (reducer_ == nullptr) return exact_->Reset(exact_exponents_);
+  // Sharded gradients: the reducer holds the integers.
+  reducer_->ZeroGrads();
+  return exact_->SetScales(exact_exponents_);
+}
+
+absl::Status Trainer::ReduceNoGradients() {
+  if (exact_ == nullptr || reducer_ == nullptr) return absl::OkStatus();
+  reducer_->Arm();
+  absl::Status s = reducer_->Finish();
+  if (!s.ok()) ClearGrads();
+  return s;
+}
 
 std::map<std::string, int> Trainer::ExactSumExponents() const {
   std::map<std::string, int> out;
@@ -80,6 +100,8 @@ absl::Status Trainer::RestoreExactSumExponents(const std::map<std::string, int>&
 
 absl::Status Trainer::AddExactTerm(const Metrics& metrics) {
   exact_metric_terms_.push_back(metrics);
+  // Sharded gradients: the reducer added them as it reduce-scattered them.
+  if (reducer_ != nullptr) return absl::OkStatus();
   std::vector<torch::Tensor> term;
   for (auto& [name, p] : params_) {
     term.push_back(p.grad().defined() ? p.grad().to(torch::kCPU) : torch::zeros(p.sizes()));
@@ -96,6 +118,9 @@ absl::StatusOr<bool> Trainer::CombineExactSums() {
   for (size_t i = 0; i < observed.size(); ++i) observed[i] = static_cast<int>(largest[0][i].item<int64_t>());
   exact_exponents_ = exact_->NextExponents(kExactHeadroom);
   if (exact_->Overflowed()) return false;
+  // Sharded gradients: the reducer's shard holds its sums already
+  // (ApplyGradsAndGather reads them).
+  if (reducer_ != nullptr) return true;
   TY_RETURN_IF_ERROR(collective_->AllReduce(exact_->integers(), ReduceOp::kSum));
   std::vector<torch::Tensor> sums = exact_->ToFloat();
   for (size_t i = 0; i < params_.size(); ++i) {

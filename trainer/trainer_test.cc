@@ -284,11 +284,13 @@ TEST(TrainerTest, EvalAgreesOnUnevenShardsAndOnStopping) {
   EXPECT_TRUE(IsPreemptionError(s1.status())) << s1.status();
 }
 
-// Three steps of a global batch of 8 rows in microbatches of 2 on `world`
-// ranks (4 / world microbatches each; rank r's rows [r 8 / world, (r + 1)
-// 8 / world), its microbatches global microbatches r 4 / world, ...):
-// every rank's parameters after them (rank 0's, once checked equal).
-std::vector<torch::Tensor> TrainOnRanks(int world, bool exact, float dropout) {
+// Three steps of a global batch of 8 rows in 4 microbatches of 2 on
+// `world` ranks (rank r's global microbatches [4 r / world, 4 (r + 1) /
+// world), as ELASTIC's groups take them: on 3 ranks 1, 1 and 2, the first
+// two ranks' second microbatch empty): every rank's parameters after them
+// (rank 0's, once checked equal). `shard`: a sharded optimizer and sharded
+// gradients (ZeRO stage 2).
+std::vector<torch::Tensor> TrainOnRanks(int world, bool exact, float dropout, bool shard = false) {
   SortTask task(8, 6, 5, 3);
   std::vector<T5Batch> global;
   for (int i = 0; i < 3; ++i) global.push_back(*task.Next());
@@ -302,14 +304,18 @@ std::vector<torch::Tensor> TrainOnRanks(int world, bool exact, float dropout) {
       options.init_seed = 1;
       options.dropout = dropout;
       options.collective = &collective;
-      options.trainer.num_microbatches = 4 / world;
+      options.shard_optimizer = shard;
+      const int first = 4 * r / world, end = 4 * (r + 1) / world;
+      options.trainer.num_microbatches = (4 + world - 1) / world;
+      options.trainer.microbatch_rows = 2;
       options.trainer.seed = 7;
       options.trainer.exact_reduction = exact;
-      options.trainer.first_global_microbatch = r * (4 / world);
+      options.trainer.shard_gradients = shard;
+      options.trainer.first_global_microbatch = first;
       options.trainer.global_microbatches = 4;
       auto t = MakeTinyTrainer(options);
       std::vector<T5Batch> mine;
-      for (const T5Batch& b : global) mine.push_back(b.Slice(r * 8 / world, 8 / world));
+      for (const T5Batch& b : global) mine.push_back(b.Slice(2 * first, 2 * (end - first)));
       FixedBatches batches(mine);
       EXPECT_THAT(t->trainer->Train(&batches, 3).status(), IsOk()) << "rank " << r;
       for (const auto& p : t->model->parameters()) params[r].push_back(p.detach().clone());
@@ -343,6 +349,19 @@ TEST(TrainerTest, TheExactReductionTrainsTheSameBitsOnAnyNumberOfRanks) {
     EXPECT_TRUE(torch::allclose(exact0[i], float1[i], 1e-4, 1e-6)) << i;
   }
   EXPECT_FALSE(all_equal);
+}
+
+// With sharded gradients the ranks reduce-scatter each microbatch's
+// integers and keep their shard's sums: the same bits as one rank's
+// unsharded sum, on 2 ranks and on 3 (where two ranks have a microbatch
+// fewer and reduce zeros for it).
+TEST(TrainerTest, TheExactReductionOfShardedGradientsTrainsTheSameBits) {
+  const std::vector<torch::Tensor> one = TrainOnRanks(1, /*exact=*/true, /*dropout=*/0.1f);
+  for (int world : {2, 3}) {
+    const std::vector<torch::Tensor> sharded = TrainOnRanks(world, /*exact=*/true, /*dropout=*/0.1f, /*shard=*/true);
+    ASSERT_EQ(sharded.size(), one.size());
+    for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(torch::equal(sharded[i], one[i])) << world << " ranks, " << i;
+  }
 }
 
 // The scales a checkpoint keeps: read back by name, and refused, naming

@@ -7,6 +7,7 @@
 
 #include "model/encoder_decoder_model.h"
 #include "spec/presets.h"
+#include "trainer/sharded_optimizer.h"
 #include "trainer/trainer.h"
 
 namespace trainyard {
@@ -28,6 +29,9 @@ struct TinyTrainerOptions {
   torch::Device device = torch::kCPU;
   torch::ScalarType compute_dtype = torch::kFloat32;
   Collective* collective = nullptr;  // nullptr: the TinyTrainer's own local one
+  // A ShardedOptimizer over `collective` (ZeRO stage 1; with
+  // trainer.shard_gradients, stage 2).
+  bool shard_optimizer = false;
   TrainerOptions trainer;
 };
 
@@ -48,7 +52,11 @@ inline std::unique_ptr<TinyTrainer> MakeTinyTrainer(const TinyTrainerOptions& op
   } else {
     optimizer.mutable_adafactor();
   }
-  t->optimizer = std::move(CreateOptimizer(optimizer, params)).value();
+  if (options.shard_optimizer) {
+    t->optimizer = std::move(ShardedOptimizer::Create(optimizer, params, options.collective)).value();
+  } else {
+    t->optimizer = std::move(CreateOptimizer(optimizer, params)).value();
+  }
   LearningRateSchedule lr = options.schedule;
   if (lr.factors().empty()) {
     lr.set_factors("constant");
