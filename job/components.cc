@@ -79,8 +79,9 @@ int64_t JobComponents::MicrobatchRows() const {
 std::pair<int64_t, int64_t> JobComponents::GlobalBatchShare(int64_t b) const {
   const int64_t w = world_size(), r = rank();
   if (!IsReproducibleTraining(spec)) return {r * b / w, (r + 1) * b / w - r * b / w};
-  const int64_t rows = MicrobatchRows(), g = b / rows;
-  return {r * g / w * rows, ((r + 1) * g / w - r * g / w) * rows};
+  const int64_t rows = MicrobatchRows(), g = (b + rows - 1) / rows;
+  const int64_t first = std::min(r * g / w * rows, b);
+  return {first, std::min((r + 1) * g / w * rows, b) - first};
 }
 
 absl::Status JobComponents::BuildTrainer() {

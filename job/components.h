@@ -131,7 +131,8 @@ struct JobComponents {
   // count): rank r of W takes [r b / W, (r + 1) b / W); with
   // data_parallel.reproducible, whole microbatches: global microbatches
   // [r G / W, (r + 1) G / W) of the G = b / MicrobatchRows() (so any W,
-  // ELASTIC's too, cuts the batch into the same microbatches).
+  // ELASTIC's too, cuts the batch into the same microbatches; an eval
+  // batch's last, short one counts as a microbatch).
   std::pair<int64_t, int64_t> GlobalBatchShare(int64_t b) const;
   // (Re)builds `trainer` for the ranks of `collective` (training kinds); it
   // reads its step from the optimizer.

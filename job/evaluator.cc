@@ -36,13 +36,30 @@ class LimitedIterator : public BatchIterator {
   int64_t taken_ = 0;
 };
 
+// data_parallel.reproducible: this rank's share of each global batch
+// (JobComponents::GlobalBatchShare), whole eval units of microbatch rows.
+class ShareIterator : public BatchIterator {
+ public:
+  ShareIterator(std::unique_ptr<BatchIterator> base, const JobComponents* job) : base_(std::move(base)), job_(job) {}
+  absl::StatusOr<T5Batch> Next() override {
+    absl::StatusOr<T5Batch> batch = base_->Next();
+    if (!batch.ok()) return batch;
+    const auto [first, rows] = job_->GlobalBatchShare(batch->batch_size());
+    return batch->Slice(first, rows);
+  }
+
+ private:
+  std::unique_ptr<BatchIterator> base_;
+  const JobComponents* job_;
+};
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<BatchIterator>> Evaluator::EvalBatches(const Task& task) const {
+absl::StatusOr<std::unique_ptr<BatchIterator>> Evaluator::EvalBatches(const Task& task, bool global) const {
   const JobSpec& spec = job_->spec;
   IteratorOptions data;
   data.split = spec.eval().split();
-  data.rows = spec.batch_size() / job_->world_size();
+  data.rows = global ? spec.batch_size() : spec.batch_size() / job_->world_size();
   data.inputs_length = spec.feature_lengths().inputs();
   data.targets_length = spec.feature_lengths().targets();
   data.pack = false;
@@ -51,18 +68,20 @@ absl::StatusOr<std::unique_ptr<BatchIterator>> Evaluator::EvalBatches(const Task
   data.shuffle = spec.eval().num_batches() > 0;
   data.seed = static_cast<uint64_t>(spec.seed());
   data.repeat = false;
-  data.rank = job_->rank();
-  data.world_size = job_->world_size();
+  data.rank = global ? 0 : job_->rank();
+  data.world_size = global ? 1 : job_->world_size();
   TY_ASSIGN_OR_RETURN(std::unique_ptr<TaskIterator> it, TaskIterator::Create(task, data));
-  return std::unique_ptr<BatchIterator>(
-      std::make_unique<LimitedIterator>(std::make_unique<TaskBatchIterator>(std::move(it)), spec.eval().num_batches()));
+  auto limited =
+      std::make_unique<LimitedIterator>(std::make_unique<TaskBatchIterator>(std::move(it)), spec.eval().num_batches());
+  if (!global) return std::unique_ptr<BatchIterator>(std::move(limited));
+  return std::unique_ptr<BatchIterator>(std::make_unique<ShareIterator>(std::move(limited), job_));
 }
 
 absl::StatusOr<std::map<std::string, MetricResults>> Evaluator::InferEvalTasks() {
   std::map<std::string, MetricResults> inferred;
   for (const std::string& name : job_->spec.eval().tasks()) {
     TY_ASSIGN_OR_RETURN(const Task* task, job_->registry->Get(name));
-    TY_ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> batches, EvalBatches(*task));
+    TY_ASSIGN_OR_RETURN(std::unique_ptr<BatchIterator> batches, EvalBatches(*task, /*global=*/false));
     TY_ASSIGN_OR_RETURN(std::vector<MetricFn> fns, InferEvalMetricFns(*task));
     InferEvalOptions infer;
     infer.decode = DecodeOptionsFromSpec(job_->spec);
@@ -90,7 +109,9 @@ absl::StatusOr<EvalOutcome> Evaluator::Evaluate() {
     std::map<std::string, BatchIterator*> iterators;
     for (const std::string& name : eval.tasks()) {
       TY_ASSIGN_OR_RETURN(const Task* task, job_->registry->Get(name));
-      TY_ASSIGN_OR_RETURN(owned[name], EvalBatches(*task));
+      // Reproducible: every rank reads the global batches and takes its
+      // share, so the batches and their eval units are the same on any W.
+      TY_ASSIGN_OR_RETURN(owned[name], EvalBatches(*task, IsReproducibleTraining(job_->spec)));
       iterators[name] = owned[name].get();
     }
     // Before this trainer's first evaluation.

@@ -38,8 +38,10 @@ class Evaluator {
 
  private:
   // This rank's eval batches of `task`: its shard of eval.split, at most
-  // eval.num_batches (then a fixed random sample of the split).
-  absl::StatusOr<std::unique_ptr<BatchIterator>> EvalBatches(const Task& task) const;
+  // eval.num_batches (then a fixed random sample of the split); `global`:
+  // the global batches of the split read whole, this rank's share of each
+  // (GlobalBatchShare), the same batches on any number of ranks.
+  absl::StatusOr<std::unique_ptr<BatchIterator>> EvalBatches(const Task& task, bool global) const;
   // Every eval task decoded (InferEval), by task; rank 0 gets the values.
   absl::StatusOr<std::map<std::string, MetricResults>> InferEvalTasks();
   // Rank 0: the keep-best metric of this step's checkpoint, and retention.

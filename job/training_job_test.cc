@@ -272,7 +272,7 @@ TEST_F(TrainingJobTest, SampledPredictionsAreTheSameOnAnyNumberOfRanks) {
 // data_parallel.reproducible: one run on 1, 2, 3 and 4 ranks (a global
 // batch of 12 rows in microbatches of 1 row: 12, 6, 4 and 3 per rank),
 // dropout and packing on, ends with the same bytes of parameters and
-// optimizer state and the same train metrics (all but timing/); a
+// optimizer state and the same train and eval metrics (all but timing/); a
 // checkpoint written at step 2 on 2 ranks and resumed on 3 ends as the run
 // on 1 does. Without reproducible, 2 ranks end elsewhere than 1.
 TEST_F(TrainingJobTest, AReproducibleJobTrainsTheSameBitsOnAnyNumberOfRanks) {
@@ -280,6 +280,8 @@ TEST_F(TrainingJobTest, AReproducibleJobTrainsTheSameBitsOnAnyNumberOfRanks) {
     JobSpec spec = TwelveRowSpec(out, world, 12 / world, reproducible);
     spec.mutable_data()->set_pack(true);
     spec.set_total_steps(4);
+    spec.mutable_eval()->add_tasks("digits_to_words");
+    spec.mutable_eval()->set_num_batches(2);
     EXPECT_THAT(ValidateAndNormalize(&spec), IsOk());
     return spec;
   };
@@ -307,9 +309,14 @@ TEST_F(TrainingJobTest, AReproducibleJobTrainsTheSameBitsOnAnyNumberOfRanks) {
           absl::StatusOr<TrainChunk> chunk = rank.job->Train(2);
           ASSERT_THAT(chunk.status(), IsOk());
           ASSERT_THAT(rank.job->SaveCheckpoint(true).status(), IsOk());
+          absl::StatusOr<EvalOutcome> eval = rank.job->Evaluate();
+          ASSERT_THAT(eval.status(), IsOk());
           if (r != 0) return;
           for (const auto& [k, v] : chunk->summary) {
             if (!absl::StartsWith(k, "timing/")) result.metrics[k] = v;
+          }
+          for (const auto& [k, v] : eval->metrics) {
+            if (!absl::StrContains(k, "timing/")) result.metrics["eval:" + k] = v;
           }
         },
         /*warm_up=*/false);
@@ -321,6 +328,8 @@ TEST_F(TrainingJobTest, AReproducibleJobTrainsTheSameBitsOnAnyNumberOfRanks) {
   ASSERT_GT(one.state.size(), 100000u);
   ASSERT_GT(one.metrics.size(), 10u);
   EXPECT_GT(one.metrics.at("loss"), 0);
+  ASSERT_EQ(one.metrics.count("eval:digits_to_words/loss"), 1u);
+  EXPECT_GT(one.metrics.at("eval:digits_to_words/loss"), 0);
   for (int world : {2, 3, 4}) {
     const Result other = run(absl::StrCat("w", world), world, true, "");
     EXPECT_TRUE(other.state == one.state) << world << " ranks";

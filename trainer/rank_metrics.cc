@@ -1,8 +1,10 @@
 #include "trainer/rank_metrics.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "collective/agreement.h"
 #include "common/status_macros.h"
@@ -61,6 +63,67 @@ absl::Status AllReduceMetrics(Collective* collective, int64_t steps, Metrics* me
     // A per-step metric counts the global steps, however many of them each
     // rank took part in.
     m.count = m.per_step ? torch::full_like(count, static_cast<double>(steps)) : count;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CombineMetricPiecesInOrder(Collective* collective, int64_t steps,
+                                        const std::vector<std::pair<int64_t, Metrics>>& pieces, Metrics* total) {
+  Metrics names;  // the kinds and names, zeros
+  const torch::Tensor zero = torch::zeros({}, torch::kDouble);
+  if (!pieces.empty()) {
+    for (const auto& [name, m] : pieces[0].second) names[name] = Metric{zero, zero, m.per_step};
+  }
+  TY_RETURN_IF_ERROR(AgreeOnNames(collective, &names));
+  // Row s x most + j of each rank's table: its piece j of step s (most: the
+  // most pieces any rank has of a step; unused rows unmarked).
+  std::vector<int64_t> count(static_cast<size_t>(std::max<int64_t>(steps, 0)), 0);
+  for (const auto& [s, m] : pieces) {
+    if (s < 0 || s >= steps) return absl::InternalError(absl::StrCat("metrics of step ", s, " of ", steps));
+    ++count[s];
+  }
+  std::vector<torch::Tensor> most = {
+      torch::tensor({count.empty() ? int64_t{0} : *std::max_element(count.begin(), count.end())}, torch::kLong)};
+  TY_RETURN_IF_ERROR(collective->AllReduce(most, ReduceOp::kMax));
+  const int64_t m = most[0].item<int64_t>(), k = static_cast<int64_t>(names.size());
+  total->clear();
+  if (k == 0 || m == 0) return absl::OkStatus();  // the same on every rank
+  // Columns: each metric's total and count, then 1 for a piece.
+  torch::Tensor local = torch::zeros({steps * m, 2 * k + 1}, torch::kDouble);
+  auto rows = local.accessor<double, 2>();
+  std::fill(count.begin(), count.end(), 0);
+  for (const auto& [s, piece] : pieces) {
+    const int64_t row = s * m + count[s]++;
+    if (piece.size() != names.size()) return absl::InternalError("a metrics piece has other metrics");
+    int64_t j = 0;
+    for (const auto& [name, kind] : names) {
+      auto it = piece.find(name);
+      if (it == piece.end()) return absl::InternalError(absl::StrCat("a metrics piece has no ", name));
+      rows[row][2 * j] = it->second.total.item<double>();
+      rows[row][2 * j + 1] = it->second.count.item<double>();
+      ++j;
+    }
+    rows[row][2 * k] = 1;
+  }
+  std::vector<torch::Tensor> all;
+  TY_RETURN_IF_ERROR(collective->AllGather(local, &all));
+  for (int64_t s = 0; s < steps; ++s) {
+    Metrics step;
+    for (const torch::Tensor& rank : all) {
+      auto r = rank.accessor<double, 2>();
+      for (int64_t i = 0; i < m; ++i) {
+        if (r[s * m + i][2 * k] == 0) continue;
+        Metrics piece;
+        int64_t j = 0;
+        for (const auto& [name, kind] : names) {
+          piece[name] = Metric{torch::tensor(r[s * m + i][2 * j], torch::kDouble),
+                               torch::tensor(r[s * m + i][2 * j + 1], torch::kDouble), kind.per_step};
+          ++j;
+        }
+        MergeMetrics(piece, /*within_step=*/true, &step);
+      }
+    }
+    MergeMetrics(step, /*within_step=*/false, total);
   }
   return absl::OkStatus();
 }

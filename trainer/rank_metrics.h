@@ -18,6 +18,8 @@
 #define TRAINYARD_TRAINER_RANK_METRICS_H_
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "collective/collective.h"
@@ -31,6 +33,20 @@ namespace trainyard {
 // other ranks' names. Every rank of the group calls it at the same point.
 // With one rank, `metrics` is left as it is.
 absl::Status AllReduceMetrics(Collective* collective, int64_t steps, Metrics* metrics);
+
+// On every rank: `total` becomes the metrics of `steps` global steps made
+// of every rank's pieces, added in one fixed order: step by step, rank by
+// rank, and each rank's pieces of the step in order. `pieces`: this rank's,
+// as (step in [0, steps), metrics). When each rank's pieces of a step are
+// the run of whole units that follows the lower ranks' (the global
+// microbatches, or eval units, of data_parallel.reproducible), that order
+// is the global one, and `total` is the same bits however the units were
+// spread over the ranks. Pieces of a step merge as parts of it, steps as
+// steps (MergeMetrics). A rank with no pieces takes the names of the
+// lowest rank that has some. kInternal for pieces of other metrics than
+// the first's, or of a step out of range.
+absl::Status CombineMetricPiecesInOrder(Collective* collective, int64_t steps,
+                                        const std::vector<std::pair<int64_t, Metrics>>& pieces, Metrics* total);
 
 }  // namespace trainyard
 

@@ -550,6 +550,7 @@ absl::StatusOr<MetricsByTask> Trainer::Eval(const std::map<std::string, BatchIte
     // T5X's on that batch (trainer/rank_metrics.h).
     Metrics total;
     int64_t steps = 0;
+    std::vector<std::pair<int64_t, Metrics>> pieces;  // this rank's, by global batch
     while (true) {
       // Every rank takes its next batch (shards may differ by one batch),
       // then the ranks agree in one small all-reduce whether any was asked
@@ -572,10 +573,9 @@ absl::StatusOr<MetricsByTask> Trainer::Eval(const std::map<std::string, BatchIte
       if (loss.normalization == LossConfig::NUM_TARGET_TOKENS) {
         loss.loss_normalizing_factor = std::max(agreed.target_tokens, 1.0);
       }
-      TY_ASSIGN_OR_RETURN(Metrics m, model_->EvalFn(*batch, loss));
-      MergeMetrics(m, /*within_step=*/false, &total);
+      TY_RETURN_IF_ERROR(EvalBatch(*batch, loss, steps - 1, &pieces));
     }
-    TY_RETURN_IF_ERROR(AllReduceMetrics(collective_, steps, &total));
+    TY_RETURN_IF_ERROR(CombineEvalPieces(steps, pieces, &total));
     auto& manager = eval_metrics_[name];
     if (manager == nullptr) {
       manager = std::make_unique<MetricsManager>("training_eval/" + name, options_.summary_dir, collective_->rank(),

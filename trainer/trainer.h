@@ -329,6 +329,15 @@ class Trainer {
   // AddExactTerm) gathered and added in global order (step, then global
   // microbatch), so their bits do not depend on the number of ranks.
   absl::Status CombineExactMetrics(int64_t steps, Metrics* total);
+  // One eval batch's metrics as pieces of global batch `step`: whole, or
+  // with exact_reduction unit by unit (microbatch_rows rows each, the same
+  // forward passes on any number of ranks).
+  absl::Status EvalBatch(const T5Batch& batch, const LossOptions& loss, int64_t step,
+                         std::vector<std::pair<int64_t, Metrics>>* pieces);
+  // The eval pieces of `steps` global batches become every rank's metrics:
+  // in global order with exact_reduction (CombineMetricPiecesInOrder),
+  // else merged and AllReduceMetrics.
+  absl::Status CombineEvalPieces(int64_t steps, const std::vector<std::pair<int64_t, Metrics>>& pieces, Metrics* total);
   // This rank's chunk metrics `total` become every rank's: exactly
   // (CombineExactMetrics) with exact_reduction, else AllReduceMetrics.
   absl::Status CombineRankMetrics(int64_t steps, Metrics* total);

@@ -1,6 +1,7 @@
 // Trainer's exact reduction (TrainerOptions::exact_reduction): a step's
-// gradient as the exact sum of its global microbatches' gradients; and the
-// dropout keys (per global microbatch with it, per rank without).
+// gradient as the exact sum of its global microbatches' gradients, its
+// metrics and eval metrics added in global order; and the dropout keys (per
+// global microbatch with it, per rank without).
 #include <algorithm>
 #include <vector>
 
@@ -156,68 +157,48 @@ absl::StatusOr<Metrics> Trainer::AccumulateExactly(const T5Batch& batch, int64_t
       absl::StrCat("step ", step, ": a gradient is not finite (the exact reduction holds finite values only)"));
 }
 
+absl::Status Trainer::EvalBatch(const T5Batch& batch, const LossOptions& loss, int64_t step,
+                                std::vector<std::pair<int64_t, Metrics>>* pieces) {
+  const int64_t b = batch.batch_size();
+  const int64_t unit = exact_ != nullptr && options_.microbatch_rows > 0 ? options_.microbatch_rows : b;
+  for (int64_t first = 0; first < b; first += unit) {
+    const int64_t rows = std::min(unit, b - first);
+    TY_ASSIGN_OR_RETURN(Metrics m, model_->EvalFn(rows == b ? batch : batch.Slice(first, rows), loss));
+    pieces->emplace_back(step, std::move(m));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::CombineEvalPieces(int64_t steps, const std::vector<std::pair<int64_t, Metrics>>& pieces,
+                                        Metrics* total) {
+  if (exact_ != nullptr) return CombineMetricPiecesInOrder(collective_, steps, pieces, total);
+  total->clear();
+  for (const auto& [step, m] : pieces) MergeMetrics(m, /*within_step=*/false, total);
+  return AllReduceMetrics(collective_, steps, total);
+}
+
 absl::Status Trainer::CombineRankMetrics(int64_t steps, Metrics* total) {
   return exact_ ? CombineExactMetrics(steps, total) : AllReduceMetrics(collective_, steps, total);
 }
 
 absl::Status Trainer::CombineExactMetrics(int64_t steps, Metrics* total) {
-  // Row s m + i of each rank's table: its microbatch i of step s (m: the
-  // most any rank has; a rank with fewer leaves its last rows unmarked).
-  const int64_t m = options_.num_microbatches, mine_per_step = exact_terms_per_step_;
-  const size_t mine = static_cast<size_t>(steps * mine_per_step);
-  std::vector<Metrics> terms;
+  const size_t mine = static_cast<size_t>(steps * exact_terms_per_step_);
+  std::vector<std::pair<int64_t, Metrics>> pieces;
   // The last chunk's (a failed chunk's finished steps are left before them).
-  if (exact_metric_terms_.size() >= mine) terms.assign(exact_metric_terms_.end() - mine, exact_metric_terms_.end());
+  if (exact_metric_terms_.size() >= mine) {
+    for (size_t t = exact_metric_terms_.size() - mine; t < exact_metric_terms_.size(); ++t) {
+      pieces.emplace_back(static_cast<int64_t>(pieces.size()) / exact_terms_per_step_, exact_metric_terms_[t]);
+    }
+  }
   exact_metric_terms_.clear();
-  if (terms.size() != mine || mine_per_step > m) {
-    return absl::InternalError(absl::StrCat("the exact metrics: ", terms.size(), " microbatches for ", steps,
-                                            " steps of ", mine_per_step, " (at most ", m, ")"));
+  if (pieces.size() != mine || exact_terms_per_step_ > options_.num_microbatches) {
+    return absl::InternalError(absl::StrCat("the exact metrics: ", pieces.size(), " microbatches for ", steps,
+                                            " steps of ", exact_terms_per_step_, " (at most ",
+                                            options_.num_microbatches, ")"));
   }
-  total->clear();
-  if (terms.empty()) return absl::OkStatus();
-  std::vector<std::string> names;
-  std::vector<bool> per_step;
-  for (const auto& [name, metric] : terms[0]) {
-    names.push_back(name);
-    per_step.push_back(metric.per_step);
-  }
-  // Columns: each metric's total and count, then 1 for a microbatch.
-  const int64_t k = static_cast<int64_t>(names.size());
-  torch::Tensor local = torch::zeros({steps * m, 2 * k + 1}, torch::kDouble);
-  auto rows = local.accessor<double, 2>();
-  for (size_t t = 0; t < mine; ++t) {
-    const int64_t row = static_cast<int64_t>(t) / mine_per_step * m + static_cast<int64_t>(t) % mine_per_step;
-    for (int64_t j = 0; j < k; ++j) {
-      auto it = terms[t].find(names[j]);
-      if (it == terms[t].end() || terms[t].size() != names.size()) {
-        return absl::InternalError(absl::StrCat("the exact metrics: microbatch ", t, " has other metrics"));
-      }
-      rows[row][2 * j] = it->second.total.item<double>();
-      rows[row][2 * j + 1] = it->second.count.item<double>();
-    }
-    rows[row][2 * k] = 1;
-  }
-  std::vector<torch::Tensor> all;
-  TY_RETURN_IF_ERROR(collective_->AllGather(local, &all));
-  for (int64_t s = 0; s < steps; ++s) {
-    Metrics step;
-    // Rank by rank, microbatch by microbatch: the global microbatches in
-    // order (each rank's share is the next run of them).
-    for (const torch::Tensor& rank : all) {
-      auto r = rank.accessor<double, 2>();
-      for (int64_t i = 0; i < m; ++i) {
-        if (r[s * m + i][2 * k] == 0) continue;
-        Metrics term;
-        for (int64_t j = 0; j < k; ++j) {
-          term[names[j]] = Metric{torch::tensor(r[s * m + i][2 * j], torch::kDouble),
-                                  torch::tensor(r[s * m + i][2 * j + 1], torch::kDouble), per_step[j]};
-        }
-        MergeMetrics(term, /*within_step=*/true, &step);
-      }
-    }
-    MergeMetrics(step, /*within_step=*/false, total);
-  }
-  return absl::OkStatus();
+  // Rank by rank, microbatch by microbatch: the global microbatches in
+  // order (each rank's share is the next run of them).
+  return CombineMetricPiecesInOrder(collective_, steps, pieces, total);
 }
 
 }  // namespace trainyard

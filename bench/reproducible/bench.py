@@ -12,7 +12,7 @@ first step, which the exact sum computes twice to find its scales, is not
 in it when the job has more than one chunk.
 
   python3 bench/reproducible/bench.py --trainyard bazel-bin/client/trainyard \\
-      --preset tiny --steps 60 --chunk 20 --repeats 3
+      --preset tiny --steps 60 --chunk 20 --repeats 3 [--sharding GRADIENTS]
 """
 import argparse
 import json
@@ -32,7 +32,8 @@ def run(args, reproducible, out):
     sets = [f"output_dir={out}", f"total_steps={args.steps}", "eval_period=0", f"summary_period={args.chunk}",
             f"checkpoint_period={args.steps}", f"model.preset={args.preset}", f"batch_size={args.batch}",
             f"num_microbatches={args.microbatches}", f"num_workers={args.workers}",
-            f"data_parallel.reproducible={'true' if reproducible else 'false'}"]
+            f"data_parallel.reproducible={'true' if reproducible else 'false'}",
+            f"data_parallel.sharding={args.sharding}"]
     cmd = [args.trainyard, "local", "--workers", str(args.workers), SPEC]
     for s in sets:
         cmd += ["--set", s]
@@ -57,17 +58,19 @@ def main():
     p.add_argument("--microbatches", type=int, default=2)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--sharding", default="NONE", choices=["NONE", "OPTIMIZER", "GRADIENTS", "PARAMETERS"])
     args = p.parse_args()
     runs = {False: [], True: []}
     with tempfile.TemporaryDirectory(prefix="reproducible-bench-") as root:
         for i in range(args.repeats):
             for mode in (False, True):
                 r = run(args, mode, os.path.join(root, f"{int(mode)}-{i}"))
-                r.update({"preset": args.preset, "repeat": i})
+                r.update({"preset": args.preset, "sharding": args.sharding, "repeat": i})
                 print(json.dumps(r), flush=True)
                 runs[mode].append(r["s_per_step"])
     f, e = statistics.median(runs[False]), statistics.median(runs[True])
-    print(json.dumps({"preset": args.preset, "workers": args.workers, "batch_size": args.batch,
+    print(json.dumps({"preset": args.preset, "workers": args.workers, "sharding": args.sharding,
+                      "batch_size": args.batch,
                       "num_microbatches": args.microbatches, "steps": args.steps,
                       "float_s_per_step": f, "reproducible_s_per_step": e, "ratio": round(e / f, 3)}))
 
