@@ -175,5 +175,31 @@ TEST(ExactSumTest, BadCallsAreInvalidArgument) {
               StatusIs(absl::StatusCode::kInvalidArgument, "ExactSum: a term of 1 tensors; want 2"));
 }
 
+// A sum whose integers its caller holds (the gradient reducer's buckets):
+// AddTensor into flat integers gives Add's integers and observed exponents,
+// and TensorToFloat ToFloat's values.
+TEST(ExactSumTest, IntegersTheCallerHoldsAreAddsIntegers) {
+  const std::vector<std::vector<torch::Tensor>> terms = Terms(5);
+  const std::vector<int> exponents = {3, 3};
+  ExactSum whole(kShapes, 8), held(kShapes, 8);
+  ASSERT_THAT(whole.Reset(exponents), IsOk());
+  ASSERT_THAT(held.SetScales(exponents), IsOk());
+  EXPECT_TRUE(held.integers().empty());
+  std::vector<torch::Tensor> flat = {torch::zeros({35}, torch::kLong), torch::zeros({3}, torch::kLong)};
+  for (const auto& term : terms) {
+    ASSERT_THAT(whole.Add(term), IsOk());
+    for (size_t i = 0; i < term.size(); ++i) ASSERT_THAT(held.AddTensor(i, term[i], flat[i]), IsOk());
+  }
+  EXPECT_EQ(held.observed(), whole.observed());
+  for (size_t i = 0; i < flat.size(); ++i) {
+    EXPECT_TRUE(torch::equal(flat[i], whole.integers()[i].reshape({-1}))) << i;
+    EXPECT_TRUE(torch::equal(held.TensorToFloat(i, flat[i]), whole.ToFloat()[i].reshape({-1}))) << i;
+  }
+  EXPECT_THAT(held.AddTensor(0, torch::zeros({34}), flat[0]),
+              StatusIs(absl::StatusCode::kInvalidArgument, "ExactSum: tensor 0: 34 values into a sum of 35 integers"));
+  EXPECT_THAT(held.AddTensor(1, torch::zeros({3}, torch::kLong), flat[1]),
+              StatusIs(absl::StatusCode::kInvalidArgument, "ExactSum: tensor 1 is not float32 or float64"));
+}
+
 }  // namespace
 }  // namespace trainyard

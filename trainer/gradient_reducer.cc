@@ -62,7 +62,7 @@ GradientReducer::GradientReducer(std::vector<torch::Tensor> params, Collective* 
       shard_bounds_(std::move(shard_bounds)),
       keep_only_shard_(keep_only_shard && !shard_bounds_.empty()),
       max_in_flight_(std::max(max_in_flight, 1)),
-      exact_(keep_only_shard_ ? exact : nullptr) {
+      exact_(exact) {
   const int n = static_cast<int>(params_.size());
   const int world = collective_->world_size();
   TORCH_CHECK(shard_bounds_.empty() || (static_cast<int>(shard_bounds_.size()) == world + 1 &&
@@ -115,6 +115,17 @@ void GradientReducer::AddBucket(std::vector<int> members) {
       params_[i].mutable_grad() = torch::Tensor();
       bucket_of_[i] = static_cast<int>(buckets_.size());
     }
+  } else if (exact_) {
+    // The step's integer sums of the whole bucket; the grads stay undefined
+    // (each pass's are added as its bucket starts, then dropped).
+    b.owned = torch::zeros({numel}, options.dtype(torch::kLong));
+    if (!shard_bounds_.empty()) b.received = b.owned.narrow(0, b.own_offset, b.counts[collective_->rank()]);
+    for (size_t k = 0; k < b.layout.size(); ++k) {
+      const int i = b.layout[k];
+      views_[i] = b.owned.narrow(0, b.offsets[k], params_[i].numel()).view(params_[i].sizes());
+      params_[i].mutable_grad() = torch::Tensor();
+      bucket_of_[i] = static_cast<int>(buckets_.size());
+    }
   } else {
     b.buffer = torch::zeros({numel}, options);
     // Reduce-scattered in place: this rank's run of the buffer is where
@@ -159,7 +170,7 @@ void GradientReducer::Reset() {
 }
 
 void GradientReducer::AttachViews() {
-  if (keep_only_shard_) return;  // the grads are autograd's until their bucket starts
+  if (keep_only_shard_ || exact_) return;  // the grads are autograd's until their bucket starts
   for (size_t i = 0; i < params_.size(); ++i) {
     const torch::Tensor& view = views_[i];
     const torch::Tensor& grad = params_[i].grad();
@@ -186,9 +197,10 @@ void GradientReducer::Arm() {
 
 std::vector<torch::Tensor> GradientReducer::ShardGradients() const {
   std::vector<torch::Tensor> out(params_.size());
-  if (!keep_only_shard_) return out;
+  if (!keep_only_shard_ && !exact_) return out;
   const int rank = collective_->rank();
-  for (size_t i = shard_bounds_[rank]; i < shard_bounds_[rank + 1]; ++i) {
+  const bool all = shard_bounds_.empty();  // exact all-reduce: every parameter's
+  for (size_t i = all ? 0 : shard_bounds_[rank]; i < (all ? params_.size() : shard_bounds_[rank + 1]); ++i) {
     out[i] = exact_ ? exact_->TensorToFloat(i, views_[i]).to(params_[i].device(), params_[i].scalar_type()) : views_[i];
   }
   return out;
@@ -196,8 +208,10 @@ std::vector<torch::Tensor> GradientReducer::ShardGradients() const {
 
 void GradientReducer::ArmToDiscard() {
   Reset();
-  discarding_ = keep_only_shard_;
+  discarding_ = keep_only_shard_ || exact_;
 }
+
+void GradientReducer::SetPassReduces(bool reduces) { pass_reduces_ = reduces; }
 
 void GradientReducer::MarkReady(int param) {
   if (discarding_) {
@@ -253,6 +267,19 @@ void GradientReducer::StartBucket(Bucket& bucket) {
     // In place; CompleteOldest moves the sums into the shard.
     bucket.received = bucket.buffer.narrow(0, bucket.own_offset, bucket.owned.numel());
     peak_buckets_ = std::max(peak_buckets_, next_bucket_ - next_complete_);
+  } else if (exact_) {
+    // This pass's gradients added to the step's integer sums.
+    for (size_t k = 0; k < bucket.layout.size(); ++k) {
+      const int i = bucket.layout[k];
+      torch::Tensor& p = params_[i];
+      if (p.grad().defined() && start_error_.ok()) {
+        absl::Status added = exact_->AddTensor(static_cast<size_t>(i), p.grad(), views_[i]);
+        if (!added.ok()) start_error_ = added;
+      }
+      p.mutable_grad() = torch::Tensor();
+    }
+    if (!start_error_.ok() || !pass_reduces_) return;
+    bucket.buffer = bucket.owned;  // reduced in place
   }
   absl::StatusOr<std::unique_ptr<CollectiveWork>> work =
       shard_bounds_.empty()
@@ -324,6 +351,14 @@ void GradientReducer::ZeroGrads() {
     }
     for (torch::Tensor& p : params_) p.mutable_grad() = torch::Tensor();
     shard_empty_ = true;
+    return;
+  }
+  if (exact_) {
+    for (Bucket& b : buckets_) {
+      b.owned.zero_();
+      b.buffer = torch::Tensor();
+    }
+    for (torch::Tensor& p : params_) p.mutable_grad() = torch::Tensor();
     return;
   }
   AttachViews();

@@ -39,13 +39,17 @@
 // M reduce-scatters per step, the sums taken over ranks per microbatch and
 // then over microbatches. ShardGradients() is what the optimizer reads.
 //
-// With an ExactSum (keep_only_shard only; data_parallel.reproducible with
-// sharded gradients, trainer/exact_sum.h) each bucket's gradients are
-// turned into the sum's fixed-point integers as the bucket starts, the
-// integers are reduce-scattered, and the shard holds the integer sums:
-// exact, so the shard's sums are the same bits however the microbatches
-// were spread over the ranks. ShardGradients() turns them into float32.
-// The caller sets the sum's scales before a step's first pass (SetScales)
+// With an ExactSum (data_parallel.reproducible, trainer/exact_sum.h) the
+// sums are exact: as a bucket starts, its gradients are turned into the
+// sum's fixed-point integers and dropped, so integer sums are what is
+// reduced, the same bits however the microbatches were spread over the
+// ranks. With keep_only_shard every pass's integers are reduce-scattered
+// and the shard holds the integer sums. Otherwise each bucket holds the
+// step's integer sums (8 bytes per element), every pass adds to them, and
+// only a pass marked SetPassReduces(true) (the step's last) all-reduces
+// (or reduce-scatters) them as its buckets start, overlapped with that
+// backward pass. ShardGradients() turns the sums into float32. The caller
+// sets the sum's scales before a step's first pass (ExactSum::SetScales)
 // and, after its last, combines the exponents observed (a MAX over every
 // rank) to decide whether the step must be computed again (Overflowed).
 //
@@ -76,8 +80,7 @@ class GradientReducer {
   // zeroed views into the buckets. `shard_bounds`: empty (all-reduce) or
   // world_size + 1 ascending parameter indices from 0 to params.size()
   // (reduce-scatter). `exact` (not owned; it outlives the reducer): sum
-  // the shard exactly, with keep_only_shard only (ignored otherwise); its
-  // tensors are `params`, in order.
+  // exactly; its tensors are `params`, in order.
   GradientReducer(std::vector<torch::Tensor> params, Collective* collective, int64_t bucket_bytes,
                   std::vector<size_t> shard_bounds = {}, bool keep_only_shard = false, int max_in_flight = 2,
                   ExactSum* exact = nullptr);
@@ -91,6 +94,10 @@ class GradientReducer {
   // are dropped as autograd makes them (nothing is sent, and the model's
   // gradients never exist at once); Abandon or ZeroGrads after it.
   void ArmToDiscard();
+  // With an ExactSum and without keep_only_shard: whether the next passes
+  // reduce their buckets (a step's last) or only add to them (true until
+  // set).
+  void SetPassReduces(bool reduces);
   // Disarms, starts the buckets not yet started, waits for all. After OK,
   // every grad (with shards: every grad of this rank's shard) holds the sum
   // over ranks; keep_only_shard: the backward pass's sums were added to the
@@ -114,7 +121,7 @@ class GradientReducer {
   // after the last Finish, views of this rank's shard for its own
   // parameters and undefined tensors for the others'. Valid until the next
   // ZeroGrads or Abandon. With an ExactSum: the integer sums as float32
-  // (new tensors).
+  // (new tensors), every parameter's when the buckets are all-reduced.
   std::vector<torch::Tensor> ShardGradients() const;
   // keep_only_shard: the most buckets that existed at once in the last
   // backward pass.
@@ -139,7 +146,8 @@ class GradientReducer {
     torch::Tensor received;
     std::vector<int> layout;       // members in ascending order: the buffer's
     std::vector<int64_t> offsets;  // of each member of `layout` in the buffer
-    torch::Tensor owned;           // keep_only_shard: this rank's summed gradients (int64 with exact_)
+    torch::Tensor owned;           // keep_only_shard: this rank's summed gradients (int64 with exact_);
+                                   // exact_ otherwise: the whole bucket's integer sums
   };
   class ReadyHook;
 
@@ -165,7 +173,8 @@ class GradientReducer {
   std::vector<size_t> shard_bounds_;
   bool keep_only_shard_ = false;
   int max_in_flight_ = 2;
-  ExactSum* exact_ = nullptr;  // keep_only_shard: the shard's sums are its integers
+  ExactSum* exact_ = nullptr;  // the sums are its integers
+  bool pass_reduces_ = true;   // exact_ without keep_only_shard: SetPassReduces
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;        // parameter index -> bucket index
   std::vector<torch::Tensor> views_;  // parameter index -> its slot of its bucket, shaped like it

@@ -50,27 +50,6 @@ class PeriodScalars {
   std::map<std::string, Entry> entries_;
 };
 
-// One step of an evaluation, agreed by every rank in one SUM all-reduce.
-struct EvalStep {
-  bool stop = false;         // some rank was asked to stop
-  bool any_batch = false;    // some rank still has a batch
-  double target_tokens = 0;  // real target tokens of the ranks' batches
-};
-
-absl::StatusOr<EvalStep> AgreeOnEvalStep(Collective* collective, bool stop, const T5Batch* batch) {
-  const double tokens = batch != nullptr && batch->decoder_loss_weights.defined()
-                            ? batch->decoder_loss_weights.sum().item<double>()
-                            : 0.0;
-  std::vector<torch::Tensor> sums = {
-      torch::tensor({stop ? 1.0 : 0.0, batch != nullptr ? 1.0 : 0.0, tokens}, torch::kDouble)};
-  if (collective->world_size() > 1) TY_RETURN_IF_ERROR(collective->AllReduce(sums, ReduceOp::kSum));
-  EvalStep step;
-  step.stop = sums[0][0].item<double>() > 0;
-  step.any_batch = sums[0][1].item<double>() > 0;
-  step.target_tokens = sums[0][2].item<double>();
-  return step;
-}
-
 }  // namespace
 
 absl::Status PreemptionError(int64_t step) {
@@ -110,9 +89,8 @@ Trainer::Trainer(Model* model, Optimizer* optimizer, LearningRateCallable learni
   sharded_ = !shards.empty();
   if (options_.exact_reduction) SetUpExactSum();
   const bool keep_only_shard = options_.shard_gradients && !shards.empty();
-  // The exact sum of sharded gradients is the reducer's (trainer_exact.cc).
-  if ((options_.overlap_allreduce || !shards.empty()) && collective_->world_size() > 1 &&
-      (exact_ == nullptr || keep_only_shard)) {
+  // With more than one rank the exact sum is the reducer's (trainer_exact.cc).
+  if ((options_.overlap_allreduce || !shards.empty() || exact_ != nullptr) && collective_->world_size() > 1) {
     std::vector<torch::Tensor> tensors;
     for (const auto& [name, p] : params_) tensors.push_back(p);
     reducer_ = std::make_unique<GradientReducer>(std::move(tensors), shards.empty() ? collective_ : shards_,
@@ -230,6 +208,8 @@ absl::StatusOr<Metrics> Trainer::AccumulateGradsMicrobatched(const T5Batch& batc
       }
     }
     const int64_t size = first(i + 1) - first(i);
+    // The exact sum's buckets add every pass; the step's last reduces them.
+    if (exact_ != nullptr && reducer_ != nullptr) reducer_->SetPassReduces(i == m - 1);
     if (size == 0) {  // a share smaller than the microbatches (uneven_microbatches)
       TY_RETURN_IF_ERROR(ReduceNoGradients());
       continue;
@@ -248,8 +228,9 @@ absl::StatusOr<Metrics> Trainer::AccumulateGradsMicrobatched(const T5Batch& batc
     }
     // The last microbatch's backward pass starts the all-reduce of each
     // bucket of gradients as soon as it is complete; with only a shard of
-    // the gradients kept, every microbatch's does (and is finished here).
-    const bool each = reducer_ != nullptr && reducer_->keeps_only_shard();
+    // the gradients kept, or an exact sum, every microbatch's does (and is
+    // finished here).
+    const bool each = reducer_ != nullptr && (reducer_->keeps_only_shard() || exact_ != nullptr);
     if (options_.overlap_allreduce && reducer_ != nullptr && (i == last || each)) reducer_->Arm();
     try {
       out->loss.backward();
@@ -264,18 +245,21 @@ absl::StatusOr<Metrics> Trainer::AccumulateGradsMicrobatched(const T5Batch& batc
       ClearGrads();
       return status;
     }
-    if (each) {
-      const auto reduce_start = std::chrono::steady_clock::now();
-      if (absl::Status s = reducer_->Finish(); !s.ok()) {
-        ClearGrads();
-        return s;
-      }
-      allreduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
-    }
+    if (each) TY_RETURN_IF_ERROR(FinishPass());
     if (exact_ != nullptr) TY_RETURN_IF_ERROR(AddExactTerm(out->metrics));
     MergeMetrics(out->metrics, /*within_step=*/true, &metrics);
   }
   return metrics;
+}
+
+absl::Status Trainer::FinishPass() {
+  const auto reduce_start = std::chrono::steady_clock::now();
+  if (absl::Status s = reducer_->Finish(); !s.ok()) {
+    ClearGrads();
+    return s;
+  }
+  allreduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) {
@@ -284,7 +268,8 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGrads(int64_t step) 
 
 absl::StatusOr<std::map<std::string, double>> Trainer::ApplyGradsAndGather(int64_t step, bool defer_gather) {
   const auto reduce_start = std::chrono::steady_clock::now();
-  const bool shard_only = reducer_ != nullptr && reducer_->keeps_only_shard();
+  // The reducer's sums are final already: keeping only a shard, or exact.
+  const bool shard_only = reducer_ != nullptr && (reducer_->keeps_only_shard() || exact_ != nullptr);
   if (reducer_ != nullptr && !shard_only) {
     // Waits for the buckets started during backward (and starts any left).
     absl::Status status = reducer_->Finish();
@@ -512,16 +497,6 @@ absl::Status Trainer::ComputeOverRanks(double compute_per_step, std::map<std::st
   return absl::OkStatus();
 }
 
-namespace {
-
-// Frees the other ranks' parameters (PARAMETERS) when it goes out of scope.
-struct ReleaseOnExit {
-  Trainer* trainer;
-  ~ReleaseOnExit() { trainer->ReleaseParameters(); }
-};
-
-}  // namespace
-
 absl::Status Trainer::GatherParameters() {
   if (!parameters_sharded()) return absl::OkStatus();
   absl::Status s = gatherer_->GatherAll();
@@ -539,57 +514,6 @@ bool Trainer::RunActions(const std::vector<std::unique_ptr<BaseAction>>& actions
   RunEveryAction(actions, step(), metrics, &outcome);
   if (outcome.halt && reason != nullptr) *reason = outcome.reason();
   return outcome.halt;
-}
-
-absl::StatusOr<MetricsByTask> Trainer::Eval(const std::map<std::string, BatchIterator*>& batches) {
-  TY_RETURN_IF_ERROR(GatherParameters());
-  ReleaseOnExit release{this};
-  MetricsByTask out;
-  for (const auto& [name, it] : batches) {
-    // Step s's global batch is every rank's s-th batch; its metrics are
-    // T5X's on that batch (trainer/rank_metrics.h).
-    Metrics total;
-    int64_t steps = 0;
-    std::vector<std::pair<int64_t, Metrics>> pieces;  // this rank's, by global batch
-    while (true) {
-      // Every rank takes its next batch (shards may differ by one batch),
-      // then the ranks agree in one small all-reduce whether any was asked
-      // to stop (all stop together, before the metrics' all-reduce),
-      // whether any still has a batch (all leave the loop together) and on
-      // the global batch's real target tokens.
-      absl::StatusOr<T5Batch> batch = it->Next();
-      const bool exhausted = absl::IsOutOfRange(batch.status());
-      if (!exhausted) TY_RETURN_IF_ERROR(batch.status());
-      const bool stop = options_.preemption_requested != nullptr && options_.preemption_requested->load();
-      TY_ASSIGN_OR_RETURN(EvalStep agreed, AgreeOnEvalStep(collective_, stop, exhausted ? nullptr : &*batch));
-      if (agreed.stop) return PreemptionError(step());  // eval iterators are per call: nothing to rewind
-      if (!agreed.any_batch) break;
-      ++steps;
-      if (exhausted) continue;
-      // As in training: each rank's loss is its tokens' loss over the
-      // global batch's real target tokens, so that the ranks' losses sum
-      // to the global batch's.
-      LossOptions loss = options_.loss;
-      if (loss.normalization == LossConfig::NUM_TARGET_TOKENS) {
-        loss.loss_normalizing_factor = std::max(agreed.target_tokens, 1.0);
-      }
-      TY_RETURN_IF_ERROR(EvalBatch(*batch, loss, steps - 1, &pieces));
-    }
-    TY_RETURN_IF_ERROR(CombineEvalPieces(steps, pieces, &total));
-    auto& manager = eval_metrics_[name];
-    if (manager == nullptr) {
-      manager = std::make_unique<MetricsManager>("training_eval/" + name, options_.summary_dir, collective_->rank(),
-                                                 collective_->world_size());
-    }
-    std::map<std::string, double> values = MetricValues(total);
-    if (auto it = eval_compile_seconds_.find(name); it != eval_compile_seconds_.end()) {
-      values["timing/compilation_seconds"] = it->second;
-      eval_compile_seconds_.erase(it);
-    }
-    manager->WriteScalars(step(), values);
-    out[name] = std::move(values);
-  }
-  return out;
 }
 
 }  // namespace trainyard

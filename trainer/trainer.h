@@ -149,16 +149,19 @@ struct TrainerOptions {
   bool agree_before_update = false;
   // The step's gradient as the exact sum (trainer/exact_sum.h) of its
   // global microbatches' gradients, the same bits however the microbatches
-  // are spread over ranks: each microbatch's gradients are added to an
-  // ExactSum as its backward pass ends; the ranks all-reduce the integers
-  // (and combine the largest values seen, MAX); a step whose values reached
-  // their scale is computed again with the scale they need. This rank's
-  // microbatch i is global microbatch first_global_microbatch + i (its
-  // dropout is drawn from that, not from the rank). Every rank holds the
-  // whole sums (a sharded optimizer, OPTIMIZER, reads its shard of them);
-  // with shard_gradients the gradient reducer turns each microbatch's
-  // buckets into integers and reduce-scatters them, and a rank holds the
-  // integer sums of its shard only (trainer/gradient_reducer.h).
+  // are spread over ranks: each microbatch's gradients are turned into an
+  // ExactSum's integers; the ranks sum the integers (and combine the
+  // largest values seen, MAX); a step whose values reached their scale is
+  // computed again with the scale they need. This rank's microbatch i is
+  // global microbatch first_global_microbatch + i (its dropout is drawn
+  // from that, not from the rank). With more than one rank the gradient
+  // reducer does it bucket by bucket as backward produces them
+  // (trainer/gradient_reducer.h): each bucket adds every pass to its
+  // integer sums and the step's last pass all-reduces them (a sharded
+  // optimizer's: reduce-scatters, and it reads its shard), overlapped with
+  // that backward pass; with shard_gradients every pass's integers are
+  // reduce-scattered and a rank holds its shard's sums only. One rank sums
+  // in the ExactSum itself.
   bool exact_reduction = false;
   int64_t first_global_microbatch = 0;
   int64_t global_microbatches = 1;  // a step's, over every rank
@@ -320,8 +323,12 @@ class Trainer {
   void SetUpExactSum();
   at::Generator ExactDropoutGenerator(int64_t step, int microbatch) const;
   absl::Status StartExactSum();
-  // A microbatch this rank has no rows of: with sharded gradients, reduced
-  // as zeros (every rank reduce-scatters every microbatch); else nothing.
+  // After a pass's backward, when each pass is reduced (sharded gradients,
+  // or an exact sum over ranks): the reducer's Finish, timed; on a failure
+  // the gradients go.
+  absl::Status FinishPass();
+  // A microbatch this rank has no rows of: with an exact sum over ranks,
+  // an empty pass (every rank reduces at the same passes); else nothing.
   absl::Status ReduceNoGradients();
   absl::Status AddExactTerm(const Metrics& metrics);
   absl::StatusOr<bool> CombineExactSums();

@@ -1,7 +1,7 @@
 // Trainer's exact reduction (TrainerOptions::exact_reduction): a step's
 // gradient as the exact sum of its global microbatches' gradients, its
-// metrics and eval metrics added in global order; and the dropout keys (per
-// global microbatch with it, per rank without).
+// metrics added in global order; and the dropout keys (per global
+// microbatch with it, per rank without).
 #include <algorithm>
 #include <vector>
 
@@ -59,9 +59,7 @@ absl::Status Trainer::StartExactSum() {
 absl::Status Trainer::ReduceNoGradients() {
   if (exact_ == nullptr || reducer_ == nullptr) return absl::OkStatus();
   reducer_->Arm();
-  absl::Status s = reducer_->Finish();
-  if (!s.ok()) ClearGrads();
-  return s;
+  return FinishPass();
 }
 
 std::map<std::string, int> Trainer::ExactSumExponents() const {
@@ -155,26 +153,6 @@ absl::StatusOr<Metrics> Trainer::AccumulateExactly(const T5Batch& batch, int64_t
   // a value that is not finite (no scale holds it).
   return absl::InternalError(
       absl::StrCat("step ", step, ": a gradient is not finite (the exact reduction holds finite values only)"));
-}
-
-absl::Status Trainer::EvalBatch(const T5Batch& batch, const LossOptions& loss, int64_t step,
-                                std::vector<std::pair<int64_t, Metrics>>* pieces) {
-  const int64_t b = batch.batch_size();
-  const int64_t unit = exact_ != nullptr && options_.microbatch_rows > 0 ? options_.microbatch_rows : b;
-  for (int64_t first = 0; first < b; first += unit) {
-    const int64_t rows = std::min(unit, b - first);
-    TY_ASSIGN_OR_RETURN(Metrics m, model_->EvalFn(rows == b ? batch : batch.Slice(first, rows), loss));
-    pieces->emplace_back(step, std::move(m));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Trainer::CombineEvalPieces(int64_t steps, const std::vector<std::pair<int64_t, Metrics>>& pieces,
-                                        Metrics* total) {
-  if (exact_ != nullptr) return CombineMetricPiecesInOrder(collective_, steps, pieces, total);
-  total->clear();
-  for (const auto& [step, m] : pieces) MergeMetrics(m, /*within_step=*/false, total);
-  return AllReduceMetrics(collective_, steps, total);
 }
 
 absl::Status Trainer::CombineRankMetrics(int64_t steps, Metrics* total) {

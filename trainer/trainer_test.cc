@@ -288,9 +288,9 @@ TEST(TrainerTest, EvalAgreesOnUnevenShardsAndOnStopping) {
 // `world` ranks (rank r's global microbatches [4 r / world, 4 (r + 1) /
 // world), as ELASTIC's groups take them: on 3 ranks 1, 1 and 2, the first
 // two ranks' second microbatch empty): every rank's parameters after them
-// (rank 0's, once checked equal). `shard`: a sharded optimizer and sharded
-// gradients (ZeRO stage 2).
-std::vector<torch::Tensor> TrainOnRanks(int world, bool exact, float dropout, bool shard = false) {
+// (rank 0's, once checked equal). `zero_stage` 1: a sharded optimizer; 2:
+// and sharded gradients.
+std::vector<torch::Tensor> TrainOnRanks(int world, bool exact, float dropout, int zero_stage = 0) {
   SortTask task(8, 6, 5, 3);
   std::vector<T5Batch> global;
   for (int i = 0; i < 3; ++i) global.push_back(*task.Next());
@@ -304,13 +304,13 @@ std::vector<torch::Tensor> TrainOnRanks(int world, bool exact, float dropout, bo
       options.init_seed = 1;
       options.dropout = dropout;
       options.collective = &collective;
-      options.shard_optimizer = shard;
+      options.shard_optimizer = zero_stage >= 1;
       const int first = 4 * r / world, end = 4 * (r + 1) / world;
       options.trainer.num_microbatches = (4 + world - 1) / world;
       options.trainer.microbatch_rows = 2;
       options.trainer.seed = 7;
       options.trainer.exact_reduction = exact;
-      options.trainer.shard_gradients = shard;
+      options.trainer.shard_gradients = zero_stage >= 2;
       options.trainer.first_global_microbatch = first;
       options.trainer.global_microbatches = 4;
       auto t = MakeTinyTrainer(options);
@@ -329,11 +329,12 @@ std::vector<torch::Tensor> TrainOnRanks(int world, bool exact, float dropout, bo
 }
 
 // The exact reduction makes the training independent of how many ranks
-// share the global batch: the same parameters, bit for bit, on 1, 2 and 4
-// ranks, with dropout (drawn per global microbatch).
+// share the global batch: the same parameters, bit for bit, on 1, 2, 3 and
+// 4 ranks, with dropout (drawn per global microbatch). On 3 ranks two have
+// a microbatch fewer: their last pass, empty, all-reduces the sums.
 TEST(TrainerTest, TheExactReductionTrainsTheSameBitsOnAnyNumberOfRanks) {
   const std::vector<torch::Tensor> one = TrainOnRanks(1, /*exact=*/true, /*dropout=*/0.1f);
-  for (int world : {2, 4}) {
+  for (int world : {2, 3, 4}) {
     const std::vector<torch::Tensor> other = TrainOnRanks(world, /*exact=*/true, /*dropout=*/0.1f);
     ASSERT_EQ(other.size(), one.size());
     for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(torch::equal(other[i], one[i])) << world << " ranks, " << i;
@@ -351,16 +352,21 @@ TEST(TrainerTest, TheExactReductionTrainsTheSameBitsOnAnyNumberOfRanks) {
   EXPECT_FALSE(all_equal);
 }
 
-// With sharded gradients the ranks reduce-scatter each microbatch's
-// integers and keep their shard's sums: the same bits as one rank's
-// unsharded sum, on 2 ranks and on 3 (where two ranks have a microbatch
-// fewer and reduce zeros for it).
-TEST(TrainerTest, TheExactReductionOfShardedGradientsTrainsTheSameBits) {
+// With a sharded optimizer the ranks reduce-scatter the step's integer
+// sums; with sharded gradients too, each microbatch's integers, keeping
+// their shard's sums: the same bits as one rank's unsharded sum, on 2
+// ranks and on 3 (where two ranks have a microbatch fewer: with sharded
+// gradients they reduce zeros for it).
+TEST(TrainerTest, TheExactReductionOfShardedStateTrainsTheSameBits) {
   const std::vector<torch::Tensor> one = TrainOnRanks(1, /*exact=*/true, /*dropout=*/0.1f);
-  for (int world : {2, 3}) {
-    const std::vector<torch::Tensor> sharded = TrainOnRanks(world, /*exact=*/true, /*dropout=*/0.1f, /*shard=*/true);
-    ASSERT_EQ(sharded.size(), one.size());
-    for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(torch::equal(sharded[i], one[i])) << world << " ranks, " << i;
+  for (int stage : {1, 2}) {
+    for (int world : {2, 3}) {
+      const std::vector<torch::Tensor> sharded = TrainOnRanks(world, /*exact=*/true, /*dropout=*/0.1f, stage);
+      ASSERT_EQ(sharded.size(), one.size());
+      for (size_t i = 0; i < one.size(); ++i) {
+        EXPECT_TRUE(torch::equal(sharded[i], one[i])) << "stage " << stage << ", " << world << " ranks, " << i;
+      }
+    }
   }
 }
 

@@ -33,7 +33,8 @@ def run(args, reproducible, out):
             f"checkpoint_period={args.steps}", f"model.preset={args.preset}", f"batch_size={args.batch}",
             f"num_microbatches={args.microbatches}", f"num_workers={args.workers}",
             f"data_parallel.reproducible={'true' if reproducible else 'false'}",
-            f"data_parallel.sharding={args.sharding}"]
+            f"data_parallel.sharding={args.sharding}",
+            f"data_parallel.overlap_allreduce={'false' if args.no_overlap else 'true'}"]
     cmd = [args.trainyard, "local", "--workers", str(args.workers), SPEC]
     for s in sets:
         cmd += ["--set", s]
@@ -59,6 +60,7 @@ def main():
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--sharding", default="NONE", choices=["NONE", "OPTIMIZER", "GRADIENTS", "PARAMETERS"])
+    p.add_argument("--no-overlap", action="store_true", help="data_parallel.overlap_allreduce: false in both")
     args = p.parse_args()
     runs = {False: [], True: []}
     with tempfile.TemporaryDirectory(prefix="reproducible-bench-") as root:
@@ -70,6 +72,7 @@ def main():
                 runs[mode].append(r["s_per_step"])
     f, e = statistics.median(runs[False]), statistics.median(runs[True])
     print(json.dumps({"preset": args.preset, "workers": args.workers, "sharding": args.sharding,
+                      "overlap_allreduce": not args.no_overlap,
                       "batch_size": args.batch,
                       "num_microbatches": args.microbatches, "steps": args.steps,
                       "float_s_per_step": f, "reproducible_s_per_step": e, "ratio": round(e / f, 3)}))
