@@ -484,9 +484,10 @@ class LocalModeTest(unittest.TestCase):
 
 class ReproducibleTest(unittest.TestCase):
     """data_parallel.reproducible with real processes: `trainyard local`
-    on one worker and on two (Gloo over loopback) ends with the same bytes
-    of parameters and optimizer state, and logs the same train metrics;
-    without it, one and two workers end in different bytes."""
+    on one worker and on two (Gloo over loopback), and on two with
+    sharding PARAMETERS, ends with the same bytes of parameters and
+    optimizer state, and logs the same train metrics; without it, one and
+    two workers end in different bytes."""
 
     def setUp(self):
         self.root = tempfile.mkdtemp(prefix="repro-", dir=os.environ.get("TEST_TMPDIR"))
@@ -494,13 +495,14 @@ class ReproducibleTest(unittest.TestCase):
         with open(self.spec, "w") as f:
             f.write(SPEC)
 
-    def run_local(self, name, workers, reproducible):
+    def run_local(self, name, workers, reproducible, sharding="NONE"):
         # 2-row microbatches on any number of workers; dropout drawn from
         # the global microbatch; 10 steps, one summary at the end.
         state = os.path.join(self.root, f"state-{name}")
         sets = [f"output_dir={self.root}/{name}", f"num_workers={workers}", f"num_microbatches={4 // workers}",
                 "total_steps=10", "summary_period=10", "eval_period=0", "checkpoint_period=10",
-                "model.dropout_rate=0.1", f"data_parallel.reproducible={str(reproducible).lower()}"]
+                "model.dropout_rate=0.1", f"data_parallel.reproducible={str(reproducible).lower()}",
+                f"data_parallel.sharding={sharding}"]
         cmd = [system_harness.TRAINYARD, "local", "--workers", str(workers), self.spec, "--state-dir", state]
         for x in sets:
             cmd += ["--set", x]
@@ -508,8 +510,17 @@ class ReproducibleTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
         self.assertIn("SUCCEEDED, step 10/10", r.stdout)
         checkpoint = os.path.join(self.root, name, "checkpoint_10")
-        state_bytes = b"".join(pathlib.Path(checkpoint, f).read_bytes()
-                               for f in ("params.safetensors", "optimizer.safetensors"))
+        # Every tensor of the parameters and the optimizer state, whole or
+        # from the shards' files (sharding writes each rank's parameters).
+        tensors = {}
+        for path in sorted(glob.glob(os.path.join(checkpoint, "params*.safetensors")) +
+                           glob.glob(os.path.join(checkpoint, "optimizer*.safetensors"))):
+            kind = os.path.basename(path).split("-")[0].split(".")[0]
+            for key, value in load_file(path).items():
+                self.assertNotIn((kind, key), tensors, path)
+                tensors[(kind, key)] = (value.dtype.str, value.shape, value.tobytes())
+        self.assertGreater(len(tensors), 10, os.listdir(checkpoint))
+        state_bytes = tensors
         # Rank 0's log (whichever worker holds rank 0) has the summary.
         lines = [x for log in sorted(glob.glob(os.path.join(state, "worker-*.log")))
                  for x in open(log) if "train step 10:" in x]
@@ -523,13 +534,16 @@ class ReproducibleTest(unittest.TestCase):
     def test_one_and_two_workers_end_with_the_same_bytes(self):
         one, one_metrics = self.run_local("w1", 1, True)
         two, two_metrics = self.run_local("w2", 2, True)
-        self.assertEqual(one, two, "params.safetensors + optimizer.safetensors differ between 1 and 2 workers")
+        self.assertTrue(one == two, "the parameters or optimizer state differ between 1 and 2 workers")
         self.assertIn("cross_ent_loss", one_metrics)
         self.assertEqual(one_metrics, two_metrics)
+        sharded, sharded_metrics = self.run_local("w2-parameters", 2, True, "PARAMETERS")
+        self.assertTrue(one == sharded, "2 workers with sharding PARAMETERS differ from 1 worker")
+        self.assertEqual(one_metrics, sharded_metrics)
         # The control: the float all-reduce, on the same two sizes.
         float_one, _ = self.run_local("w1-float", 1, False)
         float_two, _ = self.run_local("w2-float", 2, False)
-        self.assertNotEqual(float_one, float_two, "without reproducible, 2 workers add in another order than 1")
+        self.assertFalse(float_one == float_two, "without reproducible, 2 workers add in another order than 1")
 
 
 class SecurityTest(unittest.TestCase):
