@@ -22,10 +22,9 @@ constexpr int kExactHeadroom = 3;
 }  // namespace
 
 void Trainer::SetUpExactSum() {
-  // Whole sums on every rank (a sharded optimizer, OPTIMIZER, reads its
-  // shard of them), or with sharded gradients (GRADIENTS, PARAMETERS) the
-  // gradient reducer's shard of them (the integers reduce-scattered
-  // microbatch by microbatch): the reducer is then made with exact_.
+  // One rank sums in exact_ itself; more than one in the gradient reducer,
+  // made with exact_ (its scales and observed exponents only), bucket by
+  // bucket as backward produces them.
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& [name, p] : params_) shapes.push_back(p.sizes().vec());
   exact_ = std::make_unique<ExactSum>(shapes, std::max<int64_t>(options_.global_microbatches, 1));
@@ -51,7 +50,7 @@ at::Generator Trainer::ExactDropoutGenerator(int64_t step, int microbatch) const
 
 absl::Status Trainer::StartExactSum() {
   if (reducer_ == nullptr) return exact_->Reset(exact_exponents_);
-  // Sharded gradients: the reducer holds the integers.
+  // With a reducer, its buckets hold the integers.
   reducer_->ZeroGrads();
   return exact_->SetScales(exact_exponents_);
 }
@@ -99,7 +98,7 @@ absl::Status Trainer::RestoreExactSumExponents(const std::map<std::string, int>&
 
 absl::Status Trainer::AddExactTerm(const Metrics& metrics) {
   exact_metric_terms_.push_back(metrics);
-  // Sharded gradients: the reducer added them as it reduce-scattered them.
+  // With a reducer, it added them as their buckets started.
   if (reducer_ != nullptr) return absl::OkStatus();
   std::vector<torch::Tensor> term;
   for (auto& [name, p] : params_) {
@@ -117,7 +116,7 @@ absl::StatusOr<bool> Trainer::CombineExactSums() {
   for (size_t i = 0; i < observed.size(); ++i) observed[i] = static_cast<int>(largest[0][i].item<int64_t>());
   exact_exponents_ = exact_->NextExponents(kExactHeadroom);
   if (exact_->Overflowed()) return false;
-  // Sharded gradients: the reducer's shard holds its sums already
+  // With a reducer, its buckets (or shard) hold the reduced sums already
   // (ApplyGradsAndGather reads them).
   if (reducer_ != nullptr) return true;
   TY_RETURN_IF_ERROR(collective_->AllReduce(exact_->integers(), ReduceOp::kSum));
