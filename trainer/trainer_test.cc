@@ -289,8 +289,8 @@ TEST(TrainerTest, EvalAgreesOnUnevenShardsAndOnStopping) {
 // world), as ELASTIC's groups take them: on 3 ranks 1, 1 and 2, the first
 // two ranks' second microbatch empty): every rank's parameters after them
 // (rank 0's, once checked equal). `zero_stage` 1: a sharded optimizer; 2:
-// and sharded gradients.
-std::vector<torch::Tensor> TrainOnRanks(int world, bool exact, float dropout, int zero_stage = 0) {
+// and sharded gradients. `overlap`: TrainerOptions::overlap_allreduce.
+std::vector<torch::Tensor> TrainOnRanks(int world, bool exact, float dropout, int zero_stage = 0, bool overlap = true) {
   SortTask task(8, 6, 5, 3);
   std::vector<T5Batch> global;
   for (int i = 0; i < 3; ++i) global.push_back(*task.Next());
@@ -311,6 +311,7 @@ std::vector<torch::Tensor> TrainOnRanks(int world, bool exact, float dropout, in
       options.trainer.seed = 7;
       options.trainer.exact_reduction = exact;
       options.trainer.shard_gradients = zero_stage >= 2;
+      options.trainer.overlap_allreduce = overlap;
       options.trainer.first_global_microbatch = first;
       options.trainer.global_microbatches = 4;
       auto t = MakeTinyTrainer(options);
@@ -331,13 +332,19 @@ std::vector<torch::Tensor> TrainOnRanks(int world, bool exact, float dropout, in
 // The exact reduction makes the training independent of how many ranks
 // share the global batch: the same parameters, bit for bit, on 1, 2, 3 and
 // 4 ranks, with dropout (drawn per global microbatch). On 3 ranks two have
-// a microbatch fewer: their last pass, empty, all-reduces the sums.
+// a microbatch fewer: their last pass, empty, all-reduces the sums. The
+// same with the reduction after backward instead of during it.
 TEST(TrainerTest, TheExactReductionTrainsTheSameBitsOnAnyNumberOfRanks) {
   const std::vector<torch::Tensor> one = TrainOnRanks(1, /*exact=*/true, /*dropout=*/0.1f);
   for (int world : {2, 3, 4}) {
-    const std::vector<torch::Tensor> other = TrainOnRanks(world, /*exact=*/true, /*dropout=*/0.1f);
-    ASSERT_EQ(other.size(), one.size());
-    for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(torch::equal(other[i], one[i])) << world << " ranks, " << i;
+    for (bool overlap : {true, false}) {
+      const std::vector<torch::Tensor> other =
+          TrainOnRanks(world, /*exact=*/true, /*dropout=*/0.1f, /*zero_stage=*/0, overlap);
+      ASSERT_EQ(other.size(), one.size());
+      for (size_t i = 0; i < one.size(); ++i) {
+        EXPECT_TRUE(torch::equal(other[i], one[i])) << world << " ranks, overlap " << overlap << ", " << i;
+      }
+    }
   }
   // The float sum (its order the ranks'): a nearby result, not the same
   // bits on 2 ranks as on 1.
