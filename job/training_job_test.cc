@@ -349,23 +349,28 @@ TEST_F(TrainingJobTest, AReproducibleJobTrainsTheSameBitsOnAnyNumberOfRanks) {
 // GRADIENTS and PARAMETERS the ranks reduce-scatter the integers of each
 // microbatch (packed rows, dropout on) and keep their shard's sums. 2, 3
 // and 4 ranks end with the parameters and (merged) optimizer state of one
-// unsharded rank.
+// unsharded rank, and so does a sharded checkpoint resumed on another
+// number of ranks.
 TEST_F(TrainingJobTest, AReproducibleShardedJobTrainsTheSameBits) {
-  auto run = [&](const std::string& out, int world, DataParallelConfig::Sharding sharding) {
+  // Trains to step `end` (from `resume`, a checkpoint, or the start).
+  auto run = [&](const std::string& out, int world, DataParallelConfig::Sharding sharding,
+                 const std::string& resume = "", int end = 3) {
     JobSpec spec = TwelveRowSpec(out, world, 12 / world, /*reproducible=*/true);
     spec.mutable_data()->set_pack(true);
     spec.mutable_data_parallel()->set_sharding(sharding);
-    spec.set_total_steps(3);
+    spec.set_total_steps(end);
     EXPECT_THAT(ValidateAndNormalize(&spec), IsOk());
     OnRanks(
         world, [&](int) { return spec; },
         [&](int, Rank& rank) {
-          ASSERT_THAT(rank.job->Restore("").status(), IsOk());
-          ASSERT_THAT(rank.job->Train(3).status(), IsOk());
+          absl::StatusOr<RestoreOutcome> start = rank.job->Restore(resume);
+          ASSERT_THAT(start.status(), IsOk());
+          EXPECT_EQ(start->step, resume.empty() ? 0 : 3);
+          ASSERT_THAT(rank.job->Train(end - start->step).status(), IsOk());
           ASSERT_THAT(rank.job->SaveCheckpoint(true).status(), IsOk());
         },
         /*warm_up=*/false);
-    absl::StatusOr<TrainCheckpoint> saved = ReadTrainCheckpoint(root_ + "/" + out + "/checkpoint_3");
+    absl::StatusOr<TrainCheckpoint> saved = ReadTrainCheckpoint(absl::StrCat(root_, "/", out, "/checkpoint_", end));
     EXPECT_THAT(saved.status(), IsOk());
     return saved.ok() ? std::move(*saved) : TrainCheckpoint();
   };
@@ -388,6 +393,15 @@ TEST_F(TrainingJobTest, AReproducibleShardedJobTrainsTheSameBits) {
       EXPECT_TRUE(torch::equal(sharded.optimizer.at(name), t)) << what << name;
     }
   }
+  // The PARAMETERS checkpoint of 2 ranks (its shards' files) resumed on 3
+  // with GRADIENTS: two more steps end as 1 rank's 5 do.
+  const TrainCheckpoint five = run("five1", 1, DataParallelConfig::NONE, "", 5);
+  const TrainCheckpoint resumed =
+      run("resumed3", 3, DataParallelConfig::GRADIENTS, root_ + "/PARAMETERS2/checkpoint_3", 5);
+  ASSERT_EQ(resumed.params.size(), five.params.size());
+  for (const auto& [name, t] : five.params) EXPECT_TRUE(torch::equal(resumed.params.at(name), t)) << name;
+  for (const auto& [name, t] : five.optimizer) EXPECT_TRUE(torch::equal(resumed.optimizer.at(name), t)) << name;
+  EXPECT_FALSE(torch::equal(five.params.begin()->second, one.params.begin()->second));
 }
 
 TEST_F(TrainingJobTest, APreemptionOnOneRankStopsEveryRankAtTheSameStepWithOneEmergencyCheckpoint) {
