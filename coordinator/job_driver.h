@@ -272,14 +272,17 @@ class JobDriver {
   // failed), ranks still blocked on ranks that answered have their
   // collective aborted (BlockedOnAnsweredRanks). An ELASTIC chunk's ranks
   // are judged against the watchdog's elastic_stall, anything else against
-  // its stall.
-  enum class WatchOutcome {
-    kNothing,  // the group is alive, or nothing is known against a rank
-    kSuspect,  // a rank silent or cut off, the stall not yet long enough:
-               // the next round comes at once
-    kActed,
-  };
-  WatchOutcome Watch(bool elastic_chunk, const std::vector<bool>& answered) ABSL_LOCKS_EXCLUDED(mu_);
+  // its stall. Returns when the next round is due: after the round period,
+  // or, when a rank is suspect (silent or cut off) but the others have not
+  // been blocked long enough, once they have (UntilStalled).
+  absl::Duration Watch(bool elastic_chunk, const std::vector<bool>& answered) ABSL_LOCKS_EXCLUDED(mu_);
+  // One probe of each rank, due within `deadline`; the ranks marked in
+  // `skip_wait` are not waited for (what they answer meanwhile counts;
+  // otherwise they are silent). `as_of_end`: the same answers with each
+  // blocked rank's stall advanced to the round's end.
+  std::vector<absl::StatusOr<ProbeResponse>> ProbeRound(absl::Duration deadline, const std::vector<bool>& skip_wait,
+                                                        std::vector<absl::StatusOr<ProbeResponse>>* as_of_end)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // ELASTIC, after a call failed, until `all_answered()` or a stop: the
   // survivors answer once their collective fails (at once when a peer's
   // process died; lost workers' calls are cancelled by WorkerLost), with
@@ -455,6 +458,12 @@ class JobDriver {
   int64_t trained_to_ = 0;          // the step the training ended at (Drive returned OK)
   std::string checkpoint_failure_;  // as last reported to the job's record
   double seconds_per_step_ = 0;     // the last chunk's (goodput)
+  // The watchdog's last round, when it found a suspect: of which group,
+  // and which ranks did not answer (Watch; the driver's thread only).
+  struct Suspects {
+    int generation = -1;
+    std::vector<bool> silent;
+  } suspects_;
 
   Mutex mu_;
   CondVar changed_;  // every rank answered or one failed, or a stop was requested

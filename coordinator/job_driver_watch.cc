@@ -44,41 +44,40 @@ void JobDriver::WaitOrWatch(absl::Time* next_watch, bool elastic_chunk, const st
   // clock (tests) times the driver's own bounded waits only.
   if (!Clock::Real()->WaitWithDeadline(&changed_, &mu_, *next_watch)) return;
   mu_.Unlock();
-  const WatchOutcome outcome = Watch(elastic_chunk, answered);
+  const absl::Duration next_in = Watch(elastic_chunk, answered);
   mu_.Lock();
-  // A suspect's next round comes at once: the round itself waited the
-  // probe's deadline for the silent rank.
-  *next_watch = Clock::Real()->Now() + (outcome == WatchOutcome::kSuspect
-                                            ? absl::ZeroDuration()
-                                            : plan_.watchdog.RoundPeriod(elastic() && elastic_chunk));
+  *next_watch = Clock::Real()->Now() + next_in;
 }
 
-JobDriver::WatchOutcome JobDriver::Watch(bool elastic_chunk, const std::vector<bool>& answered) {
+std::vector<absl::StatusOr<ProbeResponse>> JobDriver::ProbeRound(
+    absl::Duration deadline, const std::vector<bool>& skip_wait,
+    std::vector<absl::StatusOr<ProbeResponse>>* as_of_end) {
   const int world = static_cast<int>(clients_.size());
   struct Round {
     Mutex mu;
     CondVar answered;
-    int left ABSL_GUARDED_BY(mu) = 0;
+    int left ABSL_GUARDED_BY(mu) = 0;  // the answers waited for
     std::vector<absl::StatusOr<ProbeResponse>> answers ABSL_GUARDED_BY(mu);
+    std::vector<absl::Time> arrived ABSL_GUARDED_BY(mu);
   };
   auto round = std::make_shared<Round>();
+  const auto skipped = [&skip_wait](int r) { return r < static_cast<int>(skip_wait.size()) && skip_wait[r]; };
   {
     MutexLock lock(&round->mu);
-    round->left = world;
-    round->answers.assign(world, absl::UnavailableError("the worker left"));
+    for (int r = 0; r < world; ++r) round->left += skipped(r) ? 0 : 1;
+    round->answers.assign(world, absl::DeadlineExceededError("no answer since the round before"));
+    round->arrived.assign(world, absl::InfinitePast());
   }
-  const WatchdogOptions& options = plan_.watchdog;
-  const bool elastic_drop = elastic() && elastic_chunk;
-  const absl::Duration deadline = options.RoundDeadline(elastic_drop);
   for (int r = 0; r < world; ++r) {
     ProbeRequest request;
     request.set_job_id(plan_.job_id);
     for (int p = 0; p < world; ++p) request.add_peers(p == r ? "" : addresses_[p]);
     request.set_connect_timeout_seconds(absl::ToDoubleSeconds(deadline) / 2);
-    auto done = [round, r](absl::StatusOr<ProbeResponse> answer) {
+    auto done = [round, r, waited = !skipped(r)](absl::StatusOr<ProbeResponse> answer) {
       MutexLock lock(&round->mu);
       round->answers[r] = std::move(answer);
-      round->left--;
+      round->arrived[r] = Clock::Real()->Now();
+      if (waited) round->left--;
       round->answered.SignalAll();
     };
     if (clients_[r]) {
@@ -87,12 +86,32 @@ JobDriver::WatchOutcome JobDriver::Watch(bool elastic_chunk, const std::vector<b
       done(absl::UnavailableError("the worker left"));
     }
   }
-  std::vector<absl::StatusOr<ProbeResponse>> answers;
-  {
-    MutexLock lock(&round->mu);
-    while (round->left > 0) round->answered.Wait(&round->mu);  // each call ends by its deadline
-    answers = round->answers;
+  MutexLock lock(&round->mu);
+  while (round->left > 0) round->answered.Wait(&round->mu);  // each call ends by its deadline
+  const absl::Time end = Clock::Real()->Now();
+  *as_of_end = round->answers;
+  for (int r = 0; r < world; ++r) {
+    absl::StatusOr<ProbeResponse>& p = (*as_of_end)[r];
+    if (p.ok() && p->collective_waiting()) {
+      p->set_stalled_seconds(p->stalled_seconds() + absl::ToDoubleSeconds(end - round->arrived[r]));
+    }
   }
+  return round->answers;
+}
+
+absl::Duration JobDriver::Watch(bool elastic_chunk, const std::vector<bool>& answered) {
+  const int world = static_cast<int>(clients_.size());
+  const WatchdogOptions& options = plan_.watchdog;
+  const bool elastic_drop = elastic() && elastic_chunk;
+  const absl::Duration period = options.RoundPeriod(elastic_drop);
+  // The ranks silent in the suspect round before (they missed its whole
+  // deadline) are not waited for again.
+  std::vector<bool> skip_wait;
+  if (suspects_.generation == generation_) skip_wait = suspects_.silent;
+  suspects_ = {};
+  std::vector<absl::StatusOr<ProbeResponse>> as_of_end;
+  const std::vector<absl::StatusOr<ProbeResponse>> answers =
+      ProbeRound(options.RoundDeadline(elastic_drop), skip_wait, &as_of_end);
   if (std::vector<int> blocked = BlockedOnAnsweredRanks(answers, answered, options.stall);
       !answered.empty() && !blocked.empty()) {
     std::vector<std::string> names;
@@ -102,17 +121,24 @@ JobDriver::WatchOutcome JobDriver::Watch(bool elastic_chunk, const std::vector<b
         absl::StrFormat("%.1f", answers[blocked[0]]->stalled_seconds()), " s on ranks whose calls have ended");
     spdlog::warn("job {}: {}", plan_.job_id, reason);
     LeaveGroups(blocked, reason);
-    return WatchOutcome::kActed;
+    return period;
   }
-  const WatchdogVerdict verdict = Examine(answers, elastic_drop ? options.elastic_stall : options.stall);
-  if (verdict.drop.empty()) return Suspect(answers) ? WatchOutcome::kSuspect : WatchOutcome::kNothing;
+  const absl::Duration stall = elastic_drop ? options.elastic_stall : options.stall;
+  const WatchdogVerdict verdict = Examine(answers, stall);
+  if (verdict.drop.empty()) {
+    if (!Suspect(answers)) return period;
+    // The next round comes once the others have been blocked long enough.
+    suspects_.generation = generation_;
+    for (const absl::StatusOr<ProbeResponse>& a : answers) suspects_.silent.push_back(!a.ok());
+    return std::min(UntilStalled(as_of_end, stall), period);
+  }
   std::vector<std::string> names;
   for (int r : verdict.drop) names.push_back(RankName(r));
   const std::string reason = absl::StrCat("the watchdog dropped ", absl::StrJoin(names, ", "), ": ", verdict.reason);
   spdlog::warn("job {}: {}", plan_.job_id, reason);
   if (!elastic_drop) {
     Stop(FAILED, reason, /*retryable=*/true);
-    return WatchOutcome::kActed;
+    return period;
   }
   const std::set<int> dropped(verdict.drop.begin(), verdict.drop.end());
   {
@@ -130,7 +156,7 @@ JobDriver::WatchOutcome JobDriver::Watch(bool elastic_chunk, const std::vector<b
     others.push_back(r);
   }
   LeaveGroups(others, reason);
-  return WatchOutcome::kActed;
+  return period;
 }
 
 void JobDriver::AwaitSurvivors(const std::function<bool()>& all_answered,

@@ -87,6 +87,16 @@ bool Suspect(const std::vector<absl::StatusOr<ProbeResponse>>& probes) {
   return any_answered && any_silent;
 }
 
+absl::Duration UntilStalled(const std::vector<absl::StatusOr<ProbeResponse>>& probes, absl::Duration stall) {
+  absl::Duration wait = absl::ZeroDuration();
+  for (const absl::StatusOr<ProbeResponse>& p : probes) {
+    if (!p.ok()) continue;
+    const absl::Duration stalled = p->collective_waiting() ? absl::Seconds(p->stalled_seconds()) : absl::ZeroDuration();
+    wait = std::max(wait, stall - stalled);
+  }
+  return wait;
+}
+
 std::vector<int> BlockedOnAnsweredRanks(const std::vector<absl::StatusOr<ProbeResponse>>& probes,
                                         const std::vector<bool>& answered, absl::Duration stall) {
   std::vector<int> blocked;

@@ -44,10 +44,12 @@ struct WatchdogOptions {
 
   // The rounds of an ELASTIC chunk come every elastic_stall / 2 (at most
   // `period`), each probe with a deadline of elastic_stall (at most
-  // `probe_timeout`): the round after the one that first finds a rank
-  // silent sees its peers stalled long enough, so at the 0.5 s default a
-  // hang is acted on 1 to 1.5 s after it began (docs/reliability.md).
-  // Anything else: `period` and `probe_timeout`.
+  // `probe_timeout`). The round after the one that first finds a rank
+  // silent comes once its peers have been blocked for the stall
+  // (UntilStalled; at once when the silent rank's deadline took that
+  // long) and does not wait for the silent rank again, so at the 0.5 s
+  // default a hang is acted on 0.5 to 0.8 s after it began
+  // (docs/reliability.md). Anything else: `period` and `probe_timeout`.
   absl::Duration RoundPeriod(bool elastic_chunk) const {
     return elastic_chunk ? std::min(period, elastic_stall / 2) : period;
   }
@@ -85,6 +87,14 @@ WatchdogVerdict Examine(const std::vector<absl::StatusOr<ProbeResponse>>& probes
 // Examine would act on once the stall is long enough (the driver then
 // probes again at once instead of after its period).
 bool Suspect(const std::vector<absl::StatusOr<ProbeResponse>>& probes);
+
+// After a round that found a suspect but no verdict yet: how long until
+// every rank that answered has been blocked in a collective for `stall`
+// (the probes' stalls as of now; zero: they have). A rank that answered
+// while it computed counts as blocking now. The next round comes then:
+// its verdict rests on a fresh answer from each of these ranks, not on an
+// extrapolation of this one's.
+absl::Duration UntilStalled(const std::vector<absl::StatusOr<ProbeResponse>>& probes, absl::Duration stall);
 
 std::vector<int> BlockedOnAnsweredRanks(const std::vector<absl::StatusOr<ProbeResponse>>& probes,
                                         const std::vector<bool>& answered, absl::Duration stall);

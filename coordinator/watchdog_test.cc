@@ -105,6 +105,23 @@ TEST(WatchdogTest, ASuspectIsASilentRankOrACutPairWhileSomeoneAnswers) {
   EXPECT_FALSE(Suspect({absl::DeadlineExceededError("probe"), absl::UnavailableError("probe")}));
 }
 
+// After a suspect round, the next comes when every rank that answered has
+// been blocked for the stall: the least blocked one decides; one that
+// computed counts from now; silent ranks do not count.
+TEST(WatchdogTest, TheNextRoundAfterASuspectComesWhenTheOthersHaveStalledLongEnough) {
+  const absl::Duration stall = absl::Milliseconds(500);
+  EXPECT_EQ(
+      UntilStalled({Answer(true, 0.2, "111"), absl::DeadlineExceededError("probe"), Answer(true, 0.35, "111")}, stall),
+      absl::Milliseconds(300));
+  // Blocked long enough already: at once.
+  EXPECT_EQ(UntilStalled({Answer(true, 0.7, "11"), absl::DeadlineExceededError("probe")}, stall), absl::ZeroDuration());
+  // A rank that computes: the whole stall.
+  EXPECT_EQ(UntilStalled({Answer(true, 0.7, "111"), Answer(false, 0, "111"), absl::UnavailableError("gone")}, stall),
+            stall);
+  // Nobody answered: nothing to wait for.
+  EXPECT_EQ(UntilStalled({absl::DeadlineExceededError("probe")}, stall), absl::ZeroDuration());
+}
+
 // The driver judges an ELASTIC chunk against elastic_stall: the same
 // answers that are no verdict at 3 s drop the silent rank at 0.5 s.
 TEST(WatchdogTest, TheElasticStallDropsASilentRankSooner) {
