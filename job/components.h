@@ -185,6 +185,10 @@ struct JobComponents {
   // `trainer` has run WarmUpTrain, WarmUpEval.
   bool train_warmed_up = false;
   bool eval_warmed_up = false;
+  // ELASTIC: a regroup began to move another rank's state into this one
+  // (it was behind the furthest step) and has not completed: the state may
+  // be partly overwritten (RegroupState).
+  bool receiving_state = false;
   // PARAMETERS sharding over more than one rank: the parameters this rank
   // builds, restores and saves. Unsharded otherwise.
   ShardPlan shards;

@@ -150,6 +150,9 @@ absl::StatusOr<RegroupOutcome> RegroupState(JobComponents* job, Collective* coll
                                                         " rank(s), none of which holds the training state"));
     }
     const bool differ = std::any_of(steps.begin(), steps.end(), [&](int64_t s) { return s != furthest; });
+    // A rank at the furthest step receives what it holds (or sends): a
+    // failure midway leaves its state whole.
+    job->receiving_state = steps[static_cast<size_t>(job->rank())] != furthest;
     if (differ) {
       out.source_rank = static_cast<int>(std::find(steps.begin(), steps.end(), furthest) - steps.begin());
       const auto t0 = std::chrono::steady_clock::now();
@@ -166,6 +169,7 @@ absl::StatusOr<RegroupOutcome> RegroupState(JobComponents* job, Collective* coll
       TY_RETURN_IF_ERROR(CollectiveFailure(job->batches->ledger()->ShareFrom(job->collective, out.source_rank)));
       out.transfer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
+    job->receiving_state = false;
     out.step = job->trainer->step();
     out.state_digest = StateDigest(*job);
   } catch (const std::exception& e) {

@@ -59,6 +59,8 @@ absl::StatusOr<std::string> TrainingJob::SaveCheckpoint(bool wait) { return chec
 
 absl::Status TrainingJob::WaitForSaves() { return checkpoints_.Wait(); }
 
+bool TrainingJob::StatePartlyReceived() const { return parts_->receiving_state; }
+
 uint64_t TrainingJob::StateDigest() const { return trainyard::StateDigest(*parts_); }
 
 absl::StatusOr<RegroupOutcome> TrainingJob::Regroup(Collective* collective, bool fresh) {

@@ -145,6 +145,11 @@ class TrainingJob {
   // the job is not ELASTIC; kAborted when the group fails. A rank that is
   // not fresh always moves: `collective` must be a new group.
   absl::StatusOr<RegroupOutcome> Regroup(Collective* collective, bool fresh);
+  // After a failed Regroup: whether it had begun to move another rank's
+  // state into this one (this rank was behind the furthest step), so that
+  // its state may be partly overwritten. A rank that was at the furthest
+  // step keeps its state whole and may regroup again.
+  bool StatePartlyReceived() const;
   // A hash of the parameters, optimizer state, step and data position:
   // equal on two ranks exactly when their training states are bit for bit
   // equal (but for hash collisions).

@@ -813,6 +813,57 @@ TEST_F(TrainingJobTest, ElasticRanksRegroupAndAFreshRankReceivesTheStateBitForBi
   EXPECT_LT(worst, 1e-5);
 }
 
+// A regroup that fails while the state moves (the joiner lost midway):
+// the ranks at the furthest step (the source, and one holding the same
+// step) keep their state whole and regroup again; only the rank the state
+// was moving into may hold part of it (TrainingJob::StatePartlyReceived).
+TEST_F(TrainingJobTest, AFailedRegroupLeavesTheStateOfRanksAtTheFurthestStepWhole) {
+  JobSpec spec = Spec("elastic", 2);
+  spec.set_num_workers(3);
+  spec.set_batch_size(6);
+  spec.mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
+  ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
+  TrainingJobOptions options;
+  options.id = "job";
+  options.peak_flops = 1e12;
+  auto two = std::make_shared<FakeGroup>(2, absl::Seconds(30));
+  auto three = std::make_shared<FakeGroup>(3, absl::Seconds(1));
+  auto again = std::make_shared<FakeGroup>(2, absl::Seconds(30));
+  // The joiner's first broadcast (after the all-gather of the steps) fails.
+  three->FailOperation(2, 1, absl::AbortedError("the joiner was lost"));
+  FakeCollective first[2] = {FakeCollective(two, 0), FakeCollective(two, 1)};
+  FakeCollective joining[3] = {FakeCollective(three, 0), FakeCollective(three, 1), FakeCollective(three, 2)};
+  FakeCollective last[2] = {FakeCollective(again, 0), FakeCollective(again, 1)};
+  std::vector<uint64_t> digests(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      absl::StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(spec, &first[r], options);
+      ASSERT_THAT(job.status(), IsOk());
+      ASSERT_THAT((*job)->Restore("").status(), IsOk());
+      ASSERT_THAT((*job)->Train(2).status(), IsOk());
+      EXPECT_THAT((*job)->Regroup(&joining[r], /*fresh=*/false).status(),
+                  StatusIs(absl::StatusCode::kAborted, HasSubstr("a peer left or stalled")));
+      EXPECT_FALSE((*job)->StatePartlyReceived());
+      absl::StatusOr<RegroupOutcome> regrouped = (*job)->Regroup(&last[r], /*fresh=*/false);
+      ASSERT_THAT(regrouped.status(), IsOk());
+      EXPECT_EQ(regrouped->step, 2);
+      EXPECT_EQ(regrouped->source_rank, -1);  // both still held step 2
+      ASSERT_THAT((*job)->Train(1).status(), IsOk());
+      digests[r] = (*job)->StateDigest();
+    });
+  }
+  threads.emplace_back([&] {
+    absl::StatusOr<std::unique_ptr<TrainingJob>> job = TrainingJob::Create(spec, &joining[2], options);
+    ASSERT_THAT(job.status(), IsOk());
+    EXPECT_THAT((*job)->Regroup(&joining[2], /*fresh=*/true).status(),
+                StatusIs(absl::StatusCode::kAborted, HasSubstr("the joiner was lost")));
+    EXPECT_TRUE((*job)->StatePartlyReceived());
+  });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(digests[0], digests[1]);
+}
+
 // data_parallel.reproducible under ELASTIC: 3 ranks, then 2 (rank 2 lost;
 // the 3 global microbatches split 1 + 2), then a fresh rank joins and
 // receives the state with the exact sum's scales: parameters, optimizer

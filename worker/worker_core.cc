@@ -315,9 +315,10 @@ absl::StatusOr<RegroupResponse> WorkerCore::Regroup(const RegroupRequest& reques
     return absl::FailedPreconditionError(absl::StrCat("job ", job->id, " is not a training job with ELASTIC"));
   }
   if (job->state_unsure) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", job->id,
-                     ": an earlier regroup failed while moving state; this rank's state may be partly overwritten"));
+    // Retryable: the attempt restarts from its checkpoint.
+    return absl::AbortedError(absl::StrCat(
+        "job ", job->id,
+        ": an earlier regroup failed while moving state into this rank; its state may be partly overwritten"));
   }
   const int world = request.world_size(), rank = request.rank();
   if (world < 1 || rank < 0 || rank >= world || request.attempt() != job->attempt ||
@@ -353,7 +354,7 @@ absl::StatusOr<RegroupResponse> WorkerCore::Regroup(const RegroupRequest& reques
     teardowns_.Start([old = std::move(old)]() mutable { old.reset(); });  // moved: see DropGroup
   }
   if (!regrouped.ok()) {
-    job->state_unsure = true;
+    job->state_unsure = job->training->StatePartlyReceived();
     return regrouped.status();
   }
   job->rank = rank;

@@ -54,9 +54,10 @@ struct WorkerCore::Job {
   Collective* entering ABSL_GUARDED_BY(group_mu) = nullptr;
   int entering_generation ABSL_GUARDED_BY(group_mu) = 0;
   // The last RunSteps answered (Adopt), and its first step.
-  // A Regroup failed once the ranks could have begun moving state: this
-  // rank's state may be partly overwritten, and it takes part in no other
-  // regroup (the attempt restarts).
+  // A Regroup failed once it could have begun moving another rank's state
+  // into this one (TrainingJob::StatePartlyReceived): this rank's state may
+  // be partly overwritten, and it takes part in no other regroup (the
+  // attempt restarts).
   bool state_unsure ABSL_GUARDED_BY(busy) = false;
   std::optional<RunStepsResponse> last_chunk ABSL_GUARDED_BY(busy);
   int64_t last_chunk_first_step ABSL_GUARDED_BY(busy) = 0;
