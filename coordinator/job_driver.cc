@@ -125,7 +125,9 @@ absl::Status JobDriver::OnAllRanks(const char* what, const StartCall<Response>& 
   bool failed;
   {
     MutexLock lock(&mu_);
-    while (!(calls.done() == world || calls.failed() || stop_.has_value())) WaitOrWatch(&next_watch, each != nullptr);
+    while (!(calls.done() == world || calls.failed() || stop_.has_value())) {
+      WaitOrWatch(&next_watch, each != nullptr, calls.Answered());
+    }
     failed = calls.failed();
   }
   // Ranks still finding their peers (StartJob, a join) stop waiting for

@@ -261,21 +261,24 @@ class JobDriver {
                   std::vector<std::string> worker_ids, std::vector<std::string> addresses) ABSL_LOCKS_EXCLUDED(mu_);
   // OnAllRanks' wait for its calls: one wait on changed_; for a training
   // job, when *next_watch passes, a probe round (Watch) first. `answered`:
-  // after a call failed, which ranks' calls have answered.
-  void WaitOrWatch(absl::Time* next_watch, bool elastic_chunk, const std::vector<bool>& answered = {})
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // which ranks' calls have answered; `after_failure`: one of them failed.
+  void WaitOrWatch(absl::Time* next_watch, bool elastic_chunk, const std::vector<bool>& answered,
+                   bool after_failure = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Probes every rank (watchdog.h) and acts on the verdict: an ELASTIC
   // chunk (`elastic_chunk`) drops the ranks (as lost, their calls
   // cancelled, never taken back in this attempt) and aborts the others'
   // collective (LeaveGroup), so they fail the chunk at once and regroup;
-  // anything else ends the attempt for a restart. With `answered` (a call
-  // failed), ranks still blocked on ranks that answered have their
-  // collective aborted (BlockedOnAnsweredRanks). An ELASTIC chunk's ranks
+  // anything else ends the attempt for a restart. Ranks whose calls have
+  // answered count neither as progress nor as stalled (Examine's
+  // `finished`). After a failure (`after_failure`), ranks still blocked on
+  // ranks that answered have their collective aborted
+  // (BlockedOnAnsweredRanks). An ELASTIC chunk's ranks
   // are judged against the watchdog's elastic_stall, anything else against
   // its stall. Returns when the next round is due: after the round period,
   // or, when a rank is suspect (silent or cut off) but the others have not
   // been blocked long enough, once they have (UntilStalled).
-  absl::Duration Watch(bool elastic_chunk, const std::vector<bool>& answered) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Duration Watch(bool elastic_chunk, const std::vector<bool>& answered, bool after_failure)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // One probe of each rank, due within `deadline`; the ranks marked in
   // `skip_wait` are not waited for (what they answer meanwhile counts;
   // otherwise they are silent). `as_of_end`: the same answers with each

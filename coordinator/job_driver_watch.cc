@@ -35,7 +35,8 @@ bool JobDriver::WorkerLost(const std::string& worker_id, const std::string& reas
   return true;
 }
 
-void JobDriver::WaitOrWatch(absl::Time* next_watch, bool elastic_chunk, const std::vector<bool>& answered) {
+void JobDriver::WaitOrWatch(absl::Time* next_watch, bool elastic_chunk, const std::vector<bool>& answered,
+                            bool after_failure) {
   if (!IsTrainingKind(plan_.spec.kind()) || plan_.watchdog.period <= absl::ZeroDuration()) {
     changed_.Wait(&mu_);
     return;
@@ -44,7 +45,7 @@ void JobDriver::WaitOrWatch(absl::Time* next_watch, bool elastic_chunk, const st
   // clock (tests) times the driver's own bounded waits only.
   if (!Clock::Real()->WaitWithDeadline(&changed_, &mu_, *next_watch)) return;
   mu_.Unlock();
-  const absl::Duration next_in = Watch(elastic_chunk, answered);
+  const absl::Duration next_in = Watch(elastic_chunk, answered, after_failure);
   mu_.Lock();
   *next_watch = Clock::Real()->Now() + next_in;
 }
@@ -99,7 +100,7 @@ std::vector<absl::StatusOr<ProbeResponse>> JobDriver::ProbeRound(
   return round->answers;
 }
 
-absl::Duration JobDriver::Watch(bool elastic_chunk, const std::vector<bool>& answered) {
+absl::Duration JobDriver::Watch(bool elastic_chunk, const std::vector<bool>& answered, bool after_failure) {
   const int world = static_cast<int>(clients_.size());
   const WatchdogOptions& options = plan_.watchdog;
   const bool elastic_drop = elastic() && elastic_chunk;
@@ -112,8 +113,9 @@ absl::Duration JobDriver::Watch(bool elastic_chunk, const std::vector<bool>& ans
   std::vector<absl::StatusOr<ProbeResponse>> as_of_end;
   const std::vector<absl::StatusOr<ProbeResponse>> answers =
       ProbeRound(options.RoundDeadline(elastic_drop), skip_wait, &as_of_end);
-  if (std::vector<int> blocked = BlockedOnAnsweredRanks(answers, answered, options.stall);
-      !answered.empty() && !blocked.empty()) {
+  if (std::vector<int> blocked =
+          after_failure ? BlockedOnAnsweredRanks(answers, answered, options.stall) : std::vector<int>();
+      !blocked.empty()) {
     std::vector<std::string> names;
     for (int r : blocked) names.push_back(RankName(r));
     const std::string reason = absl::StrCat(
@@ -124,13 +126,13 @@ absl::Duration JobDriver::Watch(bool elastic_chunk, const std::vector<bool>& ans
     return period;
   }
   const absl::Duration stall = elastic_drop ? options.elastic_stall : options.stall;
-  const WatchdogVerdict verdict = Examine(answers, stall);
+  const WatchdogVerdict verdict = Examine(answers, stall, answered);
   if (verdict.drop.empty()) {
     if (!Suspect(answers)) return period;
     // The next round comes once the others have been blocked long enough.
     suspects_.generation = generation_;
     for (const absl::StatusOr<ProbeResponse>& a : answers) suspects_.silent.push_back(!a.ok());
-    return std::min(UntilStalled(as_of_end, stall), period);
+    return std::min(UntilStalled(as_of_end, stall, answered), period);
   }
   std::vector<std::string> names;
   for (int r : verdict.drop) names.push_back(RankName(r));
@@ -175,7 +177,7 @@ void JobDriver::AwaitSurvivors(const std::function<bool()>& all_answered,
       given_up = true;
       continue;  // the cancelled calls may have answered while mu_ was free
     }
-    WaitOrWatch(next_watch, true, answered());
+    WaitOrWatch(next_watch, true, answered(), /*after_failure=*/true);
   }
 }
 

@@ -16,9 +16,12 @@ bool Unreachable(const std::vector<absl::StatusOr<ProbeResponse>>& probes, int a
   return b < p.reachable_size() && !p.reachable(b);
 }
 
+bool Finished(const std::vector<bool>& finished, int r) { return r < static_cast<int>(finished.size()) && finished[r]; }
+
 }  // namespace
 
-WatchdogVerdict Examine(const std::vector<absl::StatusOr<ProbeResponse>>& probes, absl::Duration stall) {
+WatchdogVerdict Examine(const std::vector<absl::StatusOr<ProbeResponse>>& probes, absl::Duration stall,
+                        const std::vector<bool>& finished) {
   const int world = static_cast<int>(probes.size());
   std::vector<int> answered, silent;
   double least_stalled = -1;
@@ -27,12 +30,13 @@ WatchdogVerdict Examine(const std::vector<absl::StatusOr<ProbeResponse>>& probes
       silent.push_back(r);
       continue;
     }
+    answered.push_back(r);
+    if (Finished(finished, r)) continue;
     const ProbeResponse& p = *probes[r];
     if (!p.collective_waiting() || absl::Seconds(p.stalled_seconds()) < stall) return {};
     least_stalled = least_stalled < 0 ? p.stalled_seconds() : std::min(least_stalled, p.stalled_seconds());
-    answered.push_back(r);
   }
-  if (answered.empty()) return {};
+  if (least_stalled < 0) return {};  // no rank in its call answered
   WatchdogVerdict verdict;
   std::vector<std::string> why;
   if (!silent.empty()) {
@@ -87,10 +91,12 @@ bool Suspect(const std::vector<absl::StatusOr<ProbeResponse>>& probes) {
   return any_answered && any_silent;
 }
 
-absl::Duration UntilStalled(const std::vector<absl::StatusOr<ProbeResponse>>& probes, absl::Duration stall) {
+absl::Duration UntilStalled(const std::vector<absl::StatusOr<ProbeResponse>>& probes, absl::Duration stall,
+                            const std::vector<bool>& finished) {
   absl::Duration wait = absl::ZeroDuration();
-  for (const absl::StatusOr<ProbeResponse>& p : probes) {
-    if (!p.ok()) continue;
+  for (int r = 0; r < static_cast<int>(probes.size()); ++r) {
+    const absl::StatusOr<ProbeResponse>& p = probes[r];
+    if (!p.ok() || Finished(finished, r)) continue;
     const absl::Duration stalled = p->collective_waiting() ? absl::Seconds(p->stalled_seconds()) : absl::ZeroDuration();
     wait = std::max(wait, stall - stalled);
   }

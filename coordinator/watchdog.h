@@ -64,15 +64,19 @@ struct WatchdogVerdict {
 };
 
 // `probes[r]`: rank r's answer (any error: it did not answer in time), its
-// `reachable` in rank order. The verdict: nothing unless at least one rank
-// answered and every rank that answered is blocked in a collective stalled
-// for `stall` or more (a rank that computes, or progress, means the group
-// is alive). Then the ranks that did not answer are dropped, and among the
-// others, while some pair cannot reach each other (either direction), the
-// rank with the most unreachable peers (the highest among equals). A group
-// that is stalled with every rank answering and reaching every other is
-// left to the collective's timeout (a slow transfer is not a fault).
-WatchdogVerdict Examine(const std::vector<absl::StatusOr<ProbeResponse>>& probes, absl::Duration stall);
+// `reachable` in rank order. `finished[r]` (when given): rank r's call has
+// completed; it takes no part in the others' collective any more and is
+// neither evidence of progress nor of a stall. The verdict: nothing unless
+// at least one rank still in its call answered and every such rank is
+// blocked in a collective stalled for `stall` or more (a rank that
+// computes, or progress, means the group is alive). Then the ranks that
+// did not answer are dropped, and among the others, while some pair cannot
+// reach each other (either direction), the rank with the most unreachable
+// peers (the highest among equals). A group that is stalled with every
+// rank answering and reaching every other is left to the collective's
+// timeout (a slow transfer is not a fault).
+WatchdogVerdict Examine(const std::vector<absl::StatusOr<ProbeResponse>>& probes, absl::Duration stall,
+                        const std::vector<bool>& finished = {});
 
 // After some ranks' calls have answered (`answered[r]`), one with a
 // failure: the ranks still in theirs, when every one of them answered the
@@ -94,7 +98,9 @@ bool Suspect(const std::vector<absl::StatusOr<ProbeResponse>>& probes);
 // while it computed counts as blocking now. The next round comes then:
 // its verdict rests on a fresh answer from each of these ranks, not on an
 // extrapolation of this one's.
-absl::Duration UntilStalled(const std::vector<absl::StatusOr<ProbeResponse>>& probes, absl::Duration stall);
+// Ranks marked in `finished` (their calls completed) do not count.
+absl::Duration UntilStalled(const std::vector<absl::StatusOr<ProbeResponse>>& probes, absl::Duration stall,
+                            const std::vector<bool>& finished = {});
 
 std::vector<int> BlockedOnAnsweredRanks(const std::vector<absl::StatusOr<ProbeResponse>>& probes,
                                         const std::vector<bool>& answered, absl::Duration stall);

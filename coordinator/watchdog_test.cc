@@ -105,6 +105,26 @@ TEST(WatchdogTest, ASuspectIsASilentRankOrACutPairWhileSomeoneAnswers) {
   EXPECT_FALSE(Suspect({absl::DeadlineExceededError("probe"), absl::UnavailableError("probe")}));
 }
 
+// A rank whose call has completed (it regrouped; its peers still move state
+// on a rank that hung) is neither progress nor stall: the silent rank is
+// dropped once the ranks still in their calls have stalled long enough.
+TEST(WatchdogTest, ARankWhoseCallCompletedNeitherKeepsAliveNorStalls) {
+  const std::vector<absl::StatusOr<ProbeResponse>> probes = {Answer(true, 3.5, "1111"),
+                                                             absl::DeadlineExceededError("probe"),
+                                                             Answer(false, 0, "1111"), Answer(true, 4.0, "1111")};
+  // Without knowing that rank 2 is done, it looks like a rank computing.
+  EXPECT_TRUE(Examine(probes, kStall).drop.empty());
+  const WatchdogVerdict v = Examine(probes, kStall, {false, false, true, false});
+  EXPECT_EQ(v.drop, std::vector<int>({1}));
+  EXPECT_EQ(v.reason,
+            "rank 1 did not answer the watchdog's probe (the other ranks were blocked in a collective for 3.5 s)");
+  // Every rank that answered is done: no stall to judge by.
+  EXPECT_TRUE(
+      Examine({Answer(false, 0, "11"), absl::DeadlineExceededError("probe")}, kStall, {true, false}).drop.empty());
+  // ... and the next round's wait is the ranks' still in their calls.
+  EXPECT_EQ(UntilStalled(probes, absl::Seconds(4), {false, false, true, false}), absl::Milliseconds(500));
+}
+
 // After a suspect round, the next comes when every rank that answered has
 // been blocked for the stall: the least blocked one decides; one that
 // computed counts from now; silent ranks do not count.
