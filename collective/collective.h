@@ -209,6 +209,28 @@ class LocalCollective : public Collective {
   absl::Status Barrier() override { return absl::OkStatus(); }
 };
 
+// A group's place without its connections: rank and world size only; every
+// operation fails with kFailedPrecondition. A job built ahead of joining
+// its group (WorkerCore's StartJob with `prepare`) is built on it, and
+// moves to the group once it forms.
+class UnconnectedCollective : public Collective {
+ public:
+  UnconnectedCollective(int rank, int world_size) : rank_(rank), world_size_(world_size) {}
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  absl::Status AllReduce(std::vector<torch::Tensor>&, ReduceOp) override { return NotConnected(); }
+  absl::Status Broadcast(std::vector<torch::Tensor>&, int) override { return NotConnected(); }
+  absl::Status AllGather(const torch::Tensor&, std::vector<torch::Tensor>*) override { return NotConnected(); }
+  absl::Status Barrier() override { return NotConnected(); }
+
+ private:
+  static absl::Status NotConnected() {
+    return absl::FailedPreconditionError("this rank is not connected to its group yet");
+  }
+  int rank_;
+  int world_size_;
+};
+
 }  // namespace trainyard
 
 #endif  // TRAINYARD_COLLECTIVE_COLLECTIVE_H_

@@ -243,7 +243,9 @@ class Coordinator : private JobDriverHost {
                    const std::function<void(JobInfo*)>& edit) override;
   std::vector<JoiningWorker> AcquireWorkers(const std::string& job_id, int n, int unit,
                                             const std::set<std::string>& exclude) override;
-  void SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids) override;
+  void SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids,
+                const std::vector<std::string>& joining) override;
+  void ReleaseWorkers(const std::string& job_id, const std::vector<std::string>& worker_ids) override;
   void CloseRendezvous(const std::string& scope, const std::string& reason) override;
   // Records a change (caller holds mu_): bumps the version, wakes watchers,
   // and persists: at once when `durable` (state changes), else soon, by the

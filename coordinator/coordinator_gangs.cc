@@ -252,16 +252,34 @@ void Coordinator::CloseRendezvous(const std::string& scope, const std::string& r
   store_.CloseScope(scope, reason);
 }
 
-void Coordinator::SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids) {
+void Coordinator::ReleaseWorkers(const std::string& job_id, const std::vector<std::string>& worker_ids) {
+  MutexLock lock(&mu_);
+  Job* job = FindLocked(job_id);
+  if (job == nullptr) return;
+  std::vector<std::string> gone;
+  for (const std::string& id : worker_ids) {
+    auto it = std::find(job->worker_ids.begin(), job->worker_ids.end(), id);
+    if (it == job->worker_ids.end()) continue;
+    job->worker_ids.erase(it);
+    gone.push_back(id);
+  }
+  workers_.Release(gone);
+}
+
+void Coordinator::SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids,
+                           const std::vector<std::string>& joining) {
   MutexLock lock(&mu_);
   Job* job = FindLocked(job_id);
   if (job == nullptr) return;
   std::vector<std::string> gone;
   for (const std::string& id : job->worker_ids) {
-    if (std::find(worker_ids.begin(), worker_ids.end(), id) == worker_ids.end()) gone.push_back(id);
+    const bool held = std::find(worker_ids.begin(), worker_ids.end(), id) != worker_ids.end() ||
+                      std::find(joining.begin(), joining.end(), id) != joining.end();
+    if (!held) gone.push_back(id);
   }
   workers_.Release(gone);
   job->worker_ids = worker_ids;
+  job->worker_ids.insert(job->worker_ids.end(), joining.begin(), joining.end());
   job->info.clear_ranks();
   for (size_t r = 0; r < worker_ids.size(); ++r) {
     RankInfo* rank = job->info.add_ranks();

@@ -74,6 +74,9 @@ struct Script {
   absl::Status fail_adopt;      // Adopt answers this
   absl::Status fail_join_once;  // the first join (StartJob with join) fails with this
   bool reaches_peers = false;   // a reachability probe's answer for every peer
+  // A join reports the step this worker's last chunk ended at (a rank of
+  // the group joined), whichever boundary the join comes at.
+  std::shared_ptr<Script> joins_at_step_of;
 };
 
 class ScriptedResponder : public FakeWorker::Responder {
@@ -81,12 +84,16 @@ class ScriptedResponder : public FakeWorker::Responder {
   explicit ScriptedResponder(std::shared_ptr<Script> w) : w_(std::move(w)) {}
   absl::StatusOr<StartJobResponse> StartJob(const StartJobRequest& r) override {
     Record(absl::StrCat("start ", r.rank(), "/", r.world_size(), r.join() ? " join" : "",
-                        r.generation() > 0 ? absl::StrCat(" g", r.generation()) : ""));
+                        r.generation() > 0 ? absl::StrCat(" g", r.generation()) : "", r.prepare() ? " prepare" : ""));
     std::lock_guard<std::mutex> lock(w_->mu);
     if (r.join()) {  // receives the group's state: reports the step it was told to expect
       if (!w_->fail_join_once.ok()) return std::exchange(w_->fail_join_once, absl::OkStatus());
       StartJobResponse response;
       response.set_start_step(w_->step);
+      if (w_->joins_at_step_of != nullptr) {
+        std::lock_guard<std::mutex> group(w_->joins_at_step_of->mu);
+        response.set_start_step(w_->joins_at_step_of->step);
+      }
       response.mutable_joined()->set_source_rank(0);
       response.mutable_joined()->set_state_digest(w_->digest);
       w_->rank = r.rank();
@@ -304,9 +311,13 @@ class CoordinatorTest : public ::testing::Test {
     all_fakes_.push_back(fakes_[name]);
     return workers_[name];
   }
-  // Registers a fake worker; returns its id.
-  std::string AddWorker(Coordinator* c, const std::string& name, int64_t step = 0) {
-    NewWorker(name)->step = step;
+  // Registers a fake worker (its script set up by `script` first); returns
+  // its id.
+  std::string AddWorker(Coordinator* c, const std::string& name, int64_t step = 0,
+                        const std::function<void(Script*)>& script = nullptr) {
+    std::shared_ptr<Script> w = NewWorker(name);
+    w->step = step;
+    if (script) script(w.get());
     RegisterWorkerRequest r;
     r.set_host(name);
     r.set_address(name);
@@ -907,8 +918,9 @@ class ProgressOnlyHost : public JobDriverHost {
   Goodput GoodputNow(const std::string&) override { return Goodput(); }
   void ChangeState(const std::string&, JobState, const std::string&, const std::function<void(JobInfo*)>&) override {}
 };
-static_assert(std::is_abstract_v<ProgressOnlyHost>,
-              "JobDriverHost::AcquireWorkers, SetRanks and CloseRendezvous must be implemented by every host");
+static_assert(
+    std::is_abstract_v<ProgressOnlyHost>,
+    "JobDriverHost::AcquireWorkers, SetRanks, ReleaseWorkers and CloseRendezvous must be implemented by every host");
 
 TEST_F(CoordinatorTest, ASessionWaitsInTheQueueBehindOlderJobs) {
   auto c = Make();
@@ -1736,12 +1748,14 @@ TEST_F(CoordinatorTest, ElasticAdmitsAnIdleWorkerWhichReceivesTheState) {
   Fake("b")->HoldCall(WorkerMethod::kRunSteps, 4);  // the first chunk at 2 ranks (40+20) waits
   ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
   c->Start();
-  // The replacement registers while the job runs at 2 ranks; at the next
-  // boundary (60) it joins and receives the state.
+  // The replacement registers while the job runs at 2 ranks: it builds the
+  // job ahead (StartJob with `prepare`, as rank 2 of 3) while the ranks
+  // train on, and at the first boundary after its build answered it joins
+  // and receives the state.
   std::unique_ptr<FakeWorker::HeldCall> held = HeldRun("b");
   ASSERT_NE(held, nullptr);
   EXPECT_EQ(c->GetJob("test-job-1")->regroups(), 1);
-  AddWorker(c.get(), "d", /*step=*/60);
+  AddWorker(c.get(), "d", 0, [&](Script* d) { d->joins_at_step_of = Worker("b"); });
   held->Respond();
   JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
   EXPECT_EQ(done.restarts(), 0);
@@ -1750,9 +1764,34 @@ TEST_F(CoordinatorTest, ElasticAdmitsAnIdleWorkerWhichReceivesTheState) {
   EXPECT_EQ(done.ranks(0).host(), "b");
   EXPECT_EQ(done.ranks(2).host(), "d");
   const std::vector<std::string> d = CallsAfterAbort("d");
-  ASSERT_GE(d.size(), 2u);
-  EXPECT_EQ(d[0], "start 2/3 join g2");
+  ASSERT_GE(d.size(), 3u);
+  EXPECT_EQ(d[0], "start 2/3 join g1 prepare");
+  EXPECT_EQ(d[1], "start 2/3 join g2");
   EXPECT_THAT(Calls("b"), ::testing::Contains("regroup 0/3 g2"));
+}
+
+// A worker that builds the job ahead of its join and is let go before it
+// joins (the attempt ends) is told to let go of the job too.
+TEST_F(CoordinatorTest, ElasticLetsGoOfAWorkerThatBuiltTheJobAheadWhenTheAttemptEnds) {
+  auto c = Make();
+  for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
+  LoseRankAt(Worker("a").get(), {Worker("b").get(), Worker("c").get()}, 80);
+  Fake("b")->HoldCall(WorkerMethod::kRunSteps, 6);  // the last chunk, at 2 ranks (80+20), waits
+  ASSERT_THAT(c->SubmitJob(ElasticSpec(0)).status(), IsOk());
+  c->Start();
+  std::unique_ptr<FakeWorker::HeldCall> held = HeldRun("b");
+  ASSERT_NE(held, nullptr);
+  AddWorker(c.get(), "d", 0, [&](Script* d) { d->joins_at_step_of = Worker("b"); });
+  // A watchdog round during the chunk gives it the job to build.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (Calls("d").empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(Calls("d"), std::vector<std::string>{"start 2/3 join g1 prepare"});
+  held->Respond();  // the job's last chunk: it ends before d joins
+  JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
+  EXPECT_EQ(done.regroups(), 1);
+  ASSERT_EQ(done.ranks_size(), 2);
+  while (Calls("d").size() < 2 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(Calls("d"), (std::vector<std::string>{"start 2/3 join g1 prepare", "abort"}));
 }
 
 // A joiner lost while it joins (its link cut: UNAVAILABLE) is not taken
@@ -1764,52 +1803,73 @@ TEST_F(CoordinatorTest, ElasticTakesACutOffWorkerBackOnceItReachesEveryRank) {
   for (const char* n : {"a", "b", "c"}) AddWorker(c.get(), n);
   LoseRankAt(Worker("a").get(), {Worker("b").get(), Worker("c").get()}, 40);
   SubmitJobRequest spec = ElasticSpec(0);
-  spec.mutable_spec()->set_total_steps(200);
+  spec.mutable_spec()->set_total_steps(240);
   // b's chunks at 2 ranks, from its 4th RunSteps (40+20) on, wait for the
   // test: each answer is a boundary.
-  for (int n = 4; n <= 8; ++n) Fake("b")->HoldCall(WorkerMethod::kRunSteps, n);
+  for (int n = 4; n <= 12; ++n) Fake("b")->HoldCall(WorkerMethod::kRunSteps, n);
   ASSERT_THAT(c->SubmitJob(spec).status(), IsOk());
   c->Start();
   std::unique_ptr<FakeWorker::HeldCall> held = HeldRun("b");  // 40+20
   ASSERT_NE(held, nullptr);
-  const std::string d_id = AddWorker(c.get(), "d", /*step=*/60);
-  Worker("d")->fail_join_once = absl::UnavailableError("Socket closed");
-  held->Respond();      // boundary 60: d joins, its join fails: cut off
+  const std::string d_id = AddWorker(c.get(), "d", 0, [&](Script* d) {
+    d->fail_join_once = absl::UnavailableError("Socket closed");
+    d->joins_at_step_of = Worker("b");
+  });
+  // d is given the job to build ahead of its join (at a watchdog round or
+  // at boundary 60); the build fails.
+  held->Respond();      // boundary 60
   held = HeldRun("b");  // 60+20
   ASSERT_NE(held, nullptr);
-  EXPECT_EQ(Calls("d"), (std::vector<std::string>{"start 2/3 join g2", "abort"}));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (Calls("d").empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  absl::SleepFor(absl::Milliseconds(50));  // its answer is read at the next boundary
+  held->Respond();                         // boundary 80: the failure is read: cut off, told to let go
+  held = HeldRun("b");                     // 80+20
+  ASSERT_NE(held, nullptr);
+  while (Calls("d").size() < 2 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(Calls("d"), (std::vector<std::string>{"start 2/3 join g1 prepare", "abort"}));
   EXPECT_EQ(c->GetJob("test-job-1")->ranks_size(), 2);
   clock_.AdvanceTime(absl::Seconds(1));
-  held->Respond();      // boundary 80: the first probe
-  held = HeldRun("b");  // 80+20
-  ASSERT_NE(held, nullptr);
-  held->Respond();      // boundary 100: it cannot reach the ranks; next probe 2 s on
+  held->Respond();      // boundary 100: the first probe
   held = HeldRun("b");  // 100+20
+  ASSERT_NE(held, nullptr);
+  held->Respond();      // boundary 120: it cannot reach the ranks; next probe 2 s on
+  held = HeldRun("b");  // 120+20
   ASSERT_NE(held, nullptr);
   EXPECT_EQ(Fake("d")->calls(WorkerMethod::kProbe), 1);
   Worker("d")->reaches_peers = true;
   clock_.AdvanceTime(absl::Seconds(1));
-  held->Respond();      // boundary 120: before the backoff: no probe
-  held = HeldRun("b");  // 120+20
+  held->Respond();      // boundary 140: before the backoff: no probe
+  held = HeldRun("b");  // 140+20
   ASSERT_NE(held, nullptr);
   EXPECT_EQ(Fake("d")->calls(WorkerMethod::kProbe), 1);
-  // Let go of the job, d heartbeats idle; joining, it will hold the
-  // group's step.
-  Worker("d")->step = 160;
+  // Let go of the job, d heartbeats idle.
   HeartbeatRequest beat;
   beat.set_worker_id(d_id);
   ASSERT_THAT(c->Heartbeat(beat).status(), IsOk());
   clock_.AdvanceTime(absl::Seconds(1));
-  held->Respond();  // boundary 140: the second probe
+  held->Respond();      // boundary 160: the second probe
+  held = HeldRun("b");  // 160+20
+  ASSERT_NE(held, nullptr);
+  held->Respond();      // boundary 180: it reaches every rank: it builds the job ahead
+  held = HeldRun("b");  // 180+20
+  ASSERT_NE(held, nullptr);
+  while (Calls("d").size() < 5 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  absl::SleepFor(absl::Milliseconds(50));  // its answer is read at the next boundary
+  held->Respond();                         // boundary 200: it joins
+  held = HeldRun("b");                     // 200+20, at 3 ranks
+  ASSERT_NE(held, nullptr);
+  held->Respond();
   JobInfo done = WaitForState(c.get(), "test-job-1", SUCCEEDED);
   EXPECT_EQ(done.restarts(), 0);
   ASSERT_EQ(done.ranks_size(), 3);
   EXPECT_EQ(done.ranks(2).host(), "d");
   const std::vector<std::string> d = Calls("d");
-  ASSERT_GE(d.size(), 5u);
+  ASSERT_GE(d.size(), 6u);
   EXPECT_EQ(d[2], "probe b,c");
   EXPECT_EQ(d[3], "probe b,c");
-  EXPECT_THAT(d[4], HasSubstr("start 2/3 join"));  // at boundary 160
+  EXPECT_EQ(d[4], "start 2/3 join g1 prepare");  // at boundary 180
+  EXPECT_EQ(d[5], "start 2/3 join g2");          // at boundary 200
   EXPECT_EQ(Fake("d")->calls(WorkerMethod::kProbe), 2);
 }
 

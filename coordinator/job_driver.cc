@@ -563,8 +563,11 @@ void JobDriver::Run() {
 
 void JobDriver::AbortEveryRank(const AbortJobRequest& abort) {
   // The answers only say the worker let go; one that did not answer is
-  // taken back by the registry when its heartbeats say so.
-  (void)AbortOnEveryWorker(clients_, abort);
+  // taken back by the registry when its heartbeats say so. Workers that
+  // built the job ahead of a join let go of it too.
+  std::vector<std::shared_ptr<WorkerClient>> workers = clients_;
+  for (const PreparingJoiner& p : preparing_) workers.push_back(p.worker.client);
+  (void)AbortOnEveryWorker(workers, abort);
 }
 
 // The ELASTIC regroup (job_driver_elastic.cc) and an adoption

@@ -108,8 +108,13 @@ class JobDriverHost {
   virtual std::vector<JoiningWorker> AcquireWorkers(const std::string& job_id, int n, int unit,
                                                     const std::set<std::string>& exclude) = 0;
   // The attempt's ranks are now `worker_ids` (rank order); the job's other
-  // workers (lost, or acquired and not joined) go back to the pool.
-  virtual void SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids) = 0;
+  // workers (lost, or acquired and not joined) go back to the pool, but for
+  // `joining` (acquired and building the job ahead of their join).
+  virtual void SetRanks(const std::string& job_id, const std::vector<std::string>& worker_ids,
+                        const std::vector<std::string>& joining) = 0;
+  // Workers AcquireWorkers gave the job that will not join it (their build
+  // failed): back to the pool.
+  virtual void ReleaseWorkers(const std::string& job_id, const std::vector<std::string>& worker_ids) = 0;
   // A call of the group meeting in rendezvous `scope` (GroupScope) failed:
   // ranks still waiting there for their peers fail at once, with `reason`
   // (InMemoryStore::CloseScope), instead of at the collective timeout.
@@ -234,8 +239,16 @@ class JobDriver {
     }
     return out;
   }
-  // ELASTIC: idle workers join, up to num_workers ranks.
+  // ELASTIC, at a chunk boundary: the workers that built the job ahead
+  // (PrepareJoiners) join, once every one of them has answered; those
+  // whose build failed are let go and cut off (CutOffJoiner).
   absl::Status AdmitJoiners(int64_t* step);
+  // ELASTIC: idle workers, up to num_workers ranks with those already
+  // preparing, are given the job and build it ahead of their join
+  // (StartJob with `prepare`) while the ranks train on. From AdmitJoiners
+  // and, during a chunk, from the watchdog's rounds (WaitOrWatch).
+  void PrepareJoiners() ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<std::string> PreparingIds() const;
   // ELASTIC: a worker out of the job that is not to join it again as is:
   // one asked to stop (for good), or one cut off (dropped by the watchdog,
   // or lost while it joined) until a probe through `client` finds that it
@@ -250,6 +263,8 @@ class JobDriver {
     std::shared_ptr<RejoinProbe> probe;    // in flight or answered
   };
   void CutOff(int rank, bool for_good);
+  void CutOffJoiner(const std::string& worker_id, const std::string& description,
+                    const std::shared_ptr<WorkerClient>& client, bool for_good);
   // The workers AcquireWorkers must not take now. A cut-off worker is
   // probed (is every rank's address reachable from it?) once its backoff
   // has passed: 1 s after the cut, doubling up to 60 s after each failed
@@ -461,6 +476,20 @@ class JobDriver {
   int64_t trained_to_ = 0;          // the step the training ended at (Drive returned OK)
   std::string checkpoint_failure_;  // as last reported to the job's record
   double seconds_per_step_ = 0;     // the last chunk's (goodput)
+  // ELASTIC: workers building the job ahead of their join (PrepareJoiners),
+  // with the rank and world size they build for and the build's outcome
+  // once answered (the driver's thread only; the outcome under its mutex).
+  struct PreparingJoiner {
+    JoiningWorker worker;
+    int rank = 0;
+    int world = 0;
+    struct Outcome {
+      Mutex mu;
+      std::optional<absl::Status> status ABSL_GUARDED_BY(mu);
+    };
+    std::shared_ptr<Outcome> outcome;
+  };
+  std::vector<PreparingJoiner> preparing_;
   // The watchdog's last round, when it found a suspect: of which group,
   // and which ranks did not answer (Watch; the driver's thread only).
   struct Suspects {

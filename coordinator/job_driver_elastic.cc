@@ -139,7 +139,7 @@ JobDriver::StartOutcome JobDriver::SurviveFailedStart(const absl::Status& failur
   // the same checkpoint (an ELASTIC job's data position does not depend
   // on the number of ranks).
   FormGroup(keep, {}, why);
-  host_->SetRanks(plan_.job_id, worker_ids_);
+  host_->SetRanks(plan_.job_id, worker_ids_, PreparingIds());
   spdlog::warn("job {}: {}; starting again on {} of {} workers (generation {})", plan_.job_id, why, keep.size(),
                plan_.spec.num_workers(), generation_);
   return StartOutcome::kAgain;
@@ -167,17 +167,84 @@ absl::StatusOr<bool> JobDriver::SurviveFailedChunk(const FailedChunk& chunk, Act
   return ended;
 }
 
-absl::Status JobDriver::AdmitJoiners(int64_t* step) {
-  const int want = plan_.spec.num_workers() - static_cast<int>(clients_.size());
-  if (want <= 0) return absl::OkStatus();
+void JobDriver::PrepareJoiners() {
+  const int have = static_cast<int>(clients_.size() + preparing_.size());
+  const int want = plan_.spec.num_workers() - have;
+  if (want <= 0) return;
   std::vector<JoiningWorker> joining =
       host_->AcquireWorkers(plan_.job_id, want, GroupUnit(plan_.spec), ExcludedJoiners());
-  if (joining.empty()) return absl::OkStatus();
+  const int world = have + static_cast<int>(joining.size());
+  for (JoiningWorker& j : joining) {
+    PreparingJoiner p{std::move(j), static_cast<int>(clients_.size() + preparing_.size()), world,
+                      std::make_shared<PreparingJoiner::Outcome>()};
+    StartJobRequest request = StartRequest(p.rank, p.world);
+    request.set_join(true);
+    request.set_prepare(true);
+    spdlog::info("job {}: {} builds the job ahead of joining as rank {} of {}", plan_.job_id, p.worker.description,
+                 p.rank, p.world);
+    p.worker.client->StartJobAsync(request, [outcome = p.outcome](absl::StatusOr<StartJobResponse> built) {
+      MutexLock lock(&outcome->mu);
+      outcome->status = built.status();
+    });
+    preparing_.push_back(std::move(p));
+  }
+}
+
+std::vector<std::string> JobDriver::PreparingIds() const {
+  std::vector<std::string> out;
+  for (const PreparingJoiner& p : preparing_) out.push_back(p.worker.worker_id);
+  return out;
+}
+
+absl::Status JobDriver::AdmitJoiners(int64_t* step) {
+  PrepareJoiners();
+  if (preparing_.empty()) return absl::OkStatus();
+  // All join together, once each has built the job or failed (a worker
+  // lost meanwhile, its heartbeats stopped, has failed).
+  std::vector<absl::Status> outcomes;
+  for (PreparingJoiner& p : preparing_) {
+    std::optional<absl::Status> status;
+    {
+      MutexLock lock(&p.outcome->mu);
+      status = p.outcome->status;
+    }
+    if (!status.has_value()) {
+      MutexLock lock(&mu_);
+      auto lost = lost_.find(p.worker.worker_id);
+      if (lost == lost_.end()) return absl::OkStatus();  // still building: the next boundary
+      status = absl::UnavailableError(lost->second);
+      p.worker.client->CancelInFlight();
+    }
+    outcomes.push_back(*status);
+  }
+  std::vector<PreparingJoiner> preparing = std::move(preparing_);
+  preparing_.clear();
+  std::vector<JoiningWorker> ready;
+  std::vector<std::string> names, failed;
+  for (size_t i = 0; i < preparing.size(); ++i) {
+    JoiningWorker& w = preparing[i].worker;
+    if (outcomes[i].ok()) {
+      names.push_back(w.description);
+      ready.push_back(std::move(w));
+      continue;
+    }
+    // Not taken again as is: a transport failure until a probe finds it
+    // reaches every rank, its own error for the attempt.
+    spdlog::warn("job {}: {} did not build the job ahead of joining: {}", plan_.job_id, w.description,
+                 outcomes[i].ToString());
+    CutOffJoiner(w.worker_id, w.description, w.client, Blame(outcomes[i]) != kBlameTransport);
+    AbortJobRequest abort;
+    abort.set_job_id(plan_.job_id);
+    abort.set_reason(absl::StrCat("not joined: ", outcomes[i].message()));
+    std::shared_ptr<WorkerClient> c = w.client;
+    c->AbortJobAsync(abort, [c](absl::Status) {});
+    failed.push_back(w.worker_id);
+  }
+  if (!failed.empty()) host_->ReleaseWorkers(plan_.job_id, failed);
+  if (ready.empty()) return absl::OkStatus();
   std::vector<int> keep;
   for (int r = 0; r < static_cast<int>(clients_.size()); ++r) keep.push_back(r);
-  std::vector<std::string> names;
-  for (const JoiningWorker& j : joining) names.push_back(j.description);
-  return Regroup(keep, joining, step, absl::StrCat("joined: ", absl::StrJoin(names, "; ")));
+  return Regroup(keep, ready, step, absl::StrCat("joined: ", absl::StrJoin(names, "; ")));
 }
 
 namespace {
@@ -197,12 +264,17 @@ struct RejoinProbe {
 };
 
 void JobDriver::CutOff(int rank, bool for_good) {
-  CutOffWorker& c = cut_off_[worker_ids_[rank]];
+  CutOffJoiner(worker_ids_[rank], workers_[rank], clients_[rank], for_good);
+}
+
+void JobDriver::CutOffJoiner(const std::string& worker_id, const std::string& description,
+                             const std::shared_ptr<WorkerClient>& client, bool for_good) {
+  CutOffWorker& c = cut_off_[worker_id];
   const bool again = c.backoff > absl::ZeroDuration();
-  c.description = workers_[rank];
+  c.description = description;
   c.for_good = c.for_good || for_good;
   c.cleared = false;
-  c.client = clients_[rank];
+  c.client = client;
   c.backoff = again ? std::min(2 * c.backoff, kMaxRejoinBackoff) : kFirstRejoinProbe;
   c.next_probe = clock_->Now() + c.backoff;
   c.probe.reset();
@@ -304,7 +376,7 @@ absl::Status JobDriver::Regroup(const std::vector<int>& keep, const std::vector<
                    " (regroup ", regroups_, " in ", absl::StrFormat("%.3f", seconds), " s; ", transfer,
                    "; state digest ", absl::Hex(answers[0].state_digest()), ")");
   spdlog::warn("job {}: {}", plan_.job_id, note);
-  host_->SetRanks(plan_.job_id, worker_ids_);
+  host_->SetRanks(plan_.job_id, worker_ids_, PreparingIds());
   host_->RecordProgress(plan_.job_id, [&](JobInfo* info) {
     info->set_reason(note);
     info->set_step(*step);

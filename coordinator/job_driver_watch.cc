@@ -46,6 +46,8 @@ void JobDriver::WaitOrWatch(absl::Time* next_watch, bool elastic_chunk, const st
   if (!Clock::Real()->WaitWithDeadline(&changed_, &mu_, *next_watch)) return;
   mu_.Unlock();
   const absl::Duration next_in = Watch(elastic_chunk, answered, after_failure);
+  // Workers that became idle meanwhile build the job while the ranks train.
+  if (elastic() && elastic_chunk && started_ && !after_failure) PrepareJoiners();
   mu_.Lock();
   *next_watch = Clock::Real()->Now() + next_in;
 }

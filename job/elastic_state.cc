@@ -136,12 +136,11 @@ absl::StatusOr<RegroupOutcome> RegroupState(JobComponents* job, Collective* coll
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job->id(), ": Regroup needs a training job with fault_tolerance ELASTIC"));
   }
-  if (fresh && collective != job->collective) {
-    return absl::InvalidArgumentError("Regroup: a fresh rank joins on the collective it was created with");
-  }
   RegroupOutcome out;
   try {
-    if (!fresh) TY_RETURN_IF_ERROR(job->MoveTo(collective));
+    // A fresh rank built ahead of its group (on an UnconnectedCollective)
+    // moves to it too.
+    if (!fresh || collective != job->collective) TY_RETURN_IF_ERROR(job->MoveTo(collective));
     // The lowest rank at the furthest step is the source.
     TY_ASSIGN_OR_RETURN(std::vector<int64_t> steps, GatherSteps(*job, fresh));
     const int64_t furthest = *std::max_element(steps.begin(), steps.end());

@@ -137,7 +137,9 @@ class TrainingJob {
   // it outlives the job, and the previous one may be destroyed once this
   // returns): a new group of the attempt's surviving ranks, and of workers
   // joining it, which call it with `fresh` right after Create on the same
-  // collective. A step this rank left half done is abandoned (its
+  // collective, or on another once it formed when the job was built ahead
+  // on an UnconnectedCollective (for a place its sharded state, if any,
+  // keeps). A step this rank left half done is abandoned (its
   // gradients dropped, its batch put back). Then the ranks agree on the
   // state: the lowest rank at the furthest step broadcasts parameters,
   // optimizer state (with the step) and data position, when any rank is at

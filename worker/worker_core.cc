@@ -2,13 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <map>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "collective/agreement.h"
-#include "common/durable_file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "evaluation/metric_fns.h"
@@ -45,21 +43,6 @@ std::map<std::string, double> GoodputScalars(const Goodput& g) {
         f->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE ? r->GetDouble(g, f) : static_cast<double>(r->GetInt64(g, f));
   }
   return out;
-}
-
-// Writes the spec to output_dir/config.textproto, creating output_dir.
-absl::Status WriteJobConfig(const JobSpec& spec) {
-  std::error_code ec;
-  std::filesystem::create_directories(spec.output_dir(), ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("output_dir: cannot create ", spec.output_dir(), ": ", ec.message()));
-  }
-  const std::string config = spec.output_dir() + "/config.textproto";
-  if (absl::Status written = WriteFileAtomically(config, FormatJobSpecText(spec)); !written.ok()) {
-    return absl::Status(written.code(), absl::StrCat("output_dir: writing ", config, ": ", written.message()));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -137,86 +120,6 @@ absl::StatusOr<std::shared_ptr<WorkerCore::Job>> WorkerCore::Find(const std::str
         absl::StrCat("this worker does not hold job '", job_id, "'", job_ ? " (it holds '" + job_->id + "')" : ""));
   }
   return job_;
-}
-
-absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& request) {
-  const JobSpec& spec = request.spec();
-  const int world = request.world_size();
-  const int rank = request.rank();
-  if (world < 1 || rank < 0 || rank >= world) {
-    return absl::InvalidArgumentError(absl::StrCat("StartJob: rank ", rank, " is not in [0, ", world, ")"));
-  }
-  auto job = std::make_shared<Job>();
-  job->id = request.job_id();
-  job->spec = spec;
-  job->rank = rank;
-  job->world_size = world;
-  {
-    MutexLock lock(&mu_);
-    TY_RETURN_IF_ERROR(CheckFreeLocked());
-    job_ = job;  // claims the worker; released below on failure
-  }
-  SetLogJob(job->id, rank);
-  auto release = [&](absl::Status s) {
-    MutexLock lock(&mu_);
-    if (job_ == job) job_.reset();
-    SetLogJob("", -1);
-    return s;
-  };
-  MutexLock busy(&job->busy);
-  const auto start = std::chrono::steady_clock::now();
-  job->attempt = request.attempt();
-  job->generation = request.generation();
-  const bool elastic = IsElasticTraining(spec);
-  if (request.join() && !elastic) {
-    return release(absl::InvalidArgumentError("StartJob: join needs a job with fault_tolerance ELASTIC"));
-  }
-  absl::StatusOr<std::unique_ptr<Collective>> collective = FormGroup(job.get(), rank, world, request.generation());
-  if (!collective.ok()) return release(collective.status());
-  SwapCollective(job.get(), std::move(*collective), request.generation());
-  const auto formed = std::chrono::steady_clock::now();
-  TrainingJobOptions options;
-  options.id = job->id;
-  options.device = options_.device;
-  options.peak_flops = options_.peak_flops;
-  options.stop = &job->stop;
-  options.preempted = &job->preempt;
-  absl::StatusOr<std::unique_ptr<TrainingJob>> training = TrainingJob::Create(spec, job->collective.get(), options);
-  // A rank that cannot build the job tells the others before they wait for
-  // it in the restore.
-  absl::Status built = AgreeOnOutcome(job->collective.get(), training.status(), "building the job");
-  if (!built.ok()) return release(CollectiveFailure(built));
-  job->training = std::move(*training);
-  const auto built_at = std::chrono::steady_clock::now();
-  StartJobResponse response;
-  absl::StatusOr<RestoreOutcome> restored = RestoreOutcome();
-  if (request.join()) {
-    // A running attempt's new rank: the state comes from its peers.
-    absl::StatusOr<RegroupOutcome> joined = job->training->Regroup(job->collective.get(), /*fresh=*/true);
-    if (!joined.ok()) return release(joined.status());
-    JoinOutcome* out = response.mutable_joined();
-    out->set_source_rank(joined->source_rank);
-    out->set_sent_bytes(joined->sent_bytes);
-    out->set_transfer_seconds(joined->transfer_seconds);
-    out->set_state_digest(joined->state_digest);
-  } else {
-    restored = job->training->Restore(request.restore_checkpoint());
-    if (!restored.ok()) return release(restored.status());
-  }
-  if (rank == 0) {
-    if (absl::Status written = WriteJobConfig(spec); !written.ok()) return release(written);
-  }
-  const auto seconds = [](auto from, auto to) { return std::chrono::duration<double>(to - from).count(); };
-  const auto ready = std::chrono::steady_clock::now();
-  spdlog::info(
-      "job {}: rank {}/{} ready in {:.2f} s (group formed in {:.2f} s, job built in {:.2f} s, state {} in {:.2f} s; "
-      "{} rows per batch on this rank)",
-      job->id, rank, world, seconds(start, ready), seconds(start, formed), seconds(formed, built_at),
-      request.join() ? "received" : "set up", seconds(built_at, ready), spec.batch_size() / world);
-  response.set_start_step(job->training->step());
-  response.set_restored_checkpoint(restored->checkpoint);
-  for (const std::string& note : restored->passed_over) response.add_passed_over(note);
-  return response;
 }
 
 void WorkerCore::DropGroup(Job* job) {
@@ -343,7 +246,16 @@ absl::StatusOr<RegroupResponse> WorkerCore::Regroup(const RegroupRequest& reques
   // Workers joining the group (StartJob with `join`) say first whether
   // they could build the job; this rank has it already.
   absl::Status built = AgreeOnOutcome(collective.get(), absl::OkStatus(), "building the job");
-  if (!built.ok()) return CollectiveFailure(built);
+  if (!built.ok()) {
+    // Closed in the background (see ReleaseFailedStart); the job keeps its
+    // old group's place until the next Regroup.
+    {
+      MutexLock lock(&job->group_mu);
+      job->entering = nullptr;
+    }
+    teardowns_.Start([dropped = std::shared_ptr<Collective>(std::move(collective))]() mutable { dropped.reset(); });
+    return CollectiveFailure(built);
+  }
   absl::StatusOr<RegroupOutcome> regrouped = job->training->Regroup(collective.get(), /*fresh=*/false);
   // The training job uses the new group from here on, whether or not the
   // ranks agreed (on failure the attempt is torn down by AbortJob). The old
@@ -444,6 +356,11 @@ void WorkerCore::Preempt() {
     return;
   }
   if (!job_) return;
+  if (job_->prepared) {
+    // Built ahead, not joined yet: nothing to checkpoint.
+    TearDownLocked(job_, "this worker is asked to stop before it joined the job");
+    return;
+  }
   spdlog::warn("job {}: this worker is asked to stop; stopping after the current step", job_->id);
   job_->preempt = true;
   job_->stop = true;
@@ -458,16 +375,20 @@ absl::Status WorkerCore::AbortJob(const AbortJobRequest& request) {
     return absl::OkStatus();
   }
   if (!job_ || job_->id != request.job_id()) return absl::OkStatus();  // already gone
-  std::shared_ptr<Job> job = job_;
+  TearDownLocked(job_, request.reason());
+  return absl::OkStatus();
+}
+
+void WorkerCore::TearDownLocked(const std::shared_ptr<Job>& job, const std::string& reason) {
   job->stop = true;
-  spdlog::info("job {}: tearing down ({})", job->id, request.reason());
+  spdlog::info("job {}: tearing down ({})", job->id, reason);
   {
     // A call blocked in a collective on a lost peer ends now, not at the
     // collective's timeout (every rank is told to abort).
     MutexLock group(&job->group_mu);
-    if (job->group != nullptr) job->group->Abort(absl::StrCat("the job is torn down: ", request.reason()));
+    if (job->group != nullptr) job->group->Abort(absl::StrCat("the job is torn down: ", reason));
   }
-  teardowns_.Start([this, job, reason = request.reason()] {
+  teardowns_.Start([this, job, reason] {
     {
       MutexLock busy(&job->busy);  // the running call has seen the flag
       job->stop_reason = reason;
@@ -479,7 +400,6 @@ absl::Status WorkerCore::AbortJob(const AbortJobRequest& request) {
     if (job_ == job) job_.reset();
     SetLogJob("", -1);
   });
-  return absl::OkStatus();
 }
 
 absl::StatusOr<OpenSessionResponse> WorkerCore::OpenSession(const WorkerOpenSessionRequest& request) {

@@ -44,6 +44,8 @@
 
 namespace trainyard {
 
+struct TrainingJobOptions;  // job/training_job.h
+
 struct WorkerCoreOptions {
   // The address the collective's connections use: this host's address as
   // the other ranks reach it.
@@ -70,7 +72,11 @@ class WorkerCore {
 
   // kFailedPrecondition while another job or a session is held;
   // kInvalidArgument for a spec the worker cannot run (unknown task, a
-  // batch that does not split over the world size, ...).
+  // batch that does not split over the world size, ...). With `prepare`
+  // (and `join`): builds the job without its group and holds it; the
+  // StartJob with `join` that follows (same job and attempt) forms the
+  // group and receives the state, building again only when its place
+  // changed in a way the built job cannot follow (sharded state).
   absl::StatusOr<StartJobResponse> StartJob(const StartJobRequest& request);
   // kFailedPrecondition if first_step is not the next step; kAborted when
   // the job was aborted meanwhile or a collective failed; kInternal when the
@@ -153,15 +159,33 @@ class WorkerCore {
   // may wait for a lost peer until its timeout).
   static std::shared_ptr<Collective> SwapCollective(Job* job, std::unique_ptr<Collective> next, int generation);
   static absl::Status CheckInGroup(const Job& job);
+  // A StartJob that failed lets go of `job`: the worker is free at once;
+  // its training job and groups are closed in the background.
+  void ReleaseFailedStart(const std::shared_ptr<Job>& job) ABSL_LOCKS_EXCLUDED(mu_);
   // The job's collective for `scope`: local for one rank, else NCCL on a
-  // CUDA device, Gloo otherwise.
-  absl::StatusOr<std::unique_ptr<Collective>> MakeCollective(const std::string& scope, int rank, int world);
+  // CUDA device, Gloo otherwise; without `connect`, an
+  // UnconnectedCollective (the place only).
+  absl::StatusOr<std::unique_ptr<Collective>> MakeCollective(const std::string& scope, int rank, int world,
+                                                             bool connect = true);
   // A training job's collective: MakeCollective, and with
   // data_parallel.shard_group_size G (HSDP) a HybridCollective holding also
   // the rank's shard group and replica set (scopes "<scope>/shard-group-N"
   // and "<scope>/replica-set-N").
   absl::StatusOr<std::unique_ptr<Collective>> MakeJobCollective(const std::string& scope, int rank, int world,
-                                                                const JobSpec& spec);
+                                                                const JobSpec& spec, bool connect = true);
+  // StartJob with `prepare`: builds `job` on an unconnected collective of
+  // its rank and world and holds it (`prepared`) for the StartJob with
+  // `join` that follows. Holds job->busy.
+  absl::StatusOr<StartJobResponse> PrepareJob(const std::shared_ptr<Job>& job, const StartJobRequest& request);
+  // The options `job`'s TrainingJob is built with.
+  TrainingJobOptions TrainingOptions(Job* job) const;
+  // StartJob's group, build (unless `prepared` holds the job built for this
+  // place) and restore or join. Holds job->busy.
+  absl::StatusOr<StartJobResponse> BuildAndStart(const std::shared_ptr<Job>& job, const StartJobRequest& request,
+                                                 bool prepared);
+  // Ends `job` (the caller holds mu_): its collective aborted, its training
+  // closed in the background, then the worker is free.
+  void TearDownLocked(const std::shared_ptr<Job>& job, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // MakeJobCollective for `job`'s group of `generation`, on a thread of its
   // own: while it forms, Probe reports the rank blocked (since the start),
   // and LeaveGroup of that generation ends the wait at once with kAborted

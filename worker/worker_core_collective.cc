@@ -17,8 +17,10 @@
 
 namespace trainyard {
 
-absl::StatusOr<std::unique_ptr<Collective>> WorkerCore::MakeCollective(const std::string& scope, int rank, int world) {
+absl::StatusOr<std::unique_ptr<Collective>> WorkerCore::MakeCollective(const std::string& scope, int rank, int world,
+                                                                       bool connect) {
   if (world == 1) return std::unique_ptr<Collective>(std::make_unique<LocalCollective>());
+  if (!connect) return std::unique_ptr<Collective>(std::make_unique<UnconnectedCollective>(rank, world));
   if (!options_.store_factory) return absl::FailedPreconditionError("no rendezvous store configured");
   std::shared_ptr<Store> store = options_.store_factory(scope);
   absl::StatusOr<std::unique_ptr<Collective>> collective;
@@ -42,15 +44,16 @@ absl::StatusOr<std::unique_ptr<Collective>> WorkerCore::MakeCollective(const std
 }
 
 absl::StatusOr<std::unique_ptr<Collective>> WorkerCore::MakeJobCollective(const std::string& scope, int rank, int world,
-                                                                          const JobSpec& spec) {
-  TY_ASSIGN_OR_RETURN(std::unique_ptr<Collective> whole, MakeCollective(scope, rank, world));
+                                                                          const JobSpec& spec, bool connect) {
+  TY_ASSIGN_OR_RETURN(std::unique_ptr<Collective> whole, MakeCollective(scope, rank, world, connect));
   const int g = ShardGroupSize(spec, world);
   if (g == 1 || g == world) return whole;  // replicated, or sharded over every rank
   TY_ASSIGN_OR_RETURN(HybridPlace p, PlaceInHybrid(rank, world, g));
   TY_ASSIGN_OR_RETURN(std::unique_ptr<Collective> group,
-                      MakeCollective(absl::StrCat(scope, "/shard-group-", p.group), p.group_rank, g));
-  TY_ASSIGN_OR_RETURN(std::unique_ptr<Collective> replicas,
-                      MakeCollective(absl::StrCat(scope, "/replica-set-", p.replica_set), p.replica_rank, world / g));
+                      MakeCollective(absl::StrCat(scope, "/shard-group-", p.group), p.group_rank, g, connect));
+  TY_ASSIGN_OR_RETURN(
+      std::unique_ptr<Collective> replicas,
+      MakeCollective(absl::StrCat(scope, "/replica-set-", p.replica_set), p.replica_rank, world / g, connect));
   return std::unique_ptr<Collective>(
       std::make_unique<HybridCollective>(std::move(whole), std::move(group), std::move(replicas)));
 }

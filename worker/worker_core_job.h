@@ -41,7 +41,12 @@ struct WorkerCore::Job {
   int attempt = 0;
   int generation = 0;                      // ELASTIC: the group's (Regroup)
   std::unique_ptr<Collective> collective;  // changed under `busy` and `group_mu` (SwapCollective)
-  std::unique_ptr<TrainingJob> training;   // declared after the collective it uses
+  // StartJob with `prepare`: the place the job was built for (until it
+  // joins its group), and whether it waits for the StartJob with `join`
+  // (under WorkerCore::mu_).
+  std::unique_ptr<Collective> unconnected;
+  bool prepared = false;
+  std::unique_ptr<TrainingJob> training;  // declared after the collectives it uses
   // For the calls that do not take `busy` (Probe, LeaveGroup, AbortJob):
   // the collective in use and its generation.
   Mutex group_mu;

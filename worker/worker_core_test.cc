@@ -317,6 +317,86 @@ TEST_F(WorkerCoreTest, ADifferentNumberOfWorkersStartsTheNextEpoch) {
   EXPECT_EQ(ckpt->data_states[1].substr(0, 2), "1 ");
 }
 
+// fault_tolerance ELASTIC: a worker builds the job ahead of its join
+// (StartJob with `prepare`) while the running rank trains on; it holds the
+// job, runs nothing, and when its group forms (the rank's Regroup, its
+// StartJob with `join`) it receives the state and trains in step. One built
+// ahead and let go (AbortJob, SIGTERM) frees the worker at once.
+TEST_F(WorkerCoreTest, AJobBuiltAheadOfItsJoinReceivesTheStateWhenItsGroupForms) {
+  auto store = std::make_shared<InMemoryStore>();
+  WorkerCoreOptions options;
+  options.store_factory = [store](const std::string& scope) -> std::shared_ptr<Store> {
+    return std::make_shared<PrefixStore>(scope + "/", store.get());
+  };
+  WorkerCore r0(options), r1(options);
+  JobSpec spec = Spec("ahead", 2);
+  spec.mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
+  ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
+  ASSERT_THAT(Start(r0, "e", spec, "", 0, 1).status(), IsOk());  // a group of one (the other was lost)
+  ASSERT_THAT(Run(r0, "e", 0, 2, 2), IsOk());
+  StartJobRequest join;
+  join.set_job_id("e");
+  *join.mutable_spec() = spec;
+  join.set_rank(1);
+  join.set_world_size(2);
+  join.set_join(true);
+  StartJobRequest ahead = join;
+  ahead.set_prepare(true);
+  absl::StatusOr<StartJobResponse> built = r1.StartJob(ahead);
+  ASSERT_THAT(built.status(), IsOk());
+  EXPECT_EQ(built->start_step(), 0);
+  EXPECT_EQ(r1.job_id(), "e");
+  // It holds the job but no group: it runs nothing, and the rank trains on.
+  RunStepsRequest run;
+  run.set_job_id("e");
+  run.set_first_step(0);
+  run.set_num_steps(1);
+  EXPECT_THAT(r1.RunSteps(run).status(), StatusIs(absl::StatusCode::kAborted, HasSubstr("waits for Regroup")));
+  ASSERT_THAT(Run(r0, "e", 2, 2, 2), IsOk());
+  // The group of two forms: the running rank regroups, the joiner joins.
+  absl::StatusOr<RegroupResponse> regrouped;
+  absl::StatusOr<StartJobResponse> joined;
+  std::thread rank0([&] {
+    RegroupRequest regroup;
+    regroup.set_job_id("e");
+    regroup.set_generation(1);
+    regroup.set_rank(0);
+    regroup.set_world_size(2);
+    regrouped = r0.Regroup(regroup);
+  });
+  join.set_generation(1);
+  joined = r1.StartJob(join);
+  rank0.join();
+  ASSERT_THAT(regrouped.status(), IsOk());
+  ASSERT_THAT(joined.status(), IsOk());
+  EXPECT_EQ(regrouped->step(), 4);
+  EXPECT_EQ(joined->start_step(), 4);
+  EXPECT_EQ(joined->joined().source_rank(), 0);
+  EXPECT_GT(joined->joined().sent_bytes(), 0);
+  EXPECT_EQ(joined->joined().state_digest(), regrouped->state_digest());
+  std::vector<absl::Status> trained(2);
+  std::thread second([&] { trained[1] = Run(r1, "e", 4, 2, 2); });
+  trained[0] = Run(r0, "e", 4, 2, 2);
+  second.join();
+  EXPECT_THAT(trained[0], IsOk());
+  EXPECT_THAT(trained[1], IsOk());
+  End(r0, "e");
+  End(r1, "e");
+  // Built ahead and let go before it joined: free at once.
+  WorkerCore r2(options);
+  ahead.set_job_id("other");
+  ASSERT_THAT(r2.StartJob(ahead).status(), IsOk());
+  End(r2, "other");
+  ASSERT_THAT(r2.StartJob(ahead).status(), IsOk());
+  r2.Preempt();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!r2.job_id().empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(r2.job_id(), "");
+  // `prepare` is half of a join.
+  ahead.set_join(false);
+  EXPECT_THAT(r2.StartJob(ahead).status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("set join too")));
+}
+
 // A rank whose peer never comes waits while its group forms: the probe
 // says it is blocked since the start, and LeaveGroup of that generation
 // ends its StartJob at once (kAborted, not at the collective timeout); the

@@ -147,13 +147,18 @@ class RecordingHost : public JobDriverHost {
     info_.set_reason(reason);
     records_.push_back(absl::StrCat("state ", JobState_Name(state), ": ", reason));
   }
-  void SetRanks(const std::string& /*job_id*/, const std::vector<std::string>& worker_ids) override {
+  void SetRanks(const std::string& /*job_id*/, const std::vector<std::string>& worker_ids,
+                const std::vector<std::string>& /*joining*/) override {
     MutexLock lock(&mu_);
     records_.push_back(absl::StrCat("ranks ", absl::StrJoin(worker_ids, ",")));
   }
   void CloseRendezvous(const std::string& scope, const std::string& reason) override {
     MutexLock lock(&mu_);
     records_.push_back(absl::StrCat("rendezvous ", scope, " closed: ", reason));
+  }
+  void ReleaseWorkers(const std::string& /*job_id*/, const std::vector<std::string>& worker_ids) override {
+    MutexLock lock(&mu_);
+    records_.push_back(absl::StrCat("released ", absl::StrJoin(worker_ids, ",")));
   }
   // No idle workers here: a degraded ELASTIC group goes on with its ranks.
   std::vector<JoiningWorker> AcquireWorkers(const std::string& /*job_id*/, int /*n*/, int /*unit*/,
