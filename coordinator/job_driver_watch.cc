@@ -2,6 +2,7 @@
 // is probed each period, and a group stalled on a silent or cut-off rank
 // is acted on (coordinator/watchdog.h); a rank reported lost (WorkerLost)
 // has its call cancelled and its peers' collective aborted.
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -134,7 +135,9 @@ absl::Duration JobDriver::Watch(bool elastic_chunk, const std::vector<bool>& ans
     // The next round comes once the others have been blocked long enough.
     suspects_.generation = generation_;
     for (const absl::StatusOr<ProbeResponse>& a : answers) suspects_.silent.push_back(!a.ok());
-    return std::min(UntilStalled(as_of_end, stall, answered), period);
+    // (At least a few milliseconds: rounds never follow each other at the
+    // pace of the answers.)
+    return std::clamp(UntilStalled(as_of_end, stall, answered), absl::Milliseconds(10), period);
   }
   std::vector<std::string> names;
   for (int r : verdict.drop) names.push_back(RankName(r));

@@ -94,13 +94,15 @@ bool Suspect(const std::vector<absl::StatusOr<ProbeResponse>>& probes) {
 absl::Duration UntilStalled(const std::vector<absl::StatusOr<ProbeResponse>>& probes, absl::Duration stall,
                             const std::vector<bool>& finished) {
   absl::Duration wait = absl::ZeroDuration();
+  bool any = false;
   for (int r = 0; r < static_cast<int>(probes.size()); ++r) {
     const absl::StatusOr<ProbeResponse>& p = probes[r];
     if (!p.ok() || Finished(finished, r)) continue;
+    any = true;
     const absl::Duration stalled = p->collective_waiting() ? absl::Seconds(p->stalled_seconds()) : absl::ZeroDuration();
     wait = std::max(wait, stall - stalled);
   }
-  return wait;
+  return any ? wait : stall;
 }
 
 std::vector<int> BlockedOnAnsweredRanks(const std::vector<absl::StatusOr<ProbeResponse>>& probes,

@@ -98,7 +98,8 @@ bool Suspect(const std::vector<absl::StatusOr<ProbeResponse>>& probes);
 // while it computed counts as blocking now. The next round comes then:
 // its verdict rests on a fresh answer from each of these ranks, not on an
 // extrapolation of this one's.
-// Ranks marked in `finished` (their calls completed) do not count.
+// Ranks marked in `finished` (their calls completed) do not count; with no
+// other rank answering, the whole stall.
 absl::Duration UntilStalled(const std::vector<absl::StatusOr<ProbeResponse>>& probes, absl::Duration stall,
                             const std::vector<bool>& finished = {});
 

@@ -138,8 +138,10 @@ TEST(WatchdogTest, TheNextRoundAfterASuspectComesWhenTheOthersHaveStalledLongEno
   // A rank that computes: the whole stall.
   EXPECT_EQ(UntilStalled({Answer(true, 0.7, "111"), Answer(false, 0, "111"), absl::UnavailableError("gone")}, stall),
             stall);
-  // Nobody answered: nothing to wait for.
-  EXPECT_EQ(UntilStalled({absl::DeadlineExceededError("probe")}, stall), absl::ZeroDuration());
+  // No rank in its call answered: nothing to judge a stall by; the whole
+  // stall (not a round at once, again and again).
+  EXPECT_EQ(UntilStalled({absl::DeadlineExceededError("probe")}, stall), stall);
+  EXPECT_EQ(UntilStalled({Answer(false, 0, "11"), absl::DeadlineExceededError("probe")}, stall, {true, false}), stall);
 }
 
 // The driver judges an ELASTIC chunk against elastic_stall: the same

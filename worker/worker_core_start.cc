@@ -182,8 +182,8 @@ absl::StatusOr<StartJobResponse> WorkerCore::BuildAndStart(const std::shared_ptr
     // A running attempt's new rank: the state comes from its peers (a job
     // built ahead moves to the group first).
     absl::StatusOr<RegroupOutcome> joined = job->training->Regroup(job->collective.get(), /*fresh=*/true);
-    job->unconnected.reset();
     if (!joined.ok()) return release(joined.status());
+    job->unconnected.reset();  // the job is on its group now
     JoinOutcome* out = response.mutable_joined();
     out->set_source_rank(joined->source_rank);
     out->set_sent_bytes(joined->sent_bytes);
