@@ -73,6 +73,24 @@ class TrainingJobTest : public ::testing::Test {
     return spec;
   }
 
+  // fault_tolerance ELASTIC for up to 3 ranks, a global batch of 6 rows
+  // (not yet validated: callers add to it).
+  JobSpec ElasticSpec(const std::string& out) {
+    JobSpec spec = Spec(out, 2);
+    spec.set_num_workers(3);
+    spec.set_batch_size(6);
+    spec.mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
+    return spec;
+  }
+
+  // The options of the ELASTIC tests' ranks (a fixed peak: no probe).
+  static TrainingJobOptions ElasticOptions() {
+    TrainingJobOptions options;
+    options.id = "job";
+    options.peak_flops = 1e12;
+    return options;
+  }
+
   // ELASTIC's groups in turn: 3 ranks (collectives 0-2), the 2 left when
   // rank 2 is lost (3-4), and 3 again with a joiner (5-7).
   static std::vector<std::unique_ptr<FakeCollective>> ThreeThenTwoThenThree() {
@@ -736,14 +754,9 @@ TEST_F(TrainingJobTest, BadSpecsAreRefusedByField) {
 // the state by broadcast, bit for bit; the global batch does not depend on
 // the number of ranks, so the run stays within rounding of one rank's.
 TEST_F(TrainingJobTest, ElasticRanksRegroupAndAFreshRankReceivesTheStateBitForBit) {
-  JobSpec spec = Spec("elastic", 2);
-  spec.set_num_workers(3);
-  spec.set_batch_size(6);
-  spec.mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
+  JobSpec spec = ElasticSpec("elastic");
   ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
-  TrainingJobOptions options;
-  options.id = "job";
-  options.peak_flops = 1e12;
+  const TrainingJobOptions options = ElasticOptions();
   std::vector<std::unique_ptr<FakeCollective>> collectives = ThreeThenTwoThenThree();
   std::vector<uint64_t> digests(3);
   std::vector<std::vector<torch::Tensor>> params(3);
@@ -818,14 +831,9 @@ TEST_F(TrainingJobTest, ElasticRanksRegroupAndAFreshRankReceivesTheStateBitForBi
 // step) keep their state whole and regroup again; only the rank the state
 // was moving into may hold part of it (TrainingJob::StatePartlyReceived).
 TEST_F(TrainingJobTest, AFailedRegroupLeavesTheStateOfRanksAtTheFurthestStepWhole) {
-  JobSpec spec = Spec("elastic", 2);
-  spec.set_num_workers(3);
-  spec.set_batch_size(6);
-  spec.mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
+  JobSpec spec = ElasticSpec("elastic");
   ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
-  TrainingJobOptions options;
-  options.id = "job";
-  options.peak_flops = 1e12;
+  const TrainingJobOptions options = ElasticOptions();
   auto two = std::make_shared<FakeGroup>(2, absl::Seconds(30));
   auto three = std::make_shared<FakeGroup>(3, absl::Seconds(1));
   auto again = std::make_shared<FakeGroup>(2, absl::Seconds(30));
@@ -870,17 +878,12 @@ TEST_F(TrainingJobTest, AFailedRegroupLeavesTheStateOfRanksAtTheFurthestStepWhol
 // state, data position and scales (the state digest) and the last chunk's
 // train metrics are those of one rank training the same 7 steps.
 TEST_F(TrainingJobTest, AReproducibleElasticRunIsTheSameBitsAsOneThatLostNoRank) {
-  JobSpec spec = Spec("elastic-exact", 2);
-  spec.set_num_workers(3);
-  spec.set_batch_size(6);  // microbatches of 2 rows
+  JobSpec spec = ElasticSpec("elastic-exact");  // microbatches of 2 rows
   spec.mutable_model()->set_dropout_rate(0.1f);
   spec.mutable_data()->set_pack(true);
   spec.mutable_data_parallel()->set_reproducible(true);
-  spec.mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
   ASSERT_THAT(ValidateAndNormalize(&spec), IsOk());
-  TrainingJobOptions options;
-  options.id = "job";
-  options.peak_flops = 1e12;
+  const TrainingJobOptions options = ElasticOptions();
   auto metrics_of = [](const TrainChunk& chunk) {
     std::map<std::string, double> out;
     for (const auto& [k, v] : chunk.summary) {
