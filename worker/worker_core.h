@@ -159,9 +159,10 @@ class WorkerCore {
   // may wait for a lost peer until its timeout).
   static std::shared_ptr<Collective> SwapCollective(Job* job, std::unique_ptr<Collective> next, int generation);
   static absl::Status CheckInGroup(const Job& job);
-  // A StartJob that failed lets go of `job`: the worker is free at once;
-  // its training job and groups are closed in the background.
-  void ReleaseFailedStart(const std::shared_ptr<Job>& job) ABSL_LOCKS_EXCLUDED(mu_);
+  // A StartJob that failed with `failure` lets go of `job`: the worker is
+  // free at once; its training job and groups are closed in the
+  // background. Returns `failure`.
+  absl::Status ReleaseFailedStart(const std::shared_ptr<Job>& job, absl::Status failure) ABSL_LOCKS_EXCLUDED(mu_);
   // The job's collective for `scope`: local for one rank, else NCCL on a
   // CUDA device, Gloo otherwise; without `connect`, an
   // UnconnectedCollective (the place only).

@@ -37,7 +37,7 @@ absl::Status WriteJobConfig(const JobSpec& spec) {
 
 }  // namespace
 
-void WorkerCore::ReleaseFailedStart(const std::shared_ptr<Job>& job) {
+absl::Status WorkerCore::ReleaseFailedStart(const std::shared_ptr<Job>& job, absl::Status failure) {
   // The training job goes before the groups it uses, all in the background:
   // a group whose aborted operation still waits for a lost peer closes only
   // at the collective's timeout, and the call's answer must not wait for it.
@@ -55,6 +55,7 @@ void WorkerCore::ReleaseFailedStart(const std::shared_ptr<Job>& job) {
   MutexLock lock(&mu_);
   if (job_ == job) job_.reset();
   SetLogJob("", -1);
+  return failure;
 }
 
 absl::StatusOr<StartJobResponse> WorkerCore::StartJob(const StartJobRequest& request) {
@@ -101,19 +102,17 @@ absl::StatusOr<StartJobResponse> WorkerCore::PrepareJob(const std::shared_ptr<Jo
   job->rank = request.rank();
   job->world_size = request.world_size();
   job->attempt = request.attempt();
-  auto release = [&](absl::Status s) {
-    ReleaseFailedStart(job);
-    return s;
-  };
   absl::StatusOr<std::unique_ptr<Collective>> place =
       MakeJobCollective("", job->rank, job->world_size, job->spec, /*connect=*/false);
-  if (!place.ok()) return release(place.status());
+  if (!place.ok()) return ReleaseFailedStart(job, place.status());
   job->unconnected = std::move(*place);
   absl::StatusOr<std::unique_ptr<TrainingJob>> training =
       TrainingJob::Create(job->spec, job->unconnected.get(), TrainingOptions(job.get()));
-  if (!training.ok()) return release(training.status());
+  if (!training.ok()) return ReleaseFailedStart(job, training.status());
   job->training = std::move(*training);
-  if (job->stop) return release(absl::AbortedError(absl::StrCat("job ", job->id, ": let go while it was built ahead")));
+  if (job->stop)
+    return ReleaseFailedStart(job,
+                              absl::AbortedError(absl::StrCat("job ", job->id, ": let go while it was built ahead")));
   {
     MutexLock lock(&mu_);
     job->prepared = true;
@@ -140,10 +139,6 @@ absl::StatusOr<StartJobResponse> WorkerCore::BuildAndStart(const std::shared_ptr
   const JobSpec& spec = request.spec();
   const int world = request.world_size();
   const int rank = request.rank();
-  auto release = [&](absl::Status s) {
-    ReleaseFailedStart(job);
-    return s;
-  };
   const auto start = std::chrono::steady_clock::now();
   // A job built ahead for another place follows it when its state is
   // replicated (the move rebuilds the trainer; every rank reads the global
@@ -161,7 +156,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::BuildAndStart(const std::shared_ptr
   job->attempt = request.attempt();
   job->generation = request.generation();
   absl::StatusOr<std::unique_ptr<Collective>> collective = FormGroup(job.get(), rank, world, request.generation());
-  if (!collective.ok()) return release(collective.status());
+  if (!collective.ok()) return ReleaseFailedStart(job, collective.status());
   SwapCollective(job.get(), std::move(*collective), request.generation());
   const auto formed = std::chrono::steady_clock::now();
   absl::Status built = absl::OkStatus();
@@ -174,7 +169,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::BuildAndStart(const std::shared_ptr
   // A rank that cannot build the job tells the others before they wait for
   // it in the restore.
   built = AgreeOnOutcome(job->collective.get(), built, "building the job");
-  if (!built.ok()) return release(CollectiveFailure(built));
+  if (!built.ok()) return ReleaseFailedStart(job, CollectiveFailure(built));
   const auto built_at = std::chrono::steady_clock::now();
   StartJobResponse response;
   absl::StatusOr<RestoreOutcome> restored = RestoreOutcome();
@@ -182,7 +177,7 @@ absl::StatusOr<StartJobResponse> WorkerCore::BuildAndStart(const std::shared_ptr
     // A running attempt's new rank: the state comes from its peers (a job
     // built ahead moves to the group first).
     absl::StatusOr<RegroupOutcome> joined = job->training->Regroup(job->collective.get(), /*fresh=*/true);
-    if (!joined.ok()) return release(joined.status());
+    if (!joined.ok()) return ReleaseFailedStart(job, joined.status());
     job->unconnected.reset();  // the job is on its group now
     JoinOutcome* out = response.mutable_joined();
     out->set_source_rank(joined->source_rank);
@@ -191,10 +186,10 @@ absl::StatusOr<StartJobResponse> WorkerCore::BuildAndStart(const std::shared_ptr
     out->set_state_digest(joined->state_digest);
   } else {
     restored = job->training->Restore(request.restore_checkpoint());
-    if (!restored.ok()) return release(restored.status());
+    if (!restored.ok()) return ReleaseFailedStart(job, restored.status());
   }
   if (rank == 0) {
-    if (absl::Status written = WriteJobConfig(spec); !written.ok()) return release(written);
+    if (absl::Status written = WriteJobConfig(spec); !written.ok()) return ReleaseFailedStart(job, written);
   }
   const auto seconds = [](auto from, auto to) { return std::chrono::duration<double>(to - from).count(); };
   const auto ready = std::chrono::steady_clock::now();

@@ -81,6 +81,17 @@ class WorkerCoreTest : public ::testing::Test {
     return r->start_step();
   }
 
+  // Options of workers that meet through one in-memory rendezvous store
+  // (each group's scope a prefix of it), as in-process ranks of a job.
+  static WorkerCoreOptions SharedStoreOptions() {
+    auto store = std::make_shared<InMemoryStore>();
+    WorkerCoreOptions options;
+    options.store_factory = [store](const std::string& scope) -> std::shared_ptr<Store> {
+      return std::make_shared<PrefixStore>(scope + "/", store.get());
+    };
+    return options;
+  }
+
   static void End(WorkerCore& core, const std::string& id) {
     AbortJobRequest abort;
     abort.set_job_id(id);
@@ -288,11 +299,7 @@ TEST_F(WorkerCoreTest, ADifferentNumberOfWorkersStartsTheNextEpoch) {
     ASSERT_THAT(Run(core, "one", 0, 10, 10), IsOk());
     End(core, "one");
   }
-  auto store = std::make_shared<InMemoryStore>();
-  WorkerCoreOptions options;
-  options.store_factory = [store](const std::string& scope) -> std::shared_ptr<Store> {
-    return std::make_shared<PrefixStore>(scope + "/", store.get());
-  };
+  WorkerCoreOptions options = SharedStoreOptions();
   WorkerCore r0(options), r1(options);
   std::vector<std::thread> ranks;
   std::vector<absl::Status> results(2);
@@ -323,11 +330,7 @@ TEST_F(WorkerCoreTest, ADifferentNumberOfWorkersStartsTheNextEpoch) {
 // StartJob with `join`) it receives the state and trains in step. One built
 // ahead and let go (AbortJob, SIGTERM) frees the worker at once.
 TEST_F(WorkerCoreTest, AJobBuiltAheadOfItsJoinReceivesTheStateWhenItsGroupForms) {
-  auto store = std::make_shared<InMemoryStore>();
-  WorkerCoreOptions options;
-  options.store_factory = [store](const std::string& scope) -> std::shared_ptr<Store> {
-    return std::make_shared<PrefixStore>(scope + "/", store.get());
-  };
+  WorkerCoreOptions options = SharedStoreOptions();
   WorkerCore r0(options), r1(options);
   JobSpec spec = Spec("ahead", 2);
   spec.mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
@@ -402,11 +405,7 @@ TEST_F(WorkerCoreTest, AJobBuiltAheadOfItsJoinReceivesTheStateWhenItsGroupForms)
 // ends its StartJob at once (kAborted, not at the collective timeout); the
 // worker is free again.
 TEST_F(WorkerCoreTest, AGroupThatCannotFormIsProbedAndAbortedOnRequest) {
-  auto store = std::make_shared<InMemoryStore>();
-  WorkerCoreOptions options;
-  options.store_factory = [store](const std::string& scope) -> std::shared_ptr<Store> {
-    return std::make_shared<PrefixStore>(scope + "/", store.get());
-  };
+  WorkerCoreOptions options = SharedStoreOptions();
   options.collective_timeout = absl::Seconds(5);  // the formation's thread ends by then
   WorkerCore r0(options);
   JobSpec spec = Spec("forming", 2);
@@ -451,11 +450,7 @@ TEST_F(WorkerCoreTest, AGroupThatCannotFormIsProbedAndAbortedOnRequest) {
 }
 
 TEST_F(WorkerCoreTest, AStalledChunkIsProbedAndLeavesItsGroupOnRequest) {
-  auto store = std::make_shared<InMemoryStore>();
-  WorkerCoreOptions options;
-  options.store_factory = [store](const std::string& scope) -> std::shared_ptr<Store> {
-    return std::make_shared<PrefixStore>(scope + "/", store.get());
-  };
+  WorkerCoreOptions options = SharedStoreOptions();
   WorkerCore r0(options), r1(options);
   JobSpec spec = Spec("stall", 2);
   spec.mutable_fault_tolerance()->set_mode(FaultToleranceConfig::ELASTIC);
