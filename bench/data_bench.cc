@@ -6,11 +6,15 @@
 // side by side: the first examples of the bundled task's train split written
 // as JSONL, TFRecord of tf.train.Example and GZIP TFRecord, each opened
 // (indexed, every line or record checked) and read in order and in a
-// shuffled order (as an epoch visits them). Prints JSON lines.
+// shuffled order (as an epoch visits them). And one rank of --world reading
+// its rows of unpacked global batches of --rows x --world rows (ELASTIC and
+// data_parallel.reproducible): the whole batch sliced to its rows beside
+// only its rows read (TaskIterator::NextRows), as T5 batches. Prints JSON
+// lines.
 //
 // usage: data_bench [--batches 200] [--rows 8] [--inputs 128] [--targets 64]
 //                   [--vocab data/vocab/digits_to_words.model] [--train_steps 5]
-//                   [--reader_examples 200000] [--dir /tmp]
+//                   [--reader_examples 200000] [--dir /tmp] [--world 4]
 #include <ATen/Parallel.h>
 
 #include <zlib.h>
@@ -97,8 +101,34 @@ void ReaderBench(const std::string& dir, int64_t examples) {
   }
 }
 
+// Rank 0 of `world` through `batches` unpacked global batches of rows x
+// world rows: read whole and sliced to its rows, then only its rows read.
+void ShareBench(const Task& task, IteratorOptions options, int batches, int world) {
+  options.pack = false;
+  options.rows *= world;
+  const int64_t share = options.rows / world;
+  double seconds[2];
+  for (int rows_only = 0; rows_only < 2; ++rows_only) {
+    TaskBatchIterator it(std::move(TaskIterator::Create(task, options)).value());
+    (void)it.Next();  // warm-up
+    const auto start = std::chrono::steady_clock::now();
+    int64_t kept = 0;
+    for (int i = 0; i < batches; ++i) {
+      T5Batch b = rows_only ? *it.NextRows(0, share) : it.Next()->Slice(0, share);
+      kept += b.batch_size();
+    }
+    seconds[rows_only] = Since(start);
+    if (kept != share * batches) std::abort();
+  }
+  std::printf(
+      "{\"measure\": \"global_batch_share\", \"world\": %d, \"global_rows\": %lld, \"share_rows\": %lld, "
+      "\"whole_batch_ms\": %.4f, \"own_rows_ms\": %.4f, \"whole_to_own_ratio\": %.2f}\n",
+      world, static_cast<long long>(options.rows), static_cast<long long>(share), 1e3 * seconds[0] / batches,
+      1e3 * seconds[1] / batches, seconds[0] / seconds[1]);
+}
+
 int Main(const std::vector<std::string>& args) {
-  int batches = 200, rows = 8, inputs = 128, targets = 64, train_steps = 5, reader_examples = 200000;
+  int batches = 200, rows = 8, inputs = 128, targets = 64, train_steps = 5, reader_examples = 200000, world = 4;
   std::string vocab = "data/vocab/digits_to_words.model", dir = "/tmp";
   FlagSet flags("data_bench", "Data pipeline throughput beside a training step.");
   flags.AddInt("batches", &batches, "N", "batches to time");
@@ -109,6 +139,7 @@ int Main(const std::vector<std::string>& args) {
   flags.AddString("vocab", &vocab, "PATH", "the bundled vocabulary");
   flags.AddInt("reader_examples", &reader_examples, "N", "examples in the readers' files (0: skip them)");
   flags.AddString("dir", &dir, "DIR", "where the readers' files are written (and removed)");
+  flags.AddInt("world", &world, "N", "ranks sharing a global batch (the share measure)");
   std::vector<std::string> positional;
   if (auto code = flags.ParseCommand(args, &positional, std::cout, std::cerr)) return *code;
   at::set_num_threads(1);
@@ -164,6 +195,7 @@ int Main(const std::vector<std::string>& args) {
       "{\"measure\": \"tiny_train_step\", \"seconds_per_step\": %.4f, "
       "\"examples_per_second\": %.1f, \"pipeline_to_step_ratio\": %.1f}\n",
       step_seconds, consumed_per_second, examples_per_second / consumed_per_second);
+  ShareBench(*task, options, batches, std::max(world, 1));
   if (reader_examples > 0) ReaderBench(dir, reader_examples);
   return 0;
 }

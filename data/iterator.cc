@@ -69,7 +69,7 @@ void TaskIterator::StartEpoch(int64_t epoch) {
 }
 
 absl::StatusOr<std::vector<TokenizedExample>> TaskIterator::Load(int64_t p) {
-  const int64_t index = order_[static_cast<size_t>(p * options_.world_size + options_.rank)];
+  const int64_t index = IndexAt(p);
   absl::StatusOr<Example> example = source_->Get(index);
   if (!example.ok()) return example.status();
   Example ex = std::move(*example);
@@ -108,8 +108,7 @@ absl::StatusOr<ConvertedBatch> TaskIterator::Next() {
         last_ids_ = BatchIds{static_cast<int64_t>(consumed), 0};
         for (size_t i = 0; i < consumed; ++i) {
           const Buffered& b = buffer_.front();
-          const int64_t index = order_[static_cast<size_t>(b.position * options_.world_size + options_.rank)];
-          last_ids_.digest += ExampleIdDigest(epoch_, index, b.segment);
+          last_ids_.digest += ExampleIdDigest(epoch_, IndexAt(b.position), b.segment);
           buffer_.pop_front();
         }
         if (buffer_.empty()) {
@@ -126,6 +125,52 @@ absl::StatusOr<ConvertedBatch> TaskIterator::Next() {
     if (!options_.repeat) return absl::OutOfRangeError(absl::StrCat("end of epoch ", epoch_));
     StartEpoch(epoch_ + 1);
   }
+}
+
+bool TaskIterator::RowsAreExamples() const {
+  if (options_.pack) return false;
+  auto one_row = [](const Task& t) { return !t.split_length && !t.drops_examples; };
+  if (!one_row(task_)) return false;
+  return std::all_of(task_.components.begin(), task_.components.end(),
+                     [&](const std::pair<const Task*, double>& c) { return one_row(*c.first); });
+}
+
+absl::StatusOr<ConvertedBatch> TaskIterator::NextRows(int64_t first, int64_t count) {
+  if (!RowsAreExamples()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "task ", task_.name, ": a batch's rows are not its examples (packed, split documents or dropped examples)"));
+  }
+  if (first < 0 || count < 0 || first + count > options_.rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows [", first, ", ", first + count, ") are not within a batch of ", options_.rows));
+  }
+  const int64_t shard = shard_size();
+  if (position_ >= shard) {
+    if (!options_.repeat) return absl::OutOfRangeError(absl::StrCat("end of epoch ", epoch_));
+    StartEpoch(epoch_ + 1);
+  }
+  // Next()'s read-ahead, if the two were mixed, is read again from here.
+  buffer_.clear();
+  skip_at_ = -1;
+  const int64_t end = std::min(position_ + options_.rows, shard);
+  std::vector<TokenizedExample> rows;
+  for (int64_t p = position_ + first; p < std::min(position_ + first + count, end); ++p) {
+    absl::StatusOr<std::vector<TokenizedExample>> segments = Load(p);
+    if (!segments.ok()) return segments.status();
+    if (segments->size() != 1) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("task ", task_.name, ": example ", IndexAt(p), " of split ", options_.split, " became ",
+                       segments->size(), " rows; a task whose preprocessors drop examples must set drops_examples"));
+    }
+    rows.push_back(std::move(segments->front()));
+  }
+  size_t consumed = 0;
+  ConvertedBatch batch = converter_.ConvertToRows(rows, count, &consumed);
+  last_ids_ = BatchIds{end - position_, 0};
+  for (int64_t p = position_; p < end; ++p) last_ids_.digest += ExampleIdDigest(epoch_, IndexAt(p), 0);
+  position_ = loaded_ = end;
+  segment_ = 0;
+  return batch;
 }
 
 uint64_t ExampleIdDigest(int64_t epoch, int64_t index, int64_t segment) {

@@ -14,6 +14,10 @@
 // Restore() returns to it, so a resumed job sees exactly the batches it
 // would have seen.
 //
+// Where every example is one row (RowsAreExamples), a rank of a job that
+// reads global batches can read only its rows of each (NextRows): the same
+// rows, the same position after it, at the cost of its own examples.
+//
 // Every batch also names what it holds (LastBatchIds): how many example
 // segments it took and an order-independent digest of their ids (epoch,
 // index in the split, segment), so that two runs can be compared step by
@@ -70,6 +74,17 @@ class TaskIterator {
 
   // The next batch; kOutOfRange at the end of a non-repeating iterator.
   absl::StatusOr<ConvertedBatch> Next();
+  // Whether each example is one row of a batch: not packed, no document
+  // split into segments and no example dropped (Task::split_length and
+  // Task::drops_examples, a mixture's components' too).
+  bool RowsAreExamples() const;
+  // Rows [first, first + count) of the batch Next() would return, loading
+  // only the examples in them: the position then moves past the whole
+  // batch, and last_batch_ids() names all of it, as after Next().
+  // kFailedPrecondition unless RowsAreExamples(), or when a preprocessor
+  // drops an example (Task::drops_examples unset); kInvalidArgument for rows
+  // outside [0, rows); kOutOfRange at the end of a non-repeating iterator.
+  absl::StatusOr<ConvertedBatch> NextRows(int64_t first, int64_t count);
   // The ids of the segments the last batch of Next() took (zero before the
   // first).
   const BatchIds& last_batch_ids() const { return last_ids_; }
@@ -96,6 +111,8 @@ class TaskIterator {
   // The segments of the example at shard position `p` of the current epoch
   // (none if a preprocessor dropped it).
   absl::StatusOr<std::vector<TokenizedExample>> Load(int64_t p);
+  // The split index of the example at shard position `p` of this epoch.
+  int64_t IndexAt(int64_t p) const { return order_[static_cast<size_t>(p * options_.world_size + options_.rank)]; }
 
   struct Buffered {
     int64_t position;

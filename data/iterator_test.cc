@@ -251,6 +251,56 @@ TEST(TaskIteratorTest, BatchIdsNameTheGlobalBatchWhateverTheWorldSize) {
   EXPECT_NE(ExampleIdDigest(0, 5, 0), ExampleIdDigest(0, 5, 1));
 }
 
+// Each rank of W reading only its rows of a global batch of 7 gets exactly
+// those rows of the whole batch, through an epoch's short last batch and a
+// restore, and names the whole batch as the whole batch does.
+TEST(TaskIteratorTest, NextRowsAreThoseRowsOfTheWholeBatch) {
+  const Task task = NumbersTask(45);  // 6 full batches and one of 3 rows per epoch
+  IteratorOptions options;
+  options.rows = 7;
+  options.inputs_length = 6;
+  options.targets_length = 12;
+  options.pack = false;
+  options.seed = 11;
+  auto whole = std::move(TaskIterator::Create(task, options)).value();
+  ASSERT_TRUE(whole->RowsAreExamples());
+  for (int world : {1, 2, 3, 7}) {
+    std::vector<std::unique_ptr<TaskIterator>> ranks;
+    for (int r = 0; r < world; ++r) ranks.push_back(std::move(TaskIterator::Create(task, options)).value());
+    ASSERT_THAT(whole->Restore("0 0"), IsOk());
+    for (int step = 0; step < 16; ++step) {  // into epoch 2
+      const std::string state = whole->State();
+      const ConvertedBatch expected = *whole->Next();
+      for (int r = 0; r < world; ++r) {
+        const int64_t first = r * 7 / world, count = (r + 1) * 7 / world - first;
+        if (step == 9) ASSERT_THAT(ranks[r]->Restore(state), IsOk());  // as after a regroup
+        absl::StatusOr<ConvertedBatch> rows = ranks[r]->NextRows(first, count);
+        ASSERT_THAT(rows, IsOk());
+        ASSERT_EQ(rows->rows, count);
+        auto part = [&](const std::vector<int32_t>& v, int64_t length) {
+          return std::vector<int32_t>(v.begin() + first * length, v.begin() + (first + count) * length);
+        };
+        EXPECT_EQ(rows->encoder_input_tokens, part(expected.encoder_input_tokens, 6)) << step << " " << r;
+        EXPECT_EQ(rows->decoder_input_tokens, part(expected.decoder_input_tokens, 12)) << step << " " << r;
+        EXPECT_EQ(rows->decoder_target_tokens, part(expected.decoder_target_tokens, 12)) << step << " " << r;
+        EXPECT_EQ(ranks[r]->last_batch_ids().examples, whole->last_batch_ids().examples);
+        EXPECT_EQ(ranks[r]->last_batch_ids().digest, whole->last_batch_ids().digest);
+        EXPECT_EQ(ranks[r]->State(), whole->State()) << step << " " << r;
+      }
+      EXPECT_EQ(whole->last_batch_ids().examples, step % 7 == 6 ? 3 : 7) << step;
+    }
+  }
+  EXPECT_THAT(whole->NextRows(5, 3), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("within a batch of 7")));
+  options.repeat = false;
+  auto once = std::move(TaskIterator::Create(task, options)).value();
+  for (int step = 0; step < 7; ++step) ASSERT_THAT(once->NextRows(0, 7), IsOk());
+  EXPECT_THAT(once->NextRows(0, 7), StatusCodeIs(absl::StatusCode::kOutOfRange));
+  options.pack = true;
+  auto packed = std::move(TaskIterator::Create(task, options)).value();
+  EXPECT_FALSE(packed->RowsAreExamples());
+  EXPECT_THAT(packed->NextRows(0, 7), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("packed")));
+}
+
 TEST(MixtureTest, RatesAreHonouredAndComponentsKeepTheirPreprocessors) {
   TaskRegistry registry;
   Task small = NumbersTask(100);
@@ -299,7 +349,13 @@ TEST(TaskIteratorTest, PreprocessorsDropExamples) {
   options.rows = 100;
   options.pack = false;
   options.repeat = false;
+  auto undeclared = std::move(TaskIterator::Create(task, options)).value();
+  ASSERT_TRUE(undeclared->RowsAreExamples());
+  EXPECT_THAT(undeclared->NextRows(0, 10),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("must set drops_examples")));
+  task.drops_examples = true;
   auto it = std::move(TaskIterator::Create(task, options)).value();
+  EXPECT_FALSE(it->RowsAreExamples());
   ConvertedBatch batch = *it->Next();
   EXPECT_EQ(batch.examples, 10);
   EXPECT_EQ(it->dropped(), 10);

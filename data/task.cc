@@ -396,7 +396,10 @@ absl::Status TaskRegistry::AddMixture(const std::string& name,
   mixture.name = name;
   mixture.vocabulary = components[0]->vocabulary;
   mixture.add_eos = components[0]->add_eos;
-  for (size_t k = 0; k < components.size(); ++k) mixture.components.emplace_back(components[k], weights[k] / sum);
+  for (size_t k = 0; k < components.size(); ++k) {
+    mixture.components.emplace_back(components[k], weights[k] / sum);
+    mixture.drops_examples |= components[k]->drops_examples;
+  }
   mixture.source = MixtureSplits(name, components, weights, sum);
   mixture.preprocessors.push_back(ComponentPreprocessors(components));
   return Add(std::move(mixture));

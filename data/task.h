@@ -27,7 +27,7 @@
 namespace trainyard {
 
 // A text-level preprocessor: returns the changed example, or nullopt to
-// drop it.
+// drop it (a task with one that may drop sets Task::drops_examples).
 using Preprocessor = std::function<absl::StatusOr<absl::optional<Example>>(Example)>;
 
 // A token-level preprocessor (after tokenisation, before EOS is appended),
@@ -38,6 +38,11 @@ struct Task {
   std::string name;
   std::function<absl::StatusOr<std::unique_ptr<ExampleSource>>(const std::string& split)> source;
   std::vector<Preprocessor> preprocessors;
+  // Some preprocessor may drop an example. Then the rows of a batch depend
+  // on every example before them, and a rank cannot read only its rows of
+  // a global batch (TaskIterator::NextRows); that refuses a drop it meets
+  // in a task that does not say so.
+  bool drops_examples = false;
   std::vector<TokenPreprocessor> token_preprocessors;
   std::shared_ptr<const Vocabulary> vocabulary;
   bool add_eos = true;

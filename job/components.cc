@@ -30,11 +30,21 @@ std::string DataPositionState(const torch::Tensor& position) {
 }
 
 absl::StatusOr<T5Batch> RewindableBatches::Next() {
-  before_ = base_->task_iterator()->State();
+  TaskIterator* it = base_->task_iterator();
+  before_ = it->State();
   ++taken_;
-  absl::StatusOr<T5Batch> batch = base_->Next();
-  if (batch.ok()) ledger_.Add(job_->trainer->step() + 1, base_->task_iterator()->last_batch_ids());
-  if (!batch.ok() || !job_->global_batches()) return batch;
+  // A global batch whose rows are its examples: only this rank's rows are
+  // read; otherwise all of it, and this rank keeps its rows.
+  const bool rows_only = job_->global_batches() && it->RowsAreExamples();
+  absl::StatusOr<T5Batch> batch;
+  if (rows_only) {
+    const auto [first, rows] = job_->GlobalBatchShare(job_->spec.batch_size());
+    batch = base_->NextRows(first, rows);
+  } else {
+    batch = base_->Next();
+  }
+  if (batch.ok()) ledger_.Add(job_->trainer->step() + 1, it->last_batch_ids());
+  if (!batch.ok() || !job_->global_batches() || rows_only) return batch;
   const auto [first, rows] = job_->GlobalBatchShare(batch->batch_size());
   return batch->Slice(first, rows);
 }

@@ -85,9 +85,12 @@ struct VocabularyPlan {
 // The train batches, remembering the data position before the batch taken
 // last, so that a step abandoned between microbatches (a preemption), or
 // left half done by a failed collective (ELASTIC), can put its batch back.
-// ELASTIC and data_parallel.reproducible: the iterator yields the whole
-// global batch (the same on every rank, whatever the number of ranks), and
-// rank r of W trains on rows [r B / W, (r + 1) B / W) of it.
+// ELASTIC and data_parallel.reproducible: the iterator walks the global
+// batches (the same on every rank, whatever the number of ranks), and rank
+// r of W trains on rows [r B / W, (r + 1) B / W) of each (GlobalBatchShare).
+// Where each example is one row (unpacked, TaskIterator::RowsAreExamples)
+// the rank reads only its rows; otherwise the whole batch, and keeps its
+// rows. The data metrics count the rows it read.
 class RewindableBatches : public BatchIterator {
  public:
   RewindableBatches(TaskBatchIterator* base, const JobComponents* job) : base_(base), job_(job) {}

@@ -31,13 +31,23 @@ T5Batch ExampleRows(const ConvertedBatch& b) { return ToT5Batch(b).Slice(0, b.ex
 absl::StatusOr<T5Batch> TaskBatchIterator::Next() {
   absl::StatusOr<ConvertedBatch> batch = it_->Next();
   if (!batch.ok()) return batch.status();
-  examples_ += batch->examples;
-  truncated_ += batch->truncated_examples;
-  input_tokens_ += batch->input_tokens;
-  target_tokens_ += batch->target_tokens;
-  input_slots_ += batch->rows * batch->inputs_length;
-  target_slots_ += batch->rows * batch->targets_length;
-  return ToT5Batch(*batch);
+  return Count(*batch);
+}
+
+absl::StatusOr<T5Batch> TaskBatchIterator::NextRows(int64_t first, int64_t count) {
+  absl::StatusOr<ConvertedBatch> batch = it_->NextRows(first, count);
+  if (!batch.ok()) return batch.status();
+  return Count(*batch);
+}
+
+T5Batch TaskBatchIterator::Count(const ConvertedBatch& batch) {
+  examples_ += batch.examples;
+  truncated_ += batch.truncated_examples;
+  input_tokens_ += batch.input_tokens;
+  target_tokens_ += batch.target_tokens;
+  input_slots_ += batch.rows * batch.inputs_length;
+  target_slots_ += batch.rows * batch.targets_length;
+  return ToT5Batch(batch);
 }
 
 std::map<std::string, double> TaskBatchIterator::TakeDataMetrics() {

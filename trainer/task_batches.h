@@ -26,6 +26,9 @@ class TaskBatchIterator : public BatchIterator {
  public:
   explicit TaskBatchIterator(std::unique_ptr<TaskIterator> it) : it_(std::move(it)) {}
   absl::StatusOr<T5Batch> Next() override;
+  // Rows [first, first + count) of the next batch (TaskIterator::NextRows):
+  // the data metrics count only those.
+  absl::StatusOr<T5Batch> NextRows(int64_t first, int64_t count);
   // data/examples, data/truncated_examples, data/dropped_examples (by
   // preprocessors), non_padding_fraction/{inputs,targets}: over the batches
   // since the last call.
@@ -33,6 +36,8 @@ class TaskBatchIterator : public BatchIterator {
   TaskIterator* task_iterator() { return it_.get(); }
 
  private:
+  T5Batch Count(const ConvertedBatch& batch);
+
   std::unique_ptr<TaskIterator> it_;
   int64_t examples_ = 0, truncated_ = 0, input_tokens_ = 0, target_tokens_ = 0;
   int64_t input_slots_ = 0, target_slots_ = 0, dropped_reported_ = 0;
