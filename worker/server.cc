@@ -34,11 +34,19 @@ std::string Hostname() {
   return name;
 }
 
-// CoordinatorService's membership calls over gRPC, 5 s each.
+// CoordinatorService's membership calls over gRPC, 5 s each. After a call
+// that found the coordinator unreachable, the next one first tries to
+// connect at once and waits up to 200 ms for it (the channel's own
+// reconnect backoff would try only 200 to 500 ms after its last attempt):
+// the membership's retries, 200 ms apart while a job is held, pace the
+// attempts, so a restarted coordinator hears from every rank of a held job
+// within about 200 ms of listening, and adopts it. Broken() tells the
+// worker's loop that the connection went down (the coordinator went away)
+// so that it beats at once rather than at its next heartbeat.
 class GrpcCoordinatorLink : public CoordinatorLink {
  public:
-  explicit GrpcCoordinatorLink(const std::shared_ptr<grpc::Channel>& channel)
-      : stub_(CoordinatorService::NewStub(channel)) {}
+  explicit GrpcCoordinatorLink(std::shared_ptr<grpc::Channel> channel)
+      : channel_(std::move(channel)), stub_(CoordinatorService::NewStub(channel_)) {}
   absl::StatusOr<RegisterWorkerResponse> Register(const RegisterWorkerRequest& request) override {
     return Call<RegisterWorkerResponse>(
         [&](grpc::ClientContext* ctx, RegisterWorkerResponse* r) { return stub_->RegisterWorker(ctx, request, r); });
@@ -47,18 +55,35 @@ class GrpcCoordinatorLink : public CoordinatorLink {
     return Call<HeartbeatResponse>(
         [&](grpc::ClientContext* ctx, HeartbeatResponse* r) { return stub_->Heartbeat(ctx, request, r); });
   }
+  // The channel left READY since the last answered call (once per
+  // answered call).
+  bool Broken() {
+    if (!answered_ || channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) return false;
+    answered_ = false;
+    return true;
+  }
 
  private:
   template <typename Response, typename F>
-  static absl::StatusOr<Response> Call(F f) {
+  absl::StatusOr<Response> Call(F f) {
+    if (unreachable_) {
+      grpc::experimental::ChannelResetConnectionBackoff(channel_.get());
+      channel_->WaitForConnected(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    }
     Response response;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    TY_RETURN_IF_ERROR(FromGrpcStatus(f(&ctx, &response)));
+    const grpc::Status status = f(&ctx, &response);
+    unreachable_ = status.error_code() == grpc::StatusCode::UNAVAILABLE;
+    answered_ = !unreachable_;
+    TY_RETURN_IF_ERROR(FromGrpcStatus(status));
     return response;
   }
 
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<CoordinatorService::Stub> stub_;
+  bool unreachable_ = false;
+  bool answered_ = false;
 };
 
 // What this worker tells the coordinator: its host, address and device,
@@ -203,7 +228,13 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
   }
   GrpcCoordinatorLink link(channel);
   Membership membership(&link, MembershipOf(&core, options, address));
-  while (!signals->AnyReceived()) signals->Wait(membership.Beat());
+  while (!signals->AnyReceived()) {
+    const absl::Time next = absl::Now() + membership.Beat();
+    // A broken connection to the coordinator brings the next beat forward.
+    while (!signals->AnyReceived() && absl::Now() < next && !link.Broken()) {
+      signals->Wait(std::min(absl::Milliseconds(50), next - absl::Now()));
+    }
+  }
   // While it hands its job back: does a coordinator still drive it?
   HandBackHeldJob(&core, options.preemption_grace, [&membership] { return membership.StillDriven(); });
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
