@@ -130,6 +130,32 @@ absl::Status Collective::ReduceScatter(torch::Tensor input, const std::vector<in
   return absl::OkStatus();
 }
 
+absl::Status CheckBroadcastTo(int root, const std::vector<int>& receivers, int world_size) {
+  std::vector<bool> seen(static_cast<size_t>(std::max(world_size, 0)), false);
+  if (root < 0 || root >= world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root, " is not in [0, ", world_size, ")"));
+  }
+  seen[static_cast<size_t>(root)] = true;
+  for (int r : receivers) {
+    if (r < 0 || r >= world_size || seen[static_cast<size_t>(r)]) {
+      return absl::InvalidArgumentError(absl::StrCat("broadcast receiver ", r, " is out of [0, ", world_size,
+                                                     "), the root (", root, ") or named twice"));
+    }
+    seen[static_cast<size_t>(r)] = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Collective::BroadcastTo(std::vector<torch::Tensor>& tensors, int root, const std::vector<int>& receivers) {
+  if (absl::Status s = CheckBroadcastTo(root, receivers, world_size()); !s.ok()) return s;
+  if (rank() == root || std::find(receivers.begin(), receivers.end(), rank()) != receivers.end()) {
+    return Broadcast(tensors, root);
+  }
+  std::vector<torch::Tensor> copies;
+  for (const torch::Tensor& t : tensors) copies.push_back(t.clone());
+  return Broadcast(copies, root);
+}
+
 absl::Status Collective::AllGatherV(torch::Tensor input, const std::vector<int64_t>& counts, torch::Tensor output) {
   if (absl::Status s = CheckAllGatherV(input, counts, output, rank(), world_size()); !s.ok()) return s;
   int64_t largest = 0;

@@ -124,6 +124,14 @@ class Collective {
   }
   // In place: every rank gets `root`'s tensors.
   virtual absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) = 0;
+  // In place on the ranks in `receivers` only (distinct ranks other than
+  // `root`): they get `root`'s tensors; every rank calls it with the same
+  // arguments, and the others' tensors are left as they are. For state sent
+  // to the ranks that lack it (a joiner) while the others hold it already.
+  // kInvalidArgument for a root or receiver out of range. The default
+  // broadcasts to every rank, into copies on the others; Gloo sends to the
+  // receivers only.
+  virtual absl::Status BroadcastTo(std::vector<torch::Tensor>& tensors, int root, const std::vector<int>& receivers);
   // Every rank's `input` (same shape and dtype on every rank), in rank
   // order, into `outputs` (resized to world_size).
   virtual absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) = 0;
@@ -182,6 +190,9 @@ absl::Status CheckReduceScatter(const torch::Tensor& input, const std::vector<in
                                 const torch::Tensor& output, int rank, int world_size);
 absl::Status CheckAllGatherV(const torch::Tensor& input, const std::vector<int64_t>& counts,
                              const torch::Tensor& output, int rank, int world_size);
+// The checks of BroadcastTo: root and receivers in [0, world_size),
+// receivers distinct and other than root.
+absl::Status CheckBroadcastTo(int root, const std::vector<int>& receivers, int world_size);
 // Element offsets of the shards: offsets[r] = counts[0] + ... + counts[r-1].
 std::vector<int64_t> ShardOffsets(const std::vector<int64_t>& counts);
 

@@ -38,6 +38,10 @@ TEST(FakeCollectiveTest, ReducesGathersAndBroadcastsLikeARealGroup) {
     ASSERT_THAT(c->Broadcast(t, 2), IsOk());
     EXPECT_EQ(t[0].item<float>(), 2.0f);
     EXPECT_THAT(c->Barrier(), IsOk());
+    // The default BroadcastTo: rank 0 keeps its own.
+    t = {torch::full({1}, static_cast<float>(rank))};
+    ASSERT_THAT(c->BroadcastTo(t, 2, {1}), IsOk());
+    EXPECT_EQ(t[0].item<float>(), rank == 0 ? 0.0f : 2.0f);
   });
 }
 

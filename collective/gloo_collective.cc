@@ -405,6 +405,37 @@ absl::Status GlooCollective::Broadcast(std::vector<torch::Tensor>& tensors, int 
   return status;
 }
 
+absl::Status GlooCollective::BroadcastTo(std::vector<torch::Tensor>& tensors, int root,
+                                         const std::vector<int>& receivers) {
+  if (absl::Status s = CheckBroadcastTo(root, receivers, world_size_); !s.ok()) return s;
+  for (const torch::Tensor& t : tensors) {
+    if (!t.is_contiguous()) return absl::InvalidArgumentError("BroadcastTo: tensors must be contiguous");
+  }
+  const int64_t sequence = impl_->next_sequence++;
+  const bool receives = std::find(receivers.begin(), receivers.end(), rank_) != receivers.end();
+  if (rank_ != root && !receives) return absl::OkStatus();
+  Impl* impl = impl_.get();
+  const int rank = rank_;
+  absl::StatusOr<std::unique_ptr<CollectiveWork>> work =
+      impl_->Enqueue([impl, tensors, root, receivers, sequence, rank]() -> absl::Status {
+        const auto deadline = std::chrono::steady_clock::now() + impl->timeout;
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          const int tag = RingTag(sequence, static_cast<int>(i % 4096));
+          if (tensors[i].numel() == 0) continue;
+          for (int to : receivers) {
+            if (rank != root && rank != to) continue;
+            absl::Status s = rank == root
+                                 ? impl->Exchange("broadcast", tensors[i], to, torch::empty({0}), -1, tag, deadline)
+                                 : impl->Exchange("broadcast", torch::empty({0}), -1, tensors[i], root, tag, deadline);
+            if (!s.ok()) return s;
+          }
+        }
+        return absl::OkStatus();
+      });
+  if (!work.ok()) return work.status();
+  return (*work)->Wait();
+}
+
 absl::Status GlooCollective::Barrier() {
   c10d::BarrierOptions options;
   options.timeout = impl_->timeout;

@@ -56,6 +56,10 @@ class GlooCollective : public Collective {
   // Asynchronous: issued to Gloo's threads; Wait observes the timeout.
   absl::StatusOr<std::unique_ptr<CollectiveWork>> StartAllReduce(torch::Tensor tensor, ReduceOp op) override;
   absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) override;
+  // Point to point from the root to each receiver in turn, on this
+  // collective's own thread (as the rings below); the others only count
+  // the operation.
+  absl::Status BroadcastTo(std::vector<torch::Tensor>& tensors, int root, const std::vector<int>& receivers) override;
   absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) override;
   absl::Status Barrier() override;
   // Every wait polls the abort every CollectiveWatch::kAbortPollInterval.

@@ -12,6 +12,8 @@
 namespace trainyard {
 namespace {
 
+using ::testing::HasSubstr;
+
 // Runs `body(rank, collective)` on `world` threads, each a rank of one group.
 template <typename F>
 void OnRanks(int world, F body, absl::Duration timeout = absl::Seconds(30), int64_t bucket_bytes = 25 << 20) {
@@ -92,6 +94,25 @@ TEST(GlooCollectiveTest, BroadcastAndBarrier) {
     EXPECT_TRUE(torch::equal(t[1], torch::ones({2})));
     EXPECT_THAT(c->Barrier(), IsOk());
     EXPECT_THAT(c->Broadcast(t, 5), StatusCodeIs(absl::StatusCode::kInvalidArgument));
+  });
+}
+
+// The root's tensors reach the receivers only; the other ranks keep
+// theirs, and every rank can go on with the group (the sequence of ring
+// operations stays aligned).
+TEST(GlooCollectiveTest, BroadcastToReachesTheReceiversOnly) {
+  OnRanks(4, [](int rank, Collective* c) {
+    std::vector<torch::Tensor> t = {torch::full({5}, static_cast<float>(rank)), torch::full({3}, rank * 10.0)};
+    ASSERT_THAT(c->BroadcastTo(t, /*root=*/1, {3, 0}), IsOk());
+    const float from = rank == 2 ? 2.0f : 1.0f;
+    EXPECT_TRUE(torch::equal(t[0], torch::full({5}, from))) << rank;
+    EXPECT_TRUE(torch::equal(t[1], torch::full({3}, from * 10.0))) << rank;
+    torch::Tensor out = torch::empty({4});
+    ASSERT_THAT(c->AllGatherV(torch::full({1}, static_cast<float>(rank)), {1, 1, 1, 1}, out), IsOk());
+    EXPECT_TRUE(torch::equal(out, torch::arange(4, torch::kFloat)));
+    EXPECT_THAT(c->BroadcastTo(t, 1, {1}), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("the root (1)")));
+    EXPECT_THAT(c->BroadcastTo(t, 0, {2, 2}), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("named twice")));
+    EXPECT_THAT(c->BroadcastTo(t, 4, {}), StatusCodeIs(absl::StatusCode::kInvalidArgument));
   });
 }
 

@@ -62,6 +62,9 @@ class ShardGroupCollective : public Collective {
   absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) override {
     return group_->Broadcast(tensors, root);
   }
+  absl::Status BroadcastTo(std::vector<torch::Tensor>& tensors, int root, const std::vector<int>& receivers) override {
+    return group_->BroadcastTo(tensors, root, receivers);
+  }
   absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) override {
     return group_->AllGather(input, outputs);
   }
@@ -107,6 +110,9 @@ class HybridCollective : public Collective {
   }
   absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) override {
     return world_->Broadcast(tensors, root);
+  }
+  absl::Status BroadcastTo(std::vector<torch::Tensor>& tensors, int root, const std::vector<int>& receivers) override {
+    return world_->BroadcastTo(tensors, root, receivers);
   }
   absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) override {
     return world_->AllGather(input, outputs);

@@ -64,6 +64,12 @@ absl::Status TimedCollective::Broadcast(std::vector<torch::Tensor>& tensors, int
   return inner_->Broadcast(tensors, root);
 }
 
+absl::Status TimedCollective::BroadcastTo(std::vector<torch::Tensor>& tensors, int root,
+                                          const std::vector<int>& receivers) {
+  Stopwatch watch(blocked_ns_.get());
+  return inner_->BroadcastTo(tensors, root, receivers);
+}
+
 absl::Status TimedCollective::AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) {
   Stopwatch watch(blocked_ns_.get());
   return inner_->AllGather(input, outputs);

@@ -35,6 +35,7 @@ class TimedCollective : public Collective {
   absl::Status AllReduce(std::vector<torch::Tensor>& tensors, ReduceOp op) override;
   absl::StatusOr<std::unique_ptr<CollectiveWork>> StartAllReduce(torch::Tensor tensor, ReduceOp op) override;
   absl::Status Broadcast(std::vector<torch::Tensor>& tensors, int root) override;
+  absl::Status BroadcastTo(std::vector<torch::Tensor>& tensors, int root, const std::vector<int>& receivers) override;
   absl::Status AllGather(const torch::Tensor& input, std::vector<torch::Tensor>* outputs) override;
   absl::Status Barrier() override;
   void Abort(absl::string_view reason) override { inner_->Abort(reason); }

@@ -189,7 +189,13 @@ absl::Status TaskIterator::Restore(const std::string& state) {
     return absl::InvalidArgumentError(absl::StrCat(
         "iterator state \"", state, "\": want \"EPOCH POSITION [SEGMENT]\" with 0 <= POSITION <= ", shard_size()));
   }
-  StartEpoch(p->epoch);
+  // The permutation is a function of the epoch: a position in this one
+  // (an ELASTIC step put back) keeps it rather than drawing it again.
+  if (p->epoch == epoch_ && !order_.empty()) {
+    buffer_.clear();
+  } else {
+    StartEpoch(p->epoch);
+  }
   position_ = loaded_ = p->position;
   segment_ = p->segment;
   skip_at_ = p->position;

@@ -173,6 +173,14 @@ TEST(TaskIteratorTest, RestoredIteratorYieldsIdenticalBatchesAcrossEpochs) {
   ASSERT_TRUE(b.ok());
   ASSERT_THAT((*b)->Restore(state), IsOk());
   for (int i = 0; i < 30; ++i) EXPECT_TRUE(SameBatch(*(*b)->Next(), expected[i])) << "batch " << i;
+  // Back to a position of the epoch it is in (a step put back), and on.
+  const std::string again = (*b)->State();
+  const int64_t epoch = (*b)->epoch();
+  std::vector<ConvertedBatch> next;
+  for (int i = 0; i < 2; ++i) next.push_back(*(*b)->Next());
+  ASSERT_THAT((*b)->Restore(again), IsOk());
+  EXPECT_EQ((*b)->epoch(), epoch);
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(SameBatch(*(*b)->Next(), next[i])) << "again " << i;
   EXPECT_THAT((*b)->Restore("0 999"), StatusCodeIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT((*b)->Restore("garbage"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("EPOCH POSITION")));
 }

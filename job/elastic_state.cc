@@ -41,14 +41,17 @@ std::vector<torch::Tensor> HeldParameters(const JobComponents& job) {
   return out;
 }
 
-// Broadcasts `tensors` from `source` of `collective` in flat buckets,
-// in place on every other rank.
+// Broadcasts `tensors` from `source` of `collective` in flat buckets, in
+// place on every other rank, or on `receivers` only when given.
 absl::Status BroadcastTensors(Collective* collective, const std::vector<torch::Tensor>& tensors, int source,
-                              RegroupOutcome* out) {
+                              const std::vector<int>* receivers, RegroupOutcome* out) {
   for (const FlatBucket& bucket : PackFlatBuckets(tensors, kBroadcastBucketBytes)) {
     std::vector<torch::Tensor> one = {bucket.flat};
-    TY_RETURN_IF_ERROR(CollectiveFailure(collective->Broadcast(one, source)));
-    UnpackFlatBucket(bucket);
+    TY_RETURN_IF_ERROR(CollectiveFailure(receivers ? collective->BroadcastTo(one, source, *receivers)
+                                                   : collective->Broadcast(one, source)));
+    const bool received =
+        !receivers || std::find(receivers->begin(), receivers->end(), collective->rank()) != receivers->end();
+    if (received) UnpackFlatBucket(bucket);
     out->sent_bytes += static_cast<int64_t>(bucket.flat.nbytes());
   }
   return absl::OkStatus();
@@ -57,18 +60,21 @@ absl::Status BroadcastTensors(Collective* collective, const std::vector<torch::T
 // Broadcasts the parameters (as this rank holds them) and the optimizer
 // state (with its step) from `source` of `collective`, and the data
 // position from `position_source` of the job's collective; applies them on
-// every other rank.
+// every other rank. `behind` (the job's collective only): the ranks not at
+// the source's step, the only ones sent to and changed (the others hold
+// the same state already).
 absl::Status BroadcastState(JobComponents* job, Collective* collective, int source, int position_source,
-                            RegroupOutcome* out) {
+                            const std::vector<int>* behind, RegroupOutcome* out) {
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> state = job->optimizer->State();  // the slots themselves, and the step
   std::vector<torch::Tensor> tensors = HeldParameters(*job);
   for (auto& [name, t] : state) tensors.push_back(t);
-  const bool receives = source >= 0 && collective->rank() != source;
+  const bool receives = source >= 0 && collective->rank() != source &&
+                        (!behind || std::find(behind->begin(), behind->end(), job->rank()) != behind->end());
   if (collective == job->collective) {
     source = position_source;  // one broadcast of everything
   } else {
-    if (source >= 0) TY_RETURN_IF_ERROR(BroadcastTensors(collective, tensors, source, out));
+    if (source >= 0) TY_RETURN_IF_ERROR(BroadcastTensors(collective, tensors, source, nullptr, out));
     tensors.clear();
   }
   TaskIterator* it = job->train_batches->task_iterator();
@@ -83,9 +89,11 @@ absl::Status BroadcastState(JobComponents* job, Collective* collective, int sour
     for (const auto& [name, e] : exponents) scales[i++] = e;
   }
   if (!exponents.empty()) tensors.push_back(scales);
-  TY_RETURN_IF_ERROR(BroadcastTensors(job->collective, tensors, position_source, out));
-  if (job->rank() != position_source) TY_RETURN_IF_ERROR(it->Restore(DataPositionState(position)));
-  if (job->rank() != position_source && !exponents.empty()) {
+  TY_RETURN_IF_ERROR(BroadcastTensors(job->collective, tensors, position_source, behind, out));
+  const bool moved = job->rank() != position_source &&
+                     (!behind || std::find(behind->begin(), behind->end(), job->rank()) != behind->end());
+  if (moved) TY_RETURN_IF_ERROR(it->Restore(DataPositionState(position)));
+  if (moved && !exponents.empty()) {
     int64_t i = 0;
     for (auto& [name, e] : exponents) e = static_cast<int>(scales[i++].item<int64_t>());
   }
@@ -156,14 +164,19 @@ absl::StatusOr<RegroupOutcome> RegroupState(JobComponents* job, Collective* coll
       out.source_rank = static_cast<int>(std::find(steps.begin(), steps.end(), furthest) - steps.begin());
       const auto t0 = std::chrono::steady_clock::now();
       if (job->spec.data_parallel().sharding() == DataParallelConfig::NONE) {
-        TY_RETURN_IF_ERROR(BroadcastState(job, job->collective, out.source_rank, out.source_rank, &out));
+        // Only to the ranks behind (a joiner): the others hold this state.
+        std::vector<int> behind;
+        for (size_t r = 0; r < steps.size(); ++r) {
+          if (steps[r] != furthest) behind.push_back(static_cast<int>(r));
+        }
+        TY_RETURN_IF_ERROR(BroadcastState(job, job->collective, out.source_rank, out.source_rank, &behind, &out));
       } else {
         // Each shard from a rank of its replica set that holds it at the
         // furthest step.
         const int group_size = job->collective->sharding_group()->world_size();
         TY_ASSIGN_OR_RETURN(const int source, ReplicaSource(steps, furthest, group_size, job->rank()));
         // (One group left: no replicas, and no rank may be behind.)
-        TY_RETURN_IF_ERROR(BroadcastState(job, job->collective->replica_set(), source, out.source_rank, &out));
+        TY_RETURN_IF_ERROR(BroadcastState(job, job->collective->replica_set(), source, out.source_rank, nullptr, &out));
       }
       TY_RETURN_IF_ERROR(CollectiveFailure(job->batches->ledger()->ShareFrom(job->collective, out.source_rank)));
       out.transfer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
