@@ -229,9 +229,13 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
   GrpcCoordinatorLink link(channel);
   Membership membership(&link, MembershipOf(&core, options, address));
   while (!signals->AnyReceived()) {
+    // Read before the beat: a change while it runs brings another.
+    const std::string held = core.job_id();
     const absl::Time next = absl::Now() + membership.Beat();
-    // A broken connection to the coordinator brings the next beat forward.
-    while (!signals->AnyReceived() && absl::Now() < next && !link.Broken()) {
+    // A broken connection to the coordinator brings the next beat forward,
+    // and so does a job torn down (the coordinator hands this worker a new
+    // job only once a heartbeat says it holds none).
+    while (!signals->AnyReceived() && absl::Now() < next && !link.Broken() && core.job_id() == held) {
       signals->Wait(std::min(absl::Milliseconds(50), next - absl::Now()));
     }
   }
