@@ -385,8 +385,17 @@ void WorkerCore::TearDownLocked(const std::shared_ptr<Job>& job, const std::stri
   {
     // A call blocked in a collective on a lost peer ends now, not at the
     // collective's timeout (every rank is told to abort).
+    // So does one forming its group (a peer of a start that failed may
+    // never come) or entering a regroup's.
+    const std::string why = absl::StrCat("the job is torn down: ", reason);
     MutexLock group(&job->group_mu);
-    if (job->group != nullptr) job->group->Abort(absl::StrCat("the job is torn down: ", reason));
+    if (job->group != nullptr) job->group->Abort(why);
+    if (job->entering != nullptr) job->entering->Abort(why);
+    if (job->forming != nullptr) {
+      MutexLock forming(&job->forming->mu);
+      job->forming->aborted = why;
+      job->forming->changed.SignalAll();
+    }
   }
   teardowns_.Start([this, job, reason] {
     {

@@ -449,6 +449,47 @@ TEST_F(WorkerCoreTest, AGroupThatCannotFormIsProbedAndAbortedOnRequest) {
   End(r0, "next");
 }
 
+// A start whose peer never comes (it died while the attempt started), torn
+// down by AbortJob: its StartJob ends at once rather than at the collective
+// timeout, and the worker is free for the next attempt.
+TEST_F(WorkerCoreTest, AbortJobEndsAStartWhoseGroupCannotForm) {
+  WorkerCoreOptions options = SharedStoreOptions();
+  options.collective_timeout = absl::Seconds(5);  // the formation's thread ends by then
+  WorkerCore r0(options);
+  absl::StatusOr<int64_t> started;
+  absl::Duration took;
+  std::thread start([&] {
+    const absl::Time t0 = absl::Now();
+    started = Start(r0, "f", Spec("forming", 2), "", 0, 2);  // rank 1 never starts
+    took = absl::Now() - t0;
+  });
+  ProbeRequest probe;
+  probe.set_job_id("f");
+  probe.add_peers("");
+  probe.add_peers("");
+  probe.set_connect_timeout_seconds(0.5);
+  absl::StatusOr<ProbeResponse> forming;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  do {
+    absl::SleepFor(absl::Milliseconds(20));
+    forming = r0.Probe(probe);
+  } while (!(forming.ok() && forming->collective_waiting()) && absl::Now() < deadline);
+  ASSERT_THAT(forming.status(), IsOk());
+  AbortJobRequest abort;
+  abort.set_job_id("f");
+  abort.set_reason("rank 1 failed to start");
+  ASSERT_THAT(r0.AbortJob(abort), IsOk());
+  start.join();
+  EXPECT_THAT(started.status(), StatusIs(absl::StatusCode::kAborted,
+                                         HasSubstr("was aborted: the job is torn down: rank 1 failed to start")));
+  EXPECT_LT(took, absl::Seconds(5));  // the collective timeout
+  const absl::Time free_by = absl::Now() + absl::Seconds(4);
+  while (!r0.job_id().empty() && absl::Now() < free_by) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(r0.job_id(), "");
+  ASSERT_THAT(Start(r0, "next", Spec("next")).status(), IsOk());
+  End(r0, "next");
+}
+
 TEST_F(WorkerCoreTest, AStalledChunkIsProbedAndLeavesItsGroupOnRequest) {
   WorkerCoreOptions options = SharedStoreOptions();
   WorkerCore r0(options), r1(options);
