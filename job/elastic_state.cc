@@ -69,8 +69,9 @@ absl::Status BroadcastState(JobComponents* job, Collective* collective, int sour
   std::map<std::string, torch::Tensor> state = job->optimizer->State();  // the slots themselves, and the step
   std::vector<torch::Tensor> tensors = HeldParameters(*job);
   for (auto& [name, t] : state) tensors.push_back(t);
-  const bool receives = source >= 0 && collective->rank() != source &&
-                        (!behind || std::find(behind->begin(), behind->end(), job->rank()) != behind->end());
+  // Whether this rank takes what is sent on the job's collective.
+  const bool takes = !behind || std::find(behind->begin(), behind->end(), job->rank()) != behind->end();
+  const bool receives = source >= 0 && collective->rank() != source && takes;
   if (collective == job->collective) {
     source = position_source;  // one broadcast of everything
   } else {
@@ -90,8 +91,7 @@ absl::Status BroadcastState(JobComponents* job, Collective* collective, int sour
   }
   if (!exponents.empty()) tensors.push_back(scales);
   TY_RETURN_IF_ERROR(BroadcastTensors(job->collective, tensors, position_source, behind, out));
-  const bool moved = job->rank() != position_source &&
-                     (!behind || std::find(behind->begin(), behind->end(), job->rank()) != behind->end());
+  const bool moved = job->rank() != position_source && takes;
   if (moved) TY_RETURN_IF_ERROR(it->Restore(DataPositionState(position)));
   if (moved && !exponents.empty()) {
     int64_t i = 0;
