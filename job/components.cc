@@ -33,9 +33,11 @@ absl::StatusOr<T5Batch> RewindableBatches::Next() {
   TaskIterator* it = base_->task_iterator();
   before_ = it->State();
   ++taken_;
-  // A global batch whose rows are its examples: only this rank's rows are
-  // read; otherwise all of it, and this rank keeps its rows.
-  const bool rows_only = job_->global_batches() && it->RowsAreExamples();
+  // An ELASTIC global batch whose rows are its examples: only this rank's
+  // rows are read; otherwise all of it, and this rank keeps its rows
+  // (data_parallel.reproducible too: its summaries, the data/ counts
+  // included, are the same bits on any number of ranks).
+  const bool rows_only = job_->elastic() && !IsReproducibleTraining(job_->spec) && it->RowsAreExamples();
   absl::StatusOr<T5Batch> batch;
   if (rows_only) {
     const auto [first, rows] = job_->GlobalBatchShare(job_->spec.batch_size());

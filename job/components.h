@@ -88,9 +88,11 @@ struct VocabularyPlan {
 // ELASTIC and data_parallel.reproducible: the iterator walks the global
 // batches (the same on every rank, whatever the number of ranks), and rank
 // r of W trains on rows [r B / W, (r + 1) B / W) of each (GlobalBatchShare).
-// Where each example is one row (unpacked, TaskIterator::RowsAreExamples)
-// the rank reads only its rows; otherwise the whole batch, and keeps its
-// rows. The data metrics count the rows it read.
+// ELASTIC, where each example is one row (unpacked,
+// TaskIterator::RowsAreExamples): the rank reads only its rows; otherwise
+// (and always with data_parallel.reproducible, whose summaries must be the
+// same bits on any number of ranks) the whole batch, and keeps its rows.
+// The data metrics count the rows it read.
 class RewindableBatches : public BatchIterator {
  public:
   RewindableBatches(TaskBatchIterator* base, const JobComponents* job) : base_(base), job_(job) {}
