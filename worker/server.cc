@@ -86,6 +86,22 @@ class GrpcCoordinatorLink : public CoordinatorLink {
   bool answered_ = false;
 };
 
+// Heartbeats until a signal arrives. A broken connection to the
+// coordinator brings the next beat forward, and so does a change of the
+// held job (a job torn down: the coordinator hands this worker a new job
+// only once a heartbeat says it holds none).
+void BeatUntilSignalled(Membership* membership, GrpcCoordinatorLink* link, const WorkerCore& core,
+                        SignalWatcher* signals) {
+  while (!signals->AnyReceived()) {
+    // Read before the beat: a change while it runs brings another.
+    const std::string held = core.job_id();
+    const absl::Time next = absl::Now() + membership->Beat();
+    while (!signals->AnyReceived() && absl::Now() < next && !link->Broken() && core.job_id() == held) {
+      signals->Wait(std::min(absl::Milliseconds(50), next - absl::Now()));
+    }
+  }
+}
+
 // What this worker tells the coordinator: its host, address and device,
 // and `core`'s job, attempt and step; the job is aborted when the
 // coordinator forgot the worker and does not adopt the job, or stays
@@ -228,17 +244,7 @@ absl::Status ServeWorker(const WorkerServerOptions& options, std::ostream& out) 
   }
   GrpcCoordinatorLink link(channel);
   Membership membership(&link, MembershipOf(&core, options, address));
-  while (!signals->AnyReceived()) {
-    // Read before the beat: a change while it runs brings another.
-    const std::string held = core.job_id();
-    const absl::Time next = absl::Now() + membership.Beat();
-    // A broken connection to the coordinator brings the next beat forward,
-    // and so does a job torn down (the coordinator hands this worker a new
-    // job only once a heartbeat says it holds none).
-    while (!signals->AnyReceived() && absl::Now() < next && !link.Broken() && core.job_id() == held) {
-      signals->Wait(std::min(absl::Milliseconds(50), next - absl::Now()));
-    }
-  }
+  BeatUntilSignalled(&membership, &link, core, signals.get());
   // While it hands its job back: does a coordinator still drive it?
   HandBackHeldJob(&core, options.preemption_grace, [&membership] { return membership.StillDriven(); });
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

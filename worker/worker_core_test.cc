@@ -400,6 +400,24 @@ TEST_F(WorkerCoreTest, AJobBuiltAheadOfItsJoinReceivesTheStateWhenItsGroupForms)
   EXPECT_THAT(r2.StartJob(ahead).status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("set join too")));
 }
 
+// Probes `core`'s job `job_id` (of 2 ranks) every 20 ms, for up to 10 s,
+// until it is blocked forming its group for at least `stalled_seconds`.
+absl::StatusOr<ProbeResponse> ProbeUntilForming(WorkerCore& core, const std::string& job_id, double stalled_seconds) {
+  ProbeRequest probe;
+  probe.set_job_id(job_id);
+  probe.add_peers("");
+  probe.add_peers("");
+  probe.set_connect_timeout_seconds(0.5);
+  absl::StatusOr<ProbeResponse> forming;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  do {
+    absl::SleepFor(absl::Milliseconds(20));
+    forming = core.Probe(probe);  // kFailedPrecondition until the job is claimed
+  } while (!(forming.ok() && forming->collective_waiting() && forming->stalled_seconds() >= stalled_seconds) &&
+           absl::Now() < deadline);
+  return forming;
+}
+
 // A rank whose peer never comes waits while its group forms: the probe
 // says it is blocked since the start, and LeaveGroup of that generation
 // ends its StartJob at once (kAborted, not at the collective timeout); the
@@ -418,18 +436,7 @@ TEST_F(WorkerCoreTest, AGroupThatCannotFormIsProbedAndAbortedOnRequest) {
     started = Start(r0, "f", spec, "", 0, 2);  // rank 1 never starts
     took = absl::Now() - t0;
   });
-  ProbeRequest probe;
-  probe.set_job_id("f");
-  probe.add_peers("");
-  probe.add_peers("");
-  probe.set_connect_timeout_seconds(0.5);
-  absl::StatusOr<ProbeResponse> forming;
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  do {
-    absl::SleepFor(absl::Milliseconds(20));
-    forming = r0.Probe(probe);  // kFailedPrecondition until the job is claimed
-  } while (!(forming.ok() && forming->collective_waiting() && forming->stalled_seconds() >= 0.3) &&
-           absl::Now() < deadline);
+  absl::StatusOr<ProbeResponse> forming = ProbeUntilForming(r0, "f", 0.3);
   ASSERT_THAT(forming.status(), IsOk());
   EXPECT_TRUE(forming->collective_waiting());
   EXPECT_EQ(forming->generation(), 0);
@@ -463,18 +470,7 @@ TEST_F(WorkerCoreTest, AbortJobEndsAStartWhoseGroupCannotForm) {
     started = Start(r0, "f", Spec("forming", 2), "", 0, 2);  // rank 1 never starts
     took = absl::Now() - t0;
   });
-  ProbeRequest probe;
-  probe.set_job_id("f");
-  probe.add_peers("");
-  probe.add_peers("");
-  probe.set_connect_timeout_seconds(0.5);
-  absl::StatusOr<ProbeResponse> forming;
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  do {
-    absl::SleepFor(absl::Milliseconds(20));
-    forming = r0.Probe(probe);
-  } while (!(forming.ok() && forming->collective_waiting()) && absl::Now() < deadline);
-  ASSERT_THAT(forming.status(), IsOk());
+  ASSERT_THAT(ProbeUntilForming(r0, "f", 0).status(), IsOk());
   AbortJobRequest abort;
   abort.set_job_id("f");
   abort.set_reason("rank 1 failed to start");
